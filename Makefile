@@ -1,0 +1,79 @@
+# Transmuter: `make` builds the library (static and shared), the CLI and the tests;
+# `make test` runs every test; `make install PREFIX=...` installs.
+CC ?= cc
+PREFIX ?= /usr/local
+BUILD ?= build
+OPT ?= -O2 -march=native
+SAN ?=
+CFLAGS ?= $(OPT) -g
+CFLAGS += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -fPIC -pthread $(SAN)
+CPPFLAGS += -Iinclude -Isrc -I$(BUILD)
+LDLIBS += -ldnnl -lm -pthread
+LDFLAGS += $(SAN)
+
+LIB_SRC := $(wildcard src/core/*.c src/core/prims/*.c src/onnx/*.c src/onnx/ops/*.c \
+                      src/io/*.c src/backends/cpu/*.c src/runtime/*.c)
+OP_SRC := $(wildcard src/onnx/ops/*.c)
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/prim_stubs.o
+TEST_SRC := $(wildcard tests/test_*.c)
+TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+
+.PHONY: all test clean install check-asan FORCE
+all: $(BUILD)/libtransmuter.a $(BUILD)/libtransmuter.so $(BUILD)/transmuter $(TEST_BIN) \
+     $(BUILD)/transmuter.pc
+
+$(BUILD)/ops_registry.inc: $(OP_SRC) tools/gen_registry.sh
+	@mkdir -p $(BUILD)
+	sh tools/gen_registry.sh $@ $(OP_SRC)
+
+$(BUILD)/src/onnx/lower.o: $(BUILD)/ops_registry.inc
+
+$(BUILD)/prim_stubs.c: FORCE
+	@mkdir -p $(BUILD)
+	@sh tools/gen_prim_stubs.sh $@
+
+$(BUILD)/prim_stubs.o: $(BUILD)/prim_stubs.c
+	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+
+FORCE:
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -MF $(@:.o=.d) -c $< -o $@.$$$$.tmp && mv -f $@.$$$$.tmp $@
+
+$(BUILD)/libtransmuter.a: $(LIB_OBJ)
+	rm -f $@.$$$$.tmp && ar rcs $@.$$$$.tmp $^ && mv -f $@.$$$$.tmp $@
+
+$(BUILD)/libtransmuter.so: $(LIB_OBJ)
+	$(CC) -shared $(LDFLAGS) -o $@.$$$$.tmp $^ $(LDLIBS) && mv -f $@.$$$$.tmp $@
+
+$(BUILD)/transmuter: $(BUILD)/tools/transmuter.o $(BUILD)/libtransmuter.a
+	$(CC) $(LDFLAGS) -o $@.$$$$.tmp $^ $(LDLIBS) && mv -f $@.$$$$.tmp $@
+
+$(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libtransmuter.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@.$$$$.tmp $^ $(LDLIBS) && mv -f $@.$$$$.tmp $@
+
+$(BUILD)/transmuter.pc: transmuter.pc.in
+	sed -e 's|@PREFIX@|$(PREFIX)|' $< > $@
+
+test: all
+	sh tests/run.sh $(BUILD)
+
+# The whole suite under AddressSanitizer + UBSan, in its own build folder.
+check-asan:
+	$(MAKE) BUILD=build-asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer" test
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/bin \
+	    $(DESTDIR)$(PREFIX)/lib/pkgconfig
+	install -m 644 include/transmuter.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 $(BUILD)/libtransmuter.a $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(BUILD)/libtransmuter.so $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(BUILD)/transmuter $(DESTDIR)$(PREFIX)/bin/
+	install -m 644 $(BUILD)/transmuter.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/
+
+clean:
+	rm -rf build build-asan
+
+-include $(LIB_OBJ:.o=.d) $(BUILD)/tools/transmuter.d

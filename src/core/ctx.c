@@ -1,0 +1,398 @@
+/* The eager/trace context: a table of values, and tm_prim, which runs a primitive at
+ * once when its inputs are known (eager mode, or constant folding under trace) and
+ * records it otherwise. Not plan building (plan.c). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "ctx.h"
+
+void tm_ctx_init(tm_ctx *c, tm_mode mode, const tm_allocator *a) {
+    memset(c, 0, sizeof *c);
+    c->mode = mode;
+    c->allocator = a;
+    c->needs_host = TM_NONE;
+    c->threads = 1;
+    c->rng_state = 0x853c49e6748fea9bULL;
+}
+
+void tm_ctx_destroy(tm_ctx *c) {
+    for (int32_t i = 0; i < c->n_vals; i++)
+        if (c->vals[i].owned) tm_tensor_free(c->vals[i].data);
+    for (int32_t i = 0; i < c->n_nodes; i++) {
+        free(c->nodes[i].in);
+        free(c->nodes[i].where);
+    }
+    free(c->vals);
+    free(c->nodes);
+    free(c->scratch);
+    memset(c, 0, sizeof *c);
+}
+
+void tm_ctx_set_where(tm_ctx *c, const char *node_name, const char *op_type) {
+    snprintf(c->where_node, sizeof c->where_node, "%s", node_name ? node_name : "");
+    snprintf(c->where_op, sizeof c->where_op, "%s", op_type ? op_type : "");
+}
+
+tm_status tm_ctx_fail(tm_ctx *c, tm_status code, const char *fmt, ...) {
+    if (c->status != TM_OK) return c->status;
+    char msg[900];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    c->status = code;
+    if (c->where_op[0])
+        tm__fail_at(&c->err, code, c->where_node, c->where_op, NULL, "node '%s' (%s): %s",
+                    c->where_node, c->where_op, msg);
+    else
+        tm__fail(&c->err, code, "%s", msg);
+    return code;
+}
+
+static tm_val new_val(tm_ctx *c) {
+    if (c->n_vals == c->cap_vals) {
+        int32_t cap = c->cap_vals ? c->cap_vals * 2 : 256;
+        tm_vinfo *v = realloc(c->vals, (size_t)cap * sizeof *v);
+        if (!v) {
+            tm_ctx_fail(c, TM_ERR_NO_MEMORY, "out of memory growing the value table");
+            return TM_NONE;
+        }
+        c->vals = v;
+        c->cap_vals = cap;
+    }
+    tm_vinfo *vi = &c->vals[c->n_vals];
+    memset(vi, 0, sizeof *vi);
+    vi->producer = -1;
+    vi->input_index = -1;
+    return c->n_vals++;
+}
+
+tm_val tm_val_tensor(tm_ctx *c, tm_tensor *t, int borrow) {
+    if (!tm_ctx_ok(c) || !t) {
+        if (!borrow) tm_tensor_free(t);
+        return TM_NONE;
+    }
+    /* Kernels read elements through typed pointers: a borrowed buffer that is not aligned
+     * to its element size (raw_data inside a protobuf) is copied first. */
+    size_t es = tm_dtype_elem_size(t->dtype);
+    if (borrow && es > 1 && ((uintptr_t)t->data % es) != 0) {
+        t = tm_tensor_clone(t, c->allocator);
+        if (!t) {
+            tm_ctx_fail(c, TM_ERR_NO_MEMORY, "out of memory copying a misaligned tensor");
+            return TM_NONE;
+        }
+        borrow = 0;
+    }
+    tm_val v = new_val(c);
+    if (v == TM_NONE) {
+        if (!borrow) tm_tensor_free(t);
+        return TM_NONE;
+    }
+    tm_vinfo *vi = &c->vals[v];
+    vi->dtype = t->dtype;
+    vi->rank = t->rank;
+    memcpy(vi->dims, t->dims, sizeof vi->dims);
+    vi->data = t;
+    vi->owned = !borrow;
+    return v;
+}
+
+tm_val tm_val_symbolic(tm_ctx *c, tm_dtype dt, int rank, const int64_t *dims, int input_index) {
+    if (!tm_ctx_ok(c)) return TM_NONE;
+    tm_val v = new_val(c);
+    if (v == TM_NONE) return TM_NONE;
+    tm_vinfo *vi = &c->vals[v];
+    vi->dtype = dt;
+    vi->rank = rank;
+    for (int i = 0; i < rank; i++) vi->dims[i] = dims[i];
+    vi->input_index = input_index;
+    return v;
+}
+
+tm_val tm_const_fill(tm_ctx *c, tm_dtype dt, int rank, const int64_t *dims, double v) {
+    if (!tm_ctx_ok(c)) return TM_NONE;
+    tm_tensor *t = tm_tensor_alloc(dt, rank, dims, c->allocator);
+    if (!t) {
+        tm_ctx_fail(c, TM_ERR_NO_MEMORY, "cannot allocate a constant");
+        return TM_NONE;
+    }
+    int64_t n = tm_tensor_numel_(t);
+    if (v != 0.0) {
+        if (tm_dtype_is_float(dt))
+            for (int64_t i = 0; i < n; i++) tm_store_f64(t->data, dt, (size_t)i, v);
+        else if (tm_dtype_is_unsigned_int(dt))
+            for (int64_t i = 0; i < n; i++) tm_store_u64(t->data, dt, (size_t)i, (uint64_t)v);
+        else
+            for (int64_t i = 0; i < n; i++) tm_store_i64(t->data, dt, (size_t)i, (int64_t)v);
+    }
+    return tm_val_tensor(c, t, 0);
+}
+
+tm_val tm_const_scalar(tm_ctx *c, tm_dtype dt, double v) {
+    return tm_const_fill(c, dt, 0, NULL, v);
+}
+
+tm_val tm_const_i64s(tm_ctx *c, const int64_t *v, int64_t n) {
+    if (!tm_ctx_ok(c)) return TM_NONE;
+    int64_t dims[1] = {n};
+    tm_tensor *t = tm_tensor_alloc(TM_INT64, 1, dims, c->allocator);
+    if (!t) {
+        tm_ctx_fail(c, TM_ERR_NO_MEMORY, "cannot allocate a constant");
+        return TM_NONE;
+    }
+    if (n) memcpy(t->data, v, (size_t)n * sizeof *v);
+    return tm_val_tensor(c, t, 0);
+}
+
+int64_t tm_vnumel(const tm_ctx *c, tm_val v) {
+    return tm_numel(c->vals[v].rank, c->vals[v].dims);
+}
+
+const tm_tensor *tm_vdata(const tm_ctx *c, tm_val v) {
+    if (v < 0 || v >= c->n_vals) return NULL;
+    return c->vals[v].data;
+}
+
+const tm_tensor *tm_host(tm_ctx *c, tm_val v) {
+    if (!tm_ctx_ok(c) || v == TM_NONE) return NULL;
+    if (c->vals[v].data) return c->vals[v].data;
+    if (c->vals[v].released) {
+        tm_ctx_fail(c, TM_ERR_RUNTIME, "internal: value %d used after release", (int)v);
+        return NULL;
+    }
+    c->needs_host = v;
+    tm_ctx_fail(c, TM_ERR_NEEDS_HOST, "this value is needed on the host but is not known "
+                "while compiling (a graph break)");
+    return NULL;
+}
+
+int64_t tm_host_i64(tm_ctx *c, tm_val v, int64_t *out, int64_t max) {
+    const tm_tensor *t = tm_host(c, v);
+    if (!t) return -1;
+    int64_t n = tm_tensor_numel_(t);
+    if (n > max) {
+        tm_ctx_fail(c, TM_ERR_SHAPE, "expected at most %lld values, got %lld", (long long)max,
+                    (long long)n);
+        return -1;
+    }
+    if (tm_dtype_is_float(t->dtype) || t->dtype == TM_STRING) {
+        tm_ctx_fail(c, TM_ERR_DTYPE, "expected an integer tensor, got %s",
+                    tm_dtype_name(t->dtype));
+        return -1;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        if (tm_dtype_is_unsigned_int(t->dtype))
+            out[i] = (int64_t)tm_load_u64(t->data, t->dtype, (size_t)i);
+        else
+            out[i] = tm_load_i64(t->data, t->dtype, (size_t)i);
+    }
+    return n;
+}
+
+int tm_host_f64(tm_ctx *c, tm_val v, double *out) {
+    const tm_tensor *t = tm_host(c, v);
+    if (!t) return -1;
+    if (tm_tensor_numel_(t) < 1 || t->dtype == TM_STRING) {
+        tm_ctx_fail(c, TM_ERR_SHAPE, "expected a scalar");
+        return -1;
+    }
+    if (tm_dtype_is_float(t->dtype)) *out = tm_load_f64(t->data, t->dtype, 0);
+    else if (tm_dtype_is_unsigned_int(t->dtype)) *out = (double)tm_load_u64(t->data, t->dtype, 0);
+    else *out = (double)tm_load_i64(t->data, t->dtype, 0);
+    return 0;
+}
+
+void tm_val_release(tm_ctx *c, tm_val v) {
+    if (c->mode != TM_MODE_EAGER || v < 0 || v >= c->n_vals) return;
+    tm_vinfo *vi = &c->vals[v];
+    if (vi->pinned || !vi->data) return;
+    if (vi->owned) tm_tensor_free(vi->data);
+    vi->data = NULL;
+    vi->owned = 0;
+    vi->released = 1;
+}
+
+static void *ctx_scratch(tm_ctx *c, size_t bytes) {
+    if (bytes == 0) return NULL;
+    if (bytes > c->scratch_cap) {
+        free(c->scratch);
+        c->scratch = NULL;
+        c->scratch_cap = 0;
+        void *p = NULL;
+        if (posix_memalign(&p, 64, bytes) != 0) return NULL;
+        c->scratch = p;
+        c->scratch_cap = bytes;
+    }
+    return c->scratch;
+}
+
+tm_status tm_run_kernel(tm_ctx *c, int prim, const tm_args *a, const tm_tensor *const *in,
+                        int nin, tm_tensor *const *out, int nout, size_t scratch) {
+    tm_kcall k;
+    tm_error err;
+    memset(&err, 0, sizeof err);
+    k.prim = prim;
+    k.a = a;
+    k.in = in;
+    k.nin = nin;
+    k.out = out;
+    k.nout = nout;
+    k.scratch = ctx_scratch(c, scratch);
+    k.scratch_bytes = scratch;
+    k.err = &err;
+    k.threads = c->threads;
+    if (scratch && !k.scratch)
+        return tm_ctx_fail(c, TM_ERR_NO_MEMORY, "cannot allocate %zu bytes of scratch", scratch);
+    tm_status s = tm_prims[prim].kernel(&k);
+    if (s != TM_OK)
+        return tm_ctx_fail(c, s, "%s: %s", tm_prims[prim].name,
+                           err.message[0] ? err.message : tm_status_name(s));
+    return TM_OK;
+}
+
+static tm_status record(tm_ctx *c, int prim, const tm_val *in, int nin, const tm_args *a,
+                        tm_val *out, int nout, size_t scratch) {
+    if (c->n_nodes == c->cap_nodes) {
+        int32_t cap = c->cap_nodes ? c->cap_nodes * 2 : 256;
+        tm_rnode *n = realloc(c->nodes, (size_t)cap * sizeof *n);
+        if (!n) return tm_ctx_fail(c, TM_ERR_NO_MEMORY, "out of memory recording a trace");
+        c->nodes = n;
+        c->cap_nodes = cap;
+    }
+    tm_rnode *n = &c->nodes[c->n_nodes];
+    memset(n, 0, sizeof *n);
+    n->prim = prim;
+    n->nin = nin;
+    n->nout = nout;
+    n->in = malloc((size_t)(nin ? nin : 1) * sizeof *n->in);
+    if (!n->in) return tm_ctx_fail(c, TM_ERR_NO_MEMORY, "out of memory recording a trace");
+    if (nin) memcpy(n->in, in, (size_t)nin * sizeof *in);
+    for (int i = 0; i < nout; i++) {
+        n->out[i] = out[i];
+        c->vals[out[i]].producer = c->n_nodes;
+    }
+    if (a) n->args = *a;
+    n->scratch = scratch;
+    char where[256];
+    snprintf(where, sizeof where, "node '%s' (%s)", c->where_node, c->where_op);
+    n->where = strdup(where);
+    c->n_nodes++;
+    return TM_OK;
+}
+
+tm_status tm_prim_n(tm_ctx *c, int prim, const tm_val *in, int nin, const tm_args *a,
+                    tm_val *out, int nout) {
+    static const tm_args zero_args;
+    for (int i = 0; i < nout; i++) out[i] = TM_NONE;
+    if (!tm_ctx_ok(c)) return c->status;
+    if (!a) a = &zero_args;
+    const tm_prim_info *p = &tm_prims[prim];
+    if ((p->nin >= 0 && nin != p->nin) || nout != p->nout || nout > 4)
+        return tm_ctx_fail(c, TM_ERR_RUNTIME, "internal: primitive %s called with %d inputs "
+                           "and %d outputs", p->name, nin, nout);
+    enum { MAX_IN = 64 };
+    const tm_vinfo *vin_small[MAX_IN];
+    const tm_vinfo **vin = vin_small;
+    if (nin > MAX_IN) {
+        vin = malloc((size_t)nin * sizeof *vin);
+        if (!vin) return tm_ctx_fail(c, TM_ERR_NO_MEMORY, "out of memory");
+    }
+    int known = !(c->mode == TM_MODE_TRACE && (p->flags & TM_PF_RANDOM));
+    for (int i = 0; i < nin; i++) {
+        if (in[i] == TM_NONE || in[i] < 0 || in[i] >= c->n_vals) {
+            if (vin != vin_small) free(vin);
+            return tm_ctx_fail(c, TM_ERR_RUNTIME, "internal: primitive %s got an invalid "
+                               "input %d", p->name, i);
+        }
+        vin[i] = &c->vals[in[i]];
+        if (vin[i]->released) {
+            if (vin != vin_small) free(vin);
+            return tm_ctx_fail(c, TM_ERR_RUNTIME, "internal: primitive %s input %d used "
+                               "after release", p->name, i);
+        }
+        if (!vin[i]->data) known = 0;
+    }
+    tm_vinfo vout[4];
+    memset(vout, 0, sizeof vout);
+    size_t scratch = 0;
+    tm_status s = p->shape(c, prim, a, vin, nin, vout, nout, &scratch);
+    if (s == TM_OK && !tm_ctx_ok(c)) s = c->status;
+    if (s != TM_OK) {
+        if (vin != vin_small) free(vin);
+        if (tm_ctx_ok(c)) tm_ctx_fail(c, s, "%s: invalid shapes", p->name);
+        return c->status;
+    }
+    if (!known) {
+        if (vin != vin_small) free(vin);
+        for (int i = 0; i < nout; i++) {
+            out[i] = tm_val_symbolic(c, vout[i].dtype, vout[i].rank, vout[i].dims, -1);
+            if (out[i] == TM_NONE) return c->status;
+        }
+        return record(c, prim, in, nin, a, out, nout, scratch);
+    }
+    /* Known inputs: run now. */
+    tm_tensor *tout[4] = {0};
+    const tm_tensor *tin_small[MAX_IN];
+    const tm_tensor **tin = tin_small;
+    if (nin > MAX_IN) {
+        tin = malloc((size_t)nin * sizeof *tin);
+        if (!tin) {
+            free(vin);
+            return tm_ctx_fail(c, TM_ERR_NO_MEMORY, "out of memory");
+        }
+    }
+    for (int i = 0; i < nin; i++) tin[i] = vin[i]->data;
+    if (vin != vin_small) free(vin);
+    for (int i = 0; i < nout; i++) {
+        tout[i] = tm_tensor_alloc(vout[i].dtype, vout[i].rank, vout[i].dims, c->allocator);
+        if (!tout[i]) {
+            s = tm_ctx_fail(c, TM_ERR_NO_MEMORY, "%s: cannot allocate an output of %lld "
+                            "elements", p->name, (long long)tm_numel(vout[i].rank, vout[i].dims));
+            goto fail;
+        }
+    }
+    s = tm_run_kernel(c, prim, a, tin, nin, tout, nout, scratch);
+    if (s != TM_OK) goto fail;
+    if (tin != tin_small) free(tin);
+    for (int i = 0; i < nout; i++) {
+        out[i] = tm_val_tensor(c, tout[i], 0);
+        tout[i] = NULL;
+        if (out[i] == TM_NONE) {
+            for (int j = i + 1; j < nout; j++) tm_tensor_free(tout[j]);
+            return c->status;
+        }
+    }
+    return TM_OK;
+fail:
+    if (tin != tin_small) free(tin);
+    for (int i = 0; i < nout; i++) tm_tensor_free(tout[i]);
+    return c->status;
+}
+
+tm_val tm_prim(tm_ctx *c, int prim, const tm_val *in, int nin, const tm_args *a) {
+    tm_val out[4];
+    if (tm_prims[prim].nout != 1) {
+        tm_ctx_fail(c, TM_ERR_RUNTIME, "internal: %s has %d outputs", tm_prims[prim].name,
+                    tm_prims[prim].nout);
+        return TM_NONE;
+    }
+    if (tm_prim_n(c, prim, in, nin, a, out, 1) != TM_OK) return TM_NONE;
+    return out[0];
+}
+
+tm_status tm_broadcast_dims(tm_ctx *c, int ra, const int64_t *da, int rb, const int64_t *db,
+                            int *rout, int64_t *dout) {
+    int r = ra > rb ? ra : rb;
+    for (int i = 0; i < r; i++) {
+        int64_t x = i - (r - ra) >= 0 ? da[i - (r - ra)] : 1;
+        int64_t y = i - (r - rb) >= 0 ? db[i - (r - rb)] : 1;
+        if (x == y || y == 1) dout[i] = x;
+        else if (x == 1) dout[i] = y;
+        else
+            return tm_ctx_fail(c, TM_ERR_SHAPE, "shapes do not broadcast: dim %d is %lld "
+                               "and %lld", i, (long long)x, (long long)y);
+    }
+    *rout = r;
+    return TM_OK;
+}

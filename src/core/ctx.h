@@ -1,0 +1,180 @@
+/* The execution context through which lowerings call primitives. In eager mode a call
+ * runs its kernel at once; in trace mode it is recorded for a plan, unless all its inputs
+ * are known constants, in which case it is evaluated on the spot (constant folding).
+ * Not the plan itself (plan.c) nor the ONNX side (../onnx/lower.h). */
+#ifndef TM_CORE_CTX_H
+#define TM_CORE_CTX_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "tensor.h"
+#include "status.h"
+
+/* Internal status: a traced value was needed on the host (graph break). */
+#define TM_ERR_NEEDS_HOST ((tm_status)100)
+
+typedef int32_t tm_val;          /* index of a value in its context */
+#define TM_NONE ((tm_val)-1)
+
+typedef enum { TM_MODE_EAGER = 0, TM_MODE_TRACE = 1 } tm_mode;
+
+/* ---- The primitive table ----------------------------------------------------------- */
+
+enum {
+#define TM_PRIM(ID, NAME, NIN, NOUT, IMPL, FLAGS) TM_P_##ID,
+#include "prims.def"
+#undef TM_PRIM
+    TM_P__COUNT
+};
+
+/* Flags of a primitive. */
+#define TM_PF_VIEW 1u        /* output 0 may share input 0's buffer (reshape); kernel copies otherwise */
+#define TM_PF_ELEMWISE 2u    /* same-shape elementwise (fusion candidate) */
+#define TM_PF_RANDOM 4u      /* not folded as a constant (random draws) */
+
+#define TM_ARGS_MAX_I 64
+/* Non-tensor parameters of a primitive call (axes, perms, pads, dtypes, scalars).
+ * Each primitive documents its layout in its family file. */
+typedef struct tm_args {
+    int64_t i[TM_ARGS_MAX_I];
+    double f[4];
+} tm_args;
+
+/* What is known of a value: dtype and dims always (after its producer's shape rule),
+ * data when it is known (eager: always; trace: constants). */
+typedef struct tm_vinfo {
+    tm_dtype dtype;
+    int rank;
+    int64_t dims[TM_MAX_RANK];
+    tm_tensor *data;
+    int32_t producer;     /* recorded node index, or -1 */
+    int32_t input_index;  /* >= 0: input of the plan being traced */
+    uint8_t owned;        /* the context frees data */
+    uint8_t released;
+    uint16_t pinned;      /* count of graph names bound to it: not freed while > 0 */
+} tm_vinfo;
+
+/* One kernel call. Kernels allocate nothing: temporary memory is `scratch`, sized by the
+ * shape rule. On failure they return a status and fill err. */
+typedef struct tm_kcall {
+    int prim;
+    const tm_args *a;
+    const tm_tensor *const *in;
+    int nin;
+    tm_tensor *const *out;
+    int nout;
+    void *scratch;
+    size_t scratch_bytes;
+    tm_error *err;
+    int threads;
+} tm_kcall;
+
+typedef struct tm_ctx tm_ctx;
+
+/* Shape rule: fill out[0..nout) dtype/rank/dims from the inputs and args; set *scratch to
+ * the bytes of temporary memory the kernel needs. Report errors with tm_ctx_fail. */
+typedef tm_status (*tm_shape_fn)(tm_ctx *c, int prim, const tm_args *a,
+                                 const tm_vinfo *const *in, int nin, tm_vinfo *out, int nout,
+                                 size_t *scratch);
+typedef tm_status (*tm_kernel_fn)(const tm_kcall *k);
+
+typedef struct tm_prim_info {
+    const char *name;
+    int nin;              /* -1: variadic */
+    int nout;
+    tm_shape_fn shape;
+    tm_kernel_fn kernel;
+    unsigned flags;
+} tm_prim_info;
+
+extern const tm_prim_info tm_prims[TM_P__COUNT];
+
+/* A recorded primitive call (trace mode). */
+typedef struct tm_rnode {
+    int prim;
+    int nin, nout;
+    tm_val *in;
+    tm_val out[4];
+    tm_args args;
+    size_t scratch;
+    char *where;          /* "node 'X' (Op)" of the ONNX node that made it, for errors */
+} tm_rnode;
+
+struct tm_ctx {
+    tm_mode mode;
+    const tm_allocator *allocator;
+    tm_vinfo *vals;
+    int32_t n_vals, cap_vals;
+    tm_rnode *nodes;
+    int32_t n_nodes, cap_nodes;
+    tm_error err;
+    tm_status status;     /* sticky: once set, every call returns TM_NONE */
+    tm_val needs_host;    /* the value whose data a graph break needs */
+    const char *where;    /* current ONNX node, for errors and recorded nodes */
+    char where_node[128], where_op[64];
+    int threads;
+    tm_dtype compute_type;/* TM_UNDEFINED or TM_FLOAT (see tm_load_options) */
+    void *scratch;        /* eager kernels' scratch, grown as needed */
+    size_t scratch_cap;
+    uint64_t rng_state;   /* seeded random primitives */
+};
+
+void tm_ctx_init(tm_ctx *c, tm_mode mode, const tm_allocator *a);
+void tm_ctx_destroy(tm_ctx *c);
+/* Sets the sticky error (first one wins); returns code. Names the current ONNX node. */
+tm_status tm_ctx_fail(tm_ctx *c, tm_status code, const char *fmt, ...) TM_PRINTF(3, 4);
+static inline int tm_ctx_ok(const tm_ctx *c) { return c->status == TM_OK; }
+/* Sets which ONNX node the following calls belong to. */
+void tm_ctx_set_where(tm_ctx *c, const char *node_name, const char *op_type);
+
+/* ---- Making values ----------------------------------------------------------------- */
+
+/* A known value. borrow: the tensor stays the caller's (initializers, inputs); else the
+ * context takes ownership. */
+tm_val tm_val_tensor(tm_ctx *c, tm_tensor *t, int borrow);
+/* An unknown value of given dtype and dims (a plan input under trace). */
+tm_val tm_val_symbolic(tm_ctx *c, tm_dtype dt, int rank, const int64_t *dims, int input_index);
+/* Scalars and small constants. */
+tm_val tm_const_scalar(tm_ctx *c, tm_dtype dt, double v);
+tm_val tm_const_i64s(tm_ctx *c, const int64_t *v, int64_t n);  /* 1-D int64 */
+tm_val tm_const_fill(tm_ctx *c, tm_dtype dt, int rank, const int64_t *dims, double v);
+
+/* ---- Calling primitives ------------------------------------------------------------ */
+
+/* Runs or records a primitive with one output. Returns TM_NONE on error (the context's
+ * error is then set) or when an input is TM_NONE. */
+tm_val tm_prim(tm_ctx *c, int prim, const tm_val *in, int nin, const tm_args *a);
+/* Same with several outputs; returns the status. */
+tm_status tm_prim_n(tm_ctx *c, int prim, const tm_val *in, int nin, const tm_args *a,
+                    tm_val *out, int nout);
+
+/* ---- Reading values ---------------------------------------------------------------- */
+
+static inline const tm_vinfo *tm_vi(const tm_ctx *c, tm_val v) { return &c->vals[v]; }
+static inline tm_dtype tm_vdtype(const tm_ctx *c, tm_val v) { return c->vals[v].dtype; }
+static inline int tm_vrank(const tm_ctx *c, tm_val v) { return c->vals[v].rank; }
+static inline const int64_t *tm_vdims(const tm_ctx *c, tm_val v) { return c->vals[v].dims; }
+int64_t tm_vnumel(const tm_ctx *c, tm_val v);
+/* The data of v if it is known now, else NULL (no error). */
+const tm_tensor *tm_vdata(const tm_ctx *c, tm_val v);
+/* The data of v, needed on the host. Under trace with v unknown: sets TM_ERR_NEEDS_HOST
+ * (a graph break) and returns NULL. */
+const tm_tensor *tm_host(tm_ctx *c, tm_val v);
+/* Host value as int64s (any integer dtype); returns count or -1 (error set). */
+int64_t tm_host_i64(tm_ctx *c, tm_val v, int64_t *out, int64_t max);
+/* Host scalar as double; returns 0 on success. */
+int tm_host_f64(tm_ctx *c, tm_val v, double *out);
+
+/* Frees v's data in eager mode if nothing pins it (used at the end of a node). */
+void tm_val_release(tm_ctx *c, tm_val v);
+
+/* Runs one primitive directly on tensors (constant folding, eager mode, tests). */
+tm_status tm_run_kernel(tm_ctx *c, int prim, const tm_args *a, const tm_tensor *const *in,
+                        int nin, tm_tensor *const *out, int nout, size_t scratch);
+
+/* Shape helpers shared by shape rules. */
+tm_status tm_broadcast_dims(tm_ctx *c, int ra, const int64_t *da, int rb, const int64_t *db,
+                            int *rout, int64_t *dout);
+
+#endif

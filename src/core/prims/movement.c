@@ -1,0 +1,1008 @@
+/* Movement primitives: reshape, transpose, slice, pad, concat, expand, the gathers and
+ * scatters, copy. Shape rules and reference kernels that only move elements, for every
+ * dtype (strings are copied with strdup); no arithmetic beyond the scatter reductions. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "../ctx.h"
+
+enum { PAD_CONSTANT = 0, PAD_REFLECT = 1, PAD_EDGE = 2, PAD_WRAP = 3 };
+enum { REDUCE_NONE = 0, REDUCE_ADD = 1, REDUCE_MUL = 2, REDUCE_MAX = 3, REDUCE_MIN = 4 };
+
+/* ---- Small shape helpers -------------------------------------------------------------- */
+
+static int64_t product(const int64_t *dims, int from, int to) {
+    int64_t p = 1;
+    for (int d = from; d < to; d++) p *= dims[d];
+    return p;
+}
+
+/* Row-major strides in elements. */
+static void strides_of(int rank, const int64_t *dims, int64_t *strides) {
+    int64_t s = 1;
+    for (int d = rank - 1; d >= 0; d--) {
+        strides[d] = s;
+        s *= dims[d];
+    }
+}
+
+/* Steps idx through dims[0..rank), last axis fastest; 0 once it wraps around. */
+static int next_index(int64_t *idx, const int64_t *dims, int rank) {
+    for (int d = rank - 1; d >= 0; d--) {
+        if (++idx[d] < dims[d]) return 1;
+        idx[d] = 0;
+    }
+    return 0;
+}
+
+static void set_out(tm_vinfo *out, tm_dtype dt, int rank, const int64_t *dims) {
+    out->dtype = dt;
+    out->rank = rank;
+    for (int d = 0; d < rank; d++) out->dims[d] = dims[d];
+}
+
+/* Normalises a possibly negative axis; -1 when out of range. */
+static int axis_of(int64_t axis, int rank) {
+    int64_t a = axis < 0 ? axis + rank : axis;
+    return a >= 0 && a < rank ? (int)a : -1;
+}
+
+static int is_index_dtype(tm_dtype dt) { return dt == TM_INT32 || dt == TM_INT64; }
+
+/* Lists dims as "(2, 3, 4)" for messages. */
+static const char *dims_text(char *buf, size_t cap, int rank, const int64_t *dims) {
+    size_t n = (size_t)snprintf(buf, cap, "(");
+    for (int d = 0; d < rank && n < cap; d++)
+        n += (size_t)snprintf(buf + n, cap - n, d ? ", %lld" : "%lld", (long long)dims[d]);
+    if (n < cap) snprintf(buf + n, cap - n, ")");
+    return buf;
+}
+
+/* ---- Moving elements of any dtype ----------------------------------------------------- */
+
+/* How elements of one dtype are copied: as bytes, or as strdup'ed strings. A failed
+ * strdup is remembered and reported once the kernel is done. */
+typedef struct mover {
+    size_t size;
+    int strings;
+    int failed;
+} mover;
+
+static mover mover_for(tm_dtype dt) {
+    mover m = {tm_dtype_elem_size(dt), dt == TM_STRING, 0};
+    return m;
+}
+
+static tm_status mover_status(const mover *m, const tm_kcall *k) {
+    if (!m->failed) return TM_OK;
+    return tm__fail(k->err, TM_ERR_NO_MEMORY, "out of memory copying strings");
+}
+
+/* Output string arrays start zeroed; freeing first also makes overwrites (scatter) safe. */
+static void set_string(mover *m, char **slot, const char *s) {
+    free(*slot);
+    *slot = NULL;
+    if (!s) return;
+    *slot = strdup(s);
+    if (!*slot) m->failed = 1;
+}
+
+/* dst[di .. di+n) = src[si .. si+n); the two never overlap. */
+static void copy_elements(mover *m, void *dst, int64_t di, const void *src, int64_t si,
+                          int64_t n) {
+    if (n <= 0) return;
+    if (m->strings) {
+        char **d = (char **)dst + di;
+        char *const *s = (char *const *)src + si;
+        for (int64_t i = 0; i < n; i++) set_string(m, &d[i], s[i]);
+        return;
+    }
+    memcpy((char *)dst + (size_t)di * m->size, (const char *)src + (size_t)si * m->size,
+           (size_t)n * m->size);
+}
+
+#define STRIDED_LOOP(SIZE)                                                                 \
+    for (int64_t i = 0; i < count; i++) memcpy(d + i * SIZE, s + i * stride * SIZE, SIZE)
+
+/* dst[di + j] = src[si + j * stride] for j < count (stride in elements, may be negative). */
+static void copy_strided(mover *m, void *dst, int64_t di, const void *src, int64_t si,
+                         int64_t stride, int64_t count) {
+    if (m->strings) {
+        char **d = (char **)dst + di;
+        char *const *s = (char *const *)src + si;
+        for (int64_t i = 0; i < count; i++) set_string(m, &d[i], s[i * stride]);
+        return;
+    }
+    char *d = (char *)dst + (size_t)di * m->size;
+    const char *s = (const char *)src + (int64_t)m->size * si;
+    switch (m->size) {
+    case 1: STRIDED_LOOP(1); break;
+    case 2: STRIDED_LOOP(2); break;
+    case 4: STRIDED_LOOP(4); break;
+    case 8: STRIDED_LOOP(8); break;
+    default:
+        for (int64_t i = 0; i < count; i++)
+            memcpy(d + (size_t)i * m->size, s + i * stride * (int64_t)m->size, m->size);
+    }
+}
+
+/* dst[di .. di+n) = src[si] (a broadcast). */
+static void fill_elements(mover *m, void *dst, int64_t di, const void *src, int64_t si,
+                          int64_t n) {
+    copy_strided(m, dst, di, src, si, 0, n);
+}
+
+/* ---- RESHAPE and COPY ------------------------------------------------------------------- */
+
+tm_status tm__shape_reshape(tm_ctx *c, int prim, const tm_args *a, const tm_vinfo *const *in,
+                            int nin, tm_vinfo *out, int nout, size_t *scratch) {
+    (void)prim; (void)nin; (void)nout; (void)scratch;
+    int64_t rank = a->i[0];
+    if (rank < 0 || rank > TM_MAX_RANK)
+        return tm_ctx_fail(c, TM_ERR_UNSUPPORTED, "reshape: rank %lld is outside 0..%d",
+                           (long long)rank, TM_MAX_RANK);
+    const int64_t *dims = &a->i[1];
+    char b1[160], b2[160];
+    for (int d = 0; d < rank; d++)
+        if (dims[d] < 0)
+            return tm_ctx_fail(c, TM_ERR_SHAPE, "reshape: target dims %s have a negative dim",
+                               dims_text(b1, sizeof b1, (int)rank, dims));
+    int64_t have = tm_numel(in[0]->rank, in[0]->dims), want = tm_numel((int)rank, dims);
+    if (want < 0 || have != want)
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "reshape: cannot reshape %s into %s",
+                           dims_text(b1, sizeof b1, in[0]->rank, in[0]->dims),
+                           dims_text(b2, sizeof b2, (int)rank, dims));
+    set_out(out, in[0]->dtype, (int)rank, dims);
+    return TM_OK;
+}
+
+static tm_status copy_whole(const tm_kcall *k) {
+    const tm_tensor *x = k->in[0];
+    tm_tensor *y = k->out[0];
+    if (y->data == x->data) return TM_OK; /* a view: the plan made them share memory */
+    mover m = mover_for(x->dtype);
+    copy_elements(&m, y->data, 0, x->data, 0, tm_tensor_numel_(x));
+    return mover_status(&m, k);
+}
+
+tm_status tm__kernel_reshape(const tm_kcall *k) { return copy_whole(k); }
+
+tm_status tm__shape_copy(tm_ctx *c, int prim, const tm_args *a, const tm_vinfo *const *in,
+                         int nin, tm_vinfo *out, int nout, size_t *scratch) {
+    (void)c; (void)prim; (void)a; (void)nin; (void)nout; (void)scratch;
+    set_out(out, in[0]->dtype, in[0]->rank, in[0]->dims);
+    return TM_OK;
+}
+
+tm_status tm__kernel_copy(const tm_kcall *k) { return copy_whole(k); }
+
+/* ---- TRANSPOSE -------------------------------------------------------------------------- */
+
+tm_status tm__shape_transpose(tm_ctx *c, int prim, const tm_args *a, const tm_vinfo *const *in,
+                              int nin, tm_vinfo *out, int nout, size_t *scratch) {
+    (void)prim; (void)nin; (void)nout; (void)scratch;
+    int rank = in[0]->rank, seen[TM_MAX_RANK] = {0};
+    int64_t dims[TM_MAX_RANK];
+    char buf[160];
+    for (int d = 0; d < rank; d++) {
+        int64_t p = a->i[d];
+        if (p < 0 || p >= rank || seen[p])
+            return tm_ctx_fail(c, TM_ERR_SHAPE, "transpose: perm %s is not a permutation of "
+                               "0..%d", dims_text(buf, sizeof buf, rank, a->i), rank - 1);
+        seen[p] = 1;
+        dims[d] = in[0]->dims[p];
+    }
+    set_out(out, in[0]->dtype, rank, dims);
+    return TM_OK;
+}
+
+/* Drops size-1 axes and merges input axes that stay neighbours in the output, so that
+ * (0, 2, 3, 1) on (B, C, H, W) becomes (0, 2, 1) on (B, C, H*W). Fills the input dims and
+ * perm of that simpler problem and returns its rank. */
+static int simplify_transpose(int rank, const int64_t *in_dims, const int64_t *perm,
+                              int64_t *dims, int *new_perm) {
+    int renumber[TM_MAX_RANK], kept = 0;
+    int64_t kept_dims[TM_MAX_RANK];
+    for (int a = 0; a < rank; a++) {
+        renumber[a] = in_dims[a] == 1 ? -1 : kept;
+        if (in_dims[a] != 1) kept_dims[kept++] = in_dims[a];
+    }
+    int first[TM_MAX_RANK], groups = 0, previous = -2;
+    int64_t size[TM_MAX_RANK];
+    for (int d = 0; d < rank; d++) {
+        int a = renumber[perm[d]];
+        if (a < 0) continue;
+        if (a == previous + 1) {
+            size[groups - 1] *= kept_dims[a];
+        } else {
+            first[groups] = a;
+            size[groups++] = kept_dims[a];
+        }
+        previous = a;
+    }
+    for (int g = 0; g < groups; g++) {
+        int position = 0;
+        for (int h = 0; h < groups; h++) position += first[h] < first[g];
+        new_perm[g] = position;
+        dims[position] = size[g];
+    }
+    return groups;
+}
+
+#define TILE_LOOP(SIZE)                                                                    \
+    for (int64_t col = c0; col < c1; col++)                                                \
+        for (int64_t row = r0; row < r1; row++)                                            \
+            memcpy(d + (col * rows + row) * SIZE, s + (row * cols + col) * SIZE, SIZE)
+
+/* (batch, rows, cols) -> (batch, cols, rows) in cache-sized tiles. */
+static void transpose_tiles(char *dst, const char *src, int64_t batch, int64_t rows,
+                            int64_t cols, size_t size) {
+    enum { TILE = 32 };
+    for (int64_t b = 0; b < batch; b++) {
+        const char *s = src + (size_t)(b * rows * cols) * size;
+        char *d = dst + (size_t)(b * rows * cols) * size;
+        for (int64_t r0 = 0; r0 < rows; r0 += TILE) {
+            int64_t r1 = r0 + TILE < rows ? r0 + TILE : rows;
+            for (int64_t c0 = 0; c0 < cols; c0 += TILE) {
+                int64_t c1 = c0 + TILE < cols ? c0 + TILE : cols;
+                switch (size) {
+                case 1: TILE_LOOP(1); break;
+                case 2: TILE_LOOP(2); break;
+                case 4: TILE_LOOP(4); break;
+                default: TILE_LOOP(8); break;
+                }
+            }
+        }
+    }
+}
+
+/* Walks the output row by row; a row is contiguous in the input when the last axis stays
+ * (memcpy), else it is read with the stride of the input axis that became last. */
+static void transpose_rows(mover *m, void *dst, const void *src, int rank,
+                           const int64_t *dims, const int *perm) {
+    int64_t in_strides[TM_MAX_RANK], out_dims[TM_MAX_RANK], idx[TM_MAX_RANK] = {0};
+    strides_of(rank, dims, in_strides);
+    for (int d = 0; d < rank; d++) out_dims[d] = dims[perm[d]];
+    int64_t row = out_dims[rank - 1], inner_stride = in_strides[perm[rank - 1]], pos = 0;
+    do {
+        int64_t from = 0;
+        for (int d = 0; d < rank - 1; d++) from += idx[d] * in_strides[perm[d]];
+        if (inner_stride == 1) copy_elements(m, dst, pos, src, from, row);
+        else copy_strided(m, dst, pos, src, from, inner_stride, row);
+        pos += row;
+    } while (next_index(idx, out_dims, rank - 1));
+}
+
+tm_status tm__kernel_transpose(const tm_kcall *k) {
+    const tm_tensor *x = k->in[0];
+    tm_tensor *y = k->out[0];
+    mover m = mover_for(x->dtype);
+    int64_t n = tm_tensor_numel_(x);
+    if (n == 0) return TM_OK;
+    int64_t dims[TM_MAX_RANK];
+    int perm[TM_MAX_RANK];
+    int rank = simplify_transpose(x->rank, x->dims, k->a->i, dims, perm);
+    int tiled_size = !m.strings && (m.size == 1 || m.size == 2 || m.size == 4 || m.size == 8);
+    if (rank <= 1) {
+        copy_elements(&m, y->data, 0, x->data, 0, n);
+    } else if (tiled_size && rank == 2 && perm[0] == 1) {
+        transpose_tiles(y->data, x->data, 1, dims[0], dims[1], m.size);
+    } else if (tiled_size && rank == 3 && perm[0] == 0 && perm[1] == 2) {
+        transpose_tiles(y->data, x->data, dims[0], dims[1], dims[2], m.size);
+    } else {
+        transpose_rows(&m, y->data, x->data, rank, dims, perm);
+    }
+    return mover_status(&m, k);
+}
+
+/* ---- SLICE ------------------------------------------------------------------------------ */
+
+tm_status tm__shape_slice(tm_ctx *c, int prim, const tm_args *a, const tm_vinfo *const *in,
+                          int nin, tm_vinfo *out, int nout, size_t *scratch) {
+    (void)prim; (void)nin; (void)nout; (void)scratch;
+    int rank = in[0]->rank;
+    int64_t dims[TM_MAX_RANK];
+    for (int d = 0; d < rank; d++) {
+        int64_t start = a->i[3 * d], step = a->i[3 * d + 1], count = a->i[3 * d + 2];
+        int64_t size = in[0]->dims[d], span, last;
+        int ok = step != 0 && count >= 0;
+        if (ok && count > 0)
+            ok = start >= 0 && start < size && !__builtin_mul_overflow(count - 1, step, &span) &&
+                 !__builtin_add_overflow(start, span, &last) && last >= 0 && last < size;
+        if (!ok)
+            return tm_ctx_fail(c, TM_ERR_SHAPE, "slice: axis %d of size %lld cannot take "
+                               "start %lld, step %lld, count %lld", d, (long long)size,
+                               (long long)start, (long long)step, (long long)count);
+        dims[d] = count;
+    }
+    set_out(out, in[0]->dtype, rank, dims);
+    return TM_OK;
+}
+
+tm_status tm__kernel_slice(const tm_kcall *k) {
+    const tm_tensor *x = k->in[0];
+    tm_tensor *y = k->out[0];
+    const int64_t *args = k->a->i;
+    mover m = mover_for(x->dtype);
+    if (tm_tensor_numel_(y) == 0) return TM_OK;
+    /* Trailing axes taken whole form one contiguous block per element of the rest. */
+    int last = x->rank - 1;
+    int64_t block = 1;
+    while (last >= 0 && args[3 * last] == 0 && args[3 * last + 1] == 1 &&
+           args[3 * last + 2] == x->dims[last])
+        block *= x->dims[last--];
+    if (last < 0) {
+        copy_elements(&m, y->data, 0, x->data, 0, block);
+        return mover_status(&m, k);
+    }
+    int64_t strides[TM_MAX_RANK], counts[TM_MAX_RANK], idx[TM_MAX_RANK] = {0};
+    strides_of(x->rank, x->dims, strides);
+    for (int d = 0; d <= last; d++) counts[d] = args[3 * d + 2];
+    int64_t inner_count = counts[last], inner_step = args[3 * last + 1], pos = 0;
+    do {
+        int64_t from = args[3 * last] * strides[last];
+        for (int d = 0; d < last; d++) from += (args[3 * d] + idx[d] * args[3 * d + 1]) * strides[d];
+        if (inner_step == 1) {
+            copy_elements(&m, y->data, pos, x->data, from, inner_count * block);
+        } else if (block == 1) {
+            copy_strided(&m, y->data, pos, x->data, from, inner_step, inner_count);
+        } else {
+            for (int64_t j = 0; j < inner_count; j++)
+                copy_elements(&m, y->data, pos + j * block, x->data,
+                              from + j * inner_step * block, block);
+        }
+        pos += inner_count * block;
+    } while (next_index(idx, counts, last));
+    return mover_status(&m, k);
+}
+
+/* ---- PAD -------------------------------------------------------------------------------- */
+
+/* Negative pads crop first; positive pads then extend what is left (ONNX Runtime's order).
+ * For axis d: `crop_begin` elements are dropped at the start, `kept` remain. */
+typedef struct pad_axis {
+    int64_t crop_begin, kept, pad_begin, out;
+} pad_axis;
+
+static pad_axis pad_axis_of(const tm_args *a, int rank, int d, int64_t size) {
+    int64_t begin = a->i[1 + d], end = a->i[1 + rank + d];
+    pad_axis p;
+    p.crop_begin = begin < 0 ? -begin : 0;
+    p.pad_begin = begin > 0 ? begin : 0;
+    p.kept = size - p.crop_begin - (end < 0 ? -end : 0);
+    p.out = size + begin + end;
+    return p;
+}
+
+tm_status tm__shape_pad(tm_ctx *c, int prim, const tm_args *a, const tm_vinfo *const *in,
+                        int nin, tm_vinfo *out, int nout, size_t *scratch) {
+    (void)prim; (void)nin; (void)nout;
+    int rank = in[0]->rank;
+    int64_t mode = a->i[0], dims[TM_MAX_RANK], total = 0;
+    if (mode < PAD_CONSTANT || mode > PAD_WRAP)
+        return tm_ctx_fail(c, TM_ERR_UNSUPPORTED, "pad: unknown mode %lld", (long long)mode);
+    for (int d = 0; d < rank; d++) {
+        int64_t begin = a->i[1 + d], end = a->i[1 + rank + d];
+        if (begin < -in[0]->dims[d] || end < -in[0]->dims[d] ||
+            begin > INT64_MAX / 4 || end > INT64_MAX / 4)
+            return tm_ctx_fail(c, TM_ERR_SHAPE, "pad: pads %lld and %lld do not fit axis %d "
+                               "of size %lld", (long long)begin, (long long)end, d,
+                               (long long)in[0]->dims[d]);
+        pad_axis p = pad_axis_of(a, rank, d, in[0]->dims[d]);
+        if (p.kept < 0)
+            return tm_ctx_fail(c, TM_ERR_SHAPE, "pad: pads %lld and %lld crop more than axis "
+                               "%d of size %lld", (long long)begin, (long long)end, d,
+                               (long long)in[0]->dims[d]);
+        if (mode != PAD_CONSTANT && p.kept == 0 && p.out > 0)
+            return tm_ctx_fail(c, TM_ERR_SHAPE, "pad: %s mode cannot pad axis %d, which is "
+                               "empty", mode == PAD_REFLECT ? "reflect" :
+                               mode == PAD_EDGE ? "edge" : "wrap", d);
+        dims[d] = p.out;
+        total += p.out;
+    }
+    set_out(out, in[0]->dtype, rank, dims);
+    *scratch = (size_t)total * sizeof(int64_t);
+    return TM_OK;
+}
+
+/* Where output position o of an axis reads from in the input, or -1 for the constant. */
+static int64_t pad_source(const pad_axis *p, int64_t mode, int64_t o) {
+    int64_t q = o - p->pad_begin, n = p->kept;
+    if (q >= 0 && q < n) return p->crop_begin + q;
+    if (mode == PAD_CONSTANT) return -1;
+    if (mode == PAD_EDGE) {
+        q = q < 0 ? 0 : n - 1;
+    } else if (mode == PAD_WRAP) {
+        q %= n;
+        if (q < 0) q += n;
+    } else if (n == 1) {
+        q = 0;
+    } else { /* reflect, repeated as numpy does for pads wider than the axis */
+        int64_t period = 2 * (n - 1);
+        q %= period;
+        if (q < 0) q += period;
+        if (q >= n) q = period - q;
+    }
+    return p->crop_begin + q;
+}
+
+/* One element holding the constant in the output's dtype (strings: NULL, read as ""). */
+static void pad_constant(tm_dtype dt, double value, unsigned char *bytes) {
+    memset(bytes, 0, 16);
+    if (tm_dtype_is_float(dt)) tm_store_f64(bytes, dt, 0, value);
+    else if (tm_dtype_is_signed_int(dt)) tm_store_i64(bytes, dt, 0, (int64_t)value);
+    else if (dt == TM_BOOL) bytes[0] = value != 0;
+    else if (tm_dtype_is_unsigned_int(dt)) tm_store_u64(bytes, dt, 0, (uint64_t)value);
+    else if (dt == TM_COMPLEX64) tm_store_f64(bytes, TM_FLOAT, 0, value);
+    else if (dt == TM_COMPLEX128) tm_store_f64(bytes, TM_DOUBLE, 0, value);
+}
+
+tm_status tm__kernel_pad(const tm_kcall *k) {
+    const tm_tensor *x = k->in[0];
+    tm_tensor *y = k->out[0];
+    int rank = x->rank;
+    int64_t mode = k->a->i[0];
+    mover m = mover_for(x->dtype);
+    unsigned char constant[16];
+    pad_constant(x->dtype, k->a->f[0], constant);
+    if (rank == 0) {
+        copy_elements(&m, y->data, 0, x->data, 0, 1);
+        return mover_status(&m, k);
+    }
+    if (tm_tensor_numel_(y) == 0) return TM_OK;
+    pad_axis axes[TM_MAX_RANK] = {{0}};
+    int64_t *source[TM_MAX_RANK] = {0}, *next = k->scratch, strides[TM_MAX_RANK];
+    strides_of(rank, x->dims, strides);
+    for (int d = 0; d < rank; d++) {
+        axes[d] = pad_axis_of(k->a, rank, d, x->dims[d]);
+        source[d] = next;
+        for (int64_t o = 0; o < axes[d].out; o++) next[o] = pad_source(&axes[d], mode, o);
+        next += axes[d].out;
+    }
+    const pad_axis *inner = &axes[rank - 1];
+    const int64_t *inner_source = source[rank - 1];
+    int64_t out_dims[TM_MAX_RANK], idx[TM_MAX_RANK] = {0}, pos = 0, row = inner->out;
+    for (int d = 0; d < rank; d++) out_dims[d] = axes[d].out;
+    do {
+        int64_t from = 0;
+        int constant_row = 0;
+        for (int d = 0; d < rank - 1; d++) {
+            int64_t s = source[d][idx[d]];
+            if (s < 0) constant_row = 1;
+            from += s * strides[d];
+        }
+        if (constant_row) {
+            fill_elements(&m, y->data, pos, constant, 0, row);
+        } else {
+            copy_elements(&m, y->data, pos + inner->pad_begin, x->data,
+                          from + inner->crop_begin, inner->kept);
+            for (int64_t o = 0; o < row; o++) {
+                if (o == inner->pad_begin) o += inner->kept;
+                if (o >= row) break;
+                if (inner_source[o] < 0) fill_elements(&m, y->data, pos + o, constant, 0, 1);
+                else copy_elements(&m, y->data, pos + o, x->data, from + inner_source[o], 1);
+            }
+        }
+        pos += row;
+    } while (next_index(idx, out_dims, rank - 1));
+    return mover_status(&m, k);
+}
+
+/* ---- CONCAT ----------------------------------------------------------------------------- */
+
+tm_status tm__shape_concat(tm_ctx *c, int prim, const tm_args *a, const tm_vinfo *const *in,
+                           int nin, tm_vinfo *out, int nout, size_t *scratch) {
+    (void)prim; (void)nout; (void)scratch;
+    if (nin < 1) return tm_ctx_fail(c, TM_ERR_SHAPE, "concat: needs at least one input");
+    int rank = in[0]->rank, axis = axis_of(a->i[0], rank);
+    if (axis < 0)
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "concat: axis %lld is out of range for rank %d",
+                           (long long)a->i[0], rank);
+    int64_t dims[TM_MAX_RANK];
+    char b1[160], b2[160];
+    memcpy(dims, in[0]->dims, sizeof dims);
+    dims[axis] = 0;
+    for (int i = 0; i < nin; i++) {
+        if (in[i]->dtype != in[0]->dtype)
+            return tm_ctx_fail(c, TM_ERR_DTYPE, "concat: input %d is %s, input 0 is %s", i,
+                               tm_dtype_name(in[i]->dtype), tm_dtype_name(in[0]->dtype));
+        int same = in[i]->rank == rank;
+        for (int d = 0; same && d < rank; d++)
+            same = d == axis || in[i]->dims[d] == in[0]->dims[d];
+        if (!same)
+            return tm_ctx_fail(c, TM_ERR_SHAPE, "concat: input %d has dims %s, input 0 has %s "
+                               "(only axis %d may differ)", i,
+                               dims_text(b1, sizeof b1, in[i]->rank, in[i]->dims),
+                               dims_text(b2, sizeof b2, rank, in[0]->dims), axis);
+        dims[axis] += in[i]->dims[axis];
+    }
+    set_out(out, in[0]->dtype, rank, dims);
+    return TM_OK;
+}
+
+tm_status tm__kernel_concat(const tm_kcall *k) {
+    tm_tensor *y = k->out[0];
+    int axis = axis_of(k->a->i[0], y->rank);
+    mover m = mover_for(y->dtype);
+    int64_t outer = product(y->dims, 0, axis), pos = 0;
+    for (int64_t o = 0; o < outer; o++) {
+        for (int i = 0; i < k->nin; i++) {
+            const tm_tensor *x = k->in[i];
+            int64_t chunk = product(x->dims, axis, x->rank);
+            copy_elements(&m, y->data, pos, x->data, o * chunk, chunk);
+            pos += chunk;
+        }
+    }
+    return mover_status(&m, k);
+}
+
+/* ---- EXPAND ----------------------------------------------------------------------------- */
+
+tm_status tm__shape_expand(tm_ctx *c, int prim, const tm_args *a, const tm_vinfo *const *in,
+                           int nin, tm_vinfo *out, int nout, size_t *scratch) {
+    (void)prim; (void)nin; (void)nout; (void)scratch;
+    int rank = in[0]->rank;
+    const int64_t *dims = &a->i[1];
+    char b1[160], b2[160];
+    if (a->i[0] != rank)
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "expand: target rank %lld differs from the input "
+                           "rank %d", (long long)a->i[0], rank);
+    for (int d = 0; d < rank; d++)
+        if (dims[d] < 0 || (in[0]->dims[d] != dims[d] && in[0]->dims[d] != 1))
+            return tm_ctx_fail(c, TM_ERR_SHAPE, "expand: cannot expand %s to %s",
+                               dims_text(b1, sizeof b1, rank, in[0]->dims),
+                               dims_text(b2, sizeof b2, rank, dims));
+    set_out(out, in[0]->dtype, rank, dims);
+    return TM_OK;
+}
+
+tm_status tm__kernel_expand(const tm_kcall *k) {
+    const tm_tensor *x = k->in[0];
+    tm_tensor *y = k->out[0];
+    mover m = mover_for(x->dtype);
+    if (tm_tensor_numel_(y) == 0) return TM_OK;
+    /* Merge neighbouring axes of the same kind (copied or broadcast); drop size-1 ones. */
+    int64_t dims[TM_MAX_RANK], strides[TM_MAX_RANK], idx[TM_MAX_RANK] = {0};
+    int broadcast[TM_MAX_RANK], rank = 0;
+    for (int d = 0; d < y->rank; d++) {
+        if (y->dims[d] == 1) continue;
+        int b = x->dims[d] == 1;
+        if (rank > 0 && broadcast[rank - 1] == b) {
+            dims[rank - 1] *= y->dims[d];
+        } else {
+            broadcast[rank] = b;
+            dims[rank++] = y->dims[d];
+        }
+    }
+    if (rank == 0) {
+        copy_elements(&m, y->data, 0, x->data, 0, 1);
+        return mover_status(&m, k);
+    }
+    int64_t s = 1;
+    for (int d = rank - 1; d >= 0; d--) {
+        strides[d] = broadcast[d] ? 0 : s;
+        if (!broadcast[d]) s *= dims[d];
+    }
+    int64_t row = dims[rank - 1], pos = 0;
+    do {
+        int64_t from = 0;
+        for (int d = 0; d < rank - 1; d++) from += idx[d] * strides[d];
+        if (broadcast[rank - 1]) fill_elements(&m, y->data, pos, x->data, from, row);
+        else copy_elements(&m, y->data, pos, x->data, from, row);
+        pos += row;
+    } while (next_index(idx, dims, rank - 1));
+    return mover_status(&m, k);
+}
+
+/* ---- Indices ---------------------------------------------------------------------------- */
+
+static int64_t load_index(const tm_tensor *t, int64_t i) {
+    if (t->dtype == TM_INT32) return ((const int32_t *)t->data)[i];
+    return ((const int64_t *)t->data)[i];
+}
+
+/* Wraps a negative index by the axis size; fails the kernel when it is out of range. */
+static tm_status resolve_index(const tm_kcall *k, int64_t raw, int64_t size, int axis,
+                               int64_t *out) {
+    int64_t v = raw < 0 ? raw + size : raw;
+    if (v >= 0 && v < size) {
+        *out = v;
+        return TM_OK;
+    }
+    return tm__fail(k->err, TM_ERR_RUNTIME, "index %lld is out of range for axis %d of size "
+                    "%lld (valid: -%lld to %lld)", (long long)raw, axis, (long long)size,
+                    (long long)size, (long long)size - 1);
+}
+
+static tm_status check_indices_dtype(tm_ctx *c, const char *prim, const tm_vinfo *indices) {
+    if (is_index_dtype(indices->dtype)) return TM_OK;
+    return tm_ctx_fail(c, TM_ERR_DTYPE, "%s: indices must be int32 or int64, not %s", prim,
+                       tm_dtype_name(indices->dtype));
+}
+
+/* ---- GATHER ----------------------------------------------------------------------------- */
+
+tm_status tm__shape_gather(tm_ctx *c, int prim, const tm_args *a, const tm_vinfo *const *in,
+                           int nin, tm_vinfo *out, int nout, size_t *scratch) {
+    (void)prim; (void)nin; (void)nout; (void)scratch;
+    const tm_vinfo *data = in[0], *indices = in[1];
+    if (check_indices_dtype(c, "gather", indices) != TM_OK) return c->status;
+    int axis = axis_of(a->i[0], data->rank);
+    if (axis < 0)
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "gather: axis %lld is out of range for data of "
+                           "rank %d", (long long)a->i[0], data->rank);
+    int rank = data->rank - 1 + indices->rank;
+    if (rank > TM_MAX_RANK)
+        return tm_ctx_fail(c, TM_ERR_UNSUPPORTED, "gather: output rank %d exceeds %d", rank,
+                           TM_MAX_RANK);
+    int64_t dims[TM_MAX_RANK];
+    int n = 0;
+    for (int d = 0; d < axis; d++) dims[n++] = data->dims[d];
+    for (int d = 0; d < indices->rank; d++) dims[n++] = indices->dims[d];
+    for (int d = axis + 1; d < data->rank; d++) dims[n++] = data->dims[d];
+    set_out(out, data->dtype, rank, dims);
+    return TM_OK;
+}
+
+#define GATHER_LOOP(SIZE)                                                                  \
+    for (int64_t j = 0; j < count; j++) {                                                  \
+        int64_t v = load_index(indices, j);                                                \
+        memcpy(d + j * SIZE, s + (v < 0 ? v + axis_size : v) * SIZE, SIZE);                \
+    }
+
+/* One element per index (inner size 1): a typed loop instead of a memcpy call each. */
+static void gather_scalars(mover *m, char *d, const char *s, const tm_tensor *indices,
+                           int64_t count, int64_t axis_size) {
+    switch (m->size) {
+    case 1: GATHER_LOOP(1); break;
+    case 2: GATHER_LOOP(2); break;
+    case 4: GATHER_LOOP(4); break;
+    case 8: GATHER_LOOP(8); break;
+    default:
+        for (int64_t j = 0; j < count; j++) {
+            int64_t v = load_index(indices, j);
+            copy_elements(m, d, j, s, v < 0 ? v + axis_size : v, 1);
+        }
+    }
+}
+
+tm_status tm__kernel_gather(const tm_kcall *k) {
+    const tm_tensor *data = k->in[0], *indices = k->in[1];
+    tm_tensor *y = k->out[0];
+    int axis = axis_of(k->a->i[0], data->rank);
+    mover m = mover_for(data->dtype);
+    int64_t outer = product(data->dims, 0, axis), axis_size = data->dims[axis];
+    int64_t inner = product(data->dims, axis + 1, data->rank);
+    int64_t count = tm_tensor_numel_(indices), v;
+    if (tm_tensor_numel_(y) == 0) return TM_OK;
+    /* Checked once up front, so the copy loops need not check and nothing is half done. */
+    for (int64_t j = 0; j < count; j++)
+        if (resolve_index(k, load_index(indices, j), axis_size, axis, &v) != TM_OK)
+            return TM_ERR_RUNTIME;
+    for (int64_t o = 0; o < outer; o++) {
+        int64_t base = o * axis_size * inner, pos = o * count * inner;
+        if (inner == 1 && !m.strings) {
+            gather_scalars(&m, (char *)y->data + (size_t)pos * m.size,
+                           (const char *)data->data + (size_t)base * m.size, indices, count,
+                           axis_size);
+            continue;
+        }
+        for (int64_t j = 0; j < count; j++) {
+            v = load_index(indices, j);
+            if (v < 0) v += axis_size;
+            copy_elements(&m, y->data, pos + j * inner, data->data, base + v * inner, inner);
+        }
+    }
+    return mover_status(&m, k);
+}
+
+/* ---- GATHER_ELEMENTS and SCATTER_ELEMENTS ----------------------------------------------- */
+
+/* indices: same rank as data, no larger on any axis but `axis` (ONNX Runtime's rule). */
+static tm_status check_elements_shapes(tm_ctx *c, const char *prim, const tm_vinfo *data,
+                                       const tm_vinfo *indices, int64_t axis_arg, int *axis) {
+    char b1[160], b2[160];
+    if (check_indices_dtype(c, prim, indices) != TM_OK) return c->status;
+    *axis = axis_of(axis_arg, data->rank);
+    if (*axis < 0)
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "%s: axis %lld is out of range for data of rank "
+                           "%d", prim, (long long)axis_arg, data->rank);
+    int ok = indices->rank == data->rank;
+    for (int d = 0; ok && d < data->rank; d++)
+        ok = d == *axis || indices->dims[d] <= data->dims[d];
+    if (!ok)
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "%s: indices %s do not fit data %s on axis %d",
+                           prim, dims_text(b1, sizeof b1, indices->rank, indices->dims),
+                           dims_text(b2, sizeof b2, data->rank, data->dims), *axis);
+    return TM_OK;
+}
+
+tm_status tm__shape_gather_elements(tm_ctx *c, int prim, const tm_args *a,
+                                    const tm_vinfo *const *in, int nin, tm_vinfo *out,
+                                    int nout, size_t *scratch) {
+    (void)prim; (void)nin; (void)nout; (void)scratch;
+    int axis;
+    if (check_elements_shapes(c, "gather_elements", in[0], in[1], a->i[0], &axis) != TM_OK)
+        return c->status;
+    set_out(out, in[0]->dtype, in[1]->rank, in[1]->dims);
+    return TM_OK;
+}
+
+/* Calls visit(data element, index element) for every element of indices, in order;
+ * stops at the first failure. */
+typedef tm_status (*element_visit)(const tm_kcall *k, mover *m, int64_t data_at, int64_t at);
+
+static tm_status walk_elements(const tm_kcall *k, mover *m, const tm_tensor *data,
+                               const tm_tensor *indices, int axis, element_visit visit) {
+    int rank = indices->rank;
+    int64_t strides[TM_MAX_RANK], idx[TM_MAX_RANK] = {0}, at = 0, v = 0;
+    strides_of(rank, data->dims, strides);
+    if (tm_tensor_numel_(indices) == 0) return TM_OK;
+    int64_t row = indices->dims[rank - 1], axis_size = data->dims[axis];
+    do {
+        int64_t base = 0;
+        for (int d = 0; d < rank - 1; d++) base += d == axis ? 0 : idx[d] * strides[d];
+        for (int64_t j = 0; j < row; j++, at++) {
+            if (resolve_index(k, load_index(indices, at), axis_size, axis, &v) != TM_OK)
+                return TM_ERR_RUNTIME;
+            int64_t data_at = base + v * strides[axis] + (axis == rank - 1 ? 0 : j);
+            tm_status s = visit(k, m, data_at, at);
+            if (s != TM_OK) return s;
+        }
+    } while (next_index(idx, indices->dims, rank - 1));
+    return TM_OK;
+}
+
+static tm_status gather_one(const tm_kcall *k, mover *m, int64_t data_at, int64_t at) {
+    copy_elements(m, k->out[0]->data, at, k->in[0]->data, data_at, 1);
+    return TM_OK;
+}
+
+tm_status tm__kernel_gather_elements(const tm_kcall *k) {
+    int axis = axis_of(k->a->i[0], k->in[0]->rank);
+    mover m = mover_for(k->in[0]->dtype);
+    tm_status s = walk_elements(k, &m, k->in[0], k->in[1], axis, gather_one);
+    return s != TM_OK ? s : mover_status(&m, k);
+}
+
+/* ---- Scatter reductions ----------------------------------------------------------------- */
+
+static const char *reduction_name(int64_t r) {
+    static const char *names[] = {"none", "add", "mul", "max", "min"};
+    return r >= 0 && r <= REDUCE_MIN ? names[r] : "unknown";
+}
+
+static tm_status check_reduction(tm_ctx *c, const char *prim, int64_t reduction, tm_dtype dt) {
+    if (reduction < REDUCE_NONE || reduction > REDUCE_MIN)
+        return tm_ctx_fail(c, TM_ERR_UNSUPPORTED, "%s: unknown reduction %lld", prim,
+                           (long long)reduction);
+    if (reduction != REDUCE_NONE && !tm_dtype_is_float(dt) && !tm_dtype_is_signed_int(dt) &&
+        !tm_dtype_is_unsigned_int(dt))
+        return tm_ctx_fail(c, TM_ERR_UNSUPPORTED, "%s: reduction '%s' is not defined on %s",
+                           prim, reduction_name(reduction), tm_dtype_name(dt));
+    return TM_OK;
+}
+
+static double combine_f64(int64_t reduction, double old, double update) {
+    switch (reduction) {
+    case REDUCE_ADD: return old + update;
+    case REDUCE_MUL: return old * update;
+    case REDUCE_MAX: return isnan(update) || update > old ? update : old; /* NaN wins */
+    default: return isnan(update) || update < old ? update : old;
+    }
+}
+
+static uint64_t combine_u64(int64_t reduction, uint64_t old, uint64_t update) {
+    switch (reduction) {
+    case REDUCE_ADD: return old + update;
+    case REDUCE_MUL: return old * update;
+    case REDUCE_MAX: return update > old ? update : old;
+    default: return update < old ? update : old;
+    }
+}
+
+/* Signed add and mul wrap as two's complement (through uint64: no undefined overflow). */
+static int64_t combine_i64(int64_t reduction, int64_t old, int64_t update) {
+    switch (reduction) {
+    case REDUCE_ADD: return (int64_t)((uint64_t)old + (uint64_t)update);
+    case REDUCE_MUL: return (int64_t)((uint64_t)old * (uint64_t)update);
+    case REDUCE_MAX: return update > old ? update : old;
+    default: return update < old ? update : old;
+    }
+}
+
+/* out[at] = out[at] (reduction) updates[update_at]; plain copy for REDUCE_NONE. */
+static void scatter_one(mover *m, int64_t reduction, tm_tensor *out, int64_t at,
+                        const tm_tensor *updates, int64_t update_at) {
+    tm_dtype dt = out->dtype;
+    if (reduction == REDUCE_NONE) {
+        copy_elements(m, out->data, at, updates->data, update_at, 1);
+    } else if (dt == TM_FLOAT) {
+        float *o = (float *)out->data + at;
+        *o = (float)combine_f64(reduction, *o, ((const float *)updates->data)[update_at]);
+    } else if (tm_dtype_is_float(dt)) {
+        double old = tm_load_f64(out->data, dt, (size_t)at);
+        double update = tm_load_f64(updates->data, dt, (size_t)update_at);
+        tm_store_f64(out->data, dt, (size_t)at, combine_f64(reduction, old, update));
+    } else if (tm_dtype_is_signed_int(dt)) {
+        int64_t old = tm_load_i64(out->data, dt, (size_t)at);
+        int64_t update = tm_load_i64(updates->data, dt, (size_t)update_at);
+        tm_store_i64(out->data, dt, (size_t)at, combine_i64(reduction, old, update));
+    } else {
+        uint64_t old = tm_load_u64(out->data, dt, (size_t)at);
+        uint64_t update = tm_load_u64(updates->data, dt, (size_t)update_at);
+        tm_store_u64(out->data, dt, (size_t)at, combine_u64(reduction, old, update));
+    }
+}
+
+static tm_status check_updates(tm_ctx *c, const char *prim, const tm_vinfo *data,
+                               const tm_vinfo *updates, int rank, const int64_t *dims) {
+    char b1[160], b2[160];
+    if (updates->dtype != data->dtype)
+        return tm_ctx_fail(c, TM_ERR_DTYPE, "%s: updates are %s, data is %s", prim,
+                           tm_dtype_name(updates->dtype), tm_dtype_name(data->dtype));
+    int same = updates->rank == rank;
+    for (int d = 0; same && d < rank; d++) same = updates->dims[d] == dims[d];
+    if (!same)
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "%s: updates have dims %s, expected %s", prim,
+                           dims_text(b1, sizeof b1, updates->rank, updates->dims),
+                           dims_text(b2, sizeof b2, rank, dims));
+    return TM_OK;
+}
+
+tm_status tm__shape_scatter_elements(tm_ctx *c, int prim, const tm_args *a,
+                                     const tm_vinfo *const *in, int nin, tm_vinfo *out,
+                                     int nout, size_t *scratch) {
+    (void)prim; (void)nin; (void)nout; (void)scratch;
+    const char *name = "scatter_elements";
+    int axis;
+    if (check_elements_shapes(c, name, in[0], in[1], a->i[0], &axis) != TM_OK ||
+        check_updates(c, name, in[0], in[2], in[1]->rank, in[1]->dims) != TM_OK ||
+        check_reduction(c, name, a->i[1], in[0]->dtype) != TM_OK)
+        return c->status;
+    set_out(out, in[0]->dtype, in[0]->rank, in[0]->dims);
+    return TM_OK;
+}
+
+static tm_status scatter_visit(const tm_kcall *k, mover *m, int64_t data_at, int64_t at) {
+    scatter_one(m, k->a->i[1], k->out[0], data_at, k->in[2], at);
+    return TM_OK;
+}
+
+/* Rejects out-of-range indices before the output is touched, so nothing is half done. */
+static tm_status check_only(const tm_kcall *k, mover *m, int64_t data_at, int64_t at) {
+    (void)k; (void)m; (void)data_at; (void)at;
+    return TM_OK;
+}
+
+tm_status tm__kernel_scatter_elements(const tm_kcall *k) {
+    const tm_tensor *data = k->in[0], *indices = k->in[1];
+    tm_tensor *y = k->out[0];
+    int axis = axis_of(k->a->i[0], data->rank);
+    mover m = mover_for(data->dtype);
+    tm_status s = walk_elements(k, &m, data, indices, axis, check_only);
+    if (s != TM_OK) return s;
+    copy_elements(&m, y->data, 0, data->data, 0, tm_tensor_numel_(data));
+    s = walk_elements(k, &m, data, indices, axis, scatter_visit);
+    return s != TM_OK ? s : mover_status(&m, k);
+}
+
+/* ---- GATHER_ND and SCATTER_ND ----------------------------------------------------------- */
+
+tm_status tm__shape_gather_nd(tm_ctx *c, int prim, const tm_args *a, const tm_vinfo *const *in,
+                              int nin, tm_vinfo *out, int nout, size_t *scratch) {
+    (void)prim; (void)nin; (void)nout; (void)scratch;
+    const tm_vinfo *data = in[0], *indices = in[1];
+    char b1[160], b2[160];
+    if (check_indices_dtype(c, "gather_nd", indices) != TM_OK) return c->status;
+    int64_t batch = a->i[0];
+    int r = data->rank, q = indices->rank;
+    if (q < 1 || r < 1 || batch < 0 || batch >= (q < r ? q : r))
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "gather_nd: batch_dims %lld does not fit data of "
+                           "rank %d and indices of rank %d", (long long)batch, r, q);
+    int64_t depth = indices->dims[q - 1];
+    int ok = depth >= 1 && depth <= r - batch;
+    for (int d = 0; ok && d < batch; d++) ok = indices->dims[d] == data->dims[d];
+    if (!ok)
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "gather_nd: indices %s do not fit data %s with "
+                           "batch_dims %lld", dims_text(b1, sizeof b1, q, indices->dims),
+                           dims_text(b2, sizeof b2, r, data->dims), (long long)batch);
+    int rank = q - 1 + r - (int)batch - (int)depth;
+    if (rank > TM_MAX_RANK)
+        return tm_ctx_fail(c, TM_ERR_UNSUPPORTED, "gather_nd: output rank %d exceeds %d", rank,
+                           TM_MAX_RANK);
+    int64_t dims[TM_MAX_RANK];
+    int n = 0;
+    for (int d = 0; d < q - 1; d++) dims[n++] = indices->dims[d];
+    for (int d = (int)(batch + depth); d < r; d++) dims[n++] = data->dims[d];
+    set_out(out, data->dtype, rank, dims);
+    return TM_OK;
+}
+
+/* The element offset, inside one batch of data, of the slice named by `depth` indices
+ * starting at index element `at`. */
+static tm_status nd_offset(const tm_kcall *k, const tm_tensor *data, const tm_tensor *indices,
+                           int first_axis, int64_t depth, int64_t at, int64_t *offset) {
+    int64_t strides[TM_MAX_RANK], v = 0;
+    strides_of(data->rank, data->dims, strides);
+    *offset = 0;
+    for (int64_t j = 0; j < depth; j++) {
+        int axis = first_axis + (int)j;
+        if (resolve_index(k, load_index(indices, at + j), data->dims[axis], axis, &v) != TM_OK)
+            return TM_ERR_RUNTIME;
+        *offset += v * strides[axis];
+    }
+    return TM_OK;
+}
+
+tm_status tm__kernel_gather_nd(const tm_kcall *k) {
+    const tm_tensor *data = k->in[0], *indices = k->in[1];
+    tm_tensor *y = k->out[0];
+    int batch_dims = (int)k->a->i[0], q = indices->rank;
+    int64_t depth = indices->dims[q - 1];
+    int64_t batches = product(data->dims, 0, batch_dims);
+    int64_t per_batch = product(indices->dims, batch_dims, q - 1);
+    int64_t slice = product(data->dims, batch_dims + (int)depth, data->rank);
+    int64_t batch_size = product(data->dims, batch_dims, data->rank), offset;
+    mover m = mover_for(data->dtype);
+    for (int64_t b = 0; b < batches; b++) {
+        for (int64_t j = 0; j < per_batch; j++) {
+            int64_t tuple = b * per_batch + j;
+            if (nd_offset(k, data, indices, batch_dims, depth, tuple * depth, &offset) != TM_OK)
+                return TM_ERR_RUNTIME;
+            copy_elements(&m, y->data, tuple * slice, data->data, b * batch_size + offset,
+                          slice);
+        }
+    }
+    return mover_status(&m, k);
+}
+
+tm_status tm__shape_scatter_nd(tm_ctx *c, int prim, const tm_args *a, const tm_vinfo *const *in,
+                               int nin, tm_vinfo *out, int nout, size_t *scratch) {
+    (void)prim; (void)nin; (void)nout; (void)scratch;
+    const tm_vinfo *data = in[0], *indices = in[1];
+    const char *name = "scatter_nd";
+    if (check_indices_dtype(c, name, indices) != TM_OK) return c->status;
+    int r = data->rank, q = indices->rank;
+    int64_t depth = q >= 1 ? indices->dims[q - 1] : -1;
+    if (depth < 0 || depth > r)
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "scatter_nd: indices of rank %d with last dim "
+                           "%lld do not fit data of rank %d", q, (long long)depth, r);
+    int rank = q - 1 + r - (int)depth;
+    if (rank > TM_MAX_RANK)
+        return tm_ctx_fail(c, TM_ERR_UNSUPPORTED, "scatter_nd: updates rank %d exceeds %d",
+                           rank, TM_MAX_RANK);
+    int64_t dims[TM_MAX_RANK];
+    int n = 0;
+    for (int d = 0; d < q - 1; d++) dims[n++] = indices->dims[d];
+    for (int d = (int)depth; d < r; d++) dims[n++] = data->dims[d];
+    if (check_updates(c, name, data, in[2], rank, dims) != TM_OK ||
+        check_reduction(c, name, a->i[0], data->dtype) != TM_OK)
+        return c->status;
+    set_out(out, data->dtype, r, data->dims);
+    return TM_OK;
+}
+
+tm_status tm__kernel_scatter_nd(const tm_kcall *k) {
+    const tm_tensor *data = k->in[0], *indices = k->in[1], *updates = k->in[2];
+    tm_tensor *y = k->out[0];
+    int64_t reduction = k->a->i[0], depth = indices->dims[indices->rank - 1], offset;
+    int64_t tuples = product(indices->dims, 0, indices->rank - 1);
+    int64_t slice = product(data->dims, (int)depth, data->rank);
+    mover m = mover_for(data->dtype);
+    for (int64_t t = 0; t < tuples; t++)
+        if (nd_offset(k, data, indices, 0, depth, t * depth, &offset) != TM_OK)
+            return TM_ERR_RUNTIME;
+    copy_elements(&m, y->data, 0, data->data, 0, tm_tensor_numel_(data));
+    for (int64_t t = 0; t < tuples; t++) {
+        nd_offset(k, data, indices, 0, depth, t * depth, &offset);
+        if (reduction == REDUCE_NONE) {
+            copy_elements(&m, y->data, offset, updates->data, t * slice, slice);
+            continue;
+        }
+        for (int64_t j = 0; j < slice; j++)
+            scatter_one(&m, reduction, y, offset + j, updates, t * slice + j);
+    }
+    return mover_status(&m, k);
+}

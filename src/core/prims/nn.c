@@ -1,0 +1,343 @@
+/* Fused neural-network primitives (rows in nn.def): SOFTMAX / log-softmax over one axis
+ * and LAYERNORM / RMS norm, their shape rules and CPU kernels. Float32 has typed fast
+ * paths; every other float dtype is computed in double through the dtype accessors.
+ * Not the ONNX lowerings (older Softmax's 2-D coercion, axis normalisation). */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include "../ctx.h"
+#include "../../backends/cpu/gemm.h"
+
+/* "(2, 3, 4)" into buf, for error messages. */
+static const char *dims_text(char *buf, size_t cap, int rank, const int64_t *dims) {
+    size_t used = (size_t)snprintf(buf, cap, "(");
+    for (int i = 0; i < rank && used < cap; i++)
+        used += (size_t)snprintf(buf + used, cap - used, "%s%lld", i ? ", " : "",
+                                 (long long)dims[i]);
+    if (used < cap) snprintf(buf + used, cap - used, ")");
+    return buf;
+}
+
+/* Sums of float rows in independent partial sums: the compiler vectorizes them, which a
+ * single running sum (a strict order of additions) forbids. */
+#define PARTIALS 16
+
+static double sum_f32(const float *x, int64_t n) {
+    float part[PARTIALS] = {0};
+    int64_t j = 0;
+    for (; j + PARTIALS <= n; j += PARTIALS)
+        for (int q = 0; q < PARTIALS; q++) part[q] += x[j + q];
+    double total = 0.0;
+    for (int q = 0; q < PARTIALS; q++) total += part[q];
+    for (; j < n; j++) total += x[j];
+    return total;
+}
+
+/* Sum of (x - center)^2. */
+static double sum_sq_f32(const float *x, int64_t n, float center) {
+    float part[PARTIALS] = {0};
+    int64_t j = 0;
+    for (; j + PARTIALS <= n; j += PARTIALS)
+        for (int q = 0; q < PARTIALS; q++) {
+            float d = x[j + q] - center;
+            part[q] += d * d;
+        }
+    double total = 0.0;
+    for (int q = 0; q < PARTIALS; q++) total += part[q];
+    for (; j < n; j++) total += (double)(x[j] - center) * (x[j] - center);
+    return total;
+}
+
+static float max_f32(const float *x, int64_t n) {
+    float part[PARTIALS];
+    for (int q = 0; q < PARTIALS; q++) part[q] = -INFINITY;
+    int64_t j = 0;
+    for (; j + PARTIALS <= n; j += PARTIALS)
+        for (int q = 0; q < PARTIALS; q++) part[q] = x[j + q] > part[q] ? x[j + q] : part[q];
+    float best = -INFINITY;
+    for (int q = 0; q < PARTIALS; q++) best = part[q] > best ? part[q] : best;
+    for (; j < n; j++) best = x[j] > best ? x[j] : best;
+    return best;
+}
+
+/* ---- SOFTMAX --------------------------------------------------------------------------- */
+
+/* x viewed as (outer, length, inner) around the softmax axis. */
+static void softmax_split(int rank, const int64_t *dims, int axis, int64_t *outer,
+                          int64_t *length, int64_t *inner) {
+    *outer = tm_numel(axis, dims);
+    *length = dims[axis];
+    *inner = tm_numel(rank - axis - 1, dims + axis + 1);
+}
+
+tm_status tm__shape_softmax(tm_ctx *c, int prim, const tm_args *a, const tm_vinfo *const *in,
+                            int nin, tm_vinfo *out, int nout, size_t *scratch) {
+    (void)prim; (void)nin; (void)nout;
+    const tm_vinfo *x = in[0];
+    char tx[160];
+    if (!tm_dtype_is_float(x->dtype))
+        return tm_ctx_fail(c, TM_ERR_DTYPE, "softmax: x must be a float tensor, got %s",
+                           tm_dtype_name(x->dtype));
+    if (a->i[0] < 0 || a->i[0] >= x->rank)
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "softmax: axis %lld is out of range for x %s",
+                           (long long)a->i[0], dims_text(tx, sizeof tx, x->rank, x->dims));
+    if (a->i[1] != 0 && a->i[1] != 1)
+        return tm_ctx_fail(c, TM_ERR_UNSUPPORTED, "softmax: i[1] must be 0 (softmax) or 1 "
+                           "(log-softmax), got %lld", (long long)a->i[1]);
+    out->dtype = x->dtype;
+    out->rank = x->rank;
+    memcpy(out->dims, x->dims, sizeof out->dims);
+    int64_t outer, length, inner;
+    softmax_split(x->rank, x->dims, (int)a->i[0], &outer, &length, &inner);
+    /* f32 along an inner axis: running max and sum of `inner` lanes at once. */
+    *scratch = x->dtype == TM_FLOAT && inner > 1 ? (size_t)inner * 2 * sizeof(float) : 0;
+    return TM_OK;
+}
+
+/* One contiguous row: y = exp(x - max) / sum, or x - max - log(sum). */
+static void softmax_row_f32(const float *x, float *y, int64_t n, int log_form) {
+    if (n == 0) return;
+    float top = max_f32(x, n);
+    if (log_form) {
+        float sum = 0.0f;
+        for (int64_t j = 0; j < n; j++) sum += expf(x[j] - top);
+        float shift = top + logf(sum);
+        for (int64_t j = 0; j < n; j++) y[j] = x[j] - shift;
+        return;
+    }
+    float sum = 0.0f;
+    for (int64_t j = 0; j < n; j++) {
+        y[j] = expf(x[j] - top);
+        sum += y[j];
+    }
+    float scale = 1.0f / sum;
+    for (int64_t j = 0; j < n; j++) y[j] *= scale;
+}
+
+/* One (length, inner) block, the softmax running down its columns. */
+static void softmax_block_f32(const float *x, float *y, int64_t length, int64_t inner,
+                              int log_form, float *top, float *sum) {
+    for (int64_t i = 0; i < inner; i++) {
+        top[i] = -INFINITY;
+        sum[i] = 0.0f;
+    }
+    for (int64_t j = 0; j < length; j++)
+        for (int64_t i = 0; i < inner; i++) {
+            float v = x[j * inner + i];
+            top[i] = v > top[i] ? v : top[i];
+        }
+    for (int64_t j = 0; j < length; j++)
+        for (int64_t i = 0; i < inner; i++) {
+            float e = expf(x[j * inner + i] - top[i]);
+            if (!log_form) y[j * inner + i] = e;
+            sum[i] += e;
+        }
+    for (int64_t i = 0; i < inner; i++)
+        sum[i] = log_form ? top[i] + logf(sum[i]) : 1.0f / sum[i];
+    for (int64_t j = 0; j < length; j++)
+        for (int64_t i = 0; i < inner; i++) {
+            if (log_form) y[j * inner + i] = x[j * inner + i] - sum[i];
+            else y[j * inner + i] *= sum[i];
+        }
+}
+
+/* Any float dtype, one lane at a time in double. */
+static void softmax_lane_generic(const tm_tensor *x, tm_tensor *y, int64_t first,
+                                 int64_t length, int64_t inner, int log_form) {
+    double top = -INFINITY, sum = 0.0;
+    for (int64_t j = 0; j < length; j++) {
+        double v = tm_load_f64(x->data, x->dtype, (size_t)(first + j * inner));
+        top = v > top ? v : top;
+    }
+    for (int64_t j = 0; j < length; j++)
+        sum += exp(tm_load_f64(x->data, x->dtype, (size_t)(first + j * inner)) - top);
+    double shift = top + log(sum);
+    for (int64_t j = 0; j < length; j++) {
+        size_t i = (size_t)(first + j * inner);
+        double v = tm_load_f64(x->data, x->dtype, i);
+        tm_store_f64(y->data, y->dtype, i, log_form ? v - shift : exp(v - top) / sum);
+    }
+}
+
+tm_status tm__kernel_softmax(const tm_kcall *kc) {
+    const tm_tensor *x = kc->in[0];
+    tm_tensor *y = kc->out[0];
+    int log_form = kc->a->i[1] == 1;
+    int64_t outer, length, inner;
+    softmax_split(x->rank, x->dims, (int)kc->a->i[0], &outer, &length, &inner);
+    if (x->dtype == TM_FLOAT && !tm_use_reference_kernels()) {
+        const float *xs = x->data;
+        float *ys = y->data;
+        for (int64_t o = 0; o < outer; o++) {
+            int64_t first = o * length * inner;
+            if (inner == 1) softmax_row_f32(xs + first, ys + first, length, log_form);
+            else softmax_block_f32(xs + first, ys + first, length, inner, log_form, kc->scratch,
+                                   (float *)kc->scratch + inner);
+        }
+        return TM_OK;
+    }
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < inner; i++)
+            softmax_lane_generic(x, y, o * length * inner + i, length, inner, log_form);
+    return TM_OK;
+}
+
+/* ---- LAYERNORM -------------------------------------------------------------------------- */
+
+/* Scale and bias fit the normalised shape x.dims[axis:] when, aligned to its right, each
+ * of their dims equals it or is 1. */
+static int layernorm_fits(const tm_vinfo *p, int rank, const int64_t *dims, int axis) {
+    int normalised = rank - axis;
+    if (p->rank > normalised) return 0;
+    for (int d = 0; d < p->rank; d++) {
+        int64_t target = dims[rank - p->rank + d];
+        if (p->dims[d] != target && p->dims[d] != 1) return 0;
+    }
+    return 1;
+}
+
+/* Scale and bias are used as they are only when they are f32 of the full normalised
+ * size with f32 x; otherwise they are expanded once into scratch (float for f32 x,
+ * double for the others). */
+static int layernorm_param_direct(tm_dtype x_dtype, tm_dtype param_dtype, int64_t param_count,
+                                  int64_t count) {
+    return x_dtype == TM_FLOAT && param_dtype == TM_FLOAT && param_count == count;
+}
+
+tm_status tm__shape_layernorm(tm_ctx *c, int prim, const tm_args *a, const tm_vinfo *const *in,
+                              int nin, tm_vinfo *out, int nout, size_t *scratch) {
+    (void)prim; (void)nout;
+    const tm_vinfo *x = in[0];
+    char tx[160], tp[160];
+    if (nin != 2 && nin != 3)
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "layernorm: expected 2 or 3 inputs (x, scale, "
+                           "[bias]), got %d", nin);
+    for (int i = 0; i < nin; i++) {
+        if (!tm_dtype_is_float(in[i]->dtype))
+            return tm_ctx_fail(c, TM_ERR_DTYPE, "layernorm: input %d must be a float tensor, "
+                               "got %s", i, tm_dtype_name(in[i]->dtype));
+    }
+    dims_text(tx, sizeof tx, x->rank, x->dims);
+    if (a->i[0] < 0 || a->i[0] >= x->rank)
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "layernorm: axis %lld is out of range for x %s",
+                           (long long)a->i[0], tx);
+    if (a->i[1] != 0 && a->i[1] != 1)
+        return tm_ctx_fail(c, TM_ERR_UNSUPPORTED, "layernorm: i[1] must be 0 (layer norm) or "
+                           "1 (RMS norm), got %lld", (long long)a->i[1]);
+    int axis = (int)a->i[0];
+    for (int i = 1; i < nin; i++) {
+        if (!layernorm_fits(in[i], x->rank, x->dims, axis))
+            return tm_ctx_fail(c, TM_ERR_SHAPE, "layernorm: %s %s does not broadcast to the "
+                               "normalised dims of x %s from axis %d", i == 1 ? "scale" : "bias",
+                               dims_text(tp, sizeof tp, in[i]->rank, in[i]->dims), tx, axis);
+    }
+    out[0].dtype = x->dtype;
+    out[0].rank = x->rank;
+    memcpy(out[0].dims, x->dims, sizeof out[0].dims);
+    for (int i = 1; i < 3; i++) {
+        out[i].dtype = TM_FLOAT;
+        out[i].rank = x->rank;
+        for (int d = 0; d < x->rank; d++) out[i].dims[d] = d < axis ? x->dims[d] : 1;
+    }
+    int64_t count = tm_numel(x->rank - axis, x->dims + axis);
+    int direct = 1;
+    for (int i = 1; i < nin; i++)
+        direct &= layernorm_param_direct(x->dtype, in[i]->dtype,
+                                         tm_numel(in[i]->rank, in[i]->dims), count);
+    size_t elem = x->dtype == TM_FLOAT ? sizeof(float) : sizeof(double);
+    *scratch = direct ? 0 : (size_t)count * (size_t)(nin - 1) * elem;
+    return TM_OK;
+}
+
+/* Element j of the normalised block of p, broadcast over x.dims[axis:]. */
+static int64_t layernorm_param_index(const tm_tensor *p, const tm_tensor *x, int axis,
+                                     int64_t j) {
+    int64_t at = 0, stride = 1;
+    for (int d = x->rank - 1; d >= axis; d--) {
+        int64_t i = j % x->dims[d];
+        j /= x->dims[d];
+        int pd = d - (x->rank - p->rank);
+        if (pd < 0) break;
+        if (p->dims[pd] != 1) at += i * stride;
+        stride *= p->dims[pd];
+    }
+    return at;
+}
+
+/* Expands scale and bias over the normalised block into float (as_float) or double. */
+static void layernorm_expand(const tm_tensor *const *params, int n_params, const tm_tensor *x,
+                             int axis, int64_t count, int as_float, void *scratch) {
+    for (int i = 0; i < n_params; i++)
+        for (int64_t j = 0; j < count; j++) {
+            int64_t at = layernorm_param_index(params[i], x, axis, j);
+            double v = tm_load_f64(params[i]->data, params[i]->dtype, (size_t)at);
+            if (as_float) ((float *)scratch)[i * count + j] = (float)v;
+            else ((double *)scratch)[i * count + j] = v;
+        }
+}
+
+static void layernorm_row_f32(const float *x, float *y, int64_t n, const float *scale,
+                              const float *bias, int rms, double epsilon, float *mean_out,
+                              float *inv_std_out) {
+    float mean = rms || n == 0 ? 0.0f : (float)(sum_f32(x, n) / (double)n);
+    double variance = n ? sum_sq_f32(x, n, mean) / (double)n : 0.0;
+    float inv_std = (float)(1.0 / sqrt(variance + epsilon));
+    *mean_out = mean;
+    *inv_std_out = inv_std;
+    if (bias)
+        for (int64_t j = 0; j < n; j++) y[j] = (x[j] - mean) * inv_std * scale[j] + bias[j];
+    else
+        for (int64_t j = 0; j < n; j++) y[j] = (x[j] - mean) * inv_std * scale[j];
+}
+
+static void layernorm_row_generic(const tm_tensor *x, tm_tensor *y, int64_t first, int64_t n,
+                                  const double *scale, const double *bias, int rms,
+                                  double epsilon, float *mean_out, float *inv_std_out) {
+    double sum = 0.0, sq = 0.0;
+    if (!rms)
+        for (int64_t j = 0; j < n; j++) sum += tm_load_f64(x->data, x->dtype, (size_t)(first + j));
+    double mean = rms || n == 0 ? 0.0 : sum / (double)n;
+    for (int64_t j = 0; j < n; j++) {
+        double d = tm_load_f64(x->data, x->dtype, (size_t)(first + j)) - mean;
+        sq += d * d;
+    }
+    double inv_std = 1.0 / sqrt((n ? sq / (double)n : 0.0) + epsilon);
+    *mean_out = (float)mean;
+    *inv_std_out = (float)inv_std;
+    for (int64_t j = 0; j < n; j++) {
+        size_t i = (size_t)(first + j);
+        double v = (tm_load_f64(x->data, x->dtype, i) - mean) * inv_std * scale[j];
+        tm_store_f64(y->data, y->dtype, i, bias ? v + bias[j] : v);
+    }
+}
+
+tm_status tm__kernel_layernorm(const tm_kcall *kc) {
+    const tm_tensor *x = kc->in[0];
+    tm_tensor *y = kc->out[0];
+    float *mean = kc->out[1]->data, *inv_std = kc->out[2]->data;
+    int axis = (int)kc->a->i[0], rms = kc->a->i[1] == 1;
+    double epsilon = kc->a->f[0];
+    int n_params = kc->nin - 1;
+    int64_t count = tm_numel(x->rank - axis, x->dims + axis);
+    int64_t rows = tm_numel(axis, x->dims);
+    const void *scale = kc->in[1]->data, *bias = n_params > 1 ? kc->in[2]->data : NULL;
+    int direct = 1;
+    for (int i = 1; i < kc->nin; i++)
+        direct &= layernorm_param_direct(x->dtype, kc->in[i]->dtype,
+                                         tm_tensor_numel_(kc->in[i]), count);
+    if (!direct) {
+        layernorm_expand(kc->in + 1, n_params, x, axis, count, x->dtype == TM_FLOAT, kc->scratch);
+        size_t elem = x->dtype == TM_FLOAT ? sizeof(float) : sizeof(double);
+        scale = kc->scratch;
+        bias = n_params > 1 ? (const char *)kc->scratch + (size_t)count * elem : NULL;
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        if (x->dtype == TM_FLOAT)
+            layernorm_row_f32((const float *)x->data + r * count, (float *)y->data + r * count,
+                              count, scale, bias, rms, epsilon, &mean[r], &inv_std[r]);
+        else
+            layernorm_row_generic(x, y, r * count, count, scale, bias, rms, epsilon, &mean[r],
+                                  &inv_std[r]);
+    }
+    return TM_OK;
+}

@@ -1,0 +1,902 @@
+/* Plans: a trace of the graph for fixed input shapes (and static input values), reduced
+ * to the kernels the outputs need, with every intermediate placed in one arena by value
+ * lifetimes. Running a plan allocates nothing. Where the trace needed a value on the
+ * host, the plan runs its prefix compiled and the rest of the graph eagerly (a graph
+ * break). Also the per-model plan cache behind tm_model_run. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "runtime.h"
+
+enum { PV_INPUT, PV_CONST, PV_ARENA, PV_ALIAS };
+
+typedef struct plan_value {
+    int kind;
+    tm_dtype dtype;
+    int rank;
+    int64_t dims[TM_MAX_RANK];
+    size_t nbytes;
+    int input;            /* PV_INPUT: graph input index */
+    tm_tensor *constant;  /* PV_CONST */
+    int const_owned;
+    size_t offset;        /* PV_ARENA */
+    int alias_of;         /* PV_ALIAS: plan value whose buffer it shares */
+} plan_value;
+
+typedef struct plan_kernel {
+    int prim;
+    tm_args args;
+    int nin, nout;
+    int *in;              /* plan value indices */
+    int out[4];
+    size_t scratch;
+    char *where;
+} plan_kernel;
+
+typedef struct plan_live {
+    char *name;
+    tm_ovkind kind;
+    int pv;               /* tensor */
+    int *seq;             /* sequence */
+    int n;
+    tm_dtype seq_dtype;
+} plan_live;
+
+struct tm_plan {
+    tm_model *model;
+    int n_values;
+    plan_value *values;
+    int n_kernels;
+    plan_kernel *kernels;
+    size_t arena_bytes, scratch_bytes;
+    int n_graph_inputs;
+    int *input_pv;        /* per graph input: plan value, or -1 (static / unused) */
+    tm_dtype *input_dtype;
+    int *input_rank;
+    int64_t (*input_dims)[TM_MAX_RANK];
+    uint8_t *input_static;
+    int n_outputs;
+    int *output_pv;       /* per graph output: plan value (no break) */
+    int break_at;         /* -1: no graph break */
+    int n_live;
+    plan_live *live;
+};
+
+struct tm_session {
+    tm_plan *plan;
+    void *arena;
+    void *scratch;
+    tm_tensor *tensors;   /* one per plan value */
+    const tm_tensor ***kin;
+    tm_tensor ***kout;
+};
+
+void tm_plan_options_default(tm_plan_options *o) {
+    memset(o, 0, sizeof *o);
+    o->size = sizeof *o;
+}
+
+static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+/* ---- Building ---------------------------------------------------------------------- */
+
+typedef struct builder {
+    tm_ctx *c;
+    tm_plan *p;
+    int *pv_of;           /* ctx value -> plan value, -1 */
+    uint8_t *needed_node;
+    int *last_use;        /* per plan value: last kernel index reading it (or n_kernels) */
+    int *first_def;
+} builder;
+
+static int add_value(builder *b, tm_val v) {
+    if (b->pv_of[v] >= 0) return b->pv_of[v];
+    tm_plan *p = b->p;
+    const tm_vinfo *vi = tm_vi(b->c, v);
+    plan_value *pv = &p->values[p->n_values];
+    memset(pv, 0, sizeof *pv);
+    pv->dtype = vi->dtype;
+    pv->rank = vi->rank;
+    memcpy(pv->dims, vi->dims, sizeof pv->dims);
+    pv->nbytes = (size_t)tm_numel(vi->rank, vi->dims) * tm_dtype_elem_size(vi->dtype);
+    pv->alias_of = -1;
+    if (vi->data) {
+        pv->kind = PV_CONST;
+        if (b->c->vals[v].owned) {
+            pv->constant = vi->data;
+            pv->const_owned = 1;
+            b->c->vals[v].owned = 0;   /* the plan owns it now */
+        } else {
+            pv->constant = vi->data;   /* an initializer of the model: lives as long */
+        }
+    } else if (vi->input_index >= 0) {
+        pv->kind = PV_INPUT;
+        pv->input = vi->input_index;
+    } else {
+        pv->kind = PV_ARENA;
+    }
+    b->pv_of[v] = p->n_values;
+    return p->n_values++;
+}
+
+static void mark_needed(builder *b, tm_val v) {
+    /* Iterative: walk producers backwards via an explicit stack. */
+    tm_ctx *c = b->c;
+    int32_t cap = 64, n = 0;
+    tm_val *stack = malloc((size_t)cap * sizeof *stack);
+    if (!stack) return;
+    stack[n++] = v;
+    while (n) {
+        tm_val x = stack[--n];
+        int32_t pnode = c->vals[x].producer;
+        if (c->vals[x].data || pnode < 0 || b->needed_node[pnode]) continue;
+        b->needed_node[pnode] = 1;
+        const tm_rnode *rn = &c->nodes[pnode];
+        for (int i = 0; i < rn->nin; i++) {
+            if (n == cap) {
+                cap *= 2;
+                tm_val *s = realloc(stack, (size_t)cap * sizeof *s);
+                if (!s) break;
+                stack = s;
+            }
+            stack[n++] = rn->in[i];
+        }
+    }
+    free(stack);
+}
+
+typedef struct block {
+    size_t off, size;
+    int end;              /* last kernel using it */
+} block;
+
+/* Places arena values by lifetime: a value is live from its producing kernel to its
+ * last reader; first fit among the gaps of the blocks live at that point. */
+static tm_status place_arena(builder *b) {
+    tm_plan *p = b->p;
+    block *live = calloc((size_t)p->n_values + 1, sizeof *live);
+    if (!live) return TM_ERR_NO_MEMORY;
+    int n_live = 0;
+    size_t top = 0;
+    for (int k = 0; k < p->n_kernels; k++) {
+        /* Retire blocks whose last use is before k. */
+        int w = 0;
+        for (int i = 0; i < n_live; i++)
+            if (live[i].end >= k) live[w++] = live[i];
+        n_live = w;
+        for (int o = 0; o < p->kernels[k].nout; o++) {
+            int pv = p->kernels[k].out[o];
+            plan_value *v = &p->values[pv];
+            if (v->kind != PV_ARENA) continue;
+            size_t size = align64(v->nbytes ? v->nbytes : 1);
+            /* Sort live blocks by offset (small n: insertion sort). */
+            for (int i = 1; i < n_live; i++)
+                for (int j = i; j > 0 && live[j - 1].off > live[j].off; j--) {
+                    block t = live[j];
+                    live[j] = live[j - 1];
+                    live[j - 1] = t;
+                }
+            size_t off = 0;
+            for (int i = 0; i < n_live; i++) {
+                if (live[i].off >= off + size) break;
+                if (live[i].off + live[i].size > off) off = live[i].off + live[i].size;
+            }
+            v->offset = off;
+            live[n_live].off = off;
+            live[n_live].size = size;
+            live[n_live].end = b->last_use[pv];
+            n_live++;
+            if (off + size > top) top = off + size;
+        }
+    }
+    free(live);
+    p->arena_bytes = top;
+    return TM_OK;
+}
+
+static int root_of(const tm_plan *p, int pv) {
+    while (p->values[pv].kind == PV_ALIAS) pv = p->values[pv].alias_of;
+    return pv;
+}
+
+static tm_status build_plan(tm_plan *p, tm_ctx *c, const tm_oval *outs, const tm_live *live,
+                            tm_error *err) {
+    builder b = {c, p, NULL, NULL, NULL, NULL};
+    b.pv_of = malloc(((size_t)c->n_vals + 1) * sizeof *b.pv_of);
+    b.needed_node = calloc((size_t)c->n_nodes + 1, 1);
+    p->values = calloc((size_t)c->n_vals + 1, sizeof *p->values);
+    tm_status st = TM_OK;
+    if (!b.pv_of || !b.needed_node || !p->values) {
+        st = tm__fail(err, TM_ERR_NO_MEMORY, "out of memory building a plan");
+        goto done;
+    }
+    for (int32_t i = 0; i < c->n_vals; i++) b.pv_of[i] = -1;
+    /* Roots: graph outputs, or the values alive at the graph break. */
+    if (outs) {
+        for (int i = 0; i < p->n_outputs; i++) {
+            if (outs[i].kind != TM_OV_TENSOR) {
+                st = tm__fail(err, TM_ERR_UNSUPPORTED, "graph output '%s' is not a tensor",
+                              p->model->onnx->graph->outputs[i].name);
+                goto done;
+            }
+            mark_needed(&b, outs[i].v);
+        }
+    } else {
+        for (int i = 0; i < live->n; i++) {
+            if (live->vals[i].kind == TM_OV_TENSOR) mark_needed(&b, live->vals[i].v);
+            for (int k = 0; live->vals[i].kind == TM_OV_SEQ && k < live->vals[i].n; k++)
+                mark_needed(&b, live->vals[i].seq[k]);
+        }
+    }
+    int n_needed = 0;
+    for (int32_t i = 0; i < c->n_nodes; i++) n_needed += b.needed_node[i];
+    p->kernels = calloc((size_t)n_needed + 1, sizeof *p->kernels);
+    if (!p->kernels) {
+        st = tm__fail(err, TM_ERR_NO_MEMORY, "out of memory building a plan");
+        goto done;
+    }
+    for (int32_t i = 0; i < c->n_nodes; i++) {
+        if (!b.needed_node[i]) continue;
+        const tm_rnode *rn = &c->nodes[i];
+        plan_kernel *k = &p->kernels[p->n_kernels];
+        k->prim = rn->prim;
+        k->args = rn->args;
+        k->nin = rn->nin;
+        k->nout = rn->nout;
+        k->scratch = rn->scratch;
+        k->where = strdup(rn->where ? rn->where : "");
+        k->in = malloc((size_t)(rn->nin ? rn->nin : 1) * sizeof *k->in);
+        if (!k->in || !k->where) {
+            st = tm__fail(err, TM_ERR_NO_MEMORY, "out of memory building a plan");
+            goto done;
+        }
+        p->n_kernels++;
+        for (int j = 0; j < rn->nin; j++) k->in[j] = add_value(&b, rn->in[j]);
+        for (int j = 0; j < rn->nout; j++) k->out[j] = add_value(&b, rn->out[j]);
+        if (rn->scratch > p->scratch_bytes) p->scratch_bytes = rn->scratch;
+        if (tm_vdtype(c, rn->out[0]) == TM_STRING) {
+            st = tm__fail(err, TM_ERR_UNSUPPORTED, "string values are computed eagerly");
+            goto done;
+        }
+    }
+    if (outs)
+        for (int i = 0; i < p->n_outputs; i++) p->output_pv[i] = add_value(&b, outs[i].v);
+    else {
+        p->live = calloc((size_t)live->n + 1, sizeof *p->live);
+        if (!p->live) {
+            st = tm__fail(err, TM_ERR_NO_MEMORY, "out of memory building a plan");
+            goto done;
+        }
+        for (int i = 0; i < live->n; i++) {
+            plan_live *pl = &p->live[i];
+            pl->name = strdup(live->names[i]);
+            pl->kind = live->vals[i].kind;
+            pl->seq_dtype = live->vals[i].seq_dtype;
+            p->n_live++;
+            if (!pl->name) {
+                st = tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
+                goto done;
+            }
+            if (pl->kind == TM_OV_TENSOR) pl->pv = add_value(&b, live->vals[i].v);
+            if (pl->kind == TM_OV_SEQ) {
+                pl->seq = calloc((size_t)live->vals[i].n + 1, sizeof *pl->seq);
+                if (!pl->seq) {
+                    st = tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
+                    goto done;
+                }
+                pl->n = live->vals[i].n;
+                for (int k = 0; k < pl->n; k++) pl->seq[k] = add_value(&b, live->vals[i].seq[k]);
+            }
+        }
+    }
+    /* Views: a reshape of an arena value shares its buffer. */
+    for (int k = 0; k < p->n_kernels; k++) {
+        plan_kernel *pk = &p->kernels[k];
+        if (!(tm_prims[pk->prim].flags & TM_PF_VIEW)) continue;
+        plan_value *out = &p->values[pk->out[0]];
+        if (out->kind != PV_ARENA) continue;
+        out->kind = PV_ALIAS;
+        out->alias_of = pk->in[0];
+    }
+    /* Lifetimes (of alias roots). */
+    b.last_use = malloc(((size_t)p->n_values + 1) * sizeof *b.last_use);
+    if (!b.last_use) {
+        st = tm__fail(err, TM_ERR_NO_MEMORY, "out of memory building a plan");
+        goto done;
+    }
+    for (int i = 0; i < p->n_values; i++) b.last_use[i] = -1;
+    for (int k = 0; k < p->n_kernels; k++) {
+        for (int j = 0; j < p->kernels[k].nin; j++) {
+            int r = root_of(p, p->kernels[k].in[j]);
+            if (b.last_use[r] < k) b.last_use[r] = k;
+        }
+        for (int j = 0; j < p->kernels[k].nout; j++) {
+            int r = root_of(p, p->kernels[k].out[j]);
+            if (b.last_use[r] < k) b.last_use[r] = k;
+        }
+    }
+    for (int i = 0; outs && i < p->n_outputs; i++) b.last_use[root_of(p, p->output_pv[i])] = p->n_kernels;
+    for (int i = 0; i < p->n_live; i++) {
+        if (p->live[i].kind == TM_OV_TENSOR) b.last_use[root_of(p, p->live[i].pv)] = p->n_kernels;
+        for (int k = 0; p->live[i].kind == TM_OV_SEQ && k < p->live[i].n; k++)
+            b.last_use[root_of(p, p->live[i].seq[k])] = p->n_kernels;
+    }
+    if (place_arena(&b) != TM_OK) st = tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
+done:
+    free(b.pv_of);
+    free(b.needed_node);
+    free(b.last_use);
+    return st;
+}
+
+void tm_plan_free(tm_plan *p) {
+    if (!p) return;
+    for (int i = 0; i < p->n_values; i++)
+        if (p->values[i].const_owned) tm_tensor_free(p->values[i].constant);
+    for (int k = 0; k < p->n_kernels; k++) {
+        free(p->kernels[k].in);
+        free(p->kernels[k].where);
+    }
+    for (int i = 0; i < p->n_live; i++) {
+        free(p->live[i].name);
+        free(p->live[i].seq);
+    }
+    free(p->live);
+    free(p->values);
+    free(p->kernels);
+    free(p->input_pv);
+    free(p->input_dtype);
+    free(p->input_rank);
+    free(p->input_dims);
+    free(p->input_static);
+    free(p->output_pv);
+    free(p);
+}
+
+static const tm_tensor *find_static(const tm_plan_options *o, const char *name) {
+    for (int i = 0; o && i < o->n_static; i++)
+        if (o->static_names[i] && !strcmp(o->static_names[i], name)) return o->static_values[i];
+    return NULL;
+}
+
+static tm_status create(tm_model *m, int n, const char *const *names, const tm_xval *inputs,
+                        const tm_plan_options *opts, tm_plan **out, tm_error *err,
+                        int force_break0) {
+    if (m->missing)
+        return tm__fail(err, TM_ERR_UNSUPPORTED, "the model uses operators Transmuter does not "
+                        "support: %s", m->missing);
+    const tm_graph *g = m->onnx->graph;
+    tm_plan *p = calloc(1, sizeof *p);
+    if (!p) return tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
+    p->model = m;
+    p->break_at = -1;
+    p->n_graph_inputs = g->n_inputs;
+    p->n_outputs = g->n_outputs;
+    p->input_pv = calloc((size_t)g->n_inputs + 1, sizeof *p->input_pv);
+    p->input_dtype = calloc((size_t)g->n_inputs + 1, sizeof *p->input_dtype);
+    p->input_rank = calloc((size_t)g->n_inputs + 1, sizeof *p->input_rank);
+    p->input_dims = calloc((size_t)g->n_inputs + 1, sizeof *p->input_dims);
+    p->input_static = calloc((size_t)g->n_inputs + 1, 1);
+    p->output_pv = calloc((size_t)g->n_outputs + 1, sizeof *p->output_pv);
+    tm_oval *ovals = calloc((size_t)g->n_inputs + 1, sizeof *ovals);
+    tm_oval *outs = calloc((size_t)g->n_outputs + 1, sizeof *outs);
+    tm_ctx c;
+    tm_ctx_init(&c, TM_MODE_TRACE, m->opts.allocator);
+    c.compute_type = m->opts.compute_type;
+    tm_live live = {0};
+    tm_status st = TM_OK;
+    if (!p->input_pv || !p->input_dtype || !p->input_rank || !p->input_dims ||
+        !p->input_static || !p->output_pv || !ovals || !outs) {
+        st = tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
+        goto done;
+    }
+    /* Bind through the eager checks, then turn non-static inputs into symbols. */
+    st = tm__bind_inputs(m, &c, n, names, inputs, ovals, err);
+    if (st != TM_OK) goto done;
+    int has_seq = 0;
+    for (int i = 0; i < g->n_inputs; i++) {
+        p->input_pv[i] = -1;
+        if (ovals[i].kind == TM_OV_SEQ) has_seq = 1;
+        if (ovals[i].kind != TM_OV_TENSOR) continue;
+        const tm_tensor *t = tm_vdata(&c, ovals[i].v);
+        p->input_dtype[i] = t->dtype;
+        p->input_rank[i] = t->rank;
+        memcpy(p->input_dims[i], t->dims, sizeof p->input_dims[i]);
+        const tm_tensor *sv = find_static(opts, g->inputs[i].name);
+        if (sv || t->dtype == TM_STRING) {
+            /* A static input (or a string, which plans keep as a constant): the plan
+             * keeps its own copy of the value. */
+            tm_tensor *copy = tm_tensor_clone(sv ? sv : t, NULL);
+            ovals[i].v = tm_val_tensor(&c, copy, 0);
+            p->input_static[i] = 1;
+        } else {
+            ovals[i].v = tm_val_symbolic(&c, t->dtype, t->rank, t->dims, i);
+        }
+    }
+    if (!tm_ctx_ok(&c)) {
+        st = c.status;
+        tm__error_copy(err, &c.err);
+        goto done;
+    }
+    tm_interp ip;
+    memset(&ip, 0, sizeof ip);
+    ip.ctx = &c;
+    ip.model = m->onnx;
+    if (has_seq || force_break0) {
+        /* Sequences cross the API only eagerly: break at the first node. */
+        ip.break_at = 0;
+        st = TM_ERR_NEEDS_HOST;
+        live.names = calloc((size_t)g->n_inputs + 1, sizeof *live.names);
+        live.vals = calloc((size_t)g->n_inputs + 1, sizeof *live.vals);
+        for (int i = 0; live.names && live.vals && i < g->n_inputs; i++) {
+            if (ovals[i].kind == TM_OV_NONE) continue;
+            live.names[live.n] = strdup(g->inputs[i].name);
+            live.vals[live.n] = ovals[i];
+            if (ovals[i].kind == TM_OV_SEQ) {
+                live.vals[live.n].seq = malloc(sizeof(tm_val) * (size_t)(ovals[i].n + 1));
+                if (live.vals[live.n].seq)
+                    memcpy(live.vals[live.n].seq, ovals[i].seq, sizeof(tm_val) * (size_t)ovals[i].n);
+            }
+            live.n++;
+        }
+    } else {
+        st = tm_interp_run(&ip, ovals, outs, &live);
+    }
+    if (st == TM_ERR_NEEDS_HOST) {
+        p->break_at = ip.break_at;
+        st = build_plan(p, &c, NULL, &live, err);
+    } else if (st == TM_OK) {
+        st = build_plan(p, &c, outs, NULL, err);
+    } else {
+        tm__error_copy(err, &c.err);
+    }
+    if (st == TM_OK) {
+        *out = p;
+        p = NULL;
+    }
+done:
+    tm_plan_free(p);
+    for (int i = 0; ovals && i < g->n_inputs; i++) free(ovals[i].seq);
+    for (int i = 0; outs && i < g->n_outputs; i++) free(outs[i].seq);
+    free(ovals);
+    free(outs);
+    tm_live_free(&live);
+    tm_ctx_destroy(&c);
+    return st;
+}
+
+tm_status tm__plan_create_x(tm_model *m, int n, const char *const *names,
+                            const tm_xval *inputs, const tm_plan_options *opts, tm_plan **out,
+                            tm_error *err) {
+    tm_error e;
+    memset(&e, 0, sizeof e);
+    tm_status st = create(m, n, names, inputs, opts, out, &e, 0);
+    /* Values a plan cannot hold (strings) make the whole graph run eagerly. */
+    if (st == TM_ERR_UNSUPPORTED && strstr(e.message, "computed eagerly")) {
+        memset(&e, 0, sizeof e);
+        st = create(m, n, names, inputs, opts, out, &e, 1);
+    }
+    if (st != TM_OK) tm__error_copy(err, &e);
+    return st;
+}
+
+tm_status tm_plan_create(tm_model *m, int n, const char *const *names,
+                         const tm_tensor *const *inputs, const tm_plan_options *opts,
+                         tm_plan **out, tm_error *err) {
+    if (!m || (n && (!names || !inputs)) || !out)
+        return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "tm_plan_create: NULL argument");
+    tm_xval *x = calloc((size_t)n + 1, sizeof *x);
+    if (!x) return tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
+    for (int i = 0; i < n; i++) {
+        x[i].kind = inputs[i] ? TM_X_TENSOR : TM_X_NONE;
+        x[i].t = (tm_tensor *)inputs[i];
+    }
+    tm_status st = tm__plan_create_x(m, n, names, x, opts, out, err);
+    free(x);
+    return st;
+}
+
+int tm_plan_n_kernels(const tm_plan *p) { return p ? p->n_kernels : 0; }
+int tm_plan_n_breaks(const tm_plan *p) { return p && p->break_at >= 0 ? 1 : 0; }
+size_t tm_plan_arena_bytes(const tm_plan *p) { return p ? p->arena_bytes : 0; }
+
+tm_status tm_plan_output(const tm_plan *p, int i, tm_value_desc *d) {
+    if (!p || !d || i < 0 || i >= p->n_outputs) return TM_ERR_INVALID_ARGUMENT;
+    memset(d, 0, sizeof *d);
+    d->name = p->model->onnx->graph->outputs[i].name;
+    if (p->break_at >= 0) {
+        d->rank = -1;
+        return TM_OK;
+    }
+    const plan_value *v = &p->values[p->output_pv[i]];
+    d->dtype = v->dtype;
+    d->rank = v->rank;
+    d->dims = v->dims;
+    return TM_OK;
+}
+
+/* ---- Sessions ---------------------------------------------------------------------- */
+
+void tm_session_free(tm_session *s) {
+    if (!s) return;
+    const tm_model *m = s->plan->model;
+    tm__model_free_mem(m, s->arena);
+    tm__model_free_mem(m, s->scratch);
+    if (s->kin)
+        for (int k = 0; k < s->plan->n_kernels; k++) {
+            free(s->kin[k]);
+            free(s->kout[k]);
+        }
+    free(s->kin);
+    free(s->kout);
+    free(s->tensors);
+    free(s);
+}
+
+tm_status tm_session_create(tm_plan *p, tm_session **out, tm_error *err) {
+    if (!p || !out) return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "tm_session_create: NULL argument");
+    tm_session *s = calloc(1, sizeof *s);
+    if (!s) return tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
+    s->plan = p;
+    const tm_model *m = p->model;
+    s->tensors = calloc((size_t)p->n_values + 1, sizeof *s->tensors);
+    s->kin = calloc((size_t)p->n_kernels + 1, sizeof *s->kin);
+    s->kout = calloc((size_t)p->n_kernels + 1, sizeof *s->kout);
+    if (p->arena_bytes) s->arena = tm__model_alloc(m, p->arena_bytes);
+    if (p->scratch_bytes) s->scratch = tm__model_alloc(m, p->scratch_bytes);
+    if (!s->tensors || !s->kin || !s->kout || (p->arena_bytes && !s->arena) ||
+        (p->scratch_bytes && !s->scratch)) {
+        tm_session_free(s);
+        return tm__fail(err, TM_ERR_NO_MEMORY, "cannot allocate a session (arena of %zu bytes)",
+                        p->arena_bytes);
+    }
+    for (int i = 0; i < p->n_values; i++) {
+        const plan_value *v = &p->values[i];
+        tm_tensor *t = &s->tensors[i];
+        t->dtype = v->dtype;
+        t->rank = v->rank;
+        memcpy(t->dims, v->dims, sizeof t->dims);
+        t->nbytes = v->nbytes;
+        if (v->kind == PV_CONST) t->data = v->constant->data;
+        if (v->kind == PV_ARENA) t->data = (char *)s->arena + v->offset;
+    }
+    for (int i = 0; i < p->n_values; i++)
+        if (p->values[i].kind == PV_ALIAS) s->tensors[i].data = s->tensors[root_of(p, i)].data;
+    for (int k = 0; k < p->n_kernels; k++) {
+        const plan_kernel *pk = &p->kernels[k];
+        s->kin[k] = calloc((size_t)pk->nin + 1, sizeof **s->kin);
+        s->kout[k] = calloc((size_t)pk->nout + 1, sizeof **s->kout);
+        if (!s->kin[k] || !s->kout[k]) {
+            tm_session_free(s);
+            return tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
+        }
+        for (int j = 0; j < pk->nin; j++) s->kin[k][j] = &s->tensors[pk->in[j]];
+        for (int j = 0; j < pk->nout; j++) s->kout[k][j] = &s->tensors[pk->out[j]];
+    }
+    *out = s;
+    return TM_OK;
+}
+
+static tm_status bind_run_inputs(tm_session *s, int n, const char *const *names,
+                                 const tm_xval *inputs, tm_error *err) {
+    tm_plan *p = s->plan;
+    const tm_graph *g = p->model->onnx->graph;
+    for (int k = 0; k < n; k++) {
+        int gi = -1;
+        for (int i = 0; i < g->n_inputs; i++)
+            if (names[k] && !strcmp(g->inputs[i].name, names[k])) gi = i;
+        if (gi < 0)
+            return tm__fail_at(err, TM_ERR_NOT_FOUND, NULL, NULL, names[k] ? names[k] : "",
+                               "the model has no input '%s'", names[k] ? names[k] : "(null)");
+        if (p->input_static[gi] || inputs[k].kind != TM_X_TENSOR) continue;
+        const tm_tensor *t = inputs[k].t;
+        if (!t) return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "input '%s' is NULL", names[k]);
+        if (t->dtype != p->input_dtype[gi] || t->rank != p->input_rank[gi] ||
+            memcmp(t->dims, p->input_dims[gi], (size_t)t->rank * sizeof t->dims[0]))
+            return tm__fail_at(err, TM_ERR_SHAPE, NULL, NULL, names[k],
+                               "input '%s' does not have the dtype and shape the plan was made "
+                               "for (%s, rank %d)", names[k], tm_dtype_name(p->input_dtype[gi]),
+                               p->input_rank[gi]);
+    }
+    for (int i = 0; i < p->n_values; i++) {
+        plan_value *v = &p->values[i];
+        if (v->kind != PV_INPUT) continue;
+        const tm_tensor *t = NULL;
+        for (int k = 0; k < n && !t; k++)
+            if (names[k] && !strcmp(names[k], g->inputs[v->input].name) &&
+                inputs[k].kind == TM_X_TENSOR)
+                t = inputs[k].t;
+        if (!t)
+            return tm__fail_at(err, TM_ERR_NOT_FOUND, NULL, NULL, g->inputs[v->input].name,
+                               "missing input '%s'", g->inputs[v->input].name);
+        s->tensors[i].data = t->data;
+    }
+    for (int i = 0; i < p->n_values; i++)
+        if (p->values[i].kind == PV_ALIAS && p->values[root_of(p, i)].kind == PV_INPUT)
+            s->tensors[i].data = s->tensors[root_of(p, i)].data;
+    return TM_OK;
+}
+
+static tm_status run_kernels(tm_session *s, tm_error *err) {
+    tm_plan *p = s->plan;
+    for (int k = 0; k < p->n_kernels; k++) {
+        const plan_kernel *pk = &p->kernels[k];
+        tm_error kerr;
+        kerr.message[0] = 0;
+        tm_kcall call = {pk->prim, &pk->args, s->kin[k], pk->nin, s->kout[k], pk->nout,
+                         s->scratch, p->scratch_bytes, &kerr, 1};
+        tm_status st = tm_prims[pk->prim].kernel(&call);
+        if (st != TM_OK)
+            return tm__fail(err, st, "%s: %s: %s", pk->where, tm_prims[pk->prim].name,
+                            kerr.message[0] ? kerr.message : tm_status_name(st));
+    }
+    return TM_OK;
+}
+
+static tm_status deliver(const tm_tensor *src, tm_tensor **dst, const char *name, tm_error *err) {
+    if (*dst) {
+        tm_tensor *d = *dst;
+        if (d->dtype != src->dtype || d->rank != src->rank ||
+            memcmp(d->dims, src->dims, (size_t)src->rank * sizeof src->dims[0]))
+            return tm__fail_at(err, TM_ERR_SHAPE, NULL, NULL, name, "the buffer given for output "
+                               "'%s' does not have its dtype and shape", name);
+        if (src->dtype == TM_STRING)
+            return tm__fail(err, TM_ERR_UNSUPPORTED, "string outputs need a NULL entry");
+        if (src->nbytes) memcpy(d->data, src->data, src->nbytes);
+        return TM_OK;
+    }
+    *dst = tm_tensor_clone(src, NULL);
+    return *dst ? TM_OK : tm__fail(err, TM_ERR_NO_MEMORY, "cannot allocate output '%s'", name);
+}
+
+/* After a graph break: the values alive at the break go into an eager context, and the
+ * rest of the graph runs node by node. */
+static tm_status run_tail(tm_session *s, tm_xval *outputs, tm_error *err) {
+    tm_plan *p = s->plan;
+    tm_model *m = p->model;
+    const tm_graph *g = m->onnx->graph;
+    tm_ctx c;
+    tm_ctx_init(&c, TM_MODE_EAGER, m->opts.allocator);
+    c.compute_type = m->opts.compute_type;
+    tm_live live = {0};
+    tm_oval *outs = calloc((size_t)g->n_outputs + 1, sizeof *outs);
+    live.names = calloc((size_t)p->n_live + 1, sizeof *live.names);
+    live.vals = calloc((size_t)p->n_live + 1, sizeof *live.vals);
+    tm_status st = (!outs || !live.names || !live.vals) ? TM_ERR_NO_MEMORY : TM_OK;
+    for (int i = 0; i < p->n_live && st == TM_OK; i++) {
+        const plan_live *pl = &p->live[i];
+        tm_oval *ov = &live.vals[i];
+        live.names[i] = strdup(pl->name);
+        live.n = i + 1;
+        ov->kind = pl->kind;
+        ov->seq_dtype = pl->seq_dtype;
+        if (pl->kind == TM_OV_TENSOR)
+            ov->v = tm_val_tensor(&c, tm_tensor_clone(&s->tensors[pl->pv], NULL), 0);
+        if (pl->kind == TM_OV_SEQ) {
+            ov->seq = calloc((size_t)pl->n + 1, sizeof *ov->seq);
+            ov->n = pl->n;
+            for (int k = 0; ov->seq && k < pl->n; k++)
+                ov->seq[k] = tm_val_tensor(&c, tm_tensor_clone(&s->tensors[pl->seq[k]], NULL), 0);
+        }
+        if (!live.names[i] || !tm_ctx_ok(&c)) st = TM_ERR_NO_MEMORY;
+    }
+    if (st != TM_OK) {
+        tm__fail(err, st, "out of memory resuming after a graph break");
+    } else {
+        tm_interp ip;
+        memset(&ip, 0, sizeof ip);
+        ip.ctx = &c;
+        ip.model = m->onnx;
+        ip.start_at = p->break_at;
+        st = tm_interp_resume(&ip, &live, outs);
+        if (st != TM_OK) tm__error_copy(err, &c.err);
+    }
+    for (int i = 0; st == TM_OK && i < g->n_outputs; i++)
+        st = tm__export_oval(&c, &outs[i], &outputs[i], err);
+    for (int i = 0; outs && i < g->n_outputs; i++) free(outs[i].seq);
+    free(outs);
+    tm_live_free(&live);
+    tm_ctx_destroy(&c);
+    return st;
+}
+
+tm_status tm__session_run_x(tm_session *s, int n, const char *const *names,
+                            const tm_xval *inputs, tm_xval *outputs, tm_error *err) {
+    tm_plan *p = s->plan;
+    tm_status st = bind_run_inputs(s, n, names, inputs, err);
+    if (st == TM_OK) st = run_kernels(s, err);
+    if (st != TM_OK) return st;
+    if (p->break_at >= 0) return run_tail(s, outputs, err);
+    for (int i = 0; i < p->n_outputs && st == TM_OK; i++) {
+        outputs[i].kind = TM_X_TENSOR;
+        st = deliver(&s->tensors[p->output_pv[i]], &outputs[i].t,
+                     p->model->onnx->graph->outputs[i].name, err);
+    }
+    return st;
+}
+
+tm_status tm_session_run(tm_session *s, int n, const char *const *names,
+                         const tm_tensor *const *inputs, tm_tensor **outputs, tm_error *err) {
+    if (!s || (n && (!names || !inputs)) || !outputs)
+        return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "tm_session_run: NULL argument");
+    tm_plan *p = s->plan;
+    enum { SMALL = 32 };
+    tm_xval xin_small[SMALL] = {0};
+    tm_xval *xin = n <= SMALL ? xin_small : calloc((size_t)n, sizeof *xin);
+    if (!xin) return tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
+    for (int i = 0; i < n; i++) {
+        memset(&xin[i], 0, sizeof xin[i]);
+        xin[i].kind = inputs[i] ? TM_X_TENSOR : TM_X_NONE;
+        xin[i].t = (tm_tensor *)inputs[i];
+    }
+    tm_status st = bind_run_inputs(s, n, names, xin, err);
+    if (st == TM_OK && p->break_at < 0) {
+        st = run_kernels(s, err);
+        for (int i = 0; i < p->n_outputs && st == TM_OK; i++)
+            st = deliver(&s->tensors[p->output_pv[i]], &outputs[i],
+                         p->model->onnx->graph->outputs[i].name, err);
+    } else if (st == TM_OK) {
+        tm_xval *xout = calloc((size_t)p->n_outputs + 1, sizeof *xout);
+        st = xout ? tm__session_run_x(s, n, names, xin, xout, err)
+                  : tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
+        for (int i = 0; st == TM_OK && i < p->n_outputs; i++) {
+            tm_tensor *t = xout[i].kind == TM_X_TENSOR ? xout[i].t : NULL;
+            if (t && outputs[i]) {
+                st = deliver(t, &outputs[i], p->model->onnx->graph->outputs[i].name, err);
+            } else {
+                outputs[i] = t;
+                xout[i].t = NULL;
+            }
+        }
+        for (int i = 0; xout && i < p->n_outputs; i++) tm_xval_clear(&xout[i]);
+        free(xout);
+    }
+    if (xin != xin_small) free(xin);
+    return st;
+}
+
+/* ---- The plan cache ---------------------------------------------------------------- */
+
+struct tm_plan_cache_entry {
+    tm_plan_cache_entry *next;
+    char *key;
+    size_t key_len;
+    tm_plan *plan;
+    tm_session **free_sessions;
+    int n_free, cap_free;
+    int in_use;
+};
+
+static void entry_free(tm_plan_cache_entry *e) {
+    for (int i = 0; i < e->n_free; i++) tm_session_free(e->free_sessions[i]);
+    free(e->free_sessions);
+    tm_plan_free(e->plan);
+    free(e->key);
+    free(e);
+}
+
+void tm__plan_cache_clear(tm_model *m) {
+    tm_plan_cache_entry *e = m->cache;
+    while (e) {
+        tm_plan_cache_entry *next = e->next;
+        entry_free(e);
+        e = next;
+    }
+    m->cache = NULL;
+    m->n_cache = 0;
+}
+
+/* The signature: each given input's name, dtype and dims, plus static values' bytes. */
+static char *make_key(int n, const char *const *names, const tm_tensor *const *inputs,
+                      const tm_plan_options *o, size_t *len) {
+    size_t cap = 256, used = 0;
+    char *k = malloc(cap);
+    if (!k) return NULL;
+#define PUT(ptr, sz)                                          \
+    do {                                                      \
+        size_t s_ = (sz);                                     \
+        while (used + s_ > cap) {                             \
+            cap *= 2;                                         \
+            char *nk = realloc(k, cap);                       \
+            if (!nk) { free(k); return NULL; }                \
+            k = nk;                                           \
+        }                                                     \
+        memcpy(k + used, (ptr), s_);                          \
+        used += s_;                                           \
+    } while (0)
+    for (int i = 0; i < n; i++) {
+        PUT(names[i], strlen(names[i]) + 1);
+        if (!inputs[i]) continue;
+        PUT(&inputs[i]->dtype, sizeof inputs[i]->dtype);
+        PUT(&inputs[i]->rank, sizeof inputs[i]->rank);
+        PUT(inputs[i]->dims, (size_t)inputs[i]->rank * sizeof(int64_t));
+    }
+    for (int i = 0; o && i < o->n_static; i++) {
+        const tm_tensor *t = o->static_values[i];
+        PUT(o->static_names[i], strlen(o->static_names[i]) + 1);
+        if (t && t->dtype != TM_STRING) PUT(t->data, t->nbytes);
+    }
+#undef PUT
+    *len = used;
+    return k;
+}
+
+tm_status tm_model_run(tm_model *m, int n, const char *const *names,
+                       const tm_tensor *const *inputs, tm_tensor **outputs,
+                       const tm_plan_options *opts, tm_error *err) {
+    if (!m || (n && (!names || !inputs)) || !outputs)
+        return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "tm_model_run: NULL argument");
+    for (int i = 0; i < n; i++)
+        if (!names[i]) return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "input name %d is NULL", i);
+    size_t len = 0;
+    char *key = make_key(n, names, inputs, opts, &len);
+    if (!key) return tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
+    pthread_mutex_lock(&m->cache_lock);
+    tm_plan_cache_entry *e = m->cache, *prev = NULL;
+    while (e && !(e->key_len == len && !memcmp(e->key, key, len))) {
+        prev = e;
+        e = e->next;
+    }
+    tm_status st = TM_OK;
+    if (e) {
+        if (prev) { /* move to front */
+            prev->next = e->next;
+            e->next = m->cache;
+            m->cache = e;
+        }
+        free(key);
+    } else {
+        tm_plan *plan = NULL;
+        st = tm_plan_create(m, n, names, inputs, opts, &plan, err);
+        if (st != TM_OK) {
+            pthread_mutex_unlock(&m->cache_lock);
+            free(key);
+            return st;
+        }
+        e = calloc(1, sizeof *e);
+        if (!e) {
+            tm_plan_free(plan);
+            free(key);
+            pthread_mutex_unlock(&m->cache_lock);
+            return tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
+        }
+        e->key = key;
+        e->key_len = len;
+        e->plan = plan;
+        e->next = m->cache;
+        m->cache = e;
+        m->n_cache++;
+        /* Evict the least recently used entries that no run is using. */
+        while (m->n_cache > m->opts.plan_cache_limit) {
+            tm_plan_cache_entry **pp = &m->cache, **victim = NULL;
+            for (; *pp; pp = &(*pp)->next)
+                if ((*pp)->in_use == 0 && *pp != e) victim = pp;
+            if (!victim) break;
+            tm_plan_cache_entry *v = *victim;
+            *victim = v->next;
+            entry_free(v);
+            m->n_cache--;
+        }
+    }
+    tm_session *s = e->n_free ? e->free_sessions[--e->n_free] : NULL;
+    e->in_use++;
+    pthread_mutex_unlock(&m->cache_lock);
+    if (!s) st = tm_session_create(e->plan, &s, err);
+    if (st == TM_OK) st = tm_session_run(s, n, names, inputs, outputs, err);
+    pthread_mutex_lock(&m->cache_lock);
+    e->in_use--;
+    if (s) {
+        if (e->n_free == e->cap_free) {
+            int cap = e->cap_free ? e->cap_free * 2 : 4;
+            tm_session **fs = realloc(e->free_sessions, (size_t)cap * sizeof *fs);
+            if (fs) {
+                e->free_sessions = fs;
+                e->cap_free = cap;
+            }
+        }
+        if (e->n_free < e->cap_free) e->free_sessions[e->n_free++] = s;
+        else tm_session_free(s);
+    }
+    pthread_mutex_unlock(&m->cache_lock);
+    return st;
+}

@@ -1,0 +1,47 @@
+#!/bin/sh
+# Runs every test of the repository: the unit-test programs, the ONNX backend suite in
+# both modes, the tiny Hugging Face exports against ONNX Runtime's outputs, and the
+# error-handling checks. Each suite prints "N passed, N failed[, N skipped]" last; this
+# script sums them and ends with the same line. Usage: tests/run.sh [BUILD_DIR]
+BUILD=${1:-build}
+TM=$BUILD/transmuter
+LOG=${TMPDIR:-/tmp}/transmuter-tests.$$
+mkdir -p "$LOG"
+total_pass=0; total_fail=0; total_skip=0; bad_suites=""
+
+suite() {
+    name=$1; shift
+    printf '%-28s ' "$name"
+    "$@" > "$LOG/$name.log" 2>&1
+    rc=$?
+    line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$LOG/$name.log" | tail -1)
+    if [ -z "$line" ]; then
+        echo "no result line (exit $rc)"; tail -20 "$LOG/$name.log"
+        total_fail=$((total_fail + 1)); bad_suites="$bad_suites $name"; return
+    fi
+    p=$(echo "$line" | sed -E 's/^([0-9]+) passed.*/\1/')
+    f=$(echo "$line" | sed -E 's/^[0-9]+ passed, ([0-9]+) failed.*/\1/')
+    s=$(echo "$line" | sed -n -E 's/.*, ([0-9]+) skipped.*/\1/p')
+    s=${s:-0}
+    echo "$line"
+    if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
+    if [ "$f" -ne 0 ]; then
+        grep -E '^(FAIL|not ok)' "$LOG/$name.log" | head -30
+        bad_suites="$bad_suites $name"
+    fi
+    total_pass=$((total_pass + p)); total_fail=$((total_fail + f)); total_skip=$((total_skip + s))
+}
+
+for t in "$BUILD"/tests/test_*; do
+    [ -x "$t" ] || continue
+    suite "$(basename "$t")" "$t"
+done
+suite onnx-backend "$TM" test-onnx tests/data/onnx-backend --mode both --quiet \
+    --expected-failures tests/expected_failures.txt
+suite tiny-models sh tests/models.sh "$TM" tests/data/tiny
+suite errors sh tests/errors.sh "$TM"
+
+echo "logs in $LOG"
+[ -n "$bad_suites" ] && echo "failing suites:$bad_suites"
+echo "$total_pass passed, $total_fail failed, $total_skip skipped"
+[ "$total_fail" -eq 0 ]

@@ -1,0 +1,279 @@
+/* The public API end to end on a shipped tiny export: eager runs with the per-node
+ * callback, plans and sessions (no allocation while a plan runs, checked through an
+ * injected allocator and, outside sanitizer builds, by interposing malloc), the plan
+ * cache, graph breaks and static inputs, and the error contract. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "transmuter.h"
+#include "io/npy.h"
+#include "io/names.h"
+
+static int passed, failed;
+#define CHECK(cond, ...)                                  \
+    do {                                                  \
+        if (cond) passed++;                               \
+        else {                                            \
+            failed++;                                     \
+            printf("FAIL %s:%d: ", __FILE__, __LINE__);   \
+            printf(__VA_ARGS__);                          \
+            printf("\n");                                 \
+        }                                                 \
+    } while (0)
+
+/* ---- Counting every allocation of the process (not under sanitizers) ---------------- */
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+#define INTERPOSE 1
+extern void *__libc_malloc(size_t);
+extern void *__libc_calloc(size_t, size_t);
+extern void *__libc_realloc(void *, size_t);
+extern void *__libc_memalign(size_t, size_t);
+static volatile long process_allocs;
+void *malloc(size_t n) { process_allocs++; return __libc_malloc(n); }
+void *calloc(size_t a, size_t b) { process_allocs++; return __libc_calloc(a, b); }
+void *realloc(void *p, size_t n) { process_allocs++; return __libc_realloc(p, n); }
+int posix_memalign(void **p, size_t align, size_t n) {
+    process_allocs++;
+    *p = __libc_memalign(align, n);
+    return *p ? 0 : 12;
+}
+void *aligned_alloc(size_t align, size_t n) { process_allocs++; return __libc_memalign(align, n); }
+#else
+#define INTERPOSE 0
+static long process_allocs;
+#endif
+
+/* ---- The injected allocator -------------------------------------------------------- */
+static long injected_allocs, injected_frees;
+static void *count_alloc(void *user, size_t size) {
+    (void)user;
+    injected_allocs++;
+    void *p = NULL;
+    return posix_memalign(&p, 64, size ? size : 1) == 0 ? p : NULL;
+}
+static void count_free(void *user, void *p) {
+    (void)user;
+    if (p) injected_frees++;
+    free(p);
+}
+
+#define DIR "tests/data/tiny/bert"
+static const char *names[3] = {"input_ids", "attention_mask", "token_type_ids"};
+
+static tm_tensor *load_npy(const char *dir, const char *name) {
+    char *enc = tm_name_encode(name);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s.npy", dir, enc);
+    free(enc);
+    tm_tensor *t = NULL;
+    tm_error err;
+    if (tm_npy_read(path, &t, &err) != TM_OK) printf("cannot read %s: %s\n", path, err.message);
+    return t;
+}
+
+static double max_diff(const tm_tensor *a, const tm_tensor *b) {
+    if (tm_tensor_numel(a) != tm_tensor_numel(b) || tm_tensor_dtype(a) != TM_FLOAT) return INFINITY;
+    const float *x = tm_tensor_data_const(a), *y = tm_tensor_data_const(b);
+    double m = 0;
+    for (int64_t i = 0; i < tm_tensor_numel(a); i++) {
+        double d = fabs((double)x[i] - y[i]) / (1e-5 / 1e-4 + fabs((double)y[i]));
+        if (d > m) m = d;
+    }
+    return m * 1e-4; /* |x-y| <= 1e-5 + 1e-4|y|  <=>  this <= 1e-4 */
+}
+
+static int n_callbacks, callback_saw_tensor;
+static int on_node(void *user, const char *node, const char *op, int n, const char *const *outs,
+                   const tm_tensor *const *ts) {
+    (void)user; (void)node; (void)op; (void)outs;
+    n_callbacks++;
+    for (int i = 0; i < n; i++)
+        if (ts[i] && tm_tensor_numel(ts[i]) >= 0) callback_saw_tensor++;
+    return 0;
+}
+static int stop_early(void *user, const char *node, const char *op, int n,
+                      const char *const *outs, const tm_tensor *const *ts) {
+    (void)node; (void)op; (void)n; (void)outs; (void)ts;
+    return ++*(int *)user >= 3;
+}
+
+static void test_bert(void) {
+    tm_allocator alloc = {count_alloc, count_free, NULL};
+    tm_load_options lo;
+    tm_load_options_default(&lo);
+    lo.allocator = &alloc;
+    tm_model *m = NULL;
+    tm_error err;
+    memset(&err, 0, sizeof err);
+    tm_status st = tm_model_load(DIR "/model.onnx", &lo, &m, &err);
+    CHECK(st == TM_OK, "load: %s", err.message);
+    if (st != TM_OK) return;
+    CHECK(tm_model_n_inputs(m) == 3, "3 inputs, got %d", tm_model_n_inputs(m));
+    tm_value_desc d;
+    CHECK(tm_model_input(m, 0, &d) == TM_OK && !strcmp(d.name, "input_ids") && d.rank == 2 &&
+              d.dims[0] == -1 && d.dim_params[0] && !strcmp(d.dim_params[0], "batch_size"),
+          "input 0 description");
+    CHECK(tm_model_missing_ops(m) == NULL, "missing ops: %s", tm_model_missing_ops(m));
+
+    const tm_tensor *in[3];
+    for (int i = 0; i < 3; i++) in[i] = load_npy(DIR "/model.cases/default/inputs", names[i]);
+    tm_tensor *ref = load_npy(DIR "/model.cases/default/ort", "last_hidden_state");
+    CHECK(in[0] && in[1] && in[2] && ref, "reference data");
+    if (!in[0] || !in[1] || !in[2] || !ref) goto out;
+
+    /* Eager, with the per-node callback. */
+    tm_run_options ro;
+    tm_run_options_default(&ro);
+    ro.on_node = on_node;
+    tm_tensor *eager_out = NULL;
+    st = tm_run_eager(m, 3, names, in, &eager_out, &ro, &err);
+    CHECK(st == TM_OK, "eager: %s", err.message);
+    CHECK(n_callbacks > 100 && callback_saw_tensor >= n_callbacks, "callback saw %d nodes, %d tensors",
+          n_callbacks, callback_saw_tensor);
+    if (eager_out) CHECK(max_diff(eager_out, ref) <= 1e-4, "eager vs ORT: %g", max_diff(eager_out, ref));
+
+    int calls = 0;
+    ro.on_node = stop_early;
+    ro.user = &calls;
+    tm_tensor *unused = NULL;
+    st = tm_run_eager(m, 3, names, in, &unused, &ro, &err);
+    CHECK(st == TM_ERR_RUNTIME && strstr(err.message, "stopped by callback") && calls == 3 && !unused,
+          "a callback stops the run: %d, %s", st, err.message);
+
+    /* Compiled: plan, session, a run that allocates nothing. */
+    tm_plan *plan = NULL;
+    tm_session *sess = NULL;
+    long before_plan = injected_allocs;
+    st = tm_plan_create(m, 3, names, in, NULL, &plan, &err);
+    CHECK(st == TM_OK, "plan: %s", err.message);
+    if (st == TM_OK) st = tm_session_create(plan, &sess, &err);
+    CHECK(st == TM_OK, "session: %s", err.message);
+    CHECK(injected_allocs > before_plan, "the injected allocator serves plans and sessions");
+    CHECK(tm_plan_n_breaks(plan) == 0, "no graph break in BERT");
+    CHECK(tm_plan_arena_bytes(plan) > 0, "an arena");
+    tm_value_desc od;
+    CHECK(tm_plan_output(plan, 0, &od) == TM_OK && od.rank == 3, "planned output shape");
+    tm_tensor *out = tm_tensor_new(TM_FLOAT, od.rank, od.dims);
+    if (sess && out) {
+        st = tm_session_run(sess, 3, names, in, &out, &err); /* warm-up */
+        CHECK(st == TM_OK, "run: %s", err.message);
+        long a0 = injected_allocs, p0 = process_allocs;
+        for (int r = 0; r < 5 && st == TM_OK; r++) st = tm_session_run(sess, 3, names, in, &out, &err);
+        long a1 = injected_allocs, p1 = process_allocs;
+        CHECK(st == TM_OK, "runs: %s", err.message);
+        CHECK(a1 == a0, "injected allocations while the plan ran: %ld", a1 - a0);
+        if (INTERPOSE) CHECK(p1 == p0, "process allocations while the plan ran: %ld", p1 - p0);
+        CHECK(max_diff(out, ref) <= 1e-4, "plan vs ORT: %g", max_diff(out, ref));
+        if (eager_out) CHECK(max_diff(out, eager_out) <= 1e-5, "plan vs eager");
+    }
+    /* A wrong shape for the plan is an error, not a crash. */
+    int64_t dims[2] = {1, 3};
+    tm_tensor *small = tm_tensor_new(TM_INT64, 2, dims);
+    const tm_tensor *bad_in[3] = {small, in[1], in[2]};
+    st = tm_session_run(sess, 3, names, bad_in, &out, &err);
+    CHECK(st == TM_ERR_SHAPE && strstr(err.message, "input_ids"), "wrong shape: %s", err.message);
+    tm_tensor_free(small);
+    tm_tensor_free(out);
+    tm_session_free(sess);
+    tm_plan_free(plan);
+
+    /* The plan cache. */
+    tm_tensor *o1 = NULL, *o2 = NULL;
+    st = tm_model_run(m, 3, names, in, &o1, NULL, &err);
+    CHECK(st == TM_OK && o1 && max_diff(o1, ref) <= 1e-4, "model_run: %s", err.message);
+    long a0 = injected_allocs;
+    st = tm_model_run(m, 3, names, in, &o2, NULL, &err);
+    CHECK(st == TM_OK, "model_run again: %s", err.message);
+    CHECK(injected_allocs == a0, "the second run reuses the cached plan and session (%ld allocations)",
+          injected_allocs - a0);
+    tm_tensor_free(o1);
+    tm_tensor_free(o2);
+
+    /* Errors: a missing input, an unknown input, NULL frees. */
+    st = tm_run_eager(m, 2, names, in, &unused, NULL, &err);
+    CHECK(st == TM_ERR_NOT_FOUND && strstr(err.message, "token_type_ids"), "missing input: %s",
+          err.message);
+    const char *wrong[3] = {"input_ids", "attention_mask", "nope"};
+    st = tm_run_eager(m, 3, wrong, in, &unused, NULL, &err);
+    CHECK(st == TM_ERR_NOT_FOUND && strstr(err.message, "nope"), "unknown input: %s", err.message);
+    st = tm_run_eager(m, 2, names, in, &unused, NULL, NULL); /* a NULL error struct is fine */
+    CHECK(st == TM_ERR_NOT_FOUND, "status without an error struct");
+    tm_tensor_free(eager_out);
+out:
+    for (int i = 0; i < 3; i++) tm_tensor_free((tm_tensor *)in[i]);
+    tm_tensor_free(ref);
+    tm_model_free(m);
+    CHECK(injected_allocs == injected_frees, "every injected allocation freed (%ld vs %ld)",
+          injected_allocs, injected_frees);
+}
+
+/* Merged decoder: the If on use_cache_branch is a graph break unless it is static. */
+static void test_merged_decoder(void) {
+    const char *dir = "tests/data/tiny/gpt2";
+    tm_model *m = NULL;
+    tm_error err;
+    if (tm_model_load("tests/data/tiny/gpt2/decoder_model_merged.onnx", NULL, &m, &err) != TM_OK) {
+        CHECK(0, "load: %s", err.message);
+        return;
+    }
+    (void)dir;
+    int n = tm_model_n_inputs(m);
+    const char **nm = calloc((size_t)n, sizeof *nm);
+    const tm_tensor **in = calloc((size_t)n, sizeof *in);
+    int ok = 1;
+    for (int i = 0; i < n; i++) {
+        tm_value_desc d;
+        tm_model_input(m, i, &d);
+        nm[i] = d.name;
+        in[i] = load_npy("tests/data/tiny/gpt2/decoder_model_merged.cases/default/inputs", d.name);
+        if (!in[i]) ok = 0;
+    }
+    if (ok) {
+        tm_plan *p1 = NULL, *p2 = NULL;
+        tm_status st = tm_plan_create(m, n, nm, in, NULL, &p1, &err);
+        CHECK(st == TM_OK && tm_plan_n_breaks(p1) == 1, "dynamic If breaks the plan: %s", err.message);
+        int ui = -1;
+        for (int i = 0; i < n; i++)
+            if (!strcmp(nm[i], "use_cache_branch")) ui = i;
+        tm_plan_options po;
+        tm_plan_options_default(&po);
+        const char *sn[1] = {"use_cache_branch"};
+        const tm_tensor *sv[1] = {ui >= 0 ? in[ui] : NULL};
+        po.n_static = 1;
+        po.static_names = sn;
+        po.static_values = sv;
+        st = tm_plan_create(m, n, nm, in, &po, &p2, &err);
+        CHECK(st == TM_OK && tm_plan_n_breaks(p2) == 0, "static use_cache_branch folds the If: %s",
+              err.message);
+        tm_plan_free(p1);
+        tm_plan_free(p2);
+    }
+    for (int i = 0; i < n; i++) tm_tensor_free((tm_tensor *)in[i]);
+    free(nm);
+    free(in);
+    tm_model_free(m);
+}
+
+static void test_contract(void) {
+    tm_model_free(NULL);
+    tm_plan_free(NULL);
+    tm_session_free(NULL);
+    tm_tensor_free(NULL);
+    passed++;
+    tm_model *m = (tm_model *)0x1;
+    tm_error err;
+    tm_status st = tm_model_load("tests/data/no-such-file.onnx", NULL, &m, &err);
+    CHECK(st == TM_ERR_IO && m == (tm_model *)0x1 && strstr(err.message, "no-such-file.onnx"),
+          "missing file leaves the out-parameter alone: %s", err.message);
+    CHECK(!strcmp(tm_version(), TM_VERSION_STRING), "version");
+    CHECK(!strcmp(tm_dtype_name(TM_BFLOAT16), "bfloat16"), "dtype names");
+}
+
+int main(void) {
+    test_contract();
+    test_bert();
+    test_merged_decoder();
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed != 0;
+}

@@ -1,0 +1,15 @@
+#!/bin/sh
+# Installs the Debian packages Transmuter needs to build and test, when missing.
+# build-essential: the C compiler and make. libdnnl-dev: oneDNN, our f32/int8 GEMM and
+# convolution (see README). valgrind: the leak check of the test suite.
+set -e
+need=""
+for p in build-essential libdnnl-dev valgrind; do
+    dpkg -s "$p" >/dev/null 2>&1 || need="$need $p"
+done
+[ -z "$need" ] && exit 0
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO=sudo
+echo "installing:$need"
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $need
