@@ -18,7 +18,7 @@ LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/prim_stubs.o
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
-.PHONY: all test clean install check-asan FORCE
+.PHONY: all test demo clean install check-asan FORCE
 all: $(BUILD)/libtransmuter.a $(BUILD)/libtransmuter.so $(BUILD)/transmuter $(TEST_BIN) \
      $(BUILD)/transmuter.pc
 
@@ -59,6 +59,15 @@ $(BUILD)/transmuter.pc: transmuter.pc.in
 
 test: all
 	sh tests/run.sh $(BUILD)
+
+# Runs the tiny BERT shipped in the repo, compiled and eagerly, against ONNX Runtime.
+DEMO := tests/data/tiny/bert/model
+demo: $(BUILD)/transmuter
+	$(BUILD)/transmuter info $(DEMO).onnx
+	$(BUILD)/transmuter run $(DEMO).onnx --inputs $(DEMO).cases/default/inputs --out $(BUILD)/demo
+	$(BUILD)/transmuter compare $(BUILD)/demo $(DEMO).cases/default/ort --rtol 1e-4 --atol 1e-5
+	$(BUILD)/transmuter run $(DEMO).onnx --inputs $(DEMO).cases/default/inputs --out $(BUILD)/demo-eager --eager
+	$(BUILD)/transmuter compare $(BUILD)/demo-eager $(DEMO).cases/default/ort --rtol 1e-4 --atol 1e-5
 
 # The whole suite under AddressSanitizer + UBSan, in its own build folder.
 check-asan:

@@ -36,10 +36,12 @@ for t in "$BUILD"/tests/test_*; do
     [ -x "$t" ] || continue
     suite "$(basename "$t")" "$t"
 done
+suite test_api-reference-gemm env TM_REFERENCE_KERNELS=1 "$BUILD/tests/test_api"
 suite onnx-backend "$TM" test-onnx tests/data/onnx-backend --mode both --quiet \
     --expected-failures tests/expected_failures.txt
 suite tiny-models sh tests/models.sh "$TM" tests/data/tiny
 suite errors sh tests/errors.sh "$TM"
+suite valgrind sh tests/valgrind.sh "$TM"
 
 echo "logs in $LOG"
 [ -n "$bad_suites" ] && echo "failing suites:$bad_suites"

@@ -1,7 +1,7 @@
 /* Tests of the .npy reader/writer (src/io/npy.c), the tensor object (src/core/tensor.c) and
  * value-name file encoding (src/io/names.c): round trips of every dtype, hand-made files in
  * every byte order and layout, every malformed header we reject, truncation and byte-flip
- * sweeps, and the real .npy files under shared/models when they are there.
+ * sweeps, and the real .npy files of the tiny models (tests/data or shared/models).
  * Not element conversions (test_dtype.c). */
 #define _POSIX_C_SOURCE 200809L
 #include <dirent.h>
@@ -775,6 +775,7 @@ static void test_sweeps(void) {
             }
             free(copy);
         }
+    printf("header byte sweep: %d read, %d refused\n", n_ok, n_err);
     CHECK(bad == 0, "header byte sweep: %d read, %d refused, %d inconsistent", n_ok, n_err,
           bad);
     free(file);
@@ -851,12 +852,10 @@ static void check_real_file(const char *path) {
 
 /* CLIP's logits_per_image is saved Fortran-ordered (it is logits_per_text transposed):
  * read back in C order it must be exactly the transpose of logits_per_text. */
-static void check_fortran_pair(const char *shared) {
+static void check_fortran_pair(const char *models) {
     char a[1024], b[1024];
-    snprintf(a, sizeof a, "%s/models/tiny/clip/model.cases/default/torch/logits_per_image.npy",
-             shared);
-    snprintf(b, sizeof b, "%s/models/tiny/clip/model.cases/default/torch/logits_per_text.npy",
-             shared);
+    snprintf(a, sizeof a, "%s/tiny/clip/model.cases/default/torch/logits_per_image.npy", models);
+    snprintf(b, sizeof b, "%s/tiny/clip/model.cases/default/torch/logits_per_text.npy", models);
     tm_tensor *img = NULL, *txt = NULL;
     if (tm_npy_read(a, &img, NULL) != TM_OK || tm_npy_read(b, &txt, NULL) != TM_OK) {
         tm_tensor_free(img);
@@ -899,37 +898,37 @@ static void walk(const char *dir, int depth) {
     closedir(d);
 }
 
-static const char *find_shared(void) {
-    static const char *const candidates[] = { "../shared", "shared", "../../shared",
-                                              "/work/shared" };
-    const char *env = getenv("TM_SHARED_DIR");
-    static char buf[512];
+/* A folder laid out like shared/models (tiny/<model>/<variant>.cases/...): shared/ beside
+ * the checkout, else the repository's smaller tests/data copy. TM_MODELS_DIR overrides. */
+static const char *find_models(void) {
+    static const char *const candidates[] = { "../shared/models", "shared/models",
+                                              "/work/shared/models", "tests/data" };
+    static char probe[1024];
+    const char *env = getenv("TM_MODELS_DIR");
     struct stat st;
-    if (env && stat(env, &st) == 0)
-        return env;
-    for (size_t k = 0; k < sizeof candidates / sizeof candidates[0]; k++) {
-        snprintf(buf, sizeof buf, "%s/models", candidates[k]);
-        if (stat(buf, &st) == 0 && S_ISDIR(st.st_mode))
-            return candidates[k];
+    for (size_t k = 0; k <= sizeof candidates / sizeof candidates[0]; k++) {
+        const char *root = k == 0 ? env : candidates[k - 1];
+        if (!root)
+            continue;
+        snprintf(probe, sizeof probe, "%s/tiny/bert/model.cases/default/inputs", root);
+        if (stat(probe, &st) == 0 && S_ISDIR(st.st_mode))
+            return root;
     }
     return NULL;
 }
 
 static void test_real_files(void) {
-    const char *shared = find_shared();
-    char path[1024];
-    if (shared)
-        snprintf(path, sizeof path, "%s/models/tiny/bert/model.cases/default/inputs", shared);
-    struct stat st;
-    if (!shared || stat(path, &st) != 0) {
-        printf("skipping real .npy files: shared/models/tiny/bert not found "
-               "(set TM_SHARED_DIR)\n");
+    const char *models = find_models();
+    if (!models) {
+        printf("skipping real .npy files: no tiny/bert/model.cases found "
+               "(set TM_MODELS_DIR to shared/models)\n");
         return;
     }
     static const char *const inputs[] = { "input_ids", "attention_mask", "token_type_ids" };
     for (size_t k = 0; k < 3; k++) {
         char file[1200];
-        snprintf(file, sizeof file, "%s/%s.npy", path, inputs[k]);
+        snprintf(file, sizeof file, "%s/tiny/bert/model.cases/default/inputs/%s.npy", models,
+                 inputs[k]);
         tm_tensor *t = NULL;
         tm_error err;
         tm_status s = tm_npy_read(file, &t, &err);
@@ -944,13 +943,14 @@ static void test_real_files(void) {
         }
         tm_tensor_free(t);
     }
-    snprintf(path, sizeof path, "%s/models", shared);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tiny", models);
     walk(path, 0);
     CHECK(n_real > 0 && n_real_bad == 0, "%d of %d .npy files under %s read", n_real - n_real_bad,
           n_real, path);
     CHECK(n_rewrite_same == n_real, "%d of %d rewritten as numpy wrote them (%d of them "
           "Fortran-ordered, compared by value)", n_rewrite_same, n_real, n_fortran);
-    check_fortran_pair(shared);
+    check_fortran_pair(models);
 }
 
 /* ---- Names --------------------------------------------------------------------------------- */

@@ -484,6 +484,7 @@ static tm_status map_external(loader *L, const char *desc, const char *rp, int *
     void *base = NULL;
     if (size > 0) {
         base = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (base != MAP_FAILED) madvise(base, size, MADV_RANDOM);
         if (base == MAP_FAILED) {
             int e = errno;
             close(fd);
@@ -1925,6 +1926,9 @@ int tm_onnx_load_file(const char *path, tm_onnx_model **out, tm_error *err) {
     size_t size = (size_t)sb.st_size;
     void *base = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
     int map_errno = errno;
+    /* Parsing touches only the small headers between weights: without readahead and
+     * fault-around, the weights' pages stay unmapped until a run reads them. */
+    if (base != MAP_FAILED) madvise(base, size, MADV_RANDOM);
     close(fd);
     if (base == MAP_FAILED)
         return tm__fail(err, TM_ERR_IO, "cannot map model '%s': %s", path, strerror(map_errno));
@@ -1952,6 +1956,8 @@ int tm_onnx_load_file(const char *path, tm_onnx_model **out, tm_error *err) {
         tm_onnx_model_free(m);
         return st;
     }
+    /* Runs read weights sequentially: readahead is welcome again. */
+    for (int i = 0; i < m->n_maps; i++) madvise(m->maps[i].base, m->maps[i].size, MADV_NORMAL);
     *out = m;
     return TM_OK;
 }

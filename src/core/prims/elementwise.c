@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "../ctx.h"
+#include "../../backends/cpu/gemm.h" /* tm_use_reference_kernels */
 
 /* ---- Dtype classes ------------------------------------------------------------------- */
 
@@ -379,11 +380,12 @@ tm_status tm__kernel_unary(const tm_kcall *k) {
     tm_tensor *y = k->out[0];
     int64_t n = tm_tensor_numel_(x);
     if (n <= 0) return TM_OK;
-    if (x->dtype == TM_FLOAT) {
+    int fast = !tm_use_reference_kernels();
+    if (x->dtype == TM_FLOAT && fast) {
         unary_f32(k->prim, k->a, x->data, y->data, n);
         return TM_OK;
     }
-    if (x->dtype == TM_DOUBLE && y->dtype == TM_DOUBLE) {
+    if (x->dtype == TM_DOUBLE && y->dtype == TM_DOUBLE && fast) {
         const double *xs = x->data;
         double *ys = y->data;
         for (int64_t i = 0; i < n; i++) ys[i] = unary_f64(k->prim, xs[i], k->a);
@@ -739,7 +741,7 @@ static void row_generic(const void *job, const int64_t *offset, const int64_t *s
 }
 
 static row_fn binary_row(const binary_job *j) {
-    if (j->a_dtype != j->b_dtype) return row_generic;
+    if (j->a_dtype != j->b_dtype || tm_use_reference_kernels()) return row_generic;
     int prim = j->prim;
     switch (j->a_dtype) {
     case TM_FLOAT: return row_f32;
@@ -1096,7 +1098,8 @@ tm_status tm__kernel_cast(const tm_kcall *k) {
         memcpy(y->data, x->data, (size_t)n * tm_dtype_elem_size(x->dtype));
         return TM_OK;
     }
-    if (cast_fast(x->dtype, y->dtype, x->data, y->data, n)) return TM_OK;
+    if (!tm_use_reference_kernels() && cast_fast(x->dtype, y->dtype, x->data, y->data, n))
+        return TM_OK;
     for (int64_t i = 0; i < n; i++) cast_element(x, y, (size_t)i, saturate);
     return TM_OK;
 }

@@ -344,13 +344,13 @@ static tm_status conv_geom_read(const tm_args *a, int transpose, int rank_x,
         g->pad_end[d] = a->i[2 + 2 * g->n + d];
         g->dilation[d] = a->i[2 + 3 * g->n + d];
         g->out_pad[d] = transpose ? a->i[2 + 4 * g->n + d] : 0;
-        if (g->kernel[d] < 1 || g->stride[d] < 1 || g->dilation[d] < 1 || g->pad_begin[d] < 0
-            || g->pad_end[d] < 0 || g->out_pad[d] < 0) {
+        /* Negative pads are allowed: they crop (a ConvTranspose output_shape larger than
+         * the natural one gives a negative end pad). */
+        if (g->kernel[d] < 1 || g->stride[d] < 1 || g->dilation[d] < 1 || g->out_pad[d] < 0) {
             snprintf(why, why_cap, "%s: spatial axis %d: kernel %lld, stride %lld and dilation "
-                     "%lld must be >= 1, pads %lld/%lld and output padding %lld >= 0", name, d,
+                     "%lld must be >= 1, output padding %lld >= 0", name, d,
                      (long long)g->kernel[d], (long long)g->stride[d],
-                     (long long)g->dilation[d], (long long)g->pad_begin[d],
-                     (long long)g->pad_end[d], (long long)g->out_pad[d]);
+                     (long long)g->dilation[d], (long long)g->out_pad[d]);
             return TM_ERR_SHAPE;
         }
         int64_t extent = (g->kernel[d] - 1) * g->dilation[d] + 1;
@@ -819,13 +819,15 @@ tm_status tm__shape_pool(tm_ctx *c, int prim, const tm_args *a, const tm_vinfo *
                          int nin, tm_vinfo *out, int nout, size_t *scratch) {
     (void)nin;
     const tm_vinfo *x = in[0];
+    if (!is_numeric(x->dtype))
+        return tm_ctx_fail(c, TM_ERR_UNSUPPORTED, "pool: dtype %s is not supported",
+                           tm_dtype_name(x->dtype));
     pool_geom g;
     char why[700];
     tm_status s = pool_geom_read(a, prim == TM_P_MAXPOOL_INDICES, x->rank, x->dims, &g, why,
                                  sizeof why);
     if (s != TM_OK) return tm_ctx_fail(c, s, "%s", why);
-    int numeric = is_numeric(x->dtype);
-    if (!numeric || (g.kind != POOL_MAX && !tm_dtype_is_float(x->dtype)))
+    if (g.kind != POOL_MAX && !tm_dtype_is_float(x->dtype))
         return tm_ctx_fail(c, TM_ERR_UNSUPPORTED, "pool: %s pooling of %s is not supported",
                            g.kind == POOL_MAX ? "max" : g.kind == POOL_AVERAGE ? "average" : "lp",
                            tm_dtype_name(x->dtype));

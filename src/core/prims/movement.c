@@ -231,47 +231,81 @@ static int simplify_transpose(int rank, const int64_t *in_dims, const int64_t *p
 }
 
 #define TILE_LOOP(SIZE)                                                                    \
-    for (int64_t col = c0; col < c1; col++)                                                \
-        for (int64_t row = r0; row < r1; row++)                                            \
-            memcpy(d + (col * rows + row) * SIZE, s + (row * cols + col) * SIZE, SIZE)
+    for (int64_t i = i0; i < i1; i++)                                                      \
+        for (int64_t j = j0; j < j1; j++)                                                  \
+            memcpy(d + (i * dst_stride + j) * SIZE, s + (j * src_stride + i) * SIZE, SIZE)
 
-/* (batch, rows, cols) -> (batch, cols, rows) in cache-sized tiles. */
-static void transpose_tiles(char *dst, const char *src, int64_t batch, int64_t rows,
-                            int64_t cols, size_t size) {
-    enum { TILE = 32 };
-    for (int64_t b = 0; b < batch; b++) {
-        const char *s = src + (size_t)(b * rows * cols) * size;
-        char *d = dst + (size_t)(b * rows * cols) * size;
-        for (int64_t r0 = 0; r0 < rows; r0 += TILE) {
-            int64_t r1 = r0 + TILE < rows ? r0 + TILE : rows;
-            for (int64_t c0 = 0; c0 < cols; c0 += TILE) {
-                int64_t c1 = c0 + TILE < cols ? c0 + TILE : cols;
-                switch (size) {
-                case 1: TILE_LOOP(1); break;
-                case 2: TILE_LOOP(2); break;
-                case 4: TILE_LOOP(4); break;
-                default: TILE_LOOP(8); break;
-                }
+/* dst[i * dst_stride + j] = src[j * src_stride + i] for i < n_i, j < n_j (element
+ * indices from dst_at, src_at): reads run along i, writes along j, in 8 x 8 tiles.
+ * Larger tiles lose to cache-set conflicts when the strides are powers of two. */
+static void transpose_plane(mover *m, void *dst, int64_t dst_at, int64_t dst_stride,
+                            const void *src, int64_t src_at, int64_t src_stride, int64_t n_i,
+                            int64_t n_j) {
+    enum { TILE = 8 };
+    char *d = (char *)dst + (size_t)dst_at * m->size;
+    const char *s = (const char *)src + (size_t)src_at * m->size;
+    int typed = !m->strings && (m->size == 1 || m->size == 2 || m->size == 4 || m->size == 8);
+    for (int64_t i0 = 0; i0 < n_i; i0 += TILE) {
+        int64_t i1 = i0 + TILE < n_i ? i0 + TILE : n_i;
+        for (int64_t j0 = 0; j0 < n_j; j0 += TILE) {
+            int64_t j1 = j0 + TILE < n_j ? j0 + TILE : n_j;
+            switch (typed ? m->size : 0) {
+            case 1: TILE_LOOP(1); break;
+            case 2: TILE_LOOP(2); break;
+            case 4: TILE_LOOP(4); break;
+            case 8: TILE_LOOP(8); break;
+            default:
+                for (int64_t i = i0; i < i1; i++)
+                    for (int64_t j = j0; j < j1; j++)
+                        copy_elements(m, dst, dst_at + i * dst_stride + j, src,
+                                      src_at + j * src_stride + i, 1);
             }
         }
     }
 }
 
-/* Walks the output row by row; a row is contiguous in the input when the last axis stays
- * (memcpy), else it is read with the stride of the input axis that became last. */
+/* The last axis stays last: every output row is a contiguous input row (memcpy). */
 static void transpose_rows(mover *m, void *dst, const void *src, int rank,
                            const int64_t *dims, const int *perm) {
     int64_t in_strides[TM_MAX_RANK], out_dims[TM_MAX_RANK], idx[TM_MAX_RANK] = {0};
     strides_of(rank, dims, in_strides);
     for (int d = 0; d < rank; d++) out_dims[d] = dims[perm[d]];
-    int64_t row = out_dims[rank - 1], inner_stride = in_strides[perm[rank - 1]], pos = 0;
+    int64_t row = out_dims[rank - 1], pos = 0;
     do {
         int64_t from = 0;
         for (int d = 0; d < rank - 1; d++) from += idx[d] * in_strides[perm[d]];
-        if (inner_stride == 1) copy_elements(m, dst, pos, src, from, row);
-        else copy_strided(m, dst, pos, src, from, inner_stride, row);
+        copy_elements(m, dst, pos, src, from, row);
         pos += row;
     } while (next_index(idx, out_dims, rank - 1));
+}
+
+/* The last axis moves to output axis `a`: a tiled 2-D transpose in the plane of the
+ * input's last axis and the output's last axis, once per index of the other axes. */
+static void transpose_planes(mover *m, void *dst, const void *src, int rank,
+                             const int64_t *dims, const int *perm) {
+    int64_t in_strides[TM_MAX_RANK], out_dims[TM_MAX_RANK], out_strides[TM_MAX_RANK];
+    int64_t other_dims[TM_MAX_RANK], other_in[TM_MAX_RANK], other_out[TM_MAX_RANK];
+    int64_t idx[TM_MAX_RANK] = {0};
+    strides_of(rank, dims, in_strides);
+    for (int d = 0; d < rank; d++) out_dims[d] = dims[perm[d]];
+    strides_of(rank, out_dims, out_strides);
+    int a = 0, others = 0;
+    while (perm[a] != rank - 1) a++;
+    for (int d = 0; d < rank - 1; d++) {
+        if (d == a) continue;
+        other_dims[others] = out_dims[d];
+        other_in[others] = in_strides[perm[d]];
+        other_out[others++] = out_strides[d];
+    }
+    do {
+        int64_t from = 0, to = 0;
+        for (int d = 0; d < others; d++) {
+            from += idx[d] * other_in[d];
+            to += idx[d] * other_out[d];
+        }
+        transpose_plane(m, dst, to, out_strides[a], src, from, in_strides[perm[rank - 1]],
+                        dims[rank - 1], out_dims[rank - 1]);
+    } while (next_index(idx, other_dims, others));
 }
 
 tm_status tm__kernel_transpose(const tm_kcall *k) {
@@ -283,16 +317,9 @@ tm_status tm__kernel_transpose(const tm_kcall *k) {
     int64_t dims[TM_MAX_RANK];
     int perm[TM_MAX_RANK];
     int rank = simplify_transpose(x->rank, x->dims, k->a->i, dims, perm);
-    int tiled_size = !m.strings && (m.size == 1 || m.size == 2 || m.size == 4 || m.size == 8);
-    if (rank <= 1) {
-        copy_elements(&m, y->data, 0, x->data, 0, n);
-    } else if (tiled_size && rank == 2 && perm[0] == 1) {
-        transpose_tiles(y->data, x->data, 1, dims[0], dims[1], m.size);
-    } else if (tiled_size && rank == 3 && perm[0] == 0 && perm[1] == 2) {
-        transpose_tiles(y->data, x->data, dims[0], dims[1], dims[2], m.size);
-    } else {
-        transpose_rows(&m, y->data, x->data, rank, dims, perm);
-    }
+    if (rank <= 1) copy_elements(&m, y->data, 0, x->data, 0, n);
+    else if (perm[rank - 1] == rank - 1) transpose_rows(&m, y->data, x->data, rank, dims, perm);
+    else transpose_planes(&m, y->data, x->data, rank, dims, perm);
     return mover_status(&m, k);
 }
 
@@ -645,26 +672,26 @@ tm_status tm__shape_gather(tm_ctx *c, int prim, const tm_args *a, const tm_vinfo
     return TM_OK;
 }
 
-#define GATHER_LOOP(SIZE)                                                                  \
+#define GATHER_LOOP(SIZE, INDEX_TYPE)                                                      \
     for (int64_t j = 0; j < count; j++) {                                                  \
-        int64_t v = load_index(indices, j);                                                \
+        int64_t v = ((const INDEX_TYPE *)indices->data)[j];                                \
         memcpy(d + j * SIZE, s + (v < 0 ? v + axis_size : v) * SIZE, SIZE);                \
     }
 
-/* One element per index (inner size 1): a typed loop instead of a memcpy call each. */
+#define GATHER_SIZES(INDEX_TYPE)                                                           \
+    switch (m->size) {                                                                     \
+    case 1: GATHER_LOOP(1, INDEX_TYPE); break;                                             \
+    case 2: GATHER_LOOP(2, INDEX_TYPE); break;                                             \
+    case 4: GATHER_LOOP(4, INDEX_TYPE); break;                                             \
+    default: GATHER_LOOP(8, INDEX_TYPE); break;                                            \
+    }
+
+/* One element per index (inner size 1, sizes 1 to 8): typed loops instead of a memcpy
+ * call each, the index dtype chosen outside the loop. */
 static void gather_scalars(mover *m, char *d, const char *s, const tm_tensor *indices,
                            int64_t count, int64_t axis_size) {
-    switch (m->size) {
-    case 1: GATHER_LOOP(1); break;
-    case 2: GATHER_LOOP(2); break;
-    case 4: GATHER_LOOP(4); break;
-    case 8: GATHER_LOOP(8); break;
-    default:
-        for (int64_t j = 0; j < count; j++) {
-            int64_t v = load_index(indices, j);
-            copy_elements(m, d, j, s, v < 0 ? v + axis_size : v, 1);
-        }
-    }
+    if (indices->dtype == TM_INT32) GATHER_SIZES(int32_t)
+    else GATHER_SIZES(int64_t)
 }
 
 tm_status tm__kernel_gather(const tm_kcall *k) {
@@ -682,7 +709,7 @@ tm_status tm__kernel_gather(const tm_kcall *k) {
             return TM_ERR_RUNTIME;
     for (int64_t o = 0; o < outer; o++) {
         int64_t base = o * axis_size * inner, pos = o * count * inner;
-        if (inner == 1 && !m.strings) {
+        if (inner == 1 && !m.strings && m.size <= 8) {
             gather_scalars(&m, (char *)y->data + (size_t)pos * m.size,
                            (const char *)data->data + (size_t)base * m.size, indices, count,
                            axis_size);
@@ -836,6 +863,12 @@ static void scatter_one(mover *m, int64_t reduction, tm_tensor *out, int64_t at,
     }
 }
 
+/* Scatters start from a copy of data, unless a plan runs them in place. */
+static void copy_data_once(mover *m, tm_tensor *out, const tm_tensor *data) {
+    if (out->data != data->data)
+        copy_elements(m, out->data, 0, data->data, 0, tm_tensor_numel_(data));
+}
+
 static tm_status check_updates(tm_ctx *c, const char *prim, const tm_vinfo *data,
                                const tm_vinfo *updates, int rank, const int64_t *dims) {
     char b1[160], b2[160];
@@ -883,7 +916,7 @@ tm_status tm__kernel_scatter_elements(const tm_kcall *k) {
     mover m = mover_for(data->dtype);
     tm_status s = walk_elements(k, &m, data, indices, axis, check_only);
     if (s != TM_OK) return s;
-    copy_elements(&m, y->data, 0, data->data, 0, tm_tensor_numel_(data));
+    copy_data_once(&m, y, data);
     s = walk_elements(k, &m, data, indices, axis, scatter_visit);
     return s != TM_OK ? s : mover_status(&m, k);
 }
@@ -994,7 +1027,7 @@ tm_status tm__kernel_scatter_nd(const tm_kcall *k) {
     for (int64_t t = 0; t < tuples; t++)
         if (nd_offset(k, data, indices, 0, depth, t * depth, &offset) != TM_OK)
             return TM_ERR_RUNTIME;
-    copy_elements(&m, y->data, 0, data->data, 0, tm_tensor_numel_(data));
+    copy_data_once(&m, y, data);
     for (int64_t t = 0; t < tuples; t++) {
         nd_offset(k, data, indices, 0, depth, t * depth, &offset);
         if (reduction == REDUCE_NONE) {

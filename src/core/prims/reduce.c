@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "../ctx.h"
+#include "../../backends/cpu/gemm.h" /* tm_use_reference_kernels */
 
 /* ---- Shared helpers ------------------------------------------------------------------- */
 
@@ -114,6 +115,9 @@ static reduce_shape classify(const reduce_layout *l, int64_t *outer, int64_t *le
     return SHAPE_GENERAL;
 }
 
+/* Whether the f32 fast paths run (TM_REFERENCE_KERNELS=1 turns them off). */
+static int fast_f32(tm_dtype dt) { return dt == TM_FLOAT && !tm_use_reference_kernels(); }
+
 /* Scratch the kernel will use: accumulators per output element in the general path, per
  * column in the f32 column path. Shape rule and kernel both call this. */
 static size_t reduce_scratch(tm_dtype dt, int rank, const int64_t *dims, int64_t mask,
@@ -123,8 +127,8 @@ static size_t reduce_scratch(tm_dtype dt, int rank, const int64_t *dims, int64_t
     reduce_layout_init(&l, rank, dims, mask);
     reduce_shape s = classify(&l, &outer, &length, &inner);
     if (s == SHAPE_COPY) return 0;
-    if (dt == TM_FLOAT && s == SHAPE_ROWS) return 0;
-    if (dt == TM_FLOAT && s == SHAPE_COLUMNS) return (size_t)inner * sizeof(double);
+    if (fast_f32(dt) && s == SHAPE_ROWS) return 0;
+    if (fast_f32(dt) && s == SHAPE_COLUMNS) return (size_t)inner * sizeof(double);
     return (size_t)(out_numel > 0 ? out_numel : 1) * sizeof(accumulator);
 }
 
@@ -404,11 +408,11 @@ tm_status tm__kernel_reduce(const tm_kcall *k) {
     if (k->scratch_bytes < need)
         return tm__fail(k->err, TM_ERR_RUNTIME, "%s: %zu bytes of scratch given, %zu needed",
                         prim_name(k->prim), k->scratch_bytes, need);
-    if (x->dtype == TM_FLOAT && shape == SHAPE_ROWS) {
+    if (fast_f32(x->dtype) && shape == SHAPE_ROWS) {
         reduce_rows_f32(k->prim, x->data, y->data, outer, length);
         return TM_OK;
     }
-    if (x->dtype == TM_FLOAT && shape == SHAPE_COLUMNS) {
+    if (fast_f32(x->dtype) && shape == SHAPE_COLUMNS) {
         reduce_columns_f32(k->prim, x->data, y->data, outer, length, inner, k->scratch);
         return TM_OK;
     }
@@ -510,7 +514,7 @@ tm_status tm__kernel_argreduce(const tm_kcall *k) {
     for (int64_t o = 0; o < outer; o++) {
         for (int64_t j = 0; j < inner; j++) {
             size_t base = (size_t)(o * size * inner + j);
-            y[o * inner + j] = x->dtype == TM_FLOAT
+            y[o * inner + j] = fast_f32(x->dtype)
                 ? argreduce_f32((const float *)x->data + base, size, inner, is_max, select_last)
                 : argreduce_any(x, base, size, inner, is_max, select_last);
         }
@@ -590,7 +594,7 @@ tm_status tm__kernel_cumulative(const tm_kcall *k) {
     int64_t first = reverse ? size - 1 : 0, dir = reverse ? -1 : 1;
     for (int64_t o = 0; o < outer; o++) {
         size_t base = (size_t)(o * size * inner);
-        if (x->dtype == TM_FLOAT)
+        if (fast_f32(x->dtype))
             cumulate_f32(is_sum, exclusive, (const float *)x->data + base,
                          (float *)y->data + base, size, inner, first, dir, k->scratch);
         else

@@ -87,7 +87,8 @@ static int64_t given_split(tm_lower *L, int64_t *out, int64_t max) {
 }
 
 /* Equal parts; from opset 18 with num_outputs the last part may be smaller. */
-static tm_status equal_split(tm_lower *L, int64_t dim, int64_t *sizes, int64_t n) {
+static tm_status equal_split(tm_lower *L, int64_t axis, int64_t dim, int64_t *sizes,
+                             int64_t n) {
     int64_t opset = tm_lopset(L);
     if (opset >= 18 && tm_attr_has(L, "num_outputs")) {
         int64_t k = tm_attr_i(L, "num_outputs", 0);
@@ -102,9 +103,9 @@ static tm_status equal_split(tm_lower *L, int64_t dim, int64_t *sizes, int64_t n
         return TM_OK;
     }
     if (dim % n)
-        return tm_lfail(L, TM_ERR_SHAPE, "dim %lld does not split into %lld equal parts "
-                        "(give 'split' or, from opset 18, 'num_outputs')", (long long)dim,
-                        (long long)n);
+        return tm_lfail(L, TM_ERR_SHAPE, "input 'input' has %lld along axis %lld, which does "
+                        "not split into %lld equal parts (give 'split' or, from opset 18, "
+                        "'num_outputs')", (long long)dim, (long long)axis, (long long)n);
     for (int64_t i = 0; i < n; i++) sizes[i] = dim / n;
     return TM_OK;
 }
@@ -124,7 +125,7 @@ static tm_status lower_split(tm_lower *L) {
     if (!sizes) return tm_lfail(L, TM_ERR_NO_MEMORY, "out of memory");
     int64_t given = given_split(L, sizes, n);
     if (given == -1) {
-        equal_split(L, dim, sizes, n);
+        equal_split(L, axis, dim, sizes, n);
     } else if (given >= 0) {
         int64_t total = 0;
         for (int64_t i = 0; i < given; i++) {

@@ -8,23 +8,30 @@
 static int check_conv_shapes(tm_lower *L, tm_val x, tm_val w, int transpose, int64_t group) {
     tm_ctx *c = tm_lctx(L);
     int r = tm_vrank(c, x);
-    if (r < 3 || tm_vrank(c, w) != r)
-        return tm_lfail(L, TM_ERR_SHAPE, "input 0 has rank %d and input 1 rank %d; both must "
-                        "be (N, C, spatial...) of one rank >= 3", r, tm_vrank(c, w)) ? -1 : -1;
+    if (r < 3 || tm_vrank(c, w) != r) {
+        tm_lfail(L, TM_ERR_SHAPE, "input 0 has rank %d and input 1 rank %d; both must be "
+                 "(N, C, spatial...) of one rank >= 3", r, tm_vrank(c, w));
+        return -1;
+    }
     int64_t ch = tm_vdims(c, x)[1];
-    if (group < 1 || ch % group)
-        return tm_lfail(L, TM_ERR_SHAPE, "attribute group=%lld does not divide the %lld input "
-                        "channels", (long long)group, (long long)ch) ? -1 : -1;
+    if (group < 1 || ch % group) {
+        tm_lfail(L, TM_ERR_SHAPE, "attribute group=%lld does not divide the %lld input "
+                 "channels", (long long)group, (long long)ch);
+        return -1;
+    }
     int64_t want = transpose ? ch : ch / group;
     int64_t have = tm_vdims(c, w)[transpose ? 0 : 1];
-    if (have != want)
-        return tm_lfail(L, TM_ERR_SHAPE, "input 1 ('%s') has %lld channels along axis %d, "
-                        "expected %lld", tm_lnode(L)->inputs[1], (long long)have,
-                        transpose ? 0 : 1, (long long)want) ? -1 : -1;
-    if (!transpose && tm_vdims(c, w)[0] % group)
-        return tm_lfail(L, TM_ERR_SHAPE, "attribute group=%lld does not divide the %lld "
-                        "output channels", (long long)group, (long long)tm_vdims(c, w)[0])
-                   ? -1 : -1;
+    if (have != want) {
+        tm_lfail(L, TM_ERR_SHAPE, "input 1 ('%s') has %lld channels along axis %d, expected "
+                 "%lld", tm_lnode(L)->inputs[1], (long long)have, transpose ? 0 : 1,
+                 (long long)want);
+        return -1;
+    }
+    if (!transpose && tm_vdims(c, w)[0] % group) {
+        tm_lfail(L, TM_ERR_SHAPE, "attribute group=%lld does not divide the %lld output "
+                 "channels", (long long)group, (long long)tm_vdims(c, w)[0]);
+        return -1;
+    }
     return 0;
 }
 
@@ -49,7 +56,7 @@ static tm_val conv_forward(tm_lower *L, tm_val x, tm_val w, tm_val bias) {
     if (check_conv_shapes(L, x, w, 0, group)) return TM_NONE;
     int n = tm_vrank(c, x) - 2;
     tm_window win;
-    if (tm_win_read(L, n, tm_vdims(c, x) + 2, tm_vdims(c, w) + 2, 1, &win)) return TM_NONE;
+    if (tm_win_read(L, n, tm_vdims(c, x) + 2, tm_vdims(c, w) + 2, &win)) return TM_NONE;
     tm_args a;
     conv_args(&win, group, &a);
     tm_val in[3] = {x, w, bias};
@@ -109,7 +116,7 @@ static tm_status lower_conv_transpose(tm_lower *L) {
     int n = tm_vrank(c, x) - 2;
     tm_window win;
     int64_t out_pad[TM_WIN_MAX];
-    if (tm_win_read(L, n, tm_vdims(c, x) + 2, tm_vdims(c, w) + 2, 1, &win)) return c->status;
+    if (tm_win_read(L, n, tm_vdims(c, x) + 2, tm_vdims(c, w) + 2, &win)) return c->status;
     /* tm_win_read resolved SAME for a forward window; redo it for the transpose. */
     if (transpose_pads(L, x, &win, out_pad)) return c->status;
     tm_args a;

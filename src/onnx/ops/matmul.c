@@ -107,8 +107,9 @@ static tm_status lower_qlinear_matmul(tm_lower *L) {
     if (tm_ew_check(L, 0, a, QUANT8_DTS) || tm_ew_check(L, 3, b, QUANT8_DTS) ||
         tm_ew_check(L, 7, yzp, QUANT8_DTS))
         return c->status;
-    for (int i = 1; i < 8; i += 3)
-        if (tm_ew_check(L, i, tm_lin(L, i), TM_DTS_FLOAT)) return c->status;
+    static const int scales[3] = {1, 4, 6};
+    for (int i = 0; i < 3; i++)
+        if (tm_ew_check(L, scales[i], tm_lin(L, scales[i]), TM_DTS_FLOAT)) return c->status;
     tm_val ca = tm_sub(c, tm_cast(c, a, TM_INT32),
                        shaped_scale(c, tm_cast(c, tm_lin(L, 2), TM_INT32), 1));
     tm_val cb = tm_sub(c, tm_cast(c, b, TM_INT32),

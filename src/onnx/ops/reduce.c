@@ -51,10 +51,13 @@ static int64_t reduced_count(tm_ctx *c, tm_val x, const int64_t *axes, int n) {
     return count;
 }
 
-/* Half-precision inputs of composite reductions compute in f32 (squares and
- * exponentials overflow f16 quickly); integer L2 goes through double. */
+/* Half-precision inputs of the reductions whose intermediates can overflow f16 (sums of
+ * squares, exponentials, a sum before dividing or taking its log) compute in f32;
+ * integer L2 goes through double. Sum, max, min, prod and L1 accumulate wide inside. */
 static tm_dtype work_dtype(tm_dtype dt, reduce_kind kind) {
-    if (dt == TM_FLOAT16 || dt == TM_BFLOAT16) return TM_FLOAT;
+    int widen = kind == RED_MEAN || kind == RED_L2 || kind == RED_SUM_SQUARE ||
+                kind == RED_LOG_SUM || kind == RED_LOG_SUM_EXP;
+    if (widen && (dt == TM_FLOAT16 || dt == TM_BFLOAT16)) return TM_FLOAT;
     if (kind == RED_L2 && !tm_dtype_is_float(dt)) return TM_DOUBLE;
     return dt;
 }
@@ -103,14 +106,13 @@ static tm_val reduce_keep(tm_ctx *c, reduce_kind kind, tm_val x, const int64_t *
     return s;
 }
 
-/* noop_with_empty_axes with no axes: the elementwise steps only. */
+/* noop_with_empty_axes with no axes: the elementwise steps only (log(exp(x)) is x). */
 static tm_val reduce_noop(tm_ctx *c, reduce_kind kind, tm_val x) {
     switch (kind) {
     case RED_L1: return tm_unary(c, TM_P_ABS, x);
     case RED_L2: return tm_unary(c, TM_P_ABS, x);
     case RED_SUM_SQUARE: return tm_mul(c, x, x);
     case RED_LOG_SUM: return tm_unary(c, TM_P_LOG, x);
-    case RED_LOG_SUM_EXP: return tm_unary(c, TM_P_LOG, tm_unary(c, TM_P_EXP, x));
     default: return x;
     }
 }

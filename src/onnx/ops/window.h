@@ -37,7 +37,7 @@ static inline int tm_win_ints(tm_lower *L, const char *name, int n, int64_t def,
  * for pools, where kernel_shape is required). Pads are resolved for auto_pad as a
  * forward window (conv, pools); ConvTranspose resolves SAME itself and reads w->same. */
 static inline int tm_win_read(tm_lower *L, int n, const int64_t *in, const int64_t *kernel_from,
-                              int has_dilations, tm_window *w) {
+                              tm_window *w) {
     memset(w, 0, sizeof *w);
     if (n < 1 || n > TM_WIN_MAX) {
         tm_lfail(L, TM_ERR_UNSUPPORTED, "%d spatial dimensions are not supported", n);
@@ -59,9 +59,7 @@ static inline int tm_win_read(tm_lower *L, int n, const int64_t *in, const int64
         return -1;
     }
     if (tm_win_ints(L, "strides", n, 1, w->stride)) return -1;
-    if (has_dilations && tm_win_ints(L, "dilations", n, 1, w->dilation)) return -1;
-    if (!has_dilations)
-        for (int d = 0; d < n; d++) w->dilation[d] = 1;
+    if (tm_win_ints(L, "dilations", n, 1, w->dilation)) return -1;
     int64_t pads[2 * TM_WIN_MAX];
     if (tm_win_ints(L, "pads", 2 * n, 0, pads)) return -1;
     for (int d = 0; d < n; d++) {
@@ -77,7 +75,7 @@ static inline int tm_win_read(tm_lower *L, int n, const int64_t *in, const int64
         w->pad_end[d] = pads[n + d];
     }
     const char *auto_pad = tm_attr_s(L, "auto_pad", "NOTSET");
-    if (!strcmp(auto_pad, "NOTSET")) return 0;
+    if (!strcmp(auto_pad, "NOTSET") || !auto_pad[0]) return 0;
     for (int d = 0; d < n; d++) w->pad_begin[d] = w->pad_end[d] = 0;
     if (!strcmp(auto_pad, "VALID")) return 0;
     if (!strcmp(auto_pad, "SAME_UPPER")) w->same = 1;

@@ -1,0 +1,975 @@
+/* Tests of the linalg primitives (MATMUL, CONV, CONV_TRANSPOSE, POOL, MAXPOOL_INDICES)
+ * and of tm_sgemm: against naive loops in double written here, and against the ONNX
+ * backend test data when /work/shared/onnx-backend is present.
+ * Not a test of the ONNX lowerings: node attributes are turned into args by hand. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "../src/backends/cpu/gemm.h"
+#include "../src/core/ctx.h"
+#include "../src/onnx/model.h"
+
+#define BACKEND_DIR "/work/shared/onnx-backend/node"
+
+static int passed, failed;
+
+static void check(int ok, const char *fmt, ...) {
+    if (ok) {
+        passed++;
+        return;
+    }
+    failed++;
+    va_list ap;
+    va_start(ap, fmt);
+    printf("FAIL: ");
+    vprintf(fmt, ap);
+    printf("\n");
+    va_end(ap);
+}
+
+/* ---- Values -------------------------------------------------------------------------- */
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ULL;
+
+static double random_unit(void) {   /* in [-1, 1) */
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (double)(rng_state >> 11) / (double)(1ULL << 52) - 1.0;
+}
+
+static int64_t numel(int rank, const int64_t *dims) {
+    int64_t n = 1;
+    for (int i = 0; i < rank; i++) n *= dims[i];
+    return n;
+}
+
+static void store(void *data, tm_dtype dt, int64_t i, double v) {
+    if (tm_dtype_is_float(dt)) tm_store_f64(data, dt, (size_t)i, v);
+    else if (tm_dtype_is_unsigned_int(dt)) tm_store_u64(data, dt, (size_t)i, (uint64_t)(int64_t)v);
+    else tm_store_i64(data, dt, (size_t)i, (int64_t)v);
+}
+
+static double load(const void *data, tm_dtype dt, int64_t i) {
+    if (tm_dtype_is_float(dt)) return tm_load_f64(data, dt, (size_t)i);
+    if (tm_dtype_is_unsigned_int(dt)) return (double)tm_load_u64(data, dt, (size_t)i);
+    return (double)tm_load_i64(data, dt, (size_t)i);
+}
+
+/* A value of dtype dt holding `values`; values[] is overwritten with what the dtype
+ * actually holds, so expectations use the rounded inputs. */
+static tm_val make(tm_ctx *c, tm_dtype dt, int rank, const int64_t *dims, double *values) {
+    tm_tensor *t = tm_tensor_alloc(dt, rank, dims, NULL);
+    if (!t) return TM_NONE;
+    int64_t n = numel(rank, dims);
+    for (int64_t i = 0; i < n; i++) {
+        store(t->data, dt, i, values[i]);
+        values[i] = load(t->data, dt, i);
+    }
+    return tm_val_tensor(c, t, 0);
+}
+
+/* Random values: floats in [-scale, scale), integers in [-scale, scale]. */
+static double *random_values(tm_dtype dt, int64_t n, double scale) {
+    double *v = malloc((size_t)(n ? n : 1) * sizeof *v);
+    for (int64_t i = 0; i < n; i++) {
+        v[i] = random_unit() * scale;
+        if (!tm_dtype_is_float(dt)) v[i] = floor(v[i] + 0.5);
+        if (tm_dtype_is_unsigned_int(dt)) v[i] = fabs(v[i]);
+    }
+    return v;
+}
+
+/* Tolerances for results rounded to dt (after sums in f32 or wider). */
+static double tolerance(tm_dtype dt) {
+    switch (dt) {
+    case TM_DOUBLE: return 1e-9;
+    case TM_FLOAT: return 2e-5;
+    case TM_FLOAT16: return 2e-3;
+    case TM_BFLOAT16: return 1.6e-2;
+    default: return tm_dtype_is_float(dt) ? 0.13 : 0.0;
+    }
+}
+
+/* Compares v (its dims and data) with want: |got - want| <= tol * (1 + |want|). */
+static void expect_values(tm_ctx *c, tm_val v, int rank, const int64_t *dims,
+                          const double *want, double tol, const char *name) {
+    const tm_tensor *t = tm_ctx_ok(c) ? tm_vdata(c, v) : NULL;
+    check(t != NULL, "%s: no result (%s)", name, c->err.message);
+    if (!t) return;
+    int same = t->rank == rank;
+    for (int d = 0; same && d < rank; d++) same = t->dims[d] == dims[d];
+    check(same, "%s: wrong output shape", name);
+    if (!same) return;
+    int64_t n = numel(rank, dims), bad = 0, first = -1;
+    for (int64_t i = 0; i < n; i++) {
+        double got = load(t->data, t->dtype, i);
+        int ok = (isnan(want[i]) && isnan(got)) || fabs(got - want[i]) <= tol * (1.0 + fabs(want[i]));
+        if (!ok && bad++ == 0) first = i;
+    }
+    check(bad == 0, "%s: %lld of %lld values differ, first at %lld: got %.9g want %.9g", name,
+          (long long)bad, (long long)n, (long long)first,
+          first >= 0 ? load(t->data, t->dtype, first) : 0.0, first >= 0 ? want[first] : 0.0);
+}
+
+static void expect_failure(tm_ctx *c, tm_status code, const char *needle, const char *name) {
+    check(c->status == code, "%s: status %d, want %d (%s)", name, (int)c->status, (int)code,
+          c->err.message);
+    check(strstr(c->err.message, needle) != NULL, "%s: message '%s' lacks '%s'", name,
+          c->err.message, needle);
+}
+
+/* The integer v wrapped to dt, as the kernels must store it. */
+static double wrap_to(tm_dtype dt, uint64_t v) {
+    uint64_t cell = 0;
+    if (tm_dtype_is_unsigned_int(dt)) tm_store_u64(&cell, dt, 0, v);
+    else tm_store_i64(&cell, dt, 0, (int64_t)v);
+    return load(&cell, dt, 0);
+}
+
+/* ---- tm_sgemm ------------------------------------------------------------------------ */
+
+static void test_sgemm_against_reference(void) {
+    const int64_t m = 37, n = 45, k = 29, ld = 64;
+    float *a = malloc(ld * ld * sizeof *a), *b = malloc(ld * ld * sizeof *b);
+    float *c1 = malloc(ld * ld * sizeof *c1), *c2 = malloc(ld * ld * sizeof *c2);
+    for (int64_t i = 0; i < ld * ld; i++) {
+        a[i] = (float)random_unit();
+        b[i] = (float)random_unit();
+    }
+    for (int trans_a = 0; trans_a < 2; trans_a++)
+        for (int trans_b = 0; trans_b < 2; trans_b++)
+            for (int beta_case = 0; beta_case < 2; beta_case++) {
+                float beta = beta_case ? 0.5f : 0.0f;
+                for (int64_t i = 0; i < ld * ld; i++) c1[i] = c2[i] = beta_case ? 1.0f : NAN;
+                tm_sgemm(trans_a, trans_b, m, n, k, 1.5f, a, ld, b, ld, beta, c1, ld);
+                tm_sgemm_reference(trans_a, trans_b, m, n, k, 1.5f, a, ld, b, ld, beta, c2, ld);
+                double worst = 0.0;
+                for (int64_t i = 0; i < m; i++)
+                    for (int64_t j = 0; j < n; j++) {
+                        double want = 0.0;
+                        for (int64_t p = 0; p < k; p++)
+                            want += (double)(trans_a ? a[p * ld + i] : a[i * ld + p])
+                                    * (trans_b ? b[j * ld + p] : b[p * ld + j]);
+                        want = 1.5 * want + (beta_case ? 0.5 : 0.0);
+                        double e1 = fabs(c1[i * ld + j] - want), e2 = fabs(c2[i * ld + j] - want);
+                        worst = fmax(worst, fmax(e1, e2));
+                        if (isnan(c1[i * ld + j]) || isnan(c2[i * ld + j])) worst = INFINITY;
+                    }
+                int untouched = c1[m * ld] == c2[m * ld] || (isnan(c1[m * ld]) && isnan(c2[m * ld]));
+                check(worst < 1e-4 && untouched, "sgemm trans %d/%d beta %g: error %g", trans_a,
+                      trans_b, beta, worst);
+            }
+    /* k = 0: C = beta * C. */
+    c1[0] = 4.0f;
+    tm_sgemm(0, 0, 1, 1, 0, 1.0f, a, 1, b, 1, 0.5f, c1, 1);
+    check(c1[0] == 2.0f, "sgemm k=0 scales C: got %g", c1[0]);
+    free(a);
+    free(b);
+    free(c1);
+    free(c2);
+}
+
+/* ---- MATMUL -------------------------------------------------------------------------- */
+
+/* want (batch..., m, n) with numpy broadcasting of batch dims; floats in double,
+ * integers modulo 2^64. */
+static void naive_matmul(tm_dtype dt, int rank, const int64_t *da, const double *a,
+                         const int64_t *db, const double *b, int64_t *dout, double *want) {
+    int64_t m = da[rank - 2], k = da[rank - 1], n = db[rank - 1];
+    for (int d = 0; d < rank - 2; d++) dout[d] = da[d] == 1 ? db[d] : da[d];
+    dout[rank - 2] = m;
+    dout[rank - 1] = n;
+    int64_t batch = numel(rank - 2, dout);
+    for (int64_t t = 0; t < batch; t++) {
+        int64_t rest = t, oa = 0, ob = 0, sa = 1, sb = 1;
+        for (int d = rank - 3; d >= 0; d--) {
+            int64_t i = rest % dout[d];
+            rest /= dout[d];
+            oa += (da[d] == 1 ? 0 : i) * sa;
+            ob += (db[d] == 1 ? 0 : i) * sb;
+            sa *= da[d];
+            sb *= db[d];
+        }
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) {
+                double sum = 0.0;
+                uint64_t isum = 0;
+                for (int64_t p = 0; p < k; p++) {
+                    double x = a[oa * m * k + i * k + p], y = b[ob * k * n + p * n + j];
+                    sum += x * y;
+                    isum += (uint64_t)(int64_t)x * (uint64_t)(int64_t)y;
+                }
+                want[(t * m + i) * n + j] = tm_dtype_is_float(dt) ? sum : wrap_to(dt, isum);
+            }
+    }
+}
+
+static void run_matmul(tm_dtype dt, int rank, const int64_t *da, const int64_t *db,
+                       double scale, const char *name) {
+    tm_ctx c;
+    tm_ctx_init(&c, TM_MODE_EAGER, NULL);
+    double *a = random_values(dt, numel(rank, da), scale);
+    double *b = random_values(dt, numel(rank, db), scale);
+    tm_val in[2] = {make(&c, dt, rank, da, a), make(&c, dt, rank, db, b)};
+    tm_val out = tm_prim(&c, TM_P_MATMUL, in, 2, NULL);
+    int64_t dout[TM_MAX_RANK];
+    int64_t batch = 1;
+    for (int d = 0; d < rank - 2; d++) batch *= da[d] == 1 ? db[d] : da[d];
+    double *want = malloc((size_t)(batch * da[rank - 2] * db[rank - 1] + 1) * sizeof *want);
+    naive_matmul(dt, rank, da, a, db, b, dout, want);
+    char label[160];
+    snprintf(label, sizeof label, "matmul %s %s", tm_dtype_name(dt), name);
+    expect_values(&c, out, rank, dout, want, tolerance(dt), label);
+    free(a);
+    free(b);
+    free(want);
+    tm_ctx_destroy(&c);
+}
+
+static void test_matmul(void) {
+    const int64_t a2[] = {37, 53}, b2[] = {53, 29};
+    run_matmul(TM_FLOAT, 2, a2, b2, 1.0, "2-D");
+    const int64_t a4[] = {2, 1, 5, 7}, b4[] = {1, 3, 7, 4};
+    run_matmul(TM_FLOAT, 4, a4, b4, 1.0, "broadcast both ways");
+    const int64_t a3[] = {3, 4, 6}, b3[] = {1, 6, 5};
+    run_matmul(TM_FLOAT, 3, a3, b3, 1.0, "b broadcast (folded batch)");
+    const int64_t a3b[] = {1, 4, 6}, b3b[] = {3, 6, 5};
+    run_matmul(TM_FLOAT, 3, a3b, b3b, 1.0, "a broadcast");
+    const int64_t a3c[] = {2, 64, 48}, b3c[] = {2, 48, 40};
+    run_matmul(TM_FLOAT, 3, a3c, b3c, 1.0, "batched");
+    const int64_t a_k0[] = {3, 0}, b_k0[] = {0, 4};
+    run_matmul(TM_FLOAT, 2, a_k0, b_k0, 1.0, "k=0 gives zeros");
+    const int64_t a_m0[] = {2, 0, 3}, b_m0[] = {2, 3, 4};
+    run_matmul(TM_FLOAT, 3, a_m0, b_m0, 1.0, "m=0");
+    const int64_t a_b0[] = {0, 2, 3}, b_b0[] = {1, 3, 4};
+    run_matmul(TM_FLOAT, 3, a_b0, b_b0, 1.0, "batch 0");
+    const int64_t a_r8[] = {1, 2, 1, 1, 2, 1, 3, 2}, b_r8[] = {2, 1, 1, 2, 1, 1, 2, 3};
+    run_matmul(TM_FLOAT, 8, a_r8, b_r8, 1.0, "rank 8");
+    tm_dtype floats[] = {TM_DOUBLE, TM_FLOAT16, TM_BFLOAT16, TM_FLOAT8E4M3FN};
+    for (size_t i = 0; i < sizeof floats / sizeof *floats; i++) {
+        run_matmul(floats[i], 2, a2, b2, 1.0, "2-D");
+        run_matmul(floats[i], 4, a4, b4, 1.0, "broadcast");
+        run_matmul(floats[i], 3, a3, b3, 1.0, "folded batch");
+    }
+    /* Integers: large values so that sums wrap. */
+    tm_dtype ints[] = {TM_INT32, TM_INT64, TM_INT8, TM_UINT8, TM_INT16, TM_UINT32, TM_INT4};
+    double scales[] = {3e9 / 2, 1e6, 127, 255, 3e4, 4e9, 7};
+    for (size_t i = 0; i < sizeof ints / sizeof *ints; i++) {
+        run_matmul(ints[i], 2, a2, b2, scales[i] > 1e18 ? 1e18 : scales[i], "2-D");
+        run_matmul(ints[i], 4, a4, b4, scales[i], "broadcast");
+    }
+}
+
+static void test_matmul_int_wrap(void) {
+    /* 2^20 * 2^20 * 4 = 2^42 wraps to 0 in int32; in int64 it is exact. */
+    tm_ctx c;
+    tm_ctx_init(&c, TM_MODE_EAGER, NULL);
+    const int64_t da[] = {1, 4}, db[] = {4, 1}, dout[] = {1, 1};
+    double a[] = {1 << 20, 1 << 20, 1 << 20, 1 << 20}, b[] = {1 << 20, 1 << 20, 1 << 20, 1 << 20};
+    double a2[4], b2[4];
+    memcpy(a2, a, sizeof a);
+    memcpy(b2, b, sizeof b);
+    tm_val in32[2] = {make(&c, TM_INT32, 2, da, a), make(&c, TM_INT32, 2, db, b)};
+    tm_val in64[2] = {make(&c, TM_INT64, 2, da, a2), make(&c, TM_INT64, 2, db, b2)};
+    double zero = 0.0, big = 4398046511104.0;
+    expect_values(&c, tm_prim(&c, TM_P_MATMUL, in32, 2, NULL), 2, dout, &zero, 0, "int32 wraps");
+    expect_values(&c, tm_prim(&c, TM_P_MATMUL, in64, 2, NULL), 2, dout, &big, 0, "int64 exact");
+    tm_ctx_destroy(&c);
+}
+
+static void matmul_error(tm_dtype da_type, int ra, const int64_t *da, tm_dtype db_type, int rb,
+                         const int64_t *db, tm_status code, const char *needle) {
+    tm_ctx c;
+    tm_ctx_init(&c, TM_MODE_EAGER, NULL);
+    tm_val in[2] = {tm_val_tensor(&c, tm_tensor_alloc(da_type, ra, da, NULL), 0),
+                    tm_val_tensor(&c, tm_tensor_alloc(db_type, rb, db, NULL), 0)};
+    tm_val out = tm_prim(&c, TM_P_MATMUL, in, 2, NULL);
+    check(out == TM_NONE, "matmul error case '%s' succeeded", needle);
+    expect_failure(&c, code, needle, "matmul error");
+    tm_ctx_destroy(&c);
+}
+
+static void test_matmul_errors(void) {
+    const int64_t d23[] = {2, 3}, d34[] = {3, 4}, d44[] = {4, 4}, d3[] = {3};
+    const int64_t d234[] = {2, 3, 4}, d345[] = {3, 4, 5};
+    matmul_error(TM_FLOAT, 2, d23, TM_DOUBLE, 2, d34, TM_ERR_DTYPE, "different dtypes");
+    matmul_error(TM_FLOAT, 2, d23, TM_FLOAT, 2, d44, TM_ERR_SHAPE, "inner dims differ: (2, 3)");
+    matmul_error(TM_FLOAT, 2, d23, TM_FLOAT, 1, d3, TM_ERR_SHAPE, "equal rank >= 2");
+    matmul_error(TM_FLOAT, 3, d234, TM_FLOAT, 3, d345, TM_ERR_SHAPE, "batch dim 0 differs");
+    matmul_error(TM_BOOL, 2, d23, TM_BOOL, 2, d34, TM_ERR_UNSUPPORTED, "bool");
+    matmul_error(TM_STRING, 2, d23, TM_STRING, 2, d34, TM_ERR_UNSUPPORTED, "string");
+}
+
+/* ---- CONV and CONV_TRANSPOSE --------------------------------------------------------- */
+
+typedef struct conv_case {
+    int n;
+    int64_t group;
+    int64_t stride[6], pad_begin[6], pad_end[6], dilation[6], out_pad[6];
+} conv_case;
+
+static void conv_args(const conv_case *cc, int transpose, tm_args *a) {
+    memset(a, 0, sizeof *a);
+    int n = cc->n;
+    a->i[0] = n;
+    a->i[1] = cc->group;
+    for (int d = 0; d < n; d++) {
+        a->i[2 + d] = cc->stride[d] ? cc->stride[d] : 1;
+        a->i[2 + n + d] = cc->pad_begin[d];
+        a->i[2 + 2 * n + d] = cc->pad_end[d];
+        a->i[2 + 3 * n + d] = cc->dilation[d] ? cc->dilation[d] : 1;
+        if (transpose) a->i[2 + 4 * n + d] = cc->out_pad[d];
+    }
+}
+
+static int64_t arg_stride(const conv_case *cc, int d) { return cc->stride[d] ? cc->stride[d] : 1; }
+static int64_t arg_dilation(const conv_case *cc, int d) { return cc->dilation[d] ? cc->dilation[d] : 1; }
+
+/* Flat index of a multi-index over dims. */
+static int64_t flat_of(int n, const int64_t *dims, const int64_t *index) {
+    int64_t f = 0;
+    for (int d = 0; d < n; d++) f = f * dims[d] + index[d];
+    return f;
+}
+
+static void index_of(int n, const int64_t *dims, int64_t flat, int64_t *index) {
+    for (int d = n - 1; d >= 0; d--) {
+        index[d] = flat % dims[d];
+        flat /= dims[d];
+    }
+}
+
+/* y = conv(x, w) + bias in double, as the ONNX spec describes it (gather form). */
+static void naive_conv(const conv_case *cc, const int64_t *dx, const double *x,
+                       const int64_t *dw, const double *w, const double *bias, int64_t *dy,
+                       double *y, int is_int) {
+    int n = cc->n;
+    int64_t channels_per_group = dx[1] / cc->group, out_per_group = dw[0] / cc->group;
+    dy[0] = dx[0];
+    dy[1] = dw[0];
+    for (int d = 0; d < n; d++)
+        dy[2 + d] = (dx[2 + d] + cc->pad_begin[d] + cc->pad_end[d]
+                     - (dw[2 + d] - 1) * arg_dilation(cc, d) - 1) / arg_stride(cc, d) + 1;
+    int64_t total = numel(n + 2, dy), kernel = numel(n, dw + 2);
+    for (int64_t f = 0; f < total; f++) {
+        int64_t idx[8], k[8], s[8];
+        index_of(n + 2, dy, f, idx);
+        int64_t b = idx[0], m = idx[1], g = m / out_per_group;
+        double sum = bias ? bias[m] : 0.0;
+        uint64_t isum = bias ? (uint64_t)(int64_t)bias[m] : 0;
+        for (int64_t c = 0; c < channels_per_group; c++)
+            for (int64_t kf = 0; kf < kernel; kf++) {
+                index_of(n, dw + 2, kf, k);
+                int inside = 1;
+                for (int d = 0; d < n; d++) {
+                    s[d] = idx[2 + d] * arg_stride(cc, d) - cc->pad_begin[d] + k[d] * arg_dilation(cc, d);
+                    inside &= s[d] >= 0 && s[d] < dx[2 + d];
+                }
+                if (!inside) continue;
+                double xv = x[(b * dx[1] + g * channels_per_group + c) * numel(n, dx + 2)
+                              + flat_of(n, dx + 2, s)];
+                double wv = w[(m * channels_per_group + c) * kernel + kf];
+                sum += xv * wv;
+                isum += (uint64_t)(int64_t)xv * (uint64_t)(int64_t)wv;
+            }
+        y[f] = is_int ? (double)(int64_t)isum : sum;
+    }
+}
+
+/* y = conv_transpose(x, w) + bias in double, in scatter form (each input point spreads
+ * over the output). */
+static void naive_conv_transpose(const conv_case *cc, const int64_t *dx, const double *x,
+                                 const int64_t *dw, const double *w, const double *bias,
+                                 int64_t *dy, double *y) {
+    int n = cc->n;
+    int64_t channels_per_group = dx[1] / cc->group, out_per_group = dw[1];
+    dy[0] = dx[0];
+    dy[1] = dw[1] * cc->group;
+    for (int d = 0; d < n; d++)
+        dy[2 + d] = arg_stride(cc, d) * (dx[2 + d] - 1) + cc->out_pad[d]
+                    + (dw[2 + d] - 1) * arg_dilation(cc, d) + 1 - cc->pad_begin[d] - cc->pad_end[d];
+    int64_t total_y = numel(n + 2, dy), total_x = numel(n + 2, dx), kernel = numel(n, dw + 2);
+    int64_t plane_y = numel(n, dy + 2);
+    for (int64_t f = 0; f < total_y; f++) y[f] = bias ? bias[(f / plane_y) % dy[1]] : 0.0;
+    for (int64_t f = 0; f < total_x; f++) {
+        int64_t idx[8], k[8], o[8];
+        index_of(n + 2, dx, f, idx);
+        int64_t b = idx[0], ci = idx[1], g = ci / channels_per_group;
+        for (int64_t mm = 0; mm < out_per_group; mm++)
+            for (int64_t kf = 0; kf < kernel; kf++) {
+                index_of(n, dw + 2, kf, k);
+                int inside = 1;
+                for (int d = 0; d < n; d++) {
+                    o[d] = idx[2 + d] * arg_stride(cc, d) - cc->pad_begin[d] + k[d] * arg_dilation(cc, d);
+                    inside &= o[d] >= 0 && o[d] < dy[2 + d];
+                }
+                if (!inside) continue;
+                int64_t m = g * out_per_group + mm;
+                y[(b * dy[1] + m) * plane_y + flat_of(n, dy + 2, o)] +=
+                    x[f] * w[(ci * out_per_group + mm) * kernel + kf];
+            }
+    }
+}
+
+static void run_conv(tm_dtype dt, int transpose, const conv_case *cc, const int64_t *dx,
+                     const int64_t *dw, int with_bias, const char *name) {
+    tm_ctx c;
+    tm_ctx_init(&c, TM_MODE_EAGER, NULL);
+    int rank = cc->n + 2;
+    int is_int = !tm_dtype_is_float(dt);
+    double scale = is_int ? 5 : 1.0;
+    int64_t channels = transpose ? dw[1] * cc->group : dw[0];
+    double *x = random_values(dt, numel(rank, dx), scale);
+    double *w = random_values(dt, numel(rank, dw), scale);
+    double *bias = with_bias ? random_values(dt, channels, scale) : NULL;
+    tm_val in[3] = {make(&c, dt, rank, dx, x), make(&c, dt, rank, dw, w), TM_NONE};
+    if (with_bias) in[2] = make(&c, dt, 1, &channels, bias);
+    tm_args a;
+    conv_args(cc, transpose, &a);
+    tm_val out = tm_prim(&c, transpose ? TM_P_CONV_TRANSPOSE : TM_P_CONV, in, 2 + with_bias, &a);
+    int64_t dy[8];
+    /* Generous bound on the output size for the expectation buffer. */
+    int64_t cap = channels * dx[0];
+    for (int d = 0; d < cc->n; d++)
+        cap *= (dx[2 + d] + 2) * arg_stride(cc, d) + dw[2 + d] * arg_dilation(cc, d)
+               + cc->out_pad[d] + cc->pad_begin[d] + cc->pad_end[d] + 2;
+    double *want = calloc((size_t)cap + 1, sizeof *want);
+    if (transpose) naive_conv_transpose(cc, dx, x, dw, w, bias, dy, want);
+    else naive_conv(cc, dx, x, dw, w, bias, dy, want, is_int);
+    if (is_int)
+        for (int64_t i = 0; i < numel(rank, dy); i++) want[i] = wrap_to(dt, (uint64_t)(int64_t)want[i]);
+    char label[200];
+    snprintf(label, sizeof label, "%s %s %s", transpose ? "conv_transpose" : "conv",
+             tm_dtype_name(dt), name);
+    /* f32 sums of hundreds of terms: a little more room than a single rounding. */
+    double tol = dt == TM_FLOAT ? 1e-4 : tolerance(dt);
+    expect_values(&c, out, rank, dy, want, tol, label);
+    free(x);
+    free(w);
+    free(bias);
+    free(want);
+    tm_ctx_destroy(&c);
+}
+
+static void test_conv(void) {
+    tm_dtype dts[] = {TM_FLOAT, TM_DOUBLE, TM_FLOAT16, TM_BFLOAT16, TM_INT32};
+    for (size_t i = 0; i < sizeof dts / sizeof *dts; i++) {
+        tm_dtype dt = dts[i];
+        conv_case c2 = {2, 2, {2, 1}, {1, 0}, {2, 1}, {1, 2}, {0}};
+        const int64_t x2[] = {2, 4, 7, 6}, w2[] = {6, 2, 3, 2};
+        run_conv(dt, 0, &c2, x2, w2, 1, "2-D group 2, strides, pads, dilations, bias");
+        conv_case c1 = {1, 1, {2}, {1}, {2}, {1}, {0}};
+        const int64_t x1[] = {1, 3, 10}, w1[] = {2, 3, 3};
+        run_conv(dt, 0, &c1, x1, w1, 0, "1-D");
+        conv_case c3 = {3, 1, {1, 2, 1}, {1, 0, 1}, {0, 1, 1}, {2, 1, 1}, {0}};
+        const int64_t x3[] = {1, 2, 5, 4, 3}, w3[] = {3, 2, 2, 3, 2};
+        run_conv(dt, 0, &c3, x3, w3, 1, "3-D");
+    }
+    conv_case pw = {2, 1, {1, 1}, {0}, {0}, {1, 1}, {0}};
+    const int64_t xp[] = {2, 8, 5, 5}, wp[] = {4, 8, 1, 1};
+    run_conv(TM_FLOAT, 0, &pw, xp, wp, 1, "pointwise 1x1");
+    conv_case dw = {2, 4, {1, 1}, {1, 1}, {1, 1}, {1, 1}, {0}};
+    const int64_t xd[] = {1, 4, 6, 6}, wd[] = {8, 1, 3, 3};
+    run_conv(TM_FLOAT, 0, &dw, xd, wd, 1, "depthwise (group = channels)");
+    conv_case c4 = {4, 1, {1, 1, 1, 2}, {0, 1, 0, 0}, {0, 0, 1, 0}, {1, 1, 1, 1}, {0}};
+    const int64_t x4[] = {1, 2, 3, 3, 3, 4}, w4[] = {2, 2, 2, 2, 1, 2};
+    run_conv(TM_FLOAT, 0, &c4, x4, w4, 0, "4-D");
+    /* Negative pads crop the input. */
+    conv_case crop = {2, 1, {1, 1}, {-1, 0}, {0, -1}, {1, 1}, {0}};
+    const int64_t xc[] = {1, 2, 6, 6}, wc[] = {3, 2, 2, 2};
+    run_conv(TM_FLOAT, 0, &crop, xc, wc, 1, "negative pads");
+    /* Large enough to need several column tiles of scratch. */
+    conv_case big = {2, 1, {1, 1}, {1, 1}, {1, 1}, {1, 1}, {0}};
+    const int64_t xb[] = {1, 64, 64, 64}, wb[] = {3, 64, 3, 3};
+    run_conv(TM_FLOAT, 0, &big, xb, wb, 1, "tiled im2col");
+    conv_case e = {2, 1, {1, 1}, {0}, {0}, {1, 1}, {0}};
+    const int64_t xe[] = {0, 2, 4, 4}, we[] = {3, 2, 2, 2};
+    run_conv(TM_FLOAT, 0, &e, xe, we, 1, "batch 0");
+    const int64_t xe2[] = {2, 0, 4, 4}, we2[] = {3, 0, 2, 2};
+    run_conv(TM_FLOAT, 0, &e, xe2, we2, 1, "0 input channels gives the bias");
+}
+
+static void test_conv_transpose(void) {
+    tm_dtype dts[] = {TM_FLOAT, TM_DOUBLE, TM_FLOAT16};
+    for (size_t i = 0; i < sizeof dts / sizeof *dts; i++) {
+        tm_dtype dt = dts[i];
+        conv_case c2 = {2, 2, {2, 3}, {1, 0}, {0, 2}, {1, 2}, {1, 1}};
+        const int64_t x2[] = {2, 4, 3, 4}, w2[] = {4, 3, 3, 2};
+        run_conv(dt, 1, &c2, x2, w2, 1, "2-D group 2, strides, pads, dilations, output_padding");
+        conv_case c1 = {1, 1, {1}, {0}, {0}, {1}, {0}};
+        const int64_t x1[] = {1, 1, 3}, w1[] = {1, 2, 3};
+        run_conv(dt, 1, &c1, x1, w1, 0, "1-D");
+        conv_case c3 = {3, 1, {2, 1, 2}, {1, 0, 0}, {0, 1, 1}, {1, 2, 1}, {1, 0, 0}};
+        const int64_t x3[] = {1, 2, 3, 4, 2}, w3[] = {2, 2, 2, 2, 3};
+        run_conv(dt, 1, &c3, x3, w3, 1, "3-D");
+    }
+    conv_case pw = {2, 1, {1, 1}, {0}, {0}, {1, 1}, {0}};
+    const int64_t xp[] = {2, 8, 5, 5}, wp[] = {8, 4, 1, 1};
+    run_conv(TM_FLOAT, 1, &pw, xp, wp, 1, "pointwise 1x1");
+    conv_case neg = {2, 1, {3, 2}, {0, 0}, {-1, 0}, {1, 1}, {0}};
+    const int64_t xn[] = {1, 1, 3, 3}, wn[] = {1, 2, 3, 3};
+    run_conv(TM_FLOAT, 1, &neg, xn, wn, 0, "negative end pad (output_shape larger)");
+    conv_case big = {2, 1, {2, 2}, {1, 1}, {1, 1}, {1, 1}, {1, 1}};
+    const int64_t xb[] = {1, 4, 70, 70}, wb[] = {4, 128, 3, 3};
+    run_conv(TM_FLOAT, 1, &big, xb, wb, 1, "tiled col2im");
+}
+
+static void conv_error(int transpose, int rank_x, const int64_t *dx, int rank_w,
+                       const int64_t *dw, const conv_case *cc, int64_t bias_len,
+                       tm_status code, const char *needle) {
+    tm_ctx c;
+    tm_ctx_init(&c, TM_MODE_EAGER, NULL);
+    tm_val in[3] = {tm_val_tensor(&c, tm_tensor_alloc(TM_FLOAT, rank_x, dx, NULL), 0),
+                    tm_val_tensor(&c, tm_tensor_alloc(TM_FLOAT, rank_w, dw, NULL), 0), TM_NONE};
+    if (bias_len >= 0) in[2] = tm_val_tensor(&c, tm_tensor_alloc(TM_FLOAT, 1, &bias_len, NULL), 0);
+    tm_args a;
+    conv_args(cc, transpose, &a);
+    tm_val out = tm_prim(&c, transpose ? TM_P_CONV_TRANSPOSE : TM_P_CONV, in,
+                         bias_len >= 0 ? 3 : 2, &a);
+    check(out == TM_NONE, "conv error case '%s' succeeded", needle);
+    expect_failure(&c, code, needle, "conv error");
+    tm_ctx_destroy(&c);
+}
+
+static void test_conv_errors(void) {
+    conv_case g3 = {2, 3, {1, 1}, {0}, {0}, {1, 1}, {0}};
+    conv_case g1 = {2, 1, {1, 1}, {0}, {0}, {1, 1}, {0}};
+    conv_case zero_stride = {2, 1, {1, 0}, {0}, {0}, {1, 1}, {0}};
+    zero_stride.stride[1] = 0;
+    const int64_t x[] = {1, 4, 5, 5}, w[] = {2, 4, 3, 3}, w_big[] = {2, 4, 7, 3};
+    const int64_t w_bad[] = {2, 3, 3, 3}, x3[] = {1, 4, 5};
+    conv_error(0, 4, x, 4, w, &g3, -1, TM_ERR_SHAPE, "group 3 does not divide");
+    conv_error(0, 4, x, 4, w_bad, &g1, -1, TM_ERR_SHAPE, "weights (2, 3, 3, 3) do not fit");
+    conv_error(0, 4, x, 4, w_big, &g1, -1, TM_ERR_SHAPE, "leaves no output");
+    conv_error(0, 4, x, 4, w, &g1, 3, TM_ERR_SHAPE, "bias (3) must be (2)");
+    conv_error(0, 3, x3, 4, w, &g1, -1, TM_ERR_SHAPE, "must both have rank 4");
+    /* A stride of 0 would divide by zero. */
+    tm_args a;
+    conv_args(&g1, 0, &a);
+    tm_ctx c;
+    tm_ctx_init(&c, TM_MODE_EAGER, NULL);
+    a.i[3] = 0;
+    tm_val in[2] = {tm_val_tensor(&c, tm_tensor_alloc(TM_FLOAT, 4, x, NULL), 0),
+                    tm_val_tensor(&c, tm_tensor_alloc(TM_FLOAT, 4, w, NULL), 0)};
+    check(tm_prim(&c, TM_P_CONV, in, 2, &a) == TM_NONE, "conv with stride 0 succeeded");
+    expect_failure(&c, TM_ERR_SHAPE, "stride 0", "conv stride 0");
+    tm_ctx_destroy(&c);
+    const int64_t wt[] = {3, 2, 3, 3};
+    conv_error(1, 4, x, 4, wt, &g1, -1, TM_ERR_SHAPE, "must have 4 input channels");
+    (void)zero_stride;
+}
+
+/* ---- POOL ----------------------------------------------------------------------------- */
+
+typedef struct pool_case {
+    int n, kind, count_include_pad, ceil_mode, p, column_major;
+    int64_t kernel[6], stride[6], pad_begin[6], pad_end[6], dilation[6];
+} pool_case;
+
+static void pool_args(const pool_case *pc, tm_args *a) {
+    memset(a, 0, sizeof *a);
+    int n = pc->n;
+    a->i[0] = n;
+    a->i[1] = pc->kind;
+    a->i[2] = pc->count_include_pad;
+    a->i[3] = pc->ceil_mode;
+    a->i[4] = pc->p;
+    for (int d = 0; d < n; d++) {
+        a->i[5 + d] = pc->kernel[d];
+        a->i[5 + n + d] = pc->stride[d] ? pc->stride[d] : 1;
+        a->i[5 + 2 * n + d] = pc->pad_begin[d];
+        a->i[5 + 3 * n + d] = pc->pad_end[d];
+        a->i[5 + 4 * n + d] = pc->dilation[d] ? pc->dilation[d] : 1;
+    }
+    a->i[5 + 5 * n] = pc->column_major;
+}
+
+/* Pooling as the ONNX reference describes it: every tap of every window is looked at. */
+static void naive_pool(const pool_case *pc, const int64_t *dx, const double *x, int64_t *dy,
+                       double *y, double *indices) {
+    int n = pc->n;
+    dy[0] = dx[0];
+    dy[1] = dx[1];
+    for (int d = 0; d < n; d++) {
+        int64_t s = pc->stride[d] ? pc->stride[d] : 1, dil = pc->dilation[d] ? pc->dilation[d] : 1;
+        int64_t span = dx[2 + d] + pc->pad_begin[d] + pc->pad_end[d] - (pc->kernel[d] - 1) * dil - 1;
+        int64_t out = pc->ceil_mode ? (int64_t)ceil((double)span / (double)s) + 1 : span / s + 1;
+        if (pc->ceil_mode && (out - 1) * s >= dx[2 + d] + pc->pad_begin[d]) out--;
+        dy[2 + d] = out;
+    }
+    int64_t total = numel(n + 2, dy), kernel = numel(n, pc->kernel), plane = numel(n, dx + 2);
+    for (int64_t f = 0; f < total; f++) {
+        int64_t idx[8], k[8], pos[8];
+        index_of(n + 2, dy, f, idx);
+        int64_t channel_plane = idx[0] * dx[1] + idx[1];
+        double best = -INFINITY, sum = 0.0;
+        int64_t best_at = -1, in_input = 0, in_padded = 0;
+        for (int64_t kf = 0; kf < kernel; kf++) {
+            index_of(n, pc->kernel, kf, k);
+            int inside = 1, padded = 1;
+            for (int d = 0; d < n; d++) {
+                int64_t s = pc->stride[d] ? pc->stride[d] : 1, dil = pc->dilation[d] ? pc->dilation[d] : 1;
+                pos[d] = idx[2 + d] * s - pc->pad_begin[d] + k[d] * dil;
+                inside &= pos[d] >= 0 && pos[d] < dx[2 + d];
+                padded &= pos[d] >= -pc->pad_begin[d] && pos[d] < dx[2 + d] + pc->pad_end[d];
+            }
+            in_padded += padded;
+            if (!inside) continue;
+            in_input++;
+            int64_t at = flat_of(n, dx + 2, pos);
+            double v = x[channel_plane * plane + at];
+            if (v > best || best_at < 0) {
+                if (v > best) best = v;
+                if (best == v) best_at = at;
+            }
+            sum += pc->kind == 1 ? v : pow(fabs(v), pc->p);
+        }
+        if (pc->kind == 0) y[f] = best;
+        else if (pc->kind == 1) y[f] = sum / (double)(pc->count_include_pad ? in_padded : in_input);
+        else y[f] = pow(sum, 1.0 / pc->p);
+        if (indices) {
+            int64_t at = best_at;
+            if (pc->column_major) {
+                index_of(n, dx + 2, best_at, pos);
+                at = 0;
+                for (int d = n - 1; d >= 0; d--) at = at * dx[2 + d] + pos[d];
+            }
+            indices[f] = (double)(channel_plane * plane + at);
+        }
+    }
+}
+
+static void run_pool(tm_dtype dt, const pool_case *pc, const int64_t *dx, int with_indices,
+                     const char *name) {
+    tm_ctx c;
+    tm_ctx_init(&c, TM_MODE_EAGER, NULL);
+    int rank = pc->n + 2;
+    double *x = random_values(dt, numel(rank, dx), tm_dtype_is_float(dt) ? 1.0 : 100.0);
+    tm_val in = make(&c, dt, rank, dx, x);
+    tm_args a;
+    pool_args(pc, &a);
+    tm_val out[2] = {TM_NONE, TM_NONE};
+    if (with_indices) tm_prim_n(&c, TM_P_MAXPOOL_INDICES, &in, 1, &a, out, 2);
+    else out[0] = tm_prim(&c, TM_P_POOL, &in, 1, &a);
+    int64_t dy[8], cap = numel(rank, dx) * 4 + 64;
+    for (int d = 0; d < pc->n; d++) cap *= 2;
+    double *want = calloc((size_t)cap, sizeof *want), *want_idx = calloc((size_t)cap, sizeof *want);
+    naive_pool(pc, dx, x, dy, want, want_idx);
+    char label[200];
+    snprintf(label, sizeof label, "pool %s %s", tm_dtype_name(dt), name);
+    expect_values(&c, out[0], rank, dy, want, tolerance(dt), label);
+    if (with_indices) {
+        strcat(label, " indices");
+        expect_values(&c, out[1], rank, dy, want_idx, 0.0, label);
+    }
+    free(x);
+    free(want);
+    free(want_idx);
+    tm_ctx_destroy(&c);
+}
+
+static void test_pool(void) {
+    const int64_t x2[] = {2, 3, 9, 8};
+    pool_case max2 = {2, 0, 0, 0, 0, 0, {3, 2}, {2, 1}, {1, 0}, {1, 1}, {1, 2}};
+    pool_case avg2 = {2, 1, 0, 0, 0, 0, {3, 3}, {2, 2}, {1, 1}, {2, 1}, {1, 1}};
+    tm_dtype floats[] = {TM_FLOAT, TM_DOUBLE, TM_FLOAT16, TM_BFLOAT16};
+    for (size_t i = 0; i < sizeof floats / sizeof *floats; i++) {
+        for (int ceil_mode = 0; ceil_mode < 2; ceil_mode++) {
+            pool_case m = max2, av = avg2, lp = avg2;
+            m.ceil_mode = av.ceil_mode = lp.ceil_mode = ceil_mode;
+            run_pool(floats[i], &m, x2, 0, ceil_mode ? "max 2-D ceil" : "max 2-D");
+            run_pool(floats[i], &av, x2, 0, ceil_mode ? "average ceil" : "average");
+            av.count_include_pad = 1;
+            run_pool(floats[i], &av, x2, 0, ceil_mode ? "average count pad ceil" : "average count pad");
+            lp.kind = 2;
+            lp.p = 2;
+            run_pool(floats[i], &lp, x2, 0, "lp p=2");
+            lp.p = 3;
+            run_pool(floats[i], &lp, x2, 0, "lp p=3");
+        }
+    }
+    pool_case dil = {2, 1, 1, 1, 0, 0, {2, 3}, {3, 2}, {1, 2}, {1, 1}, {2, 2}};
+    run_pool(TM_FLOAT, &dil, x2, 0, "average dilated ceil count pad");
+    const int64_t x1[] = {1, 2, 11};
+    pool_case m1 = {1, 0, 0, 1, 0, 0, {3}, {2}, {1}, {1}, {1}};
+    run_pool(TM_FLOAT, &m1, x1, 0, "max 1-D");
+    const int64_t x3[] = {1, 2, 5, 6, 4};
+    pool_case a3 = {3, 1, 0, 1, 0, 0, {2, 3, 2}, {2, 2, 1}, {0, 1, 1}, {1, 1, 0}, {2, 1, 1}};
+    run_pool(TM_FLOAT, &a3, x3, 0, "average 3-D");
+    a3.count_include_pad = 1;
+    run_pool(TM_FLOAT, &a3, x3, 0, "average 3-D count pad");
+    tm_dtype ints[] = {TM_INT8, TM_UINT8, TM_INT32, TM_INT64};
+    for (size_t i = 0; i < sizeof ints / sizeof *ints; i++)
+        run_pool(ints[i], &max2, x2, 0, "max 2-D");
+    run_pool(TM_FLOAT, &max2, x2, 1, "max 2-D with indices");
+    pool_case col = max2;
+    col.column_major = 1;
+    run_pool(TM_FLOAT, &col, x2, 1, "max 2-D with column-major indices");
+    run_pool(TM_FLOAT, &a3, x3, 0, "average 3-D");
+    pool_case m3 = a3;
+    m3.kind = 0;
+    m3.column_major = 1;
+    run_pool(TM_DOUBLE, &m3, x3, 1, "max 3-D column-major indices");
+    const int64_t x0[] = {0, 3, 4, 4};
+    run_pool(TM_FLOAT, &max2, x0, 1, "batch 0");
+}
+
+static void pool_error(tm_dtype dt, const pool_case *pc, int rank, const int64_t *dx,
+                       tm_status code, const char *needle) {
+    tm_ctx c;
+    tm_ctx_init(&c, TM_MODE_EAGER, NULL);
+    tm_val in = tm_val_tensor(&c, tm_tensor_alloc(dt, rank, dx, NULL), 0);
+    tm_args a;
+    pool_args(pc, &a);
+    check(tm_prim(&c, TM_P_POOL, &in, 1, &a) == TM_NONE, "pool error '%s' succeeded", needle);
+    expect_failure(&c, code, needle, "pool error");
+    tm_ctx_destroy(&c);
+}
+
+static void test_pool_errors(void) {
+    const int64_t x[] = {1, 1, 4, 4}, x3[] = {1, 4, 4};
+    pool_case avg = {2, 1, 0, 0, 0, 0, {2, 2}, {1, 1}, {0}, {0}, {1, 1}};
+    pool_case big = {2, 0, 0, 0, 0, 0, {5, 2}, {1, 1}, {0}, {0}, {1, 1}};
+    pool_case lp0 = {2, 2, 0, 0, 0, 0, {2, 2}, {1, 1}, {0}, {0}, {1, 1}};
+    pool_case neg = {2, 0, 0, 0, 0, 0, {2, 2}, {1, 1}, {-1, 0}, {0}, {1, 1}};
+    pool_error(TM_INT32, &avg, 4, x, TM_ERR_UNSUPPORTED, "average pooling of int32");
+    pool_error(TM_FLOAT, &big, 4, x, TM_ERR_SHAPE, "larger than input (1, 1, 4, 4)");
+    pool_error(TM_FLOAT, &lp0, 4, x, TM_ERR_UNSUPPORTED, "p >= 1");
+    pool_error(TM_FLOAT, &neg, 4, x, TM_ERR_SHAPE, "pads -1/0");
+    pool_error(TM_FLOAT, &avg, 3, x3, TM_ERR_SHAPE, "does not fit input (1, 4, 4)");
+    pool_error(TM_STRING, &big, 4, x, TM_ERR_UNSUPPORTED, "string");
+}
+
+/* ---- ONNX backend test data ---------------------------------------------------------- */
+
+static tm_tensor *read_tensor_file(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    void *buf = malloc((size_t)size + 1);
+    tm_tensor *t = NULL;
+    if (fread(buf, 1, (size_t)size, f) == (size_t)size)
+        if (tm_onnx_parse_tensor(buf, (size_t)size, &t, NULL) != 0) t = NULL;
+    free(buf);
+    fclose(f);
+    return t;
+}
+
+static const tm_attr *find_attr(const tm_node *node, const char *name) {
+    for (int i = 0; i < node->n_attrs; i++)
+        if (strcmp(node->attrs[i].name, name) == 0) return &node->attrs[i];
+    return NULL;
+}
+
+static int64_t attr_int(const tm_node *node, const char *name, int64_t fallback) {
+    const tm_attr *a = find_attr(node, name);
+    return a ? a->i : fallback;
+}
+
+/* Fills out[0..n) from an ints attribute, or with fallback; returns 1 when present. */
+static int attr_ints(const tm_node *node, const char *name, int64_t *out, int n,
+                     int64_t fallback) {
+    const tm_attr *a = find_attr(node, name);
+    for (int i = 0; i < n; i++) out[i] = a && (size_t)i < a->n ? a->ints[i] : fallback;
+    return a != NULL;
+}
+
+static int attr_string_is(const tm_node *node, const char *name, const char *value) {
+    const tm_attr *a = find_attr(node, name);
+    if (!a) return strcmp(value, "NOTSET") == 0;
+    return a->s.len == strlen(value) && memcmp(a->s.data, value, a->s.len) == 0;
+}
+
+static int64_t floor_div(int64_t a, int64_t b) {
+    int64_t q = a / b;
+    return (a % b != 0 && a < 0) ? q - 1 : q;
+}
+
+/* Splits total padding as SAME_UPPER (extra at the end) or SAME_LOWER. */
+static void split_same(int64_t total, int upper, int64_t *begin, int64_t *end) {
+    if (upper) {
+        *begin = floor_div(total, 2);
+        *end = total - *begin;
+    } else {
+        *end = floor_div(total, 2);
+        *begin = total - *end;
+    }
+}
+
+/* Window geometry of a node (what a lowering would compute from its attributes). */
+typedef struct node_geom {
+    int n;
+    int64_t kernel[6], stride[6], pad_begin[6], pad_end[6], dilation[6], out_pad[6];
+} node_geom;
+
+static int read_node_geom(const tm_node *node, const tm_tensor *x, const tm_tensor *w,
+                          int transpose, node_geom *g) {
+    int n = g->n = x->rank - 2;
+    int64_t pads[12];
+    if (!attr_ints(node, "kernel_shape", g->kernel, n, 1) && w)
+        for (int d = 0; d < n; d++) g->kernel[d] = w->dims[2 + d];
+    attr_ints(node, "strides", g->stride, n, 1);
+    attr_ints(node, "dilations", g->dilation, n, 1);
+    attr_ints(node, "output_padding", g->out_pad, n, 0);
+    attr_ints(node, "pads", pads, 2 * n, 0);
+    int ceil_mode = (int)attr_int(node, "ceil_mode", 0);
+    int upper = attr_string_is(node, "auto_pad", "SAME_UPPER");
+    int lower = attr_string_is(node, "auto_pad", "SAME_LOWER");
+    int64_t output_shape[6];
+    int has_output_shape = attr_ints(node, "output_shape", output_shape, n, 0);
+    for (int d = 0; d < n; d++) {
+        g->pad_begin[d] = pads[d];
+        g->pad_end[d] = pads[n + d];
+        int64_t extent = (g->kernel[d] - 1) * g->dilation[d] + 1, in = x->dims[2 + d];
+        if (transpose && (has_output_shape || upper || lower)) {
+            int64_t out = has_output_shape ? output_shape[d] : in * g->stride[d];
+            int64_t total = g->stride[d] * (in - 1) + g->out_pad[d] + extent - out;
+            split_same(total, upper, &g->pad_begin[d], &g->pad_end[d]);
+        } else if (!transpose && (upper || lower)) {
+            int64_t out = (in + g->stride[d] - 1) / g->stride[d];
+            int64_t total = (out - 1) * g->stride[d] + extent - in;
+            split_same(total < 0 ? 0 : total, upper, &g->pad_begin[d], &g->pad_end[d]);
+        }
+    }
+    (void)ceil_mode;
+    return 1;
+}
+
+static int run_backend_case(const char *dir, int *ran) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s/model.onnx", BACKEND_DIR, dir);
+    tm_onnx_model *model = NULL;
+    tm_error err;
+    memset(&err, 0, sizeof err);
+    if (tm_onnx_load_file(path, &model, &err) != 0 || !model) return 0;
+    const tm_node *node = &model->graph->nodes[0];
+    tm_tensor *inputs[3] = {0}, *outputs[2] = {0};
+    int n_in = 0, n_out = 0;
+    for (; n_in < 3; n_in++) {
+        snprintf(path, sizeof path, "%s/%s/test_data_set_0/input_%d.pb", BACKEND_DIR, dir, n_in);
+        if (!(inputs[n_in] = read_tensor_file(path))) break;
+    }
+    for (; n_out < 2; n_out++) {
+        snprintf(path, sizeof path, "%s/%s/test_data_set_0/output_%d.pb", BACKEND_DIR, dir, n_out);
+        if (!(outputs[n_out] = read_tensor_file(path))) break;
+    }
+    const char *op = node->op_type;
+    int transpose = strcmp(op, "ConvTranspose") == 0;
+    int is_conv = transpose || strcmp(op, "Conv") == 0;
+    node_geom g;
+    memset(&g, 0, sizeof g);
+    read_node_geom(node, inputs[0], is_conv ? inputs[1] : NULL, transpose, &g);
+    tm_args a;
+    memset(&a, 0, sizeof a);
+    a.i[0] = g.n;
+    int prim;
+    if (is_conv) {
+        prim = transpose ? TM_P_CONV_TRANSPOSE : TM_P_CONV;
+        a.i[1] = attr_int(node, "group", 1);
+        for (int d = 0; d < g.n; d++) {
+            a.i[2 + d] = g.stride[d];
+            a.i[2 + g.n + d] = g.pad_begin[d];
+            a.i[2 + 2 * g.n + d] = g.pad_end[d];
+            a.i[2 + 3 * g.n + d] = g.dilation[d];
+            a.i[2 + 4 * g.n + d] = g.out_pad[d];
+        }
+    } else {
+        prim = n_out > 1 ? TM_P_MAXPOOL_INDICES : TM_P_POOL;
+        a.i[1] = strcmp(op, "MaxPool") == 0 ? 0 : strcmp(op, "AveragePool") == 0 ? 1 : 2;
+        a.i[2] = attr_int(node, "count_include_pad", 0);
+        a.i[3] = attr_int(node, "ceil_mode", 0);
+        a.i[4] = attr_int(node, "p", 2);
+        for (int d = 0; d < g.n; d++) {
+            a.i[5 + d] = g.kernel[d];
+            a.i[5 + g.n + d] = g.stride[d];
+            a.i[5 + 2 * g.n + d] = g.pad_begin[d];
+            a.i[5 + 3 * g.n + d] = g.pad_end[d];
+            a.i[5 + 4 * g.n + d] = g.dilation[d];
+        }
+        a.i[5 + 5 * g.n] = attr_int(node, "storage_order", 0);
+    }
+    tm_ctx c;
+    tm_ctx_init(&c, TM_MODE_EAGER, NULL);
+    tm_val in[3], out[2] = {TM_NONE, TM_NONE};
+    for (int i = 0; i < n_in; i++) in[i] = tm_val_tensor(&c, inputs[i], 0);
+    tm_prim_n(&c, prim, in, n_in, &a, out, prim == TM_P_MAXPOOL_INDICES ? 2 : 1);
+    char label[300];
+    for (int i = 0; i < n_out; i++) {
+        int64_t n = numel(outputs[i]->rank, outputs[i]->dims);
+        double *want = malloc((size_t)(n + 1) * sizeof *want);
+        for (int64_t j = 0; j < n; j++) want[j] = load(outputs[i]->data, outputs[i]->dtype, j);
+        snprintf(label, sizeof label, "backend %s output %d", dir, i);
+        expect_values(&c, out[i], outputs[i]->rank, outputs[i]->dims, want,
+                      outputs[i]->dtype == TM_FLOAT ? 1e-4 : tolerance(outputs[i]->dtype), label);
+        free(want);
+        tm_tensor_free(outputs[i]);
+    }
+    tm_ctx_destroy(&c);
+    tm_onnx_model_free(model);
+    (*ran)++;
+    return 1;
+}
+
+/* Some expected outputs are written with four decimals, hence 1e-4 for f32. */
+static void test_backend_data(void) {
+    static const char *const cases[] = {
+        "test_averagepool_1d_default", "test_averagepool_2d_ceil",
+        "test_averagepool_2d_ceil_last_window_starts_on_pad", "test_averagepool_2d_default",
+        "test_averagepool_2d_dilations", "test_averagepool_2d_pads",
+        "test_averagepool_2d_pads_count_include_pad", "test_averagepool_2d_precomputed_pads",
+        "test_averagepool_2d_precomputed_pads_count_include_pad",
+        "test_averagepool_2d_precomputed_same_upper", "test_averagepool_2d_precomputed_strides",
+        "test_averagepool_2d_same_lower", "test_averagepool_2d_same_upper",
+        "test_averagepool_2d_strides", "test_averagepool_3d_default",
+        "test_averagepool_3d_dilations_large_count_include_pad_is_0_ceil_mode_is_False",
+        "test_averagepool_3d_dilations_large_count_include_pad_is_0_ceil_mode_is_True",
+        "test_averagepool_3d_dilations_large_count_include_pad_is_1_ceil_mode_is_False",
+        "test_averagepool_3d_dilations_large_count_include_pad_is_1_ceil_mode_is_True",
+        "test_averagepool_3d_dilations_small",
+        "test_maxpool_1d_default", "test_maxpool_2d_ceil",
+        "test_maxpool_2d_ceil_output_size_reduce_by_one", "test_maxpool_2d_default",
+        "test_maxpool_2d_dilations", "test_maxpool_2d_pads", "test_maxpool_2d_precomputed_pads",
+        "test_maxpool_2d_precomputed_same_upper", "test_maxpool_2d_precomputed_strides",
+        "test_maxpool_2d_same_lower", "test_maxpool_2d_same_upper", "test_maxpool_2d_strides",
+        "test_maxpool_2d_uint8", "test_maxpool_3d_default", "test_maxpool_3d_dilations",
+        "test_maxpool_3d_dilations_use_ref_impl", "test_maxpool_3d_dilations_use_ref_impl_large",
+        "test_maxpool_with_argmax_2d_precomputed_pads",
+        "test_maxpool_with_argmax_2d_precomputed_strides",
+        "test_lppool_1d_default", "test_lppool_2d_default", "test_lppool_2d_dilations",
+        "test_lppool_2d_pads", "test_lppool_2d_same_lower", "test_lppool_2d_same_upper",
+        "test_lppool_2d_strides", "test_lppool_3d_default",
+        "test_conv_with_autopad_same", "test_conv_with_strides_and_asymmetric_padding",
+        "test_conv_with_strides_no_padding", "test_conv_with_strides_padding",
+        "test_basic_conv_with_padding", "test_basic_conv_without_padding",
+        "test_convtranspose", "test_convtranspose_1d", "test_convtranspose_3d",
+        "test_convtranspose_autopad_same", "test_convtranspose_dilations",
+        "test_convtranspose_group_2", "test_convtranspose_group_2_image_3",
+        "test_convtranspose_kernel_shape", "test_convtranspose_output_shape",
+        "test_convtranspose_pad", "test_convtranspose_pads",
+    };
+    int ran = 0, missing = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+        if (!run_backend_case(cases[i], &ran)) missing++;
+    printf("backend data: %d cases run, %d not found\n", ran, missing);
+}
+
+int main(void) {
+    test_sgemm_against_reference();
+    test_matmul();
+    test_matmul_int_wrap();
+    test_matmul_errors();
+    test_conv();
+    test_conv_transpose();
+    test_conv_errors();
+    test_pool();
+    test_pool_errors();
+    test_backend_data();
+    printf("reference kernels: %s\n", tm_use_reference_kernels() ? "on" : "off");
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
