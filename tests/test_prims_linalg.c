@@ -133,8 +133,9 @@ static double wrap_to(tm_dtype dt, uint64_t v) {
 
 static void test_sgemm_against_reference(void) {
     const int64_t m = 37, n = 45, k = 29, ld = 64;
-    float *a = malloc(ld * ld * sizeof *a), *b = malloc(ld * ld * sizeof *b);
-    float *c1 = malloc(ld * ld * sizeof *c1), *c2 = malloc(ld * ld * sizeof *c2);
+    const size_t cells = (size_t)(ld * ld);
+    float *a = malloc(cells * sizeof *a), *b = malloc(cells * sizeof *b);
+    float *c1 = malloc(cells * sizeof *c1), *c2 = malloc(cells * sizeof *c2);
     for (int64_t i = 0; i < ld * ld; i++) {
         a[i] = (float)random_unit();
         b[i] = (float)random_unit();
@@ -743,6 +744,42 @@ static void test_pool_errors(void) {
     pool_error(TM_STRING, &big, 4, x, TM_ERR_UNSUPPORTED, "string");
 }
 
+/* ---- Trace mode: shape rules run without data ---------------------------------------- */
+
+static void expect_dims(tm_ctx *c, tm_val v, tm_dtype dt, int rank, const int64_t *dims,
+                        const char *name) {
+    int ok = tm_ctx_ok(c) && v != TM_NONE && tm_vdata(c, v) == NULL && tm_vdtype(c, v) == dt
+             && tm_vrank(c, v) == rank;
+    for (int d = 0; ok && d < rank; d++) ok = tm_vdims(c, v)[d] == dims[d];
+    check(ok, "trace %s: wrong symbolic result (%s)", name, c->err.message);
+}
+
+static void test_trace_shapes(void) {
+    tm_ctx c;
+    tm_ctx_init(&c, TM_MODE_TRACE, NULL);
+    const int64_t da[] = {2, 1, 5, 7}, db[] = {1, 3, 7, 4}, dab[] = {2, 3, 5, 4};
+    tm_val mm[2] = {tm_val_symbolic(&c, TM_FLOAT16, 4, da, 0), tm_val_symbolic(&c, TM_FLOAT16, 4, db, 1)};
+    expect_dims(&c, tm_prim(&c, TM_P_MATMUL, mm, 2, NULL), TM_FLOAT16, 4, dab, "matmul");
+    conv_case cc = {2, 1, {2, 2}, {1, 1}, {1, 1}, {1, 1}, {1, 1}};
+    tm_args a;
+    conv_args(&cc, 0, &a);
+    const int64_t dx[] = {1, 3, 8, 8}, dw[] = {4, 3, 3, 3}, dy[] = {1, 4, 4, 4};
+    tm_val cv[2] = {tm_val_symbolic(&c, TM_FLOAT, 4, dx, 2), tm_val_symbolic(&c, TM_FLOAT, 4, dw, 3)};
+    expect_dims(&c, tm_prim(&c, TM_P_CONV, cv, 2, &a), TM_FLOAT, 4, dy, "conv");
+    conv_args(&cc, 1, &a);
+    const int64_t dwt[] = {3, 2, 3, 3}, dyt[] = {1, 2, 16, 16};
+    tm_val ct[2] = {cv[0], tm_val_symbolic(&c, TM_FLOAT, 4, dwt, 4)};
+    expect_dims(&c, tm_prim(&c, TM_P_CONV_TRANSPOSE, ct, 2, &a), TM_FLOAT, 4, dyt, "conv_transpose");
+    pool_case pc = {2, 0, 0, 1, 0, 0, {3, 3}, {2, 2}, {0}, {0}, {1, 1}};
+    pool_args(&pc, &a);
+    tm_val out[2];
+    const int64_t dp[] = {1, 3, 4, 4};
+    tm_prim_n(&c, TM_P_MAXPOOL_INDICES, cv, 1, &a, out, 2);
+    expect_dims(&c, out[0], TM_FLOAT, 4, dp, "maxpool values");
+    expect_dims(&c, out[1], TM_INT64, 4, dp, "maxpool indices");
+    tm_ctx_destroy(&c);
+}
+
 /* ---- ONNX backend test data ---------------------------------------------------------- */
 
 static tm_tensor *read_tensor_file(const char *path) {
@@ -968,6 +1005,7 @@ int main(void) {
     test_conv_errors();
     test_pool();
     test_pool_errors();
+    test_trace_shapes();
     test_backend_data();
     printf("reference kernels: %s\n", tm_use_reference_kernels() ? "on" : "off");
     printf("%d passed, %d failed\n", passed, failed);

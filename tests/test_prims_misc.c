@@ -168,8 +168,9 @@ static void test_topk(void) {
     /* A wide random tensor: the heap replaces its root many times. */
     double *wide = malloc(3 * 1000 * sizeof *wide);
     for (int i = 0; i < 3000; i++) wide[i] = (double)((i * 7919u) % 1009u) / 7.0;
-    check_topk("topk wide largest", from_values(TM_FLOAT, 2, (int64_t[]){3, 1000}, wide), 1, 25, 1);
-    check_topk("topk wide smallest", from_values(TM_FLOAT, 2, (int64_t[]){3, 1000}, wide), -1, 25, 0);
+    int64_t wide_dims[2] = {3, 1000};
+    check_topk("topk wide largest", from_values(TM_FLOAT, 2, wide_dims, wide), 1, 25, 1);
+    check_topk("topk wide smallest", from_values(TM_FLOAT, 2, wide_dims, wide), -1, 25, 0);
     check_topk("topk empty", from_values(TM_FLOAT, 2, (int64_t[]){0, 4}, wide), 1, 2, 1);
     free(wide);
 

@@ -350,6 +350,29 @@ static void test_layernorm_errors(void) {
     layernorm_error(TM_FLOAT, 3, d, &good, 2, 1, TM_ERR_SHAPE, "expected 2 or 3 inputs");
 }
 
+/* ---- Trace mode: shape rules run without data ---------------------------------------- */
+
+static void test_trace_shapes(void) {
+    tm_ctx c;
+    tm_ctx_init(&c, TM_MODE_TRACE, NULL);
+    const int64_t dx[] = {2, 7, 16}, ds[] = {16}, dstat[] = {2, 7, 1};
+    tm_val x = tm_val_symbolic(&c, TM_BFLOAT16, 3, dx, 0);
+    tm_args a;
+    memset(&a, 0, sizeof a);
+    a.i[0] = 1;
+    tm_val y = tm_prim(&c, TM_P_SOFTMAX, &x, 1, &a);
+    check(tm_ctx_ok(&c) && tm_vdata(&c, y) == NULL && tm_vdtype(&c, y) == TM_BFLOAT16
+          && tm_vrank(&c, y) == 3 && tm_vdims(&c, y)[1] == 7, "trace softmax (%s)", c.err.message);
+    a.i[0] = 2;
+    tm_val in[2] = {x, tm_val_symbolic(&c, TM_BFLOAT16, 1, ds, 1)}, out[3];
+    tm_prim_n(&c, TM_P_LAYERNORM, in, 2, &a, out, 3);
+    int ok = tm_ctx_ok(&c) && tm_vdtype(&c, out[0]) == TM_BFLOAT16 && tm_vdtype(&c, out[1]) == TM_FLOAT
+             && tm_vdtype(&c, out[2]) == TM_FLOAT && tm_vrank(&c, out[1]) == 3;
+    for (int d = 0; ok && d < 3; d++) ok = tm_vdims(&c, out[2])[d] == dstat[d];
+    check(ok, "trace layernorm (%s)", c.err.message);
+    tm_ctx_destroy(&c);
+}
+
 /* ---- ONNX backend test data ---------------------------------------------------------- */
 
 static tm_tensor *read_tensor_file(const char *path) {
@@ -461,6 +484,7 @@ int main(void) {
     test_softmax_errors();
     test_layernorm();
     test_layernorm_errors();
+    test_trace_shapes();
     test_backend_data();
     printf("reference kernels: %s\n", tm_use_reference_kernels() ? "on" : "off");
     printf("%d passed, %d failed\n", passed, failed);

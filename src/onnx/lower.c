@@ -417,13 +417,18 @@ static tm_status run_node(tm_interp *ip, tm_scope *scope, const tm_node *n,
         return tm_ctx_fail(c, TM_ERR_UNSUPPORTED, "operator %s:%s@%lld is not supported",
                            n->domain[0] ? n->domain : "ai.onnx", n->op_type, (long long)opset);
     const tm_oval *in_small[16];
+    tm_oval in_vals_small[16];
     tm_oval out_small[16];
     const tm_oval **in = in_small;
+    tm_oval *in_vals = in_vals_small;
     tm_oval *out = out_small;
-    if (n->n_inputs > 16) in = calloc((size_t)n->n_inputs, sizeof *in);
+    if (n->n_inputs > 16) {
+        in = calloc((size_t)n->n_inputs, sizeof *in);
+        in_vals = calloc((size_t)n->n_inputs, sizeof *in_vals);
+    }
     if (n->n_outputs > 16) out = calloc((size_t)n->n_outputs, sizeof *out);
     tm_status st = TM_OK;
-    if (!in || !out) {
+    if (!in || !in_vals || !out) {
         st = tm_ctx_fail(c, TM_ERR_NO_MEMORY, "out of memory");
         goto done;
     }
@@ -431,8 +436,14 @@ static tm_status run_node(tm_interp *ip, tm_scope *scope, const tm_node *n,
     for (int i = 0; i < n->n_inputs; i++) {
         in[i] = NULL;
         if (!n->inputs[i][0]) continue;
-        in[i] = scope_lookup(c, scope, n->inputs[i]);
-        if (!in[i]) {
+        /* A shallow copy: a later lookup may import an initializer and grow the scope's
+         * table, moving its entries (a sequence's array itself does not move). */
+        const tm_oval *found = scope_lookup(c, scope, n->inputs[i]);
+        if (found) {
+            in_vals[i] = *found;
+            in[i] = &in_vals[i];
+        }
+        if (!found) {
             st = tm_ctx_ok(c) ? tm_ctx_fail(c, TM_ERR_NOT_FOUND, "input '%s' is not defined "
                                             "(no graph input, initializer or earlier node "
                                             "produces it)", n->inputs[i])
@@ -464,6 +475,7 @@ static tm_status run_node(tm_interp *ip, tm_scope *scope, const tm_node *n,
 done:
     for (int i = 0; out && i < n->n_outputs; i++) oval_free_seq(&out[i]);
     if (in != in_small) free((void *)in);
+    if (in_vals != in_vals_small) free(in_vals);
     if (out != out_small) free(out);
     return st;
 }

@@ -369,7 +369,8 @@ tm_status tm__kernel_slice(const tm_kcall *k) {
     int64_t inner_count = counts[last], inner_step = args[3 * last + 1], pos = 0;
     do {
         int64_t from = args[3 * last] * strides[last];
-        for (int d = 0; d < last; d++) from += (args[3 * d] + idx[d] * args[3 * d + 1]) * strides[d];
+        for (int d = 0; d < last; d++)
+            from += (args[3 * d] + idx[d] * args[3 * d + 1]) * strides[d];
         if (inner_step == 1) {
             copy_elements(&m, y->data, pos, x->data, from, inner_count * block);
         } else if (block == 1) {
@@ -457,10 +458,9 @@ static int64_t pad_source(const pad_axis *p, int64_t mode, int64_t o) {
 /* One element holding the constant in the output's dtype (strings: NULL, read as ""). */
 static void pad_constant(tm_dtype dt, double value, unsigned char *bytes) {
     memset(bytes, 0, 16);
-    if (tm_dtype_is_float(dt)) tm_store_f64(bytes, dt, 0, value);
-    else if (tm_dtype_is_signed_int(dt)) tm_store_i64(bytes, dt, 0, (int64_t)value);
-    else if (dt == TM_BOOL) bytes[0] = value != 0;
-    else if (tm_dtype_is_unsigned_int(dt)) tm_store_u64(bytes, dt, 0, (uint64_t)value);
+    /* tm_store_f64 converts to integers without undefined behaviour (NaN, out of range). */
+    if (tm_dtype_is_float(dt) || tm_dtype_is_signed_int(dt) || tm_dtype_is_unsigned_int(dt))
+        tm_store_f64(bytes, dt, 0, value);
     else if (dt == TM_COMPLEX64) tm_store_f64(bytes, TM_FLOAT, 0, value);
     else if (dt == TM_COMPLEX128) tm_store_f64(bytes, TM_DOUBLE, 0, value);
 }

@@ -101,8 +101,9 @@ static void softmax_row_f32(const float *x, float *y, int64_t n, int log_form) {
     if (log_form) {
         float sum = 0.0f;
         for (int64_t j = 0; j < n; j++) sum += expf(x[j] - top);
-        float shift = top + logf(sum);
-        for (int64_t j = 0; j < n; j++) y[j] = x[j] - shift;
+        /* (x - top) first: top + log(sum) would round away the small part. */
+        float log_sum = logf(sum);
+        for (int64_t j = 0; j < n; j++) y[j] = (x[j] - top) - log_sum;
         return;
     }
     float sum = 0.0f;
@@ -132,11 +133,10 @@ static void softmax_block_f32(const float *x, float *y, int64_t length, int64_t 
             if (!log_form) y[j * inner + i] = e;
             sum[i] += e;
         }
-    for (int64_t i = 0; i < inner; i++)
-        sum[i] = log_form ? top[i] + logf(sum[i]) : 1.0f / sum[i];
+    for (int64_t i = 0; i < inner; i++) sum[i] = log_form ? logf(sum[i]) : 1.0f / sum[i];
     for (int64_t j = 0; j < length; j++)
         for (int64_t i = 0; i < inner; i++) {
-            if (log_form) y[j * inner + i] = x[j * inner + i] - sum[i];
+            if (log_form) y[j * inner + i] = (x[j * inner + i] - top[i]) - sum[i];
             else y[j * inner + i] *= sum[i];
         }
 }
@@ -151,11 +151,11 @@ static void softmax_lane_generic(const tm_tensor *x, tm_tensor *y, int64_t first
     }
     for (int64_t j = 0; j < length; j++)
         sum += exp(tm_load_f64(x->data, x->dtype, (size_t)(first + j * inner)) - top);
-    double shift = top + log(sum);
+    double log_sum = log(sum);
     for (int64_t j = 0; j < length; j++) {
         size_t i = (size_t)(first + j * inner);
         double v = tm_load_f64(x->data, x->dtype, i);
-        tm_store_f64(y->data, y->dtype, i, log_form ? v - shift : exp(v - top) / sum);
+        tm_store_f64(y->data, y->dtype, i, log_form ? (v - top) - log_sum : exp(v - top) / sum);
     }
 }
 

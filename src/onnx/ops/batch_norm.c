@@ -67,7 +67,8 @@ static tm_status lower_batch_normalization(tm_lower *L) {
     float momentum = tm_attr_f(L, "momentum", 0.9f);
     tm_val mom = tm_const_scalar(c, wt, momentum), rest = tm_const_scalar(c, wt, 1.0 - momentum);
     int64_t ch = tm_vdims(c, x)[1];
-    tm_val flat_mean = tm_reshape(c, batch_mean, 1, &ch), flat_var = tm_reshape(c, batch_var, 1, &ch);
+    tm_val flat_mean = tm_reshape(c, batch_mean, 1, &ch);
+    tm_val flat_var = tm_reshape(c, batch_var, 1, &ch);
     tm_val in_mean = tm_cast(c, tm_lin(L, 3), wt), in_var = tm_cast(c, tm_lin(L, 4), wt);
     tm_val run_mean = tm_add(c, tm_mul(c, in_mean, mom), tm_mul(c, flat_mean, rest));
     tm_val run_var = tm_add(c, tm_mul(c, in_var, mom), tm_mul(c, flat_var, rest));

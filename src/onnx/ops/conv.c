@@ -1,7 +1,6 @@
-/* Conv, ConvTranspose, ConvInteger and QLinearConv over the CONV/CONV_TRANSPOSE
- * primitives: auto_pad, kernel_shape inference from the weights, output_shape and
- * output_padding become explicit pads here; integer forms convolve the centred int32
- * operands exactly and requantize. Not pooling (pool.c). */
+/* Conv, ConvTranspose, ConvInteger and QLinearConv over CONV/CONV_TRANSPOSE: auto_pad,
+ * kernel_shape from the weights, output_shape/output_padding become explicit pads; the
+ * integer forms convolve centred int32 operands exactly and requantize. Not pools. */
 #include "quant.h"
 #include "window.h"
 

@@ -1,7 +1,6 @@
-/* Einsum: parses the equation (explicit or implicit output, ellipsis, repeated labels),
- * takes diagonals, sums labels out as early as possible, then contracts the operands left
- * to right as batched matmuls (transpose, reshape, MATMUL) and permutes to the output.
- * No cost-based contraction order. */
+/* Einsum: parses the equation (implicit output, ellipsis, repeated labels), takes
+ * diagonals, sums labels out early, contracts operands left to right as batched matmuls
+ * (transpose, reshape, MATMUL) and permutes to the output. No cost-based ordering. */
 #include <ctype.h>
 #include "elementwise.h"
 

@@ -1,7 +1,6 @@
-/* InstanceNormalization, GroupNormalization, MeanVarianceNormalization and
- * LpNormalization. Instance and group norms standardise through the LAYERNORM primitive
- * (f32 inside) on a reshaped view, then apply the per-channel scale and bias.
- * BatchNormalization and LayerNormalization live in their own files. */
+/* InstanceNormalization, GroupNormalization, MeanVarianceNormalization, LpNormalization.
+ * Instance and group norms standardise through LAYERNORM (f32 inside) on a reshaped view,
+ * then apply per-channel scale and bias. Not BatchNormalization or LayerNormalization. */
 #include "elementwise.h"
 
 /* Standardises x over its axes from `axis` on (unit scale, no bias). */

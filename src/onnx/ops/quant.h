@@ -1,7 +1,6 @@
-/* Helpers shared by the quantization lowerings (quantize.c, the QLinear and *Integer
- * forms in matmul.c and conv.c): quantized dtype ranges, the round-half-to-even and
- * saturating store, and shaping a scale/zero point for per-tensor, per-axis or blocked
- * granularity. Not a lowering itself. */
+/* Helpers shared by the quantization lowerings (quantize.c, matmul.c, conv.c): quantized
+ * dtype ranges, the round-half-to-even saturating store, and shaping a scale/zero point
+ * for per-tensor, per-axis or blocked granularity. Not a lowering itself. */
 #ifndef TM_ONNX_OPS_QUANT_H
 #define TM_ONNX_OPS_QUANT_H
 
