@@ -6,9 +6,9 @@ BUILD ?= build
 OPT ?= -O2 -march=native
 SAN ?=
 CFLAGS ?= $(OPT) -g
-CFLAGS += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -fPIC -pthread $(SAN)
+CFLAGS += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -fPIC -pthread -fopenmp $(SAN)
 CPPFLAGS += -Iinclude -Isrc -I$(BUILD)
-LDLIBS += -ldnnl -lm -pthread
+LDLIBS += -ldnnl -lm -pthread -fopenmp
 LDFLAGS += $(SAN)
 
 LIB_SRC := $(wildcard src/core/*.c src/core/prims/*.c src/onnx/*.c src/onnx/ops/*.c \

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <omp.h>
 #include "runtime.h"
 
 const char *tm_version(void) { return TM_VERSION_STRING; }
@@ -24,6 +25,11 @@ void *tm__model_alloc(const tm_model *m, size_t size) {
 }
 
 void tm__model_free_mem(const tm_model *m, void *p) { tm__free(m->opts.allocator, p); }
+
+void tm__apply_threads(const tm_model *m) {
+    if (m->opts.threads > 0 && omp_get_max_threads() != m->opts.threads)
+        omp_set_num_threads(m->opts.threads);
+}
 
 void tm_xval_clear(tm_xval *x) {
     if (!x) return;
@@ -374,6 +380,7 @@ tm_status tm__run_eager_x(tm_model *m, int n, const char *const *names, const tm
     tm_ctx c;
     tm_ctx_init(&c, TM_MODE_EAGER, m->opts.allocator);
     c.compute_type = m->opts.compute_type;
+    tm__apply_threads(m);
     tm_oval *ovals = calloc((size_t)g->n_inputs + 1, sizeof *ovals);
     tm_oval *outs = calloc((size_t)g->n_outputs + 1, sizeof *outs);
     tm_xval *res = calloc((size_t)g->n_outputs + 1, sizeof *res);

@@ -619,6 +619,7 @@ static tm_status bind_run_inputs(tm_session *s, int n, const char *const *names,
 
 static tm_status run_kernels(tm_session *s, tm_error *err) {
     tm_plan *p = s->plan;
+    tm__apply_threads(p->model);
     for (int k = 0; k < p->n_kernels; k++) {
         const plan_kernel *pk = &p->kernels[k];
         tm_error kerr;

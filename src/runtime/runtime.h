@@ -57,6 +57,10 @@ tm_status tm__plan_create_x(tm_model *m, int n, const char *const *names,
 tm_status tm__session_run_x(tm_session *s, int n, const char *const *names,
                             const tm_xval *inputs, tm_xval *outputs, tm_error *err);
 
+/* Sets the calling thread's intra-op thread count (OpenMP, used by oneDNN) from the
+ * model's options: an OpenMP setting of the calling thread, not process state. */
+void tm__apply_threads(const tm_model *m);
+
 /* Allocation through the model's allocator. */
 void *tm__model_alloc(const tm_model *m, size_t size);
 void tm__model_free_mem(const tm_model *m, void *p);

@@ -5,7 +5,7 @@
 /* The build's -O2 leaves plain loops scalar (GCC's very-cheap vector cost model); these
  * loops are the hot path of every model, so this file asks for the full vectorizer, and
  * for sqrt/floor/round as instructions (nothing here reads errno). */
-#pragma GCC optimize("O3", "no-math-errno")
+#pragma GCC optimize("O3", "no-trapping-math")
 #endif
 #include <math.h>
 #include <stdio.h>
