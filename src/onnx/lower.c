@@ -646,15 +646,17 @@ tm_status tm_interp_run(tm_interp *ip, const tm_oval *inputs, tm_oval *outputs, 
     return st;
 }
 
-tm_status tm_interp_resume(tm_interp *ip, const tm_live *live, tm_oval *outputs) {
+tm_status tm_interp_resume(tm_interp *ip, const tm_live *live, tm_oval *outputs,
+                           tm_live *live_out) {
     const tm_graph *g = ip->model->graph;
     tm_ctx *c = ip->ctx;
     tm_scope scope = {0};
     scope.graph = g;
+    ip->break_at = -1;
     tm_status st = TM_OK;
     for (int i = 0; i < live->n && st == TM_OK; i++)
         st = scope_bind(c, &scope, live->names[i], &live->vals[i]);
-    if (st == TM_OK) st = run_top(ip, &scope, ip->start_at, NULL);
+    if (st == TM_OK) st = run_top(ip, &scope, ip->start_at, live_out);
     if (st == TM_OK) st = bind_outputs(ip, &scope, g, outputs);
     scope_destroy(c, &scope);
     return st;

@@ -112,8 +112,10 @@ typedef struct tm_live {
 } tm_live;
 
 tm_status tm_interp_run(tm_interp *ip, const tm_oval *inputs, tm_oval *outputs, tm_live *live);
-/* Resumes the top-level graph at node ip->start_at with the given live values. */
-tm_status tm_interp_resume(tm_interp *ip, const tm_live *live, tm_oval *outputs);
+/* Resumes the top-level graph at node ip->start_at with the given live values. Under
+ * trace, a further graph break is reported as by tm_interp_run when live_out is given. */
+tm_status tm_interp_resume(tm_interp *ip, const tm_live *live, tm_oval *outputs,
+                           tm_live *live_out);
 void tm_live_free(tm_live *live);
 
 /* Collects the missing domain:op@opset of a model (subgraphs and functions included) into

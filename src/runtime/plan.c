@@ -60,7 +60,24 @@ struct tm_plan {
     int break_at;         /* -1: no graph break */
     int n_live;
     plan_live *live;
+    int break_key;        /* live index of the value the break needs, or -1 (eager tail) */
+    int is_tail;          /* entries are the parent's live values, not graph inputs */
+    pthread_mutex_t tails_lock;
+    struct tail_plan *tails;  /* tail plans by the break value's bytes */
+    int n_tails;
 };
+
+/* After a graph break, the rest of the graph traced again with the host value known. */
+typedef struct tail_plan {
+    char *key;
+    size_t key_len;
+    tm_plan *plan;        /* NULL: that value leads to an eager tail */
+} tail_plan;
+
+typedef struct tail_session {
+    tm_plan *plan;
+    tm_session *session;
+} tail_session;
 
 struct tm_session {
     tm_plan *plan;
@@ -69,6 +86,10 @@ struct tm_session {
     tm_tensor *tensors;   /* one per plan value */
     const tm_tensor ***kin;
     tm_tensor ***kout;
+    tail_session *tails;  /* sessions of the tail plans met so far */
+    int n_tails;
+    tm_session *last_tail;/* the tail that produced the last run's outputs */
+    tm_xval *eager_out;   /* outputs of an eager tail (per graph output) */
 };
 
 void tm_plan_options_default(tm_plan_options *o) {
@@ -331,6 +352,12 @@ done:
 
 void tm_plan_free(tm_plan *p) {
     if (!p) return;
+    for (int i = 0; i < p->n_tails; i++) {
+        tm_plan_free(p->tails[i].plan);
+        free(p->tails[i].key);
+    }
+    free(p->tails);
+    pthread_mutex_destroy(&p->tails_lock);
     for (int i = 0; i < p->n_values; i++)
         if (p->values[i].const_owned) tm_tensor_free(p->values[i].constant);
     for (int k = 0; k < p->n_kernels; k++) {
@@ -359,6 +386,27 @@ static const tm_tensor *find_static(const tm_plan_options *o, const char *name) 
     return NULL;
 }
 
+/* Turns a finished trace into the plan: all of it, or its prefix up to a graph break
+ * (remembering which live value the break needs, so that a run can trace the rest again
+ * with that value known). */
+static tm_status finish_trace(tm_plan *p, tm_ctx *c, const tm_interp *ip, tm_status st,
+                              const tm_oval *outs, const tm_live *live, int eager_tail,
+                              tm_error *err) {
+    if (st == TM_ERR_NEEDS_HOST) {
+        p->break_at = ip->break_at;
+        st = build_plan(p, c, NULL, live, err);
+        for (int i = 0; st == TM_OK && !eager_tail && i < p->n_live; i++)
+            if (live->vals[i].kind == TM_OV_TENSOR && live->vals[i].v == c->needs_host)
+                p->break_key = i;
+        for (int i = 0; i < p->n_live; i++)
+            if (p->live[i].kind != TM_OV_TENSOR) p->break_key = -1;
+        return st;
+    }
+    if (st == TM_OK) return build_plan(p, c, outs, NULL, err);
+    tm__error_copy(err, &c->err);
+    return st;
+}
+
 static tm_status create(tm_model *m, int n, const char *const *names, const tm_xval *inputs,
                         const tm_plan_options *opts, tm_plan **out, tm_error *err,
                         int force_break0) {
@@ -370,6 +418,8 @@ static tm_status create(tm_model *m, int n, const char *const *names, const tm_x
     if (!p) return tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
     p->model = m;
     p->break_at = -1;
+    p->break_key = -1;
+    pthread_mutex_init(&p->tails_lock, NULL);
     p->n_graph_inputs = g->n_inputs;
     p->n_outputs = g->n_outputs;
     p->input_pv = calloc((size_t)g->n_inputs + 1, sizeof *p->input_pv);
@@ -442,14 +492,7 @@ static tm_status create(tm_model *m, int n, const char *const *names, const tm_x
     } else {
         st = tm_interp_run(&ip, ovals, outs, &live);
     }
-    if (st == TM_ERR_NEEDS_HOST) {
-        p->break_at = ip.break_at;
-        st = build_plan(p, &c, NULL, &live, err);
-    } else if (st == TM_OK) {
-        st = build_plan(p, &c, outs, NULL, err);
-    } else {
-        tm__error_copy(err, &c.err);
-    }
+    st = finish_trace(p, &c, &ip, st, outs, &live, has_seq || force_break0, err);
     if (st == TM_OK) {
         *out = p;
         p = NULL;
@@ -530,6 +573,10 @@ void tm_session_free(tm_session *s) {
     free(s->kin);
     free(s->kout);
     free(s->tensors);
+    for (int i = 0; i < s->n_tails; i++) tm_session_free(s->tails[i].session);
+    free(s->tails);
+    for (int i = 0; s->eager_out && i < s->plan->n_outputs; i++) tm_xval_clear(&s->eager_out[i]);
+    free(s->eager_out);
     free(s);
 }
 
@@ -652,10 +699,15 @@ static tm_status deliver(const tm_tensor *src, tm_tensor **dst, const char *name
 
 /* After a graph break: the values alive at the break go into an eager context, and the
  * rest of the graph runs node by node. */
-static tm_status run_tail(tm_session *s, tm_xval *outputs, tm_error *err) {
+/* The eager tail: the values alive at the break go into an eager context and the rest
+ * of the graph runs node by node; its outputs stay in s->eager_out until the next run. */
+static tm_status run_eager_tail(tm_session *s, tm_error *err) {
     tm_plan *p = s->plan;
     tm_model *m = p->model;
     const tm_graph *g = m->onnx->graph;
+    for (int i = 0; s->eager_out && i < g->n_outputs; i++) tm_xval_clear(&s->eager_out[i]);
+    if (!s->eager_out) s->eager_out = calloc((size_t)g->n_outputs + 1, sizeof *s->eager_out);
+    if (!s->eager_out) return tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
     tm_ctx c;
     tm_ctx_init(&c, TM_MODE_EAGER, m->opts.allocator);
     c.compute_type = m->opts.compute_type;
@@ -689,11 +741,11 @@ static tm_status run_tail(tm_session *s, tm_xval *outputs, tm_error *err) {
         ip.ctx = &c;
         ip.model = m->onnx;
         ip.start_at = p->break_at;
-        st = tm_interp_resume(&ip, &live, outs);
+        st = tm_interp_resume(&ip, &live, outs, NULL);
         if (st != TM_OK) tm__error_copy(err, &c.err);
     }
     for (int i = 0; st == TM_OK && i < g->n_outputs; i++)
-        st = tm__export_oval(&c, &outs[i], &outputs[i], err);
+        st = tm__export_oval(&c, &outs[i], &s->eager_out[i], err);
     for (int i = 0; outs && i < g->n_outputs; i++) free(outs[i].seq);
     free(outs);
     tm_live_free(&live);
@@ -701,17 +753,234 @@ static tm_status run_tail(tm_session *s, tm_xval *outputs, tm_error *err) {
     return st;
 }
 
+/* Traces the rest of the graph after parent's break, with the break's value known. */
+static tm_status create_tail(tm_plan *parent, const tm_session *ps, tm_plan **out,
+                             tm_error *err) {
+    tm_model *m = parent->model;
+    const tm_graph *g = m->onnx->graph;
+    int n = parent->n_live;
+    tm_plan *p = calloc(1, sizeof *p);
+    if (!p) return tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
+    p->model = m;
+    p->break_at = -1;
+    p->break_key = -1;
+    p->is_tail = 1;
+    pthread_mutex_init(&p->tails_lock, NULL);
+    p->n_graph_inputs = n;
+    p->n_outputs = g->n_outputs;
+    p->input_pv = calloc((size_t)n + 1, sizeof *p->input_pv);
+    p->input_dtype = calloc((size_t)n + 1, sizeof *p->input_dtype);
+    p->input_rank = calloc((size_t)n + 1, sizeof *p->input_rank);
+    p->input_dims = calloc((size_t)n + 1, sizeof *p->input_dims);
+    p->input_static = calloc((size_t)n + 1, 1);
+    p->output_pv = calloc((size_t)g->n_outputs + 1, sizeof *p->output_pv);
+    tm_oval *outs = calloc((size_t)g->n_outputs + 1, sizeof *outs);
+    tm_live in = {0}, live = {0};
+    in.names = calloc((size_t)n + 1, sizeof *in.names);
+    in.vals = calloc((size_t)n + 1, sizeof *in.vals);
+    tm_ctx c;
+    tm_ctx_init(&c, TM_MODE_TRACE, m->opts.allocator);
+    c.compute_type = m->opts.compute_type;
+    tm_status st = TM_OK;
+    if (!p->input_pv || !p->input_dtype || !p->input_rank || !p->input_dims ||
+        !p->input_static || !p->output_pv || !outs || !in.names || !in.vals) {
+        st = tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
+        goto done;
+    }
+    for (int i = 0; i < n; i++) {
+        const tm_tensor *t = &ps->tensors[parent->live[i].pv];
+        in.names[i] = strdup(parent->live[i].name);
+        in.n = i + 1;
+        in.vals[i].kind = TM_OV_TENSOR;
+        p->input_pv[i] = -1;
+        p->input_dtype[i] = t->dtype;
+        p->input_rank[i] = t->rank;
+        memcpy(p->input_dims[i], t->dims, sizeof p->input_dims[i]);
+        if (i == parent->break_key) {
+            in.vals[i].v = tm_val_tensor(&c, tm_tensor_clone(t, NULL), 0);
+            p->input_static[i] = 1;
+        } else {
+            in.vals[i].v = tm_val_symbolic(&c, t->dtype, t->rank, t->dims, i);
+        }
+        if (!in.names[i]) tm_ctx_fail(&c, TM_ERR_NO_MEMORY, "out of memory");
+    }
+    if (!tm_ctx_ok(&c)) {
+        st = c.status;
+        tm__error_copy(err, &c.err);
+        goto done;
+    }
+    tm_interp ip;
+    memset(&ip, 0, sizeof ip);
+    ip.ctx = &c;
+    ip.model = m->onnx;
+    ip.start_at = parent->break_at;
+    st = tm_interp_resume(&ip, &in, outs, &live);
+    if (st == TM_ERR_NEEDS_HOST && ip.break_at == parent->break_at) {
+        /* The same node still needs a host value it computes itself (inside a
+         * subgraph): no progress by tracing, run the rest eagerly. */
+        st = tm__fail(err, TM_ERR_UNSUPPORTED, "computed eagerly");
+        goto done;
+    }
+    st = finish_trace(p, &c, &ip, st, outs, &live, 0, err);
+    if (st == TM_OK) {
+        *out = p;
+        p = NULL;
+    }
+done:
+    tm_plan_free(p);
+    for (int i = 0; outs && i < g->n_outputs; i++) free(outs[i].seq);
+    free(outs);
+    tm_live_free(&in);
+    tm_live_free(&live);
+    tm_ctx_destroy(&c);
+    return st;
+}
+
+/* The key of a break value: dtype, dims and bytes. */
+static char *value_key(const tm_tensor *t, size_t *len) {
+    size_t n = sizeof t->dtype + sizeof t->rank + (size_t)t->rank * sizeof t->dims[0] + t->nbytes;
+    char *k = malloc(n + 1);
+    if (!k) return NULL;
+    char *w = k;
+    memcpy(w, &t->dtype, sizeof t->dtype);
+    w += sizeof t->dtype;
+    memcpy(w, &t->rank, sizeof t->rank);
+    w += sizeof t->rank;
+    memcpy(w, t->dims, (size_t)t->rank * sizeof t->dims[0]);
+    w += (size_t)t->rank * sizeof t->dims[0];
+    if (t->nbytes) memcpy(w, t->data, t->nbytes);
+    *len = n;
+    return k;
+}
+
+/* The tail plan for the value s's break needs (made on first sight, then cached in
+ * the parent plan); *plan is NULL when that value leads to an eager tail. */
+static tm_status find_tail(tm_session *s, tm_plan **plan, tm_error *err) {
+    tm_plan *p = s->plan;
+    const tm_tensor *key_t = &s->tensors[p->live[p->break_key].pv];
+    if (key_t->dtype == TM_STRING) {
+        *plan = NULL;
+        return TM_OK;
+    }
+    /* Small keys (a flag, a count) are compared in place: no allocation on a hit. */
+    pthread_mutex_lock(&p->tails_lock);
+    for (int i = 0; i < p->n_tails; i++) {
+        const char *k = p->tails[i].key;
+        size_t off = sizeof key_t->dtype + sizeof key_t->rank;
+        if (p->tails[i].key_len != off + (size_t)key_t->rank * sizeof key_t->dims[0] + key_t->nbytes)
+            continue;
+        if (memcmp(k, &key_t->dtype, sizeof key_t->dtype) ||
+            memcmp(k + sizeof key_t->dtype, &key_t->rank, sizeof key_t->rank) ||
+            memcmp(k + off, key_t->dims, (size_t)key_t->rank * sizeof key_t->dims[0]) ||
+            (key_t->nbytes && memcmp(k + off + (size_t)key_t->rank * sizeof key_t->dims[0],
+                                     key_t->data, key_t->nbytes)))
+            continue;
+        *plan = p->tails[i].plan;
+        pthread_mutex_unlock(&p->tails_lock);
+        return TM_OK;
+    }
+    size_t len = 0;
+    char *key = value_key(key_t, &len);
+    tm_plan *tail = NULL;
+    tm_error e;
+    memset(&e, 0, sizeof e);
+    tm_status st = key ? create_tail(p, s, &tail, &e) : TM_ERR_NO_MEMORY;
+    if (st == TM_ERR_UNSUPPORTED && strstr(e.message, "computed eagerly")) st = TM_OK;
+    tail_plan *grown = st == TM_OK ? realloc(p->tails, (size_t)(p->n_tails + 1) * sizeof *grown)
+                                   : NULL;
+    if (st == TM_OK && !grown) st = TM_ERR_NO_MEMORY;
+    if (st != TM_OK) {
+        pthread_mutex_unlock(&p->tails_lock);
+        free(key);
+        tm_plan_free(tail);
+        if (e.message[0]) tm__error_copy(err, &e);
+        else tm__fail(err, st, "out of memory");
+        return st;
+    }
+    p->tails = grown;
+    p->tails[p->n_tails].key = key;
+    p->tails[p->n_tails].key_len = len;
+    p->tails[p->n_tails].plan = tail;
+    p->n_tails++;
+    pthread_mutex_unlock(&p->tails_lock);
+    *plan = tail;
+    return TM_OK;
+}
+
+static tm_status exec(tm_session *s, tm_error *err);
+
+static tm_status exec_tail(tm_session *s, tm_plan *tail, tm_error *err) {
+    tm_session *ts = NULL;
+    for (int i = 0; i < s->n_tails && !ts; i++)
+        if (s->tails[i].plan == tail) ts = s->tails[i].session;
+    if (!ts) {
+        tail_session *grown = realloc(s->tails, (size_t)(s->n_tails + 1) * sizeof *grown);
+        if (!grown) return tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
+        s->tails = grown;
+        tm_status st = tm_session_create(tail, &ts, err);
+        if (st != TM_OK) return st;
+        s->tails[s->n_tails].plan = tail;
+        s->tails[s->n_tails].session = ts;
+        s->n_tails++;
+    }
+    /* The tail's entries are this plan's live values, read in place. */
+    for (int i = 0; i < tail->n_values; i++)
+        if (tail->values[i].kind == PV_INPUT)
+            ts->tensors[i].data = s->tensors[s->plan->live[tail->values[i].input].pv].data;
+    for (int i = 0; i < tail->n_values; i++)
+        if (tail->values[i].kind == PV_ALIAS && tail->values[root_of(tail, i)].kind == PV_INPUT)
+            ts->tensors[i].data = ts->tensors[root_of(tail, i)].data;
+    s->last_tail = ts;
+    return exec(ts, err);
+}
+
+/* Runs a session whose entries are bound: its kernels, then what follows a break. */
+static tm_status exec(tm_session *s, tm_error *err) {
+    tm_plan *p = s->plan;
+    s->last_tail = NULL;
+    tm_status st = run_kernels(s, err);
+    if (st != TM_OK || p->break_at < 0) return st;
+    tm_plan *tail = NULL;
+    if (p->break_key >= 0) {
+        st = find_tail(s, &tail, err);
+        if (st != TM_OK) return st;
+    }
+    return tail ? exec_tail(s, tail, err) : run_eager_tail(s, err);
+}
+
+/* Where output i of the last run is: a tensor of the last plan in the chain, or an
+ * eager tail's value. */
+static const tm_xval *result(const tm_session *s, int i, tm_xval *scratch) {
+    while (s->last_tail) s = s->last_tail;
+    if (s->plan->break_at >= 0) return &s->eager_out[i];
+    memset(scratch, 0, sizeof *scratch);
+    scratch->kind = TM_X_TENSOR;
+    scratch->t = &s->tensors[s->plan->output_pv[i]];
+    return scratch;
+}
+
 tm_status tm__session_run_x(tm_session *s, int n, const char *const *names,
                             const tm_xval *inputs, tm_xval *outputs, tm_error *err) {
     tm_plan *p = s->plan;
     tm_status st = bind_run_inputs(s, n, names, inputs, err);
-    if (st == TM_OK) st = run_kernels(s, err);
-    if (st != TM_OK) return st;
-    if (p->break_at >= 0) return run_tail(s, outputs, err);
+    if (st == TM_OK) st = exec(s, err);
     for (int i = 0; i < p->n_outputs && st == TM_OK; i++) {
-        outputs[i].kind = TM_X_TENSOR;
-        st = deliver(&s->tensors[p->output_pv[i]], &outputs[i].t,
-                     p->model->onnx->graph->outputs[i].name, err);
+        tm_xval tmp;
+        const tm_xval *r = result(s, i, &tmp);
+        memset(&outputs[i], 0, sizeof outputs[i]);
+        if (r->kind == TM_X_TENSOR) {
+            outputs[i].kind = TM_X_TENSOR;
+            st = deliver(r->t, &outputs[i].t, p->model->onnx->graph->outputs[i].name, err);
+        } else if (r->kind == TM_X_SEQUENCE) {
+            outputs[i].kind = TM_X_SEQUENCE;
+            outputs[i].seq_dtype = r->seq_dtype;
+            outputs[i].seq = calloc((size_t)r->n + 1, sizeof *outputs[i].seq);
+            if (!outputs[i].seq) st = tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
+            for (int k = 0; st == TM_OK && k < r->n; k++) {
+                st = deliver(r->seq[k], &outputs[i].seq[k], "sequence", err);
+                outputs[i].n = k + 1;
+            }
+        }
     }
     return st;
 }
@@ -731,26 +1000,17 @@ tm_status tm_session_run(tm_session *s, int n, const char *const *names,
         xin[i].t = (tm_tensor *)inputs[i];
     }
     tm_status st = bind_run_inputs(s, n, names, xin, err);
-    if (st == TM_OK && p->break_at < 0) {
-        st = run_kernels(s, err);
-        for (int i = 0; i < p->n_outputs && st == TM_OK; i++)
-            st = deliver(&s->tensors[p->output_pv[i]], &outputs[i],
-                         p->model->onnx->graph->outputs[i].name, err);
-    } else if (st == TM_OK) {
-        tm_xval *xout = calloc((size_t)p->n_outputs + 1, sizeof *xout);
-        st = xout ? tm__session_run_x(s, n, names, xin, xout, err)
-                  : tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
-        for (int i = 0; st == TM_OK && i < p->n_outputs; i++) {
-            tm_tensor *t = xout[i].kind == TM_X_TENSOR ? xout[i].t : NULL;
-            if (t && outputs[i]) {
-                st = deliver(t, &outputs[i], p->model->onnx->graph->outputs[i].name, err);
-            } else {
-                outputs[i] = t;
-                xout[i].t = NULL;
-            }
-        }
-        for (int i = 0; xout && i < p->n_outputs; i++) tm_xval_clear(&xout[i]);
-        free(xout);
+    if (st == TM_OK) st = exec(s, err);
+    for (int i = 0; i < p->n_outputs && st == TM_OK; i++) {
+        tm_xval tmp;
+        const tm_xval *r = result(s, i, &tmp);
+        if (r->kind == TM_X_TENSOR)
+            st = deliver(r->t, &outputs[i], p->model->onnx->graph->outputs[i].name, err);
+        else if (r->kind == TM_X_SEQUENCE)
+            st = tm__fail(err, TM_ERR_UNSUPPORTED, "output '%s' is a sequence: use the CLI or "
+                          "an eager run", p->model->onnx->graph->outputs[i].name);
+        else
+            outputs[i] = NULL;
     }
     if (xin != xin_small) free(xin);
     return st;

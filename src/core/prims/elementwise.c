@@ -11,6 +11,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__AVX__) || defined(__F16C__)
+#include <immintrin.h>
+#endif
 #include "../ctx.h"
 #include "../../backends/cpu/gemm.h" /* tm_use_reference_kernels */
 
@@ -329,6 +332,45 @@ static inline float erf_f32(float x) {
     return a < 0.5f ? x * p : far;
 }
 
+/* Cephes' logf: the mantissa in [sqrt(1/2), sqrt 2) and a polynomial in it minus 1. */
+static inline float log_f32(float x) {
+    int subnormal = x < 1.17549435e-38f;
+    float scaled = subnormal ? x * 8388608.0f : x;  /* 2^23 brings subnormals to normal */
+    uint32_t bits;
+    memcpy(&bits, &scaled, sizeof bits);
+    float e = (float)((int32_t)((bits >> 23) & 0xFF) - 126) - (subnormal ? 23.0f : 0.0f);
+    bits = (bits & 0x807FFFFFu) | 0x3F000000u;      /* mantissa m in [0.5, 1) */
+    float m;
+    memcpy(&m, &bits, sizeof m);
+    int low = m < 0.707106781186547524f;
+    e = low ? e - 1.0f : e;
+    float t = low ? m + m - 1.0f : m - 1.0f, z = t * t;
+    float p = 7.0376836292e-2f;
+    p = p * t - 1.1514610310e-1f;
+    p = p * t + 1.1676998740e-1f;
+    p = p * t - 1.2420140846e-1f;
+    p = p * t + 1.4249322787e-1f;
+    p = p * t - 1.6668057665e-1f;
+    p = p * t + 2.0000714765e-1f;
+    p = p * t - 2.4999993993e-1f;
+    p = p * t + 3.3333331174e-1f;
+    float y = p * t * z - 2.12194440e-4f * e - 0.5f * z;
+    float r = t + y + 0.693359375f * e;
+    r = x == 0 ? -INFINITY : r;
+    r = x < 0 ? NAN : r;
+    r = x == INFINITY ? INFINITY : r;
+    return x != x ? x : r;
+}
+
+/* sqrtf keeps its errno call (and stays scalar) even where errno is never read. */
+static void sqrt_f32(const float *restrict x, float *restrict y, int64_t n) {
+    int64_t i = 0;
+#if defined(__AVX__)
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_sqrt_ps(_mm256_loadu_ps(x + i)));
+#endif
+    for (; i < n; i++) y[i] = sqrtf(x[i]);
+}
+
 /* 0.5 x (1 + erf(x / sqrt 2)), with 1 + erf(-u) written erfc(u) so negative x keeps its
  * relative accuracy. */
 static inline float gelu_erf_f32(float x) {
@@ -361,8 +403,8 @@ static void unary_f32_math(int prim, const tm_args *a, const float *restrict x,
     case TM_P_ABS: UNARY_LOOP(fabsf(v)); break;
     case TM_P_SIGN: UNARY_LOOP(v > 0 ? 1.0f : v < 0 ? -1.0f : v); break;
     case TM_P_EXP: UNARY_LOOP(exp_f32(v)); break;
-    case TM_P_LOG: UNARY_LOOP(logf(v)); break;
-    case TM_P_SQRT: UNARY_LOOP(sqrtf(v)); break;
+    case TM_P_LOG: UNARY_LOOP(log_f32(v)); break;
+    case TM_P_SQRT: sqrt_f32(x, y, n); break;
     case TM_P_RECIPROCAL: UNARY_LOOP(1.0f / v); break;
     case TM_P_FLOOR: UNARY_LOOP(floorf(v)); break;
     case TM_P_CEIL: UNARY_LOOP(ceilf(v)); break;
@@ -659,23 +701,27 @@ typedef struct binary_job {
             for (int64_t i = 0; i < n; i++) {                                         \
                 TA x = a_[i];                                                         \
                 TB y = b_[i];                                                         \
+                (void)x, (void)y;                                                     \
                 o_[i] = (TO)(EXPR);                                                   \
             }                                                                         \
         } else if (step[0]) {                                                         \
             TB y = b_[0];                                                             \
             for (int64_t i = 0; i < n; i++) {                                         \
                 TA x = a_[i];                                                         \
+                (void)x, (void)y;                                                     \
                 o_[i] = (TO)(EXPR);                                                   \
             }                                                                         \
         } else if (step[1]) {                                                         \
             TA x = a_[0];                                                             \
             for (int64_t i = 0; i < n; i++) {                                         \
                 TB y = b_[i];                                                         \
+                (void)x, (void)y;                                                     \
                 o_[i] = (TO)(EXPR);                                                   \
             }                                                                         \
         } else {                                                                      \
             TA x = a_[0];                                                             \
             TB y = b_[0];                                                             \
+            (void)x, (void)y;                                                         \
             TO v_ = (TO)(EXPR);                                                       \
             for (int64_t i = 0; i < n; i++) o_[i] = v_;                               \
         }                                                                             \
@@ -690,7 +736,14 @@ typedef struct binary_job {
         case TM_P_SUB: BINARY_LOOP(T, T, T, x - y); break;                            \
         case TM_P_MUL: BINARY_LOOP(T, T, T, x * y); break;                            \
         case TM_P_DIV: BINARY_LOOP(T, T, T, x / y); break;                            \
-        case TM_P_POW: BINARY_LOOP(T, T, T, POW(x, y)); break;                        \
+        case TM_P_POW: /* squares and cubes (x^2 in norms, x^3 in GELU) as products */ \
+            if (!step[1] && ((const T *)j->b)[offset[1]] == 2)                        \
+                BINARY_LOOP(T, T, T, x * x);                                          \
+            else if (!step[1] && ((const T *)j->b)[offset[1]] == 3)                   \
+                BINARY_LOOP(T, T, T, x * x * x);                                      \
+            else                                                                      \
+                BINARY_LOOP(T, T, T, POW(x, y));                                      \
+            break;                                                                    \
         case TM_P_MAX: BINARY_LOOP(T, T, T, (x > y || x != x) ? x : y); break;        \
         case TM_P_MIN: BINARY_LOOP(T, T, T, (x < y || x != x) ? x : y); break;        \
         case TM_P_MOD:                                                                \
@@ -882,6 +935,10 @@ typedef struct where_job {
         const T *x_ = (const T *)j->x + offset[1];                                        \
         const T *y_ = (const T *)j->y + offset[2];                                        \
         T *o_ = (T *)j->out + out_offset;                                                 \
+        if (step[0] && step[1] && step[2]) {                                              \
+            for (int64_t i = 0; i < n; i++) o_[i] = c_[i] ? x_[i] : y_[i];                \
+            break;                                                                        \
+        }                                                                                 \
         for (int64_t i = 0; i < n; i++)                                                   \
             o_[i] = c_[i * step[0]] ? x_[i * step[1]] : y_[i * step[2]];                  \
     } while (0)
@@ -1018,8 +1075,32 @@ static void cast_element(const tm_tensor *x, tm_tensor *y, size_t i, int saturat
     default: return 0;                                                                    \
     }
 
+#if defined(__F16C__) && defined(__AVX__)
+/* The F16C instructions round to nearest even as tm_f32_to_f16 does. */
+static int f16_from_f32_row(const float *x, uint16_t *y, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(y + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++) y[i] = tm_f32_to_f16(x[i]);
+    return 1;
+}
+
+static int f32_from_f16_row(const uint16_t *x, float *y, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i))));
+    for (; i < n; i++) y[i] = tm_f16_to_f32(x[i]);
+    return 1;
+}
+#endif
+
 /* Typed loops for the pairs that models use; 0 when the pair is not one of them. */
 static int cast_fast(tm_dtype from, tm_dtype to, const void *src, void *dst, int64_t n) {
+#if defined(__F16C__) && defined(__AVX__)
+    if (from == TM_FLOAT && to == TM_FLOAT16) return f16_from_f32_row(src, dst, n);
+    if (from == TM_FLOAT16 && to == TM_FLOAT) return f32_from_f16_row(src, dst, n);
+#endif
     if (from == TM_FLOAT16 && to == TM_FLOAT) CAST_LOOP(uint16_t, float, tm_f16_to_f32(x));
     if (from == TM_FLOAT && to == TM_FLOAT16) CAST_LOOP(float, uint16_t, tm_f32_to_f16(x));
     if (from == TM_BFLOAT16 && to == TM_FLOAT) CAST_LOOP(uint16_t, float, tm_bf16_to_f32(x));

@@ -33,6 +33,7 @@ static int64_t floor_div(int64_t a, int64_t b) {
 /* The smallest q >= 0 with start + q * step >= bound (step > 0). */
 static int64_t first_reaching(int64_t start, int64_t step, int64_t bound) {
     if (start >= bound) return 0;
+    if (step == 1) return bound - start;   /* the common case, without a division */
     return -floor_div(start - bound, step);
 }
 
@@ -872,16 +873,39 @@ static void pool_visit(const pool_geom *g, pool_acc *acc, const tm_tensor *x, in
         if (acc->best_at < 0 || v > acc->best_unsigned) acc->best_unsigned = v, acc->best_at = at;
         return;
     }
-    double v = x->dtype == TM_FLOAT ? ((const float *)x->data)[i]
-                                    : tm_load_f64(x->data, x->dtype, (size_t)i);
+    double v = tm_load_f64(x->data, x->dtype, (size_t)i);
     if (g->kind == POOL_MAX) {
-        /* NaNs never win, as in ONNX Runtime. */
-        if (v > acc->best) acc->best = v, acc->best_at = at;
+        /* NaNs never win, as in ONNX Runtime; an all -inf window reports its first tap. */
+        if (v > acc->best || (acc->best_at < 0 && v == acc->best)) acc->best = v, acc->best_at = at;
     } else if (g->kind == POOL_AVERAGE) {
         acc->sum += v;
     } else {
         acc->sum += g->p == 1 ? fabs(v) : g->p == 2 ? v * v : pow(fabs(v), (double)g->p);
     }
+}
+
+/* pool_visit for the taps [lo, hi) of one f32 row, without a call per element. */
+static void pool_run_f32(const pool_geom *g, pool_acc *acc, const float *plane, int64_t first,
+                         int64_t lo, int64_t hi, int64_t step) {
+    if (g->kind == POOL_MAX) {
+        float best = (float)acc->best;
+        int64_t best_at = acc->best_at;
+        for (int64_t t = lo; t < hi; t++) {
+            float v = plane[first + t * step];
+            if (v > best || (best_at < 0 && v == best)) best = v, best_at = first + t * step;
+        }
+        acc->best = best;
+        acc->best_at = best_at;
+        return;
+    }
+    double sum = 0.0;
+    if (g->kind == POOL_AVERAGE)
+        for (int64_t t = lo; t < hi; t++) sum += plane[first + t * step];
+    else if (g->p == 2)
+        for (int64_t t = lo; t < hi; t++) sum += (double)plane[first + t * step] * plane[first + t * step];
+    else
+        for (int64_t t = lo; t < hi; t++) sum += pow(fabs((double)plane[first + t * step]), (double)g->p);
+    acc->sum += sum;
 }
 
 /* Visits the taps of the window of output point o inside the input; returns how many
@@ -891,13 +915,16 @@ static int64_t pool_window(const pool_geom *g, const int64_t *o, const tm_tensor
     int64_t lo[TM_MAX_RANK], hi[TM_MAX_RANK], tap[TM_MAX_RANK];
     int64_t inside = 1, padded = 1;
     for (int d = 0; d < g->n; d++) {
-        int64_t plo, phi;
         pool_taps(g, d, o[d], 0, g->in[d], &lo[d], &hi[d]);
-        /* Positions past the end padding (ceil_mode's overhang) never count. */
-        pool_taps(g, d, o[d], -g->pad_begin[d], g->in[d] + g->pad_end[d], &plo, &phi);
         inside *= hi[d] - lo[d];
-        padded *= phi - plo;
         tap[d] = lo[d];
+        if (g->count_include_pad) {
+            /* Positions past the end padding (ceil_mode's overhang) never count. */
+            int64_t padded_lo, padded_hi;
+            pool_taps(g, d, o[d], -g->pad_begin[d], g->in[d] + g->pad_end[d], &padded_lo,
+                      &padded_hi);
+            padded *= padded_hi - padded_lo;
+        }
     }
     if (inside == 0) return g->count_include_pad ? padded : 0;
     int last = g->n - 1;
@@ -906,9 +933,13 @@ static int64_t pool_window(const pool_geom *g, const int64_t *o, const tm_tensor
         for (int d = 0; d < last; d++)
             base = (base + o[d] * g->stride[d] - g->pad_begin[d] + tap[d] * g->dilation[d])
                    * g->in[d + 1];
-        int64_t start = o[last] * g->stride[last] - g->pad_begin[last];
-        for (int64_t t = lo[last]; t < hi[last]; t++)
-            pool_visit(g, acc, x, plane, base + start + t * g->dilation[last]);
+        int64_t first = base + o[last] * g->stride[last] - g->pad_begin[last];
+        if (x->dtype == TM_FLOAT)
+            pool_run_f32(g, acc, (const float *)x->data + plane, first, lo[last], hi[last],
+                         g->dilation[last]);
+        else
+            for (int64_t t = lo[last]; t < hi[last]; t++)
+                pool_visit(g, acc, x, plane, first + t * g->dilation[last]);
         int d = last - 1;
         for (; d >= 0; d--) {
             if (++tap[d] < hi[d]) break;

@@ -114,7 +114,7 @@ static void select_line(const tm_tensor *x, int64_t base, int64_t stride, int64_
     }
 }
 
-/* Output order is always sorted: `sorted = 0` leaves the order unspecified. */
+/* Outputs are always sorted best first, which `sorted = 0` (order unspecified) allows too. */
 tm_status tm__kernel_topk(const tm_kcall *k) {
     const tm_tensor *x = k->in[0];
     tm_tensor *values = k->out[0], *indices = k->out[1];
