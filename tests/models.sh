@@ -1,7 +1,17 @@
 #!/bin/sh
 # Runs every tiny Hugging Face export under DIR with `transmuter run` (eager, compiled,
 # and compiled with the merged decoders' use_cache_branch as a static input) and
-# compares each output with ONNX Runtime's (rtol 1e-4, atol 1e-5).
+# compares each output with ONNX Runtime's: fp32 exports within rtol 1e-4, atol 1e-5.
+# Variants get the tolerance their arithmetic allows:
+# - *_fp16, *_q4f16: rtol 1e-2, atol 1e-2. Both runtimes round every intermediate to
+#   half precision (11-bit significand) but at different points (we accumulate in f32
+#   inside each primitive), so outputs of magnitude ~1 differ by a few half-precision
+#   ulps (4e-3 seen on BERT).
+# - *_q4: rtol 1e-3, atol 5e-3. Weights are identical, but ONNX Runtime honours
+#   MatMulNBits accuracy_level=4 by quantizing activations to int8 per block; we compute
+#   in f32 (accuracy_level 0 semantics), which differs by up to ~3e-3 on GPT-2's logits.
+# - *_quantized (dynamic int8): rtol 1e-3, atol 2e-3. DynamicQuantizeLinear rounds
+#   activations to int8; a value on a rounding tie can land one step apart.
 # Usage: tests/models.sh TRANSMUTER DIR
 TM=$1; DIR=$2
 pass=0; fail=0
@@ -22,7 +32,13 @@ for cases in $(find "$DIR" -name '*.cases' -type d | sort); do
             if ! "$TM" run "$model" --inputs "$case/inputs" --out "$out" $flags > "$tmp/log" 2>&1; then
                 echo "FAIL $label: $(tail -1 "$tmp/log")"; fail=$((fail + 1)); continue
             fi
-            if "$TM" compare "$out" "$case/ort" --rtol 1e-4 --atol 1e-5 > "$tmp/log" 2>&1; then
+            tol="--rtol 1e-4 --atol 1e-5"
+            case "$model" in
+                *_fp16.onnx|*_q4f16.onnx) tol="--rtol 1e-2 --atol 1e-2" ;;
+                *_q4.onnx) tol="--rtol 1e-3 --atol 5e-3" ;;
+                *_quantized.onnx) tol="--rtol 1e-3 --atol 2e-3" ;;
+            esac
+            if "$TM" compare "$out" "$case/ort" $tol > "$tmp/log" 2>&1; then
                 pass=$((pass + 1))
             else
                 echo "FAIL $label: $(grep FAIL "$tmp/log" | head -3 | tr '\n' ' ')"; fail=$((fail + 1))

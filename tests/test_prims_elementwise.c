@@ -94,7 +94,8 @@ static double ref_recip(double x) { return 1 / x; }
 static double ref_sigmoid(double x) { return 1 / (1 + exp(-x)); }
 static double ref_relu(double x) { return x > 0 ? x : 0; }
 static double ref_round(double x) { return nearbyint(x); }
-static double ref_gelu(double x) { return 0.5 * x * (1 + erf(x / sqrt(2.0))); }
+/* 0.5 x (1 + erf(x / sqrt 2)) written with erfc, which stays accurate for negative x */
+static double ref_gelu(double x) { return 0.5 * x * erfc(-x / sqrt(2.0)); }
 
 static const unary_case unary_cases[] = {
     {TM_P_NEG, -5, 5, ref_neg}, {TM_P_ABS, -5, 5, fabs}, {TM_P_SIGN, -5, 5, ref_sign},
@@ -150,7 +151,8 @@ static void expect_unary(int prim, const tm_args *a, tm_dtype in_dt, const doubl
               tm_dtype_name(t->dtype));
         for (int i = 0; i < n; i++) {
             double got = element(t, i);
-            int same = isnan(want[i]) ? isnan(got) : fabs(got - want[i]) <= 1e-15 * fabs(want[i]);
+            int same = isnan(want[i]) ? isnan(got)
+                     : got == want[i] || fabs(got - want[i]) <= 1e-15 * fabs(want[i]);
             CHECK(same, "%s on %s [%d]: x=%g got %.17g want %.17g", tm_prims[prim].name,
                   tm_dtype_name(in_dt), i, in[i], got, want[i]);
         }
@@ -220,6 +222,89 @@ static void test_unary_special(void) {
     expect_unary(TM_P_BITNOT, &a, TM_UINT8, u8_in, TM_UINT8, (double[]){255, 254, 55, 0}, 4);
     expect_unary(TM_P_NOT, &a, TM_BOOL, (double[]){0, 1}, TM_BOOL, (double[]){1, 0}, 2);
     expect_unary(TM_P_ABS, &a, TM_INT4, (double[]){-8, -3, 7}, TM_INT4, (double[]){-8, 3, 7}, 3);
+}
+
+/* The f32 kernels use their own vectorizable exp/log/tanh/erf: sweep them over many
+ * magnitudes and the special values against double libm. */
+static double ref_tanh_gelu(double x) {
+    return 0.5 * x * (1 + tanh(0.79788456080286535588 * (x + 0.044715 * x * x * x)));
+}
+
+static void test_f32_math_sweep(void) {
+    enum { N = 40000 };
+    struct { int prim; int tanh_form; double (*ref)(double); double lo, hi; double abs_tol; } fns[] = {
+        {TM_P_EXP, 0, exp, -87, 88.5, 0},
+        {TM_P_LOG, 0, log, 0, 0, 0},  /* positive magnitudes, filled below */
+        {TM_P_TANH, 0, tanh, -12, 12, 0},
+        {TM_P_ERF, 0, erf, -6, 6, 0},
+        {TM_P_SIGMOID, 0, ref_sigmoid, -80, 80, 0},
+        {TM_P_GELU, 0, ref_gelu, -12, 12, 0},
+        /* 1 + tanh(u) cancels for very negative u in any f32 evaluation */
+        {TM_P_GELU, 1, ref_tanh_gelu, -12, 12, 2e-7},
+    };
+    static float x[N];
+    for (size_t k = 0; k < sizeof fns / sizeof fns[0]; k++) {
+        for (int i = 0; i < N; i++) {
+            double m = pow(10, uniform(-8, 1.5));  /* small magnitudes, both signs */
+            double v = i % 2 ? uniform(fns[k].lo, fns[k].hi) : (i % 4 ? m : -m);
+            if (fns[k].prim == TM_P_LOG) v = pow(10, uniform(-44, 38));
+            x[i] = (float)v;
+        }
+        tm_ctx c;
+        tm_ctx_init(&c, TM_MODE_EAGER, NULL);
+        int64_t dims[1] = {N};
+        tm_tensor *t = tm_tensor_alloc(TM_FLOAT, 1, dims, NULL);
+        memcpy(t->data, x, sizeof x);
+        tm_args a;
+        memset(&a, 0, sizeof a);
+        a.i[0] = fns[k].tanh_form;
+        tm_val y = run1(&c, fns[k].prim, tm_val_tensor(&c, t, 0), &a);
+        const float *r = tm_vdata(&c, y)->data;
+        double worst = 0;
+        int worst_at = 0;
+        for (int i = 0; i < N; i++) {
+            double want = fns[k].ref(x[i]);
+            double scale = fabs(want) > 1e-30 ? fabs(want) : 1e-30;
+            double err = (fabs(r[i] - want) - fns[k].abs_tol) / scale;
+            if (fabs(want) < 1.2e-38) err = fabs(r[i] - want) > 1e-41 ? 1 : 0; /* subnormal */
+            if (err > worst) { worst = err; worst_at = i; }
+        }
+        CHECK(worst <= 1e-6, "%s%s f32: relative error %.3g at x=%.9g (got %.9g, want %.9g)",
+              tm_prims[fns[k].prim].name, fns[k].tanh_form ? " (tanh)" : "", worst,
+              x[worst_at], r[worst_at], fns[k].ref(x[worst_at]));
+        tm_ctx_destroy(&c);
+    }
+    /* Special values. */
+    tm_args a;
+    memset(&a, 0, sizeof a);
+    double sp[] = {NAN, INFINITY, -INFINITY, 0.0, -0.0, 89.0, -104.0, 88.7, -87.5, 1e-45};
+    double exp_want[10], tanh_want[10], erf_want[10], sig_want[10], gelu_want[10];
+    for (int i = 0; i < 10; i++) {
+        exp_want[i] = (float)exp(sp[i]);
+        tanh_want[i] = (float)tanh(sp[i]);
+        erf_want[i] = (float)erf(sp[i]);
+        sig_want[i] = (float)ref_sigmoid(sp[i]);
+        gelu_want[i] = (float)ref_gelu(sp[i]);
+    }
+    expect_unary(TM_P_TANH, &a, TM_FLOAT, sp, TM_FLOAT, tanh_want, 10);
+    expect_unary(TM_P_ERF, &a, TM_FLOAT, sp, TM_FLOAT, erf_want, 10);
+    expect_unary(TM_P_SIGMOID, &a, TM_FLOAT, sp, TM_FLOAT, sig_want, 5);
+    expect_unary(TM_P_GELU, &a, TM_FLOAT, sp, TM_FLOAT, gelu_want, 5);
+    double exp_in[] = {NAN, INFINITY, -INFINITY, 0.0, -0.0, 89.0, -104.0};
+    expect_unary(TM_P_EXP, &a, TM_FLOAT, exp_in, TM_FLOAT, exp_want, 7);
+    double log_in[] = {NAN, INFINITY, -INFINITY, 0.0, -0.0, -1.0, 1.0, 1e-45, 1e-40};
+    double log_want[9];
+    for (int i = 0; i < 9; i++) log_want[i] = (float)log((float)log_in[i]);
+    log_want[7] = log_want[8] = NAN;  /* checked with a tolerance below */
+    expect_unary(TM_P_LOG, &a, TM_FLOAT, log_in, TM_FLOAT, log_want, 7);
+    tm_ctx c;
+    tm_ctx_init(&c, TM_MODE_EAGER, NULL);
+    int64_t d2[1] = {2};
+    tm_val y = run1(&c, TM_P_LOG, value_of(&c, TM_FLOAT, 1, d2, log_in + 7), NULL);
+    const float *r = tm_vdata(&c, y)->data;
+    CHECK(fabs(r[0] - log((float)1e-45)) < 1e-5 && fabs(r[1] - log((float)1e-40)) < 1e-5,
+          "log of subnormals: %.9g %.9g", r[0], r[1]);
+    tm_ctx_destroy(&c);
 }
 
 static void expect_failure(tm_ctx *c, tm_status code, const char *needle, const char *what) {
@@ -923,6 +1008,7 @@ int main(void) {
     test_unary_float(TM_FLOAT16, 2e-3);
     test_unary_float(TM_BFLOAT16, 1e-2);
     test_unary_special();
+    test_f32_math_sweep();
     test_unary_errors();
     test_binary_float(TM_FLOAT, 2e-6);
     test_binary_float(TM_DOUBLE, 1e-12);

@@ -636,7 +636,8 @@ tm_status tm_interp_run(tm_interp *ip, const tm_oval *inputs, tm_oval *outputs, 
     tm_status st = TM_OK;
     tm_ctx_set_where(c, "", "");
     for (int i = 0; i < g->n_inputs && st == TM_OK; i++)
-        if (inputs[i].kind != TM_OV_NONE) st = scope_bind(c, &scope, g->inputs[i].name, &inputs[i]);
+        if (inputs[i].kind != TM_OV_NONE || inputs[i].optional)
+            st = scope_bind(c, &scope, g->inputs[i].name, &inputs[i]);
     if (st == TM_OK) st = run_top(ip, &scope, ip->start_at, live);
     if (st == TM_OK) {
         tm_ctx_set_where(c, "", "");
@@ -674,7 +675,8 @@ tm_status tm_lower_subgraph(tm_lower *L, const tm_graph *g, int n_in, const tm_o
     tm_val first_val = c->n_vals;
     tm_status st = TM_OK;
     for (int i = 0; i < n_in && st == TM_OK; i++)
-        if (in[i].kind != TM_OV_NONE) st = scope_bind(c, &s, g->inputs[i].name, &in[i]);
+        if (in[i].kind != TM_OV_NONE || in[i].optional)
+            st = scope_bind(c, &s, g->inputs[i].name, &in[i]);
     if (st == TM_OK)
         st = run_nodes(L->ip, &s, g->nodes, g->n_nodes, 0, L->attrs, L->opsets, L->depth + 1,
                        NULL);

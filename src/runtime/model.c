@@ -294,6 +294,7 @@ tm_status tm__bind_inputs(tm_model *m, tm_ctx *c, int n, const char *const *name
                                "the model has no input '%s'", names[k] ? names[k] : "(null)");
         const tm_xval *x = &inputs[k];
         tm_oval *ov = &ovals[gi];
+        ov->optional = g->inputs[gi].type.kind == TM_TYPE_OPTIONAL;
         if (x->kind == TM_X_NONE) continue;
         if (x->kind == TM_X_TENSOR) {
             tm_status st = check_tensor(&g->inputs[gi], x->t, err);

@@ -236,8 +236,9 @@ static tm_status build_plan(tm_plan *p, tm_ctx *c, const tm_oval *outs, const tm
     if (outs) {
         for (int i = 0; i < p->n_outputs; i++) {
             if (outs[i].kind != TM_OV_TENSOR) {
-                st = tm__fail(err, TM_ERR_UNSUPPORTED, "graph output '%s' is not a tensor",
-                              p->model->onnx->graph->outputs[i].name);
+                /* Sequences and empty optionals cross the API only eagerly. */
+                st = tm__fail(err, TM_ERR_UNSUPPORTED, "graph output '%s' is not a tensor: "
+                              "computed eagerly", p->model->onnx->graph->outputs[i].name);
                 goto done;
             }
             mark_needed(&b, outs[i].v);
@@ -479,7 +480,7 @@ static tm_status create(tm_model *m, int n, const char *const *names, const tm_x
         live.names = calloc((size_t)g->n_inputs + 1, sizeof *live.names);
         live.vals = calloc((size_t)g->n_inputs + 1, sizeof *live.vals);
         for (int i = 0; live.names && live.vals && i < g->n_inputs; i++) {
-            if (ovals[i].kind == TM_OV_NONE) continue;
+            if (ovals[i].kind == TM_OV_NONE && !ovals[i].optional) continue;
             live.names[live.n] = strdup(g->inputs[i].name);
             live.vals[live.n] = ovals[i];
             if (ovals[i].kind == TM_OV_SEQ) {

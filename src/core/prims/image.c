@@ -379,7 +379,9 @@ static void resize_gather(const resize_plan *p, const tm_args *a, char *scratch,
             from += idx[j[d]] * stride[d];
         }
         if (outside) store(y, o, a->f[1]);
-        else memcpy((char *)y->data + (size_t)o * es, (const char *)x->data + (size_t)from * es, es);
+        else
+            memcpy((char *)y->data + (size_t)o * es, (const char *)x->data + (size_t)from * es,
+                   es);
         for (int d = r - 1; d >= 0; d--) {
             if (++j[d] < p->out[d]) break;
             j[d] = 0;
@@ -584,13 +586,14 @@ static void grid_tap(grid_taps *t, int at, int64_t i, int64_t len, int64_t pad, 
 
 /* Taps of one axis for the normalised coordinate v, as the ONNX reference computes them
  * (in float32 coordinates, like PyTorch). */
-static void grid_axis_taps(const tm_args *a, double v, int64_t len, int n_axes, grid_taps *t) {
+static void grid_axis_taps(const tm_args *a, double v, int64_t len, grid_taps *t) {
     int64_t mode = a->i[0], pad = a->i[1];
     int align = a->i[2] != 0;
     double lo = align ? 0.0 : -0.5, hi = align ? (double)len - 1 : (double)len - 0.5;
     double x = align ? (float)((v + 1) / 2.0 * (double)(len - 1))
                      : (float)(((v + 1) * (double)len - 1) / 2.0);
-    if (mode == MODE_NEAREST) x = n_axes == 3 ? round(x) : nearbyint(x);
+    /* Halves round to even, as the backend tests expect in 2-D and 3-D alike. */
+    if (mode == MODE_NEAREST) x = nearbyint(x);
     if (x < lo || x > hi) {
         if (pad == PAD_BORDER) x = x < 0 ? 0 : x > (double)(len - 1) ? (double)(len - 1) : x;
         else if (pad == PAD_REFLECTION) x = (float)reflect(x, lo, hi);
@@ -634,7 +637,7 @@ tm_status tm__kernel_grid_sample(const tm_kcall *k) {
             for (int d = 0; d < n; d++) {
                 /* The grid lists coordinates innermost axis first. */
                 double v = load(g, (b * points + p) * n + (n - 1 - d));
-                grid_axis_taps(k->a, v, x->dims[2 + d], n, &taps[d]);
+                grid_axis_taps(k->a, v, x->dims[2 + d], &taps[d]);
                 combos *= taps[d].n;
             }
             for (int64_t ch = 0; ch < channels; ch++) {
@@ -772,7 +775,8 @@ tm_status tm__kernel_roi_align(const tm_kcall *k) {
                 for (int64_t ch = 0; ch < channels; ch++) acc[ch] = 0;
                 int first = 1;
                 for (int64_t iy = 0; iy < grid_h; iy++) {
-                    double yy = y0 + (double)ph * bin_h + ((double)iy + 0.5) * bin_h / (double)grid_h;
+                    double yy = y0 + (double)ph * bin_h +
+                                ((double)iy + 0.5) * bin_h / (double)grid_h;
                     for (int64_t ix = 0; ix < grid_w; ix++) {
                         double xx = x0 + (double)pw * bin_w +
                                     ((double)ix + 0.5) * bin_w / (double)grid_w;

@@ -876,7 +876,8 @@ static void pool_visit(const pool_geom *g, pool_acc *acc, const tm_tensor *x, in
     double v = tm_load_f64(x->data, x->dtype, (size_t)i);
     if (g->kind == POOL_MAX) {
         /* NaNs never win, as in ONNX Runtime; an all -inf window reports its first tap. */
-        if (v > acc->best || (acc->best_at < 0 && v == acc->best)) acc->best = v, acc->best_at = at;
+        if (acc->best_at < 0) acc->best_at = at;
+        if (v > acc->best) acc->best = v, acc->best_at = at;
     } else if (g->kind == POOL_AVERAGE) {
         acc->sum += v;
     } else {
@@ -889,10 +890,13 @@ static void pool_run_f32(const pool_geom *g, pool_acc *acc, const float *plane, 
                          int64_t lo, int64_t hi, int64_t step) {
     if (g->kind == POOL_MAX) {
         float best = (float)acc->best;
-        int64_t best_at = acc->best_at;
+        int64_t best_at = acc->best_at < 0 && lo < hi ? first + lo * step : acc->best_at;
         for (int64_t t = lo; t < hi; t++) {
+            /* Selects rather than branches: which tap wins is unpredictable. */
             float v = plane[first + t * step];
-            if (v > best || (best_at < 0 && v == best)) best = v, best_at = first + t * step;
+            int better = v > best;
+            best = better ? v : best;
+            best_at = better ? first + t * step : best_at;
         }
         acc->best = best;
         acc->best_at = best_at;

@@ -143,7 +143,8 @@ static tm_status lower_split(tm_lower *L) {
     }
     int64_t start = 0;
     for (int64_t i = 0; i < n && tm_ctx_ok(c); i++) {
-        if (tm_lwants(L, (int)i)) tm_lout(L, (int)i, tm_slice_axis(c, x, (int)axis, start, sizes[i]));
+        if (tm_lwants(L, (int)i))
+            tm_lout(L, (int)i, tm_slice_axis(c, x, (int)axis, start, sizes[i]));
         start += sizes[i];
     }
     free(sizes);

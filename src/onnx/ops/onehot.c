@@ -1,5 +1,5 @@
-/* OneHot: where(indices == iota along the new axis, on, off). Only depth is needed on
- * the host; the indices stay traced. Not EyeLike (trilu.c). */
+/* OneHot: [off, on][indices == iota along the new axis]. Only depth is needed on the
+ * host; the indices stay traced. Not EyeLike (trilu.c). */
 #include "../lower.h"
 
 static tm_status lower_onehot(tm_lower *L) {
@@ -50,9 +50,9 @@ static tm_status lower_onehot(tm_lower *L) {
     tm_val iota = tm_reshape(c, tm_prim(c, TM_P_RANGE, NULL, 0, &a), r + 1, iota_dims);
     tm_val hot = tm_binary(c, TM_P_EQ, idx, iota);
 
-    tm_val off = tm_reshape(c, tm_slice_axis(c, values, 0, 0, 1), 0, NULL);
-    tm_val on = tm_reshape(c, tm_slice_axis(c, values, 0, 1, 1), 0, NULL);
-    tm_lout(L, 0, tm_where(c, hot, on, off));
+    /* values is the table [off, on]: gathering it at hot (0 or 1) works for every dtype,
+     * strings included. */
+    tm_lout(L, 0, tm_gather(c, values, tm_cast(c, hot, TM_INT64), 0));
     return c->status;
 }
 TM_REGISTER_OP("", "OneHot", 9, 27, lower_onehot);

@@ -53,6 +53,7 @@ static tm_status lower_pad_v2(tm_lower *L) {
     const char *name = tm_lopset(L) < 2 ? "paddings" : "pads";
     const int64_t *pads;
     int n = tm_attr_ints(L, name, &pads);
+    if (n < 0) return tm_lfail(L, TM_ERR_PARSE, "attribute '%s' is missing", name);
     if (n != 2 * rank)
         return tm_lfail(L, TM_ERR_SHAPE, "attribute '%s' has %d entries; rank %d needs %d",
                         name, n, rank, 2 * rank);

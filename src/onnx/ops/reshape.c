@@ -127,8 +127,9 @@ static tm_status lower_squeeze(tm_lower *L) {
     int n = read_axes(L, axes);
     if (n == -2) return c->status;
     int rank = tm_vrank(c, x);
-    if (n < 0) {
-        /* No axes: every dim of size 1 goes. */
+    if (n <= 0) {
+        /* No axes (or an empty list, as ONNX's reference and ONNX Runtime read it): every
+         * dim of size 1 goes. */
         n = 0;
         for (int d = 0; d < rank; d++)
             if (tm_vdims(c, x)[d] == 1) axes[n++] = d;

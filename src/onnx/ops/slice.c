@@ -99,7 +99,8 @@ static tm_status lower_slice(tm_lower *L) {
     tm_val x = tm_lin(L, 0);
     if (x == TM_NONE) return tm_lfail(L, TM_ERR_PARSE, "input 0 ('data') is missing");
     if (!tm_lhas(L, 1) || !tm_lhas(L, 2))
-        return tm_lfail(L, TM_ERR_PARSE, "input '%s' is missing", tm_lhas(L, 1) ? "ends" : "starts");
+        return tm_lfail(L, TM_ERR_PARSE, "input '%s' is missing",
+                        tm_lhas(L, 1) ? "ends" : "starts");
     int64_t v[5][TM_MAX_RANK];
     int n[5] = {0};
     for (int i = 1; i < 5; i++) {

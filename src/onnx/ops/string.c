@@ -225,9 +225,8 @@ static int64_t split_one(const char *s, const char *delim, int64_t maxsplit, int
         if (i == len) break;
         size_t start = i;
         if (maxsplit >= 0 && n == maxsplit) {
-            size_t end = len;  /* the rest, trailing whitespace stripped */
-            while (end > start && is_space(s[end - 1])) end--;
-            if (parts) parts[2 * n] = (int64_t)start, parts[2 * n + 1] = (int64_t)(end - start);
+            /* The rest, trailing whitespace included (as Python's str.split). */
+            if (parts) parts[2 * n] = (int64_t)start, parts[2 * n + 1] = (int64_t)(len - start);
             return n + 1;
         }
         while (i < len && !is_space(s[i])) i++;

@@ -1,0 +1,263 @@
+/* Block-quantized weight primitives (quant.def): MatMulNBits and GatherBlockQuantized,
+ * reading packed weights as they sit in the file and dequantizing inside the kernel.
+ * Reference kernels; not the int8 activation paths (those are casts + MATMUL). */
+#include <string.h>
+#include "../ctx.h"
+
+static int is_half_or_float(tm_dtype dt) {
+    return dt == TM_FLOAT || dt == TM_FLOAT16 || dt == TM_BFLOAT16;
+}
+
+static float load_f(const void *base, tm_dtype dt, size_t i) {
+    if (dt == TM_FLOAT) return ((const float *)base)[i];
+    if (dt == TM_FLOAT16) return tm_f16_to_f32(((const uint16_t *)base)[i]);
+    if (dt == TM_BFLOAT16) return tm_bf16_to_f32(((const uint16_t *)base)[i]);
+    return (float)tm_load_f64(base, dt, i);
+}
+
+/* Value j of a little-endian bit stream of `bits`-bit values. */
+static unsigned get_bits(const uint8_t *stream, size_t j, int bits) {
+    size_t off = j * (size_t)bits;
+    size_t byte = off >> 3;
+    unsigned shift = (unsigned)(off & 7);
+    unsigned v = stream[byte];
+    if (shift + (unsigned)bits > 8) v |= (unsigned)stream[byte + 1] << 8;
+    return (v >> shift) & ((1u << bits) - 1u);
+}
+
+/* ---- MATMUL_NBITS ------------------------------------------------------------------ */
+
+tm_status tm__shape_matmul_nbits(tm_ctx *c, int prim, const tm_args *a,
+                                 const tm_vinfo *const *in, int nin, tm_vinfo *out, int nout,
+                                 size_t *scratch) {
+    (void)prim;
+    (void)nout;
+    int64_t K = a->i[0], N = a->i[1], bits = a->i[2], bs = a->i[3], zp_kind = a->i[4];
+    int has_g = (int)a->i[5];
+    int want = 3 + (zp_kind != 0) + has_g;
+    if (nin != want)
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_nbits: expected %d inputs, got %d", want, nin);
+    if (K <= 0 || N <= 0 || bits < 2 || bits > 8 || bs < 2 || (bs & (bs - 1)))
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_nbits: invalid K=%lld N=%lld bits=%lld "
+                           "block_size=%lld", (long long)K, (long long)N, (long long)bits,
+                           (long long)bs);
+    const tm_vinfo *A = in[0], *B = in[1], *S = in[2];
+    if (!is_half_or_float(A->dtype))
+        return tm_ctx_fail(c, TM_ERR_DTYPE, "matmul_nbits: A must be float, float16 or "
+                           "bfloat16, got %s", tm_dtype_name(A->dtype));
+    if (A->rank < 1 || A->dims[A->rank - 1] != K)
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_nbits: A's last dim must be K=%lld",
+                           (long long)K);
+    int64_t kb = (K + bs - 1) / bs, blob = bs * bits / 8;
+    if (B->dtype != TM_UINT8 || tm_numel(B->rank, B->dims) != N * kb * blob)
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_nbits: B must be uint8 (N=%lld, %lld "
+                           "blocks, %lld bytes)", (long long)N, (long long)kb, (long long)blob);
+    if (S->dtype != A->dtype || tm_numel(S->rank, S->dims) != N * kb)
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_nbits: scales must be %s with %lld values",
+                           tm_dtype_name(A->dtype), (long long)(N * kb));
+    int next = 3;
+    if (zp_kind == 1) {
+        const tm_vinfo *Z = in[next++];
+        if (Z->dtype != TM_UINT8 || tm_numel(Z->rank, Z->dims) != N * ((kb * bits + 7) / 8))
+            return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_nbits: packed zero_points must be "
+                               "uint8 (N, %lld)", (long long)((kb * bits + 7) / 8));
+    } else if (zp_kind == 2) {
+        const tm_vinfo *Z = in[next++];
+        if (!is_half_or_float(Z->dtype) || tm_numel(Z->rank, Z->dims) != N * kb)
+            return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_nbits: zero_points must be uint8 or "
+                               "float with %lld values", (long long)(N * kb));
+    }
+    if (has_g) {
+        const tm_vinfo *G = in[next];
+        if (G->dtype != TM_INT32 || tm_numel(G->rank, G->dims) != K)
+            return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_nbits: g_idx must be int32 with K values");
+    }
+    out[0].dtype = A->dtype;
+    out[0].rank = A->rank;
+    memcpy(out[0].dims, A->dims, sizeof out[0].dims);
+    out[0].dims[A->rank - 1] = N;
+    int64_t M = tm_numel(A->rank, A->dims) / K;
+    *scratch = (size_t)K * sizeof(float);
+    if (A->dtype != TM_FLOAT) *scratch += (size_t)(M * K) * sizeof(float);
+    return TM_OK;
+}
+
+/* Column n of the dequantized weight matrix, w[K]. */
+static tm_status dequant_column(const tm_kcall *k, int64_t n, float *w) {
+    const tm_args *a = k->a;
+    int64_t K = a->i[0], bits = a->i[2], bs = a->i[3], zp_kind = a->i[4];
+    int64_t kb = (K + bs - 1) / bs, blob = bs * bits / 8;
+    const uint8_t *b = (const uint8_t *)k->in[1]->data + n * kb * blob;
+    const tm_tensor *S = k->in[2];
+    const tm_tensor *Z = zp_kind ? k->in[3] : NULL;
+    const int32_t *g = a->i[5] ? (const int32_t *)k->in[zp_kind ? 4 : 3]->data : NULL;
+    int64_t zp_row = (kb * bits + 7) / 8;
+    float default_zp = (float)(1 << (bits - 1));
+    for (int64_t i = 0; i < K; i++) {
+        int64_t blk = i / bs, group = blk;
+        if (g) {
+            group = g[i];
+            if (group < 0 || group >= kb)
+                return tm__fail(k->err, TM_ERR_RUNTIME, "g_idx[%lld] = %lld is outside [0, %lld)",
+                                (long long)i, (long long)group, (long long)kb);
+        }
+        float scale = load_f(S->data, S->dtype, (size_t)(n * kb + group));
+        float zp = default_zp;
+        if (zp_kind == 1) zp = (float)get_bits((const uint8_t *)Z->data + n * zp_row, (size_t)group, (int)bits);
+        if (zp_kind == 2) zp = load_f(Z->data, Z->dtype, (size_t)(n * kb + group));
+        unsigned q = get_bits(b + blk * blob, (size_t)(i - blk * bs), (int)bits);
+        w[i] = ((float)q - zp) * scale;
+    }
+    return TM_OK;
+}
+
+tm_status tm__kernel_matmul_nbits(const tm_kcall *k) {
+    const tm_tensor *A = k->in[0];
+    tm_tensor *Y = k->out[0];
+    int64_t K = k->a->i[0], N = k->a->i[1];
+    int64_t M = tm_numel(A->rank, A->dims) / K;
+    float *w = k->scratch;
+    const float *af = A->data;
+    if (A->dtype != TM_FLOAT) {
+        float *conv = w + K;
+        for (int64_t i = 0; i < M * K; i++) conv[i] = load_f(A->data, A->dtype, (size_t)i);
+        af = conv;
+    }
+    for (int64_t n = 0; n < N; n++) {
+        tm_status st = dequant_column(k, n, w);
+        if (st != TM_OK) return st;
+        for (int64_t m = 0; m < M; m++) {
+            const float *row = af + m * K;
+            float acc = 0.0f;
+            for (int64_t i = 0; i < K; i++) acc += row[i] * w[i];
+            if (Y->dtype == TM_FLOAT) ((float *)Y->data)[m * N + n] = acc;
+            else tm_store_f64(Y->data, Y->dtype, (size_t)(m * N + n), acc);
+        }
+    }
+    return TM_OK;
+}
+
+/* ---- GATHER_BLOCK_QUANTIZED -------------------------------------------------------- */
+
+/* Values per stored element along the last axis: 8/bits for uint8, else 1. */
+static int components(tm_dtype dt, int64_t bits) {
+    return dt == TM_UINT8 ? (int)(8 / bits) : 1;
+}
+
+tm_status tm__shape_gather_block_quantized(tm_ctx *c, int prim, const tm_args *a,
+                                           const tm_vinfo *const *in, int nin, tm_vinfo *out,
+                                           int nout, size_t *scratch) {
+    (void)prim;
+    (void)nout;
+    (void)scratch;
+    const tm_vinfo *D = in[0], *I = in[1], *S = in[2];
+    int64_t bits = a->i[3], bs = a->i[2];
+    if (nin != 3 + (int)a->i[4])
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "gather_block_quantized: wrong input count %d", nin);
+    if (D->dtype != TM_INT4 && D->dtype != TM_UINT4 && D->dtype != TM_UINT8)
+        return tm_ctx_fail(c, TM_ERR_DTYPE, "gather_block_quantized: data must be int4, uint4 "
+                           "or uint8, got %s", tm_dtype_name(D->dtype));
+    if ((D->dtype == TM_UINT8 && bits != 4 && bits != 8) || (D->dtype != TM_UINT8 && bits != 4))
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "gather_block_quantized: bits=%lld does not fit %s",
+                           (long long)bits, tm_dtype_name(D->dtype));
+    if (bs < 2 || (bs & (bs - 1)))
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "gather_block_quantized: block_size %lld is not a "
+                           "power of two", (long long)bs);
+    if (I->dtype != TM_INT32 && I->dtype != TM_INT64)
+        return tm_ctx_fail(c, TM_ERR_DTYPE, "gather_block_quantized: indices must be int32 or int64");
+    if (!is_half_or_float(S->dtype))
+        return tm_ctx_fail(c, TM_ERR_DTYPE, "gather_block_quantized: scales must be float");
+    int r = D->rank, ga = (int)a->i[0], qa = (int)a->i[1];
+    if (r < 1 || ga < 0 || ga >= r || qa < 0 || qa >= r)
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "gather_block_quantized: axes out of range");
+    int comp = components(D->dtype, bits);
+    if (comp > 1 && qa != r - 1)
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "gather_block_quantized: packed uint8 data must be "
+                           "quantized along its last axis");
+    int64_t logical[TM_MAX_RANK];
+    memcpy(logical, D->dims, sizeof logical);
+    logical[r - 1] *= comp;
+    int64_t sd[TM_MAX_RANK];
+    memcpy(sd, logical, sizeof sd);
+    sd[qa] = (logical[qa] + bs - 1) / bs;
+    if (S->rank != r || memcmp(S->dims, sd, (size_t)r * sizeof sd[0]))
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "gather_block_quantized: scales must have data's "
+                           "dims with axis %d reduced to %lld blocks", qa, (long long)sd[qa]);
+    if (a->i[4]) {
+        const tm_vinfo *Z = in[3];
+        int64_t zd[TM_MAX_RANK];
+        memcpy(zd, sd, sizeof zd);
+        zd[r - 1] = (sd[r - 1] + comp - 1) / comp;
+        if (Z->dtype != D->dtype || Z->rank != r || memcmp(Z->dims, zd, (size_t)r * sizeof zd[0]))
+            return tm_ctx_fail(c, TM_ERR_SHAPE, "gather_block_quantized: zero_points must be %s "
+                               "shaped like scales (packed alike)", tm_dtype_name(D->dtype));
+    }
+    int orank = r - 1 + I->rank;
+    if (orank > TM_MAX_RANK)
+        return tm_ctx_fail(c, TM_ERR_UNSUPPORTED, "gather_block_quantized: output rank %d", orank);
+    int k = 0;
+    for (int d = 0; d < ga; d++) out[0].dims[k++] = logical[d];
+    for (int d = 0; d < I->rank; d++) out[0].dims[k++] = I->dims[d];
+    for (int d = ga + 1; d < r; d++) out[0].dims[k++] = logical[d];
+    out[0].rank = orank;
+    out[0].dtype = S->dtype;
+    return TM_OK;
+}
+
+/* Element (row, col) of a tensor packed `comp` values per byte along its last axis
+ * (rows of `cols` logical values, ceil(cols/comp) bytes each). */
+static int64_t packed_at(const tm_tensor *t, int64_t flat, int64_t cols, int comp, int64_t bits) {
+    if (t->dtype == TM_INT4) return ((const int8_t *)t->data)[flat];
+    if (comp == 1) return ((const uint8_t *)t->data)[flat];
+    int64_t row = flat / cols, col = flat % cols, row_bytes = (cols + comp - 1) / comp;
+    uint8_t byte = ((const uint8_t *)t->data)[row * row_bytes + col / comp];
+    return (byte >> ((col % comp) * bits)) & ((1 << bits) - 1);
+}
+
+tm_status tm__kernel_gather_block_quantized(const tm_kcall *k) {
+    const tm_tensor *D = k->in[0], *I = k->in[1], *S = k->in[2];
+    const tm_tensor *Z = k->a->i[4] ? k->in[3] : NULL;
+    tm_tensor *Y = k->out[0];
+    int64_t bits = k->a->i[3], bs = k->a->i[2];
+    int r = D->rank, ga = (int)k->a->i[0], qa = (int)k->a->i[1];
+    int comp = components(D->dtype, bits);
+    int64_t logical[TM_MAX_RANK];
+    memcpy(logical, D->dims, sizeof logical);
+    logical[r - 1] *= comp;
+    int64_t outer = 1, inner = 1, g = logical[ga];
+    for (int d = 0; d < ga; d++) outer *= logical[d];
+    for (int d = ga + 1; d < r; d++) inner *= logical[d];
+    int64_t stride_q = 1;
+    for (int d = qa + 1; d < r; d++) stride_q *= logical[d];
+    int64_t dim_q = logical[qa], nblk = (dim_q + bs - 1) / bs;
+    int64_t scale_last = qa == r - 1 ? nblk : logical[r - 1];
+    int64_t n_idx = tm_numel(I->rank, I->dims);
+    double default_zp = D->dtype == TM_UINT8 ? (double)(1 << (bits - 1)) : 0.0;
+    for (int64_t i = 0; i < n_idx; i++) {
+        int64_t idx = I->dtype == TM_INT64 ? ((const int64_t *)I->data)[i]
+                                           : ((const int32_t *)I->data)[i];
+        if (idx < 0) idx += g;
+        if (idx < 0 || idx >= g)
+            return tm__fail(k->err, TM_ERR_RUNTIME, "index %lld is out of range for axis %d of "
+                            "size %lld", (long long)(idx < 0 ? idx - g : idx), ga, (long long)g);
+    }
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < n_idx; i++) {
+            int64_t idx = I->dtype == TM_INT64 ? ((const int64_t *)I->data)[i]
+                                               : ((const int32_t *)I->data)[i];
+            if (idx < 0) idx += g;
+            for (int64_t p = 0; p < inner; p++) {
+                int64_t flat = (o * g + idx) * inner + p;
+                int64_t q_coord = (flat / stride_q) % dim_q;
+                int64_t sflat = (flat / (stride_q * dim_q)) * (nblk * stride_q) +
+                                (q_coord / bs) * stride_q + flat % stride_q;
+                double q = (double)packed_at(D, flat, logical[r - 1], comp, bits);
+                double zp = Z ? (double)packed_at(Z, sflat, scale_last, comp, bits) : default_zp;
+                double v = (q - zp) * load_f(S->data, S->dtype, (size_t)sflat);
+                size_t at = (size_t)((o * n_idx + i) * inner + p);
+                if (Y->dtype == TM_FLOAT) ((float *)Y->data)[at] = (float)v;
+                else tm_store_f64(Y->data, Y->dtype, at, v);
+            }
+        }
+    return TM_OK;
+}

@@ -1,0 +1,38 @@
+/* com.microsoft MatMulNBits: A times block-quantized weights that stay packed (2 to 8
+ * bits, any power-of-two block size, optional zero points packed or not, optional g_idx,
+ * optional bias). The MATMUL_NBITS primitive dequantizes inside its kernel. */
+#include <string.h>
+#include "../lower.h"
+
+static tm_status lower_matmul_nbits(tm_lower *L) {
+    tm_ctx *c = tm_lctx(L);
+    tm_args a;
+    memset(&a, 0, sizeof a);
+    if (!tm_attr_has(L, "K") || !tm_attr_has(L, "N") || !tm_attr_has(L, "block_size"))
+        return tm_lfail(L, TM_ERR_PARSE, "attributes K, N and block_size are required");
+    a.i[0] = tm_attr_i(L, "K", 0);
+    a.i[1] = tm_attr_i(L, "N", 0);
+    a.i[2] = tm_attr_i(L, "bits", 4);
+    a.i[3] = tm_attr_i(L, "block_size", 0);
+    tm_val in[5];
+    int n = 0;
+    in[n++] = tm_lin(L, 0);
+    in[n++] = tm_lin(L, 1);
+    in[n++] = tm_lin(L, 2);
+    if (tm_lhas(L, 3)) {
+        in[n] = tm_lin(L, 3);
+        a.i[4] = tm_vdtype(c, in[n]) == TM_UINT8 ? 1 : 2;
+        n++;
+    }
+    if (tm_lhas(L, 4)) {
+        in[n++] = tm_lin(L, 4);
+        a.i[5] = 1;
+    }
+    for (int i = 0; i < 3; i++)
+        if (in[i] == TM_NONE) return tm_lfail(L, TM_ERR_NOT_FOUND, "input %d is required", i);
+    tm_val y = tm_prim(c, TM_P_MATMUL_NBITS, in, n, &a);
+    if (tm_lhas(L, 5)) y = tm_add(c, y, tm_lin(L, 5));
+    tm_lout(L, 0, y);
+    return c->status;
+}
+TM_REGISTER_OP("com.microsoft", "MatMulNBits", 1, 1, lower_matmul_nbits);
