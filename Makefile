@@ -8,17 +8,17 @@ SAN ?=
 CFLAGS ?= $(OPT) -g
 CFLAGS += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -fPIC -pthread -fopenmp $(SAN)
 CPPFLAGS += -Iinclude -Isrc -I$(BUILD)
-LDLIBS += -ldnnl -lm -pthread -fopenmp
+LDLIBS += -ldnnl -lcurl -lm -pthread -fopenmp
 LDFLAGS += $(SAN)
 
 LIB_SRC := $(wildcard src/core/*.c src/core/prims/*.c src/onnx/*.c src/onnx/ops/*.c \
-                      src/io/*.c src/backends/cpu/*.c src/runtime/*.c)
+                      src/io/*.c src/backends/cpu/*.c src/runtime/*.c src/hub/*.c)
 OP_SRC := $(wildcard src/onnx/ops/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/prim_stubs.o
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
-.PHONY: all test demo clean install check-asan FORCE
+.PHONY: all test demo clean install check-asan check-tsan fuzz fuzz-build fuzz-clean FORCE
 all: $(BUILD)/libtransmuter.a $(BUILD)/libtransmuter.so $(BUILD)/transmuter $(TEST_BIN) \
      $(BUILD)/transmuter.pc
 
@@ -73,6 +73,10 @@ demo: $(BUILD)/transmuter
 check-asan:
 	$(MAKE) BUILD=build-asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer" test
 
+# Side by side with ONNX Runtime (not a test); see bench/run.py. BENCH_ARGS=--large etc.
+bench: $(BUILD)/transmuter
+	/usr/bin/python3 bench/run.py $(BENCH_ARGS)
+
 install: all
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/bin \
 	    $(DESTDIR)$(PREFIX)/lib/pkgconfig
@@ -84,5 +88,35 @@ install: all
 
 clean:
 	rm -rf build build-asan
+
+# ---- Thread safety: the threads test under ThreadSanitizer, in its own build folder ----
+check-tsan:
+	$(MAKE) BUILD=build-tsan OPT=-O1 SAN=-fsanitize=thread build-tsan/tests/test_threads
+	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" build-tsan/tests/test_threads
+
+# ---- Fuzzing: libFuzzer targets of fuzz/ (clang, ASan + UBSan), in build-fuzz/ --------
+# `make fuzz` builds every fuzz/fuzz_*.c and runs each for FUZZ_TIME seconds, one at a
+# time (fuzz/run.sh: seeds from tests/data, corpus kept in build-fuzz/corpus, crashes in
+# build-fuzz/crashes). `make fuzz-build` only builds them.
+FUZZ_TIME ?= 60
+FUZZ_CC ?= clang
+FUZZ_BUILD := build-fuzz
+FUZZ_SAN := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+FUZZ_BINS := $(patsubst fuzz/%.c,$(FUZZ_BUILD)/%,$(wildcard fuzz/fuzz_*.c))
+
+fuzz: fuzz-build
+	sh fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_TIME)
+
+fuzz-build:
+	$(MAKE) BUILD=$(FUZZ_BUILD) CC=$(FUZZ_CC) OPT="-O1 -g" \
+	    SAN="$(FUZZ_SAN) -fsanitize=fuzzer-no-link" $(FUZZ_BUILD)/libtransmuter.a
+	$(MAKE) $(FUZZ_BINS)
+
+$(FUZZ_BUILD)/fuzz_%: fuzz/fuzz_%.c $(FUZZ_BUILD)/libtransmuter.a
+	$(FUZZ_CC) -O1 -g -std=c11 -D_GNU_SOURCE $(FUZZ_SAN) -fsanitize=fuzzer -Iinclude -Isrc \
+	    -o $@ $< $(FUZZ_BUILD)/libtransmuter.a $(LDLIBS)
+
+fuzz-clean:
+	rm -rf $(FUZZ_BUILD) build-tsan
 
 -include $(LIB_OBJ:.o=.d) $(BUILD)/tools/transmuter.d

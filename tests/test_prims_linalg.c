@@ -302,6 +302,7 @@ static void test_matmul_errors(void) {
     matmul_error(TM_FLOAT, 3, d234, TM_FLOAT, 3, d345, TM_ERR_SHAPE, "batch dim 0 differs");
     matmul_error(TM_BOOL, 2, d23, TM_BOOL, 2, d34, TM_ERR_UNSUPPORTED, "bool");
     matmul_error(TM_STRING, 2, d23, TM_STRING, 2, d34, TM_ERR_UNSUPPORTED, "string");
+    matmul_error(TM_FLOAT, 2, d23, TM_STRING, 2, d34, TM_ERR_UNSUPPORTED, "string");
 }
 
 /* ---- CONV and CONV_TRANSPOSE --------------------------------------------------------- */

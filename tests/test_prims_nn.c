@@ -203,7 +203,7 @@ static void test_softmax_errors(void) {
     softmax_error(TM_FLOAT, 2, d, -1, 0, TM_ERR_SHAPE, "axis -1 is out of range");
     softmax_error(TM_FLOAT, 0, d, 0, 0, TM_ERR_SHAPE, "out of range for x ()");
     softmax_error(TM_FLOAT, 2, d, 1, 2, TM_ERR_UNSUPPORTED, "got 2");
-    softmax_error(TM_STRING, 2, d, 1, 0, TM_ERR_DTYPE, "string");
+    softmax_error(TM_STRING, 2, d, 1, 0, TM_ERR_UNSUPPORTED, "string");
 }
 
 /* ---- LAYERNORM ------------------------------------------------------------------------ */
@@ -348,6 +348,7 @@ static void test_layernorm_errors(void) {
     layernorm_error(TM_INT32, 3, d, &good, 2, 2, TM_ERR_DTYPE, "input 0 must be a float tensor");
     layernorm_error(TM_FLOAT, 3, d, &ints, 2, 2, TM_ERR_DTYPE, "input 1 must be a float tensor");
     layernorm_error(TM_FLOAT, 3, d, &good, 2, 1, TM_ERR_SHAPE, "expected 2 or 3 inputs");
+    layernorm_error(TM_STRING, 3, d, &good, 2, 2, TM_ERR_UNSUPPORTED, "string");
 }
 
 /* ---- Trace mode: shape rules run without data ---------------------------------------- */

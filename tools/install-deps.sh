@@ -2,9 +2,10 @@
 # Installs the Debian packages Transmuter needs to build and test, when missing.
 # build-essential: the C compiler and make. libdnnl-dev: oneDNN, our f32/int8 GEMM and
 # convolution (see README). valgrind: the leak check of the test suite.
+# libcurl4-openssl-dev: hf:// downloads. python3: the fake Hub server of tests/hub.sh.
 set -e
 need=""
-for p in build-essential libdnnl-dev valgrind; do
+for p in build-essential libdnnl-dev valgrind libcurl4-openssl-dev python3; do
     dpkg -s "$p" >/dev/null 2>&1 || need="$need $p"
 done
 [ -z "$need" ] && exit 0

@@ -21,10 +21,12 @@ static void usage(FILE *f) {
             "usage:\n"
             "  transmuter info MODEL\n"
             "  transmuter run MODEL --inputs DIR --out DIR [--eager] [--static NAME ...]\n"
-            "                 [--threads N] [--compute-type f32]\n"
+            "                 [--threads N] [--compute-type f32] [--dump DIR]\n"
             "  transmuter test-onnx DIR... [--mode eager|plan|both] [--expected-failures FILE]\n"
             "                 [--quiet]\n"
             "  transmuter compare OUT_DIR REF_DIR [--rtol R] [--atol A]\n"
+            "  transmuter bench MODEL --inputs DIR [--static NAME ...] [--threads N]\n"
+            "                 [--repeat N] [--warmup W] [--out DIR]   (prints one JSON line)\n"
             "Inputs are read from DIR/NAME.npy or DIR/NAME.pb, outputs written as NAME.npy;\n"
             "in file names every byte of NAME outside [A-Za-z0-9._-] is written %%XX.\n");
 }
@@ -152,8 +154,29 @@ static tm_status find_input_file(const char *dir, const char *name, char *path, 
     return file_exists(path) ? TM_OK : TM_ERR_NOT_FOUND;
 }
 
+/* --dump: every node's tensor outputs written as NAME.npy while running eagerly. */
+static int dump_node(void *user, const char *node, const char *op, int n,
+                     const char *const *names, const tm_tensor *const *ts) {
+    (void)node;
+    (void)op;
+    const char *dir = user;
+    for (int i = 0; i < n; i++) {
+        if (!ts[i] || !names[i][0]) continue;
+        char *enc = tm_name_encode(names[i]);
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s.npy", dir, enc ? enc : "value");
+        free(enc);
+        tm_error err;
+        if (tm_npy_write(path, ts[i], &err) != TM_OK) {
+            fprintf(stderr, "transmuter: %s\n", err.message);
+            return 1;
+        }
+    }
+    return 0;
+}
+
 static int cmd_run(int argc, char **argv) {
-    const char *model_path = NULL, *in_dir = NULL, *out_dir = NULL;
+    const char *model_path = NULL, *in_dir = NULL, *out_dir = NULL, *dump_dir = NULL;
     int eager = 0, threads = 0, n_static = 0;
     const char *static_names[64];
     tm_load_options lo;
@@ -162,6 +185,10 @@ static int cmd_run(int argc, char **argv) {
         if (!strcmp(argv[i], "--inputs") && i + 1 < argc) in_dir = argv[++i];
         else if (!strcmp(argv[i], "--out") && i + 1 < argc) out_dir = argv[++i];
         else if (!strcmp(argv[i], "--eager")) eager = 1;
+        else if (!strcmp(argv[i], "--dump") && i + 1 < argc) {
+            dump_dir = argv[++i];
+            eager = 1;
+        }
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--compute-type") && i + 1 < argc) {
             const char *t = argv[++i];
@@ -231,7 +258,18 @@ static int cmd_run(int argc, char **argv) {
         }
     }
     if (eager) {
-        st = tm_run_eager(m, n_given, names, (const tm_tensor *const *)inputs, outputs, NULL, &err);
+        tm_run_options ro;
+        tm_run_options_default(&ro);
+        if (dump_dir) {
+            if (!dir_exists(dump_dir) && mkdir(dump_dir, 0777) != 0) {
+                fprintf(stderr, "transmuter: cannot create %s: %s\n", dump_dir, strerror(errno));
+                rc = 1;
+                goto done;
+            }
+            ro.on_node = dump_node;
+            ro.user = (void *)dump_dir;
+        }
+        st = tm_run_eager(m, n_given, names, (const tm_tensor *const *)inputs, outputs, &ro, &err);
     } else {
         tm_plan_options po;
         tm_plan_options_default(&po);
@@ -808,6 +846,167 @@ static int cmd_compare(int argc, char **argv) {
     return bad ? 1 : 0;
 }
 
+/* ---- bench ------------------------------------------------------------------------- */
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static long peak_rss_kib(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kib = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "VmHWM:", 6)) kib = atol(line + 6);
+    if (f) fclose(f);
+    return kib;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Times a compiled plan: load, plan creation, then `repeat` runs after `warmup`, with
+ * caller-owned output buffers (so a run allocates nothing of ours). */
+static int cmd_bench(int argc, char **argv) {
+    const char *model_path = NULL, *in_dir = NULL, *out_dir = NULL;
+    int threads = 0, repeat = 20, warmup = 3, n_static = 0;
+    const char *static_names[64];
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--inputs") && i + 1 < argc) in_dir = argv[++i];
+        else if (!strcmp(argv[i], "--out") && i + 1 < argc) out_dir = argv[++i];
+        else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--repeat") && i + 1 < argc) repeat = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--warmup") && i + 1 < argc) warmup = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--static") && i + 1 < argc && n_static < 64) static_names[n_static++] = argv[++i];
+        else if (argv[i][0] != '-' && !model_path) model_path = argv[i];
+        else {
+            fprintf(stderr, "transmuter: unknown argument '%s'\n", argv[i]);
+            return 2;
+        }
+    }
+    if (!model_path || !in_dir || repeat < 1) {
+        usage(stderr);
+        return 2;
+    }
+    tm_load_options lo;
+    tm_load_options_default(&lo);
+    lo.threads = threads;
+    tm_error err = {0};
+    tm_model *m = NULL;
+    double t0 = now_ms();
+    tm_status st = tm_model_load(model_path, &lo, &m, &err);
+    double load_ms = now_ms() - t0;
+    if (st != TM_OK) return report(model_path, st, &err);
+    int n_in = tm_model_n_inputs(m), n_out = tm_model_n_outputs(m), rc = 0;
+    const char **names = calloc((size_t)n_in + 1, sizeof *names);
+    tm_tensor **inputs = calloc((size_t)n_in + 1, sizeof *inputs);
+    tm_tensor **outputs = calloc((size_t)n_out + 1, sizeof *outputs);
+    double *times = calloc((size_t)repeat, sizeof *times);
+    const tm_tensor *statics[64];
+    tm_plan *plan = NULL;
+    tm_session *sess = NULL;
+    if (!names || !inputs || !outputs || !times) {
+        rc = 1;
+        goto done;
+    }
+    for (int i = 0; i < n_in; i++) {
+        tm_value_desc d;
+        tm_model_input(m, i, &d);
+        char path[4096];
+        if (find_input_file(in_dir, d.name, path, sizeof path) != TM_OK) {
+            fprintf(stderr, "transmuter: missing input '%s' in %s\n", d.name, in_dir);
+            rc = 1;
+            goto done;
+        }
+        st = read_tensor_file(path, &inputs[i], &err);
+        if (st != TM_OK) {
+            rc = report(path, st, &err);
+            goto done;
+        }
+        names[i] = d.name;
+    }
+    for (int s = 0; s < n_static; s++) {
+        statics[s] = NULL;
+        for (int i = 0; i < n_in; i++)
+            if (!strcmp(names[i], static_names[s])) statics[s] = inputs[i];
+        if (!statics[s]) {
+            fprintf(stderr, "transmuter: --static '%s' is not an input\n", static_names[s]);
+            rc = 1;
+            goto done;
+        }
+    }
+    tm_plan_options po;
+    tm_plan_options_default(&po);
+    po.n_static = n_static;
+    po.static_names = static_names;
+    po.static_values = statics;
+    t0 = now_ms();
+    st = tm_plan_create(m, n_in, names, (const tm_tensor *const *)inputs, &po, &plan, &err);
+    if (st == TM_OK) st = tm_session_create(plan, &sess, &err);
+    double plan_ms = now_ms() - t0;
+    if (st == TM_OK) {
+        t0 = now_ms();
+        st = tm_session_run(sess, n_in, names, (const tm_tensor *const *)inputs, outputs, &err);
+        double first_ms = now_ms() - t0;
+        for (int w = 1; w < warmup && st == TM_OK; w++)
+            st = tm_session_run(sess, n_in, names, (const tm_tensor *const *)inputs, outputs, &err);
+        for (int r = 0; r < repeat && st == TM_OK; r++) {
+            t0 = now_ms();
+            st = tm_session_run(sess, n_in, names, (const tm_tensor *const *)inputs, outputs, &err);
+            times[r] = now_ms() - t0;
+        }
+        if (st == TM_OK) {
+            double sum = 0;
+            for (int r = 0; r < repeat; r++) sum += times[r];
+            qsort(times, (size_t)repeat, sizeof *times, cmp_double);
+            printf("{\"load_ms\": %.3f, \"plan_ms\": %.3f, \"first_run_ms\": %.3f, \"median_ms\": %.4f, "
+                   "\"min_ms\": %.4f, \"mean_ms\": %.4f, \"max_ms\": %.4f, \"repeat\": %d, "
+                   "\"kernels\": %d, \"breaks\": %d, \"arena_mb\": %.2f, \"peak_rss_mb\": %.1f}\n",
+                   load_ms, plan_ms, first_ms, times[repeat / 2], times[0], sum / repeat,
+                   times[repeat - 1], repeat, tm_plan_n_kernels(plan), tm_plan_n_breaks(plan),
+                   tm_plan_arena_bytes(plan) / 1048576.0, peak_rss_kib() / 1024.0);
+        }
+    }
+    if (st != TM_OK) {
+        rc = report(model_path, st, &err);
+        goto done;
+    }
+    if (out_dir) {
+        if (!dir_exists(out_dir) && mkdir(out_dir, 0777) != 0) {
+            fprintf(stderr, "transmuter: cannot create %s\n", out_dir);
+            rc = 1;
+            goto done;
+        }
+        for (int i = 0; i < n_out; i++) {
+            tm_value_desc d;
+            tm_model_output(m, i, &d);
+            char *enc = tm_name_encode(d.name);
+            char path[4096];
+            snprintf(path, sizeof path, "%s/%s.npy", out_dir, enc ? enc : "output");
+            free(enc);
+            if (outputs[i] && tm_npy_write(path, outputs[i], &err) != TM_OK) {
+                rc = report(path, TM_ERR_IO, &err);
+                goto done;
+            }
+        }
+    }
+done:
+    for (int i = 0; inputs && i < n_in; i++) tm_tensor_free(inputs[i]);
+    for (int i = 0; outputs && i < n_out; i++) tm_tensor_free(outputs[i]);
+    free(names);
+    free(inputs);
+    free(outputs);
+    free(times);
+    tm_session_free(sess);
+    tm_plan_free(plan);
+    tm_model_free(m);
+    return rc;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         usage(stderr);
@@ -817,6 +1016,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "run")) return cmd_run(argc - 2, argv + 2);
     if (!strcmp(argv[1], "test-onnx")) return cmd_test_onnx(argc - 2, argv + 2);
     if (!strcmp(argv[1], "compare")) return cmd_compare(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "bench")) return cmd_bench(argc - 2, argv + 2);
     if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
         printf("transmuter %s\n", tm_version());
         return 0;

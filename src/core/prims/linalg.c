@@ -87,6 +87,8 @@ tm_status tm__shape_matmul(tm_ctx *c, int prim, const tm_args *a, const tm_vinfo
     (void)prim; (void)a; (void)nin; (void)nout;
     const tm_vinfo *x = in[0], *y = in[1];
     char tx[160], ty[160];
+    if (x->dtype == TM_STRING || y->dtype == TM_STRING)
+        return tm_ctx_fail(c, TM_ERR_UNSUPPORTED, "matmul: string tensors are not supported");
     if (x->dtype != y->dtype)
         return tm_ctx_fail(c, TM_ERR_DTYPE, "matmul: operands have different dtypes %s and %s",
                            tm_dtype_name(x->dtype), tm_dtype_name(y->dtype));
@@ -418,6 +420,9 @@ static tm_status conv_shape(tm_ctx *c, int transpose, const tm_args *a,
         return tm_ctx_fail(c, TM_ERR_SHAPE, "%s: expected 2 or 3 inputs (x, w, [bias]), got %d",
                            name, nin);
     for (int i = 0; i < nin; i++) {
+        if (in[i]->dtype == TM_STRING)
+            return tm_ctx_fail(c, TM_ERR_UNSUPPORTED, "%s: string tensors are not supported",
+                               name);
         if (in[i]->dtype != in[0]->dtype)
             return tm_ctx_fail(c, TM_ERR_DTYPE, "%s: input %d is %s but x is %s", name, i,
                                tm_dtype_name(in[i]->dtype), tm_dtype_name(in[0]->dtype));

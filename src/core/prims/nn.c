@@ -75,6 +75,8 @@ tm_status tm__shape_softmax(tm_ctx *c, int prim, const tm_args *a, const tm_vinf
     (void)prim; (void)nin; (void)nout;
     const tm_vinfo *x = in[0];
     char tx[160];
+    if (x->dtype == TM_STRING)
+        return tm_ctx_fail(c, TM_ERR_UNSUPPORTED, "softmax: string tensors are not supported");
     if (!tm_dtype_is_float(x->dtype))
         return tm_ctx_fail(c, TM_ERR_DTYPE, "softmax: x must be a float tensor, got %s",
                            tm_dtype_name(x->dtype));
@@ -213,6 +215,9 @@ tm_status tm__shape_layernorm(tm_ctx *c, int prim, const tm_args *a, const tm_vi
         return tm_ctx_fail(c, TM_ERR_SHAPE, "layernorm: expected 2 or 3 inputs (x, scale, "
                            "[bias]), got %d", nin);
     for (int i = 0; i < nin; i++) {
+        if (in[i]->dtype == TM_STRING)
+            return tm_ctx_fail(c, TM_ERR_UNSUPPORTED, "layernorm: string tensors are not "
+                               "supported");
         if (!tm_dtype_is_float(in[i]->dtype))
             return tm_ctx_fail(c, TM_ERR_DTYPE, "layernorm: input %d must be a float tensor, "
                                "got %s", i, tm_dtype_name(in[i]->dtype));

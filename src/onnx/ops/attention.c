@@ -7,7 +7,7 @@
 typedef struct attn {
     tm_dtype dt;                 /* T1: Q's dtype, the dtype of Y */
     int three_d;
-    int64_t batch, q_heads, kv_heads, q_len, kv_len, total, past;
+    int64_t batch, q_heads, kv_heads, q_len, total, past;  /* total = past + new keys */
     int64_t head, v_head;
 } attn;
 
@@ -123,13 +123,13 @@ static tm_val mask_bias(tm_lower *L, const attn *a, tm_val m) {
         return TM_NONE;
     }
     int is_bool = tm_vdtype(c, m) == TM_BOOL;
+    if (!is_bool) m = tm_cast(c, m, a->dt);          /* before padding: -inf fits no int */
     if (last < a->total) {
         int64_t begin[4] = {0}, end[4] = {0};
         end[r - 1] = a->total - last;
         m = tm_pad(c, m, 0, begin, end, is_bool ? 0.0 : -INFINITY);
     }
-    if (is_bool) return allowed_to_bias(c, m, a->dt);
-    return tm_cast(c, m, a->dt);
+    return is_bool ? allowed_to_bias(c, m, a->dt) : m;
 }
 
 /* The causal frontier as a bias: query i (of q_len) sees key j iff j <= i + offset, with
@@ -200,59 +200,74 @@ static int read_softmax_dtype(tm_lower *L, tm_dtype dt, tm_dtype *out) {
     return 0;
 }
 
+/* The additive bias of the mask, the causal frontier and the padding lengths, or TM_NONE
+ * when none applies. */
+static tm_val attention_bias(tm_lower *L, const attn *a, tm_val nonpad) {
+    tm_ctx *c = tm_lctx(L);
+    tm_val bias = TM_NONE;
+    if (tm_lhas(L, 3)) bias = mask_bias(L, a, tm_lin(L, 3));
+    if (tm_attr_i(L, "is_causal", 0)) bias = add_bias(c, bias, causal_bias(c, a, nonpad));
+    if (nonpad != TM_NONE) bias = add_bias(c, bias, padding_bias(c, a, nonpad));
+    return bias;
+}
+
+/* Q, K, V to (B, H, S, D), the caches appended; fills a. Returns 0 when all fit. */
+static int prepare_inputs(tm_lower *L, attn *a, tm_val *q, tm_val *k, tm_val *v) {
+    tm_ctx *c = tm_lctx(L);
+    if (tm_ew_check(L, 0, *q, TM_DTS_FLOAT) || tm_ew_check(L, 1, *k, TM_DTS_FLOAT) ||
+        tm_ew_check(L, 2, *v, TM_DTS_FLOAT) || tm_ew_same_dtype(L, 0, *q, 1, *k))
+        return 1;
+    a->dt = tm_vdtype(c, *q);
+    if (read_heads(L, a, *q, *k, *v)) return 1;
+    if (a->three_d) {
+        *q = split_heads(c, *q, a->q_heads);
+        *k = split_heads(c, *k, a->kv_heads);
+        *v = split_heads(c, *v, a->kv_heads);
+    }
+    if (!tm_ctx_ok(c) || check_shapes(L, a, *q, *k, *v)) return 1;
+    if (tm_lhas(L, 4) != tm_lhas(L, 5))
+        return tm_lfail(L, TM_ERR_INVALID_ARGUMENT, "inputs 4 (past_key) and 5 (past_value) "
+                        "must be given together");
+    if (tm_lhas(L, 4) && tm_vrank(c, tm_lin(L, 4)) == 4) a->past = tm_vdims(c, tm_lin(L, 4))[2];
+    *k = append_cache(L, 4, *k, "past_key");
+    *v = append_cache(L, 5, *v, "past_value");
+    if (!tm_ctx_ok(c)) return 1;
+    a->total = tm_vdims(c, *k)[2];
+    tm_val nonpad = tm_lin(L, 6);
+    if (nonpad != TM_NONE && (tm_vdtype(c, nonpad) != TM_INT64 || tm_vnumel(c, nonpad) != a->batch))
+        return tm_lfail(L, TM_ERR_SHAPE, "input 6 (nonpad_kv_seqlen) must be int64 of shape "
+                        "(%lld)", (long long)a->batch);
+    return 0;
+}
+
 static tm_status lower_attention(tm_lower *L) {
     tm_ctx *c = tm_lctx(L);
     tm_val q = tm_ew_input(L, 0), k = tm_ew_input(L, 1), v = tm_ew_input(L, 2);
-    if (tm_ew_check(L, 0, q, TM_DTS_FLOAT) || tm_ew_check(L, 1, k, TM_DTS_FLOAT) ||
-        tm_ew_check(L, 2, v, TM_DTS_FLOAT) || tm_ew_same_dtype(L, 0, q, 1, k))
-        return c->status;
     attn a;
     memset(&a, 0, sizeof a);
-    a.dt = tm_vdtype(c, q);
-    if (read_heads(L, &a, q, k, v)) return c->status;
-    if (a.three_d) {
-        q = split_heads(c, q, a.q_heads);
-        k = split_heads(c, k, a.kv_heads);
-        v = split_heads(c, v, a.kv_heads);
-    }
-    if (!tm_ctx_ok(c) || check_shapes(L, &a, q, k, v)) return c->status;
     tm_dtype sdt;
+    if (prepare_inputs(L, &a, &q, &k, &v) || read_softmax_dtype(L, a.dt, &sdt)) return c->status;
     int64_t mode = tm_attr_i(L, "qk_matmul_output_mode", 0);
     if (mode < 0 || mode > 3)
         return tm_lfail(L, TM_ERR_INVALID_ARGUMENT, "attribute qk_matmul_output_mode=%lld is "
                         "not 0, 1, 2 or 3", (long long)mode);
-    if (read_softmax_dtype(L, a.dt, &sdt)) return c->status;
-
-    tm_val nonpad = tm_lin(L, 6);
-    if (nonpad != TM_NONE && (tm_vdtype(c, nonpad) != TM_INT64 || tm_vnumel(c, nonpad) != a.batch))
-        return tm_lfail(L, TM_ERR_SHAPE, "input 6 (nonpad_kv_seqlen) must be int64 of shape "
-                        "(%lld)", (long long)a.batch);
-    if (tm_lhas(L, 4)) a.past = tm_vdims(c, tm_lin(L, 4))[2];
-    k = append_cache(L, 4, k, "past_key");
-    v = append_cache(L, 5, v, "past_value");
-    if (!tm_ctx_ok(c)) return c->status;
-    a.kv_len = tm_vdims(c, k)[2] - a.past;
-    a.total = tm_vdims(c, k)[2];
     tm_lout(L, 1, k);
     tm_lout(L, 2, v);
 
     /* Q and K are each scaled by sqrt(scale) so that Q K^T does not overflow. */
-    double scale = tm_attr_f(L, "scale", (float)(1.0 / sqrt((double)a.head)));
+    double scale = 1.0 / sqrt((double)a.head);
+    if (tm_attr_has(L, "scale")) scale = tm_attr_f(L, "scale", 0.0f);
     tm_val root = tm_const_scalar(c, a.dt, sqrt(scale));
     tm_val s = grouped_scores(c, &a, tm_mul(c, q, root), tm_mul(c, k, root));
     tm_val qk = s;
     double softcap = tm_attr_f(L, "softcap", 0.0f);
     if (softcap > 0.0) {
+        /* Before the mask, so that masked scores stay -inf. */
         tm_val cap = tm_const_scalar(c, a.dt, softcap);
         s = tm_mul(c, tm_unary(c, TM_P_TANH, tm_div(c, s, cap)), cap);
     }
     if (mode == 1) qk = s;
-
-    tm_val bias = TM_NONE;
-    int is_causal = tm_attr_i(L, "is_causal", 0) != 0;
-    if (tm_lhas(L, 3)) bias = mask_bias(L, &a, tm_lin(L, 3));
-    if (is_causal) bias = add_bias(c, bias, causal_bias(c, &a, nonpad));
-    if (nonpad != TM_NONE) bias = add_bias(c, bias, padding_bias(c, &a, nonpad));
+    tm_val nonpad = tm_lin(L, 6), bias = attention_bias(L, &a, nonpad);
     if (bias != TM_NONE) s = tm_add(c, s, bias);
     if (mode == 2) qk = s;
 

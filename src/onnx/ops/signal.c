@@ -318,7 +318,8 @@ static tm_status lower_mel_weight_matrix(tm_lower *L) {
     double *w = calloc((size_t)(spec_bins * mel_bins), sizeof *w);
     tm_tensor *t = edge && w ? host_tensor(c, (tm_dtype)dt, 2, dims) : NULL;
     if (t) {
-        double low_mel = hz_to_mel(low), step = (hz_to_mel(high) - low_mel) / (mel_bins + 2);
+        double low_mel = hz_to_mel(low);
+        double step = (hz_to_mel(high) - low_mel) / (double)(mel_bins + 2);
         for (int64_t i = 0; i < mel_bins + 2; i++)
             edge[i] = (int64_t)floor((double)(dft_length + 1) *
                                      mel_to_hz((double)i * step + low_mel) / (double)rate);

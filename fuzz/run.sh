@@ -1,0 +1,81 @@
+#!/bin/sh
+# Runs every libFuzzer target built in BUILD_DIR (by `make fuzz`) for SECONDS each, one
+# process at a time, on a corpus that persists in BUILD_DIR/corpus/<target>, seeded from
+# the repository's test data and the inputs of past findings (tests/data/fuzz-regressions),
+# which therefore run first. Crashes land in BUILD_DIR/crashes/<target>/. Not a test of
+# behaviour: each target only asserts "no crash, no leak, errors carry a message".
+# Usage: fuzz/run.sh [BUILD_DIR] [SECONDS] [TARGET...]
+BUILD=${1:-build-fuzz}
+SECONDS_PER=${2:-60}
+[ $# -gt 2 ] && shift 2 && TARGETS="$*"
+TARGETS=${TARGETS:-"onnx model npy tensor_pb external"}
+SEEDS=$BUILD/seeds
+REG=tests/data/fuzz-regressions
+
+# Copies the files of `find` arguments into a seed folder, under names made from their
+# paths (many are called model.onnx or input_0.pb).
+collect() {
+    dest=$1; shift
+    mkdir -p "$dest"
+    find "$@" -type f 2>/dev/null | while read -r f; do
+        cp "$f" "$dest/$(echo "$f" | tr '/' '_')"
+    done
+}
+
+# A .pb prefixed with the selector byte of fuzz_tensor_pb (0 tensor, 1 sequence, 2 optional).
+collect_pb() {
+    sel=$1; dest=$2; shift 2
+    mkdir -p "$dest"
+    find "$@" -type f -name '*.pb' -size -2k 2>/dev/null | while read -r f; do
+        { printf "\\$sel"; cat "$f"; } > "$dest/$sel$(echo "$f" | tr '/' '_')"
+    done
+}
+
+make_seeds() {
+    [ -f "$SEEDS/.done" ] && return
+    rm -rf "$SEEDS"
+    B=tests/data/onnx-backend
+    collect "$SEEDS/onnx" tests/data/bad tests/data/tiny/bert-external-data -name '*.onnx' -size -64k
+    collect "$SEEDS/onnx" $B -name '*.onnx' -size -8k
+    # The whole load path runs plans: small models only, so a short run gets past them.
+    collect "$SEEDS/model" tests/data/bad -name '*.onnx'
+    collect "$SEEDS/model" $B/node $B/simple $B/light -name '*.onnx' -size -3k
+    collect "$SEEDS/npy" tests/data -name '*.npy' -size -4k
+    collect_pb 0 "$SEEDS/tensor_pb" $B/node/test_add $B/node/test_cast_FLOAT_to_STRING \
+        $B/node/test_reshape_zero_dim $B/simple $B/node/test_dequantizelinear_int4 \
+        $B/node/test_cast_FLOAT_to_FLOAT8E4M3FN $B/node/test_constant_pad
+    collect_pb 1 "$SEEDS/tensor_pb" $B/node/test_sequence_* $B/node/test_split_to_sequence_*
+    collect_pb 2 "$SEEDS/tensor_pb" $B/node/test_optional_*
+    collect "$SEEDS/external" fuzz/seeds/external tests/data/bad -name '*.onnx'
+    touch "$SEEDS/.done"
+}
+
+make_seeds
+status=0; passed=0; failed=0
+for t in $TARGETS; do
+    bin=$BUILD/fuzz_$t
+    [ -x "$bin" ] || { echo "missing $bin (run make fuzz)"; failed=$((failed + 1)); continue; }
+    dict=fuzz/onnx.dict
+    [ "$t" = npy ] && dict=fuzz/npy.dict
+    mkdir -p "$BUILD/corpus/$t" "$BUILD/crashes/$t" "$REG/$t"
+    log=$BUILD/fuzz_$t.log
+    # -timeout: one input running this long is a finding (a hang); rss limit as default.
+    ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 \
+    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+        "$bin" -max_total_time="$SECONDS_PER" -timeout=10 -rss_limit_mb=2048 \
+            -dict="$dict" -artifact_prefix="$BUILD/crashes/$t/" -print_final_stats=1 \
+            "$BUILD/corpus/$t" "$SEEDS/$t" "$REG/$t" > "$log" 2>&1
+    rc=$?
+    runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")
+    if [ $rc -eq 0 ]; then
+        echo "fuzz_$t: ${runs:-?} executions in ${SECONDS_PER}s, no finding"
+        passed=$((passed + 1))
+    else
+        echo "FAIL fuzz_$t: exit status $rc after ${runs:-?} executions; see $log"
+        grep -E '^(==[0-9]+==ERROR|SUMMARY|.*runtime error)' "$log" | head -5
+        grep -E 'Test unit written to' "$log" | head -3
+        failed=$((failed + 1)); status=1
+    fi
+done
+echo "$passed passed, $failed failed"
+exit $status

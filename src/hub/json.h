@@ -1,0 +1,29 @@
+/* A small JSON reader for the Hub's API answers (file trees): parses a whole document into
+ * a tree of values. Not a writer, not streaming; numbers are doubles (exact to 2^53). */
+#ifndef TM_HUB_JSON_H
+#define TM_HUB_JSON_H
+
+#include <stddef.h>
+
+typedef enum {
+    TM_JSON_NULL, TM_JSON_BOOL, TM_JSON_NUMBER, TM_JSON_STRING, TM_JSON_ARRAY, TM_JSON_OBJECT
+} tm_json_type;
+
+typedef struct tm_json {
+    tm_json_type type;
+    double number;                /* NUMBER; BOOL as 0 or 1 */
+    char *string;                 /* STRING, NUL-terminated (embedded NULs are refused) */
+    struct tm_json *items;        /* ARRAY elements or OBJECT values */
+    char **keys;                  /* OBJECT keys, parallel to items */
+    int n;
+} tm_json;
+
+/* The parsed document, or NULL when the text is not valid JSON (or nests too deep). */
+tm_json *tm_json_parse(const char *text, size_t len);
+void tm_json_free(tm_json *v);
+/* The value of key in an object, or NULL (also when v is not an object). */
+const tm_json *tm_json_get(const tm_json *v, const char *key);
+/* The string value of key, or NULL when absent or not a string. */
+const char *tm_json_get_string(const tm_json *v, const char *key);
+
+#endif
