@@ -4,7 +4,6 @@
  * folder). The loader may fail, but must never open, map or hang on anything outside the
  * folder: open() is interposed here to check every path it is given. Not the rest of the
  * ModelProto reader (fuzz_onnx.c). */
-#define _GNU_SOURCE
 #include <fcntl.h>
 #include <limits.h>
 #include <stdarg.h>

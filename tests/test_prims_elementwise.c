@@ -830,6 +830,24 @@ static void test_cast_rules(void) {
     expect_cast(TM_INT32, (double[]){1000}, TM_FLOAT8E4M3FN, 0, (double[]){NAN}, 1);
     expect_cast(TM_INT32, (double[]){1000}, TM_FLOAT8E4M3FN, 1, (double[]){448}, 1);
     expect_cast(TM_FLOAT, (double[]){3.0, 0.75}, TM_FLOAT8E8M0, 1, (double[]){4, 1}, 2);
+    /* float8e8m0's round_mode (i[2]): 0 up, 1 down, 2 nearest. */
+    for (int mode = 0; mode < 3; mode++) {
+        static const double want[3][2] = {{4, 4}, {2, 2}, {4, 2}};
+        tm_ctx c;
+        tm_ctx_init(&c, TM_MODE_EAGER, NULL);
+        int64_t dims[1] = {2};
+        tm_args a;
+        memset(&a, 0, sizeof a);
+        a.i[0] = TM_FLOAT8E8M0;
+        a.i[1] = 1;
+        a.i[2] = mode;
+        tm_val y = run1(&c, TM_P_CAST, value_of(&c, TM_FLOAT, 1, dims, (double[]){3.0, 2.5}), &a);
+        const tm_tensor *t = tm_ctx_ok(&c) ? tm_vdata(&c, y) : NULL;
+        CHECK(t && element(t, 0) == want[mode][0] && element(t, 1) == want[mode][1],
+              "cast to e8m0, round mode %d: %g %g", mode, t ? element(t, 0) : -1.0,
+              t ? element(t, 1) : -1.0);
+        tm_ctx_destroy(&c);
+    }
     expect_cast(TM_FLOAT8E4M3FN, (double[]){448, -0.5}, TM_FLOAT, 1, (double[]){448, -0.5}, 2);
     expect_cast(TM_FLOAT, (double[]){7, 5.1, -0.25}, TM_FLOAT4E2M1, 1,
                 (double[]){6, 6, -0.0}, 3);

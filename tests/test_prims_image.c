@@ -500,7 +500,7 @@ static void check_col2im(int n, const int64_t *image, const int64_t *block, cons
         plane *= image[d];
     }
     int64_t cols_dims[3] = {N, C * K, L};
-    double *cols = malloc((size_t)(N * C * K * L) * sizeof *cols);
+    double *cols = calloc((size_t)(N * C * K * (L + 1)), sizeof *cols); /* room for L + 1 */
     double *want = calloc((size_t)(N * C * plane), sizeof *want);
     for (int64_t i = 0; i < N * C * K * L; i++) cols[i] = random_unit();
     for (int64_t m = 0; m < N * C; m++)

@@ -15,18 +15,23 @@
 #include "io/npy.h"
 #include "onnx/model.h"
 #include "runtime/runtime.h"
+#include "hub/hub.h"
 
 static void usage(FILE *f) {
     fprintf(f,
             "usage:\n"
-            "  transmuter info MODEL\n"
+            "  transmuter info MODEL [--quiet]\n"
             "  transmuter run MODEL --inputs DIR --out DIR [--eager] [--static NAME ...]\n"
+            "                 [--quiet]\n"
             "                 [--threads N] [--compute-type f32] [--dump DIR]\n"
             "  transmuter test-onnx DIR... [--mode eager|plan|both] [--expected-failures FILE]\n"
             "                 [--quiet]\n"
             "  transmuter compare OUT_DIR REF_DIR [--rtol R] [--atol A]\n"
             "  transmuter bench MODEL --inputs DIR [--static NAME ...] [--threads N]\n"
             "                 [--repeat N] [--warmup W] [--out DIR]   (prints one JSON line)\n"
+            "  transmuter ls hf://OWNER/REPO[@REVISION]   (.onnx files: sizes, variants)\n"
+            "MODEL is a file or hf://OWNER/REPO/PATH[@REVISION], fetched into the Hugging Face\n"
+            "cache with a progress bar (--quiet: none) and used from there afterwards.\n"
             "Inputs are read from DIR/NAME.npy or DIR/NAME.pb, outputs written as NAME.npy;\n"
             "in file names every byte of NAME outside [A-Za-z0-9._-] is written %%XX.\n");
 }
@@ -729,8 +734,9 @@ static int cmd_test_onnx(int argc, char **argv) {
     runner r;
     memset(&r, 0, sizeof r);
     r.eager = r.plan = 1;
-    const char *dirs[256];
+    const char **dirs = calloc((size_t)argc + 1, sizeof *dirs);
     int n_dirs = 0;
+    if (!dirs) return 1;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--mode") && i + 1 < argc) {
             const char *m = argv[++i];
@@ -747,7 +753,7 @@ static int cmd_test_onnx(int argc, char **argv) {
         } else if (argv[i][0] == '-') {
             fprintf(stderr, "transmuter: unknown option '%s'\n", argv[i]);
             return 2;
-        } else if (n_dirs < 256) {
+        } else {
             dirs[n_dirs++] = argv[i];
         }
     }
@@ -784,6 +790,7 @@ static int cmd_test_onnx(int argc, char **argv) {
     }
     free(r.tols);
     free(r.xfails);
+    free(dirs);
     return r.failed ? 1 : 0;
 }
 
@@ -1007,11 +1014,38 @@ done:
     return rc;
 }
 
+/* ---- ls, --quiet (hf:// sources) ------------------------------------------------------ */
+
+static int cmd_ls(int argc, char **argv) {
+    if (argc != 1) {
+        usage(stderr);
+        return 2;
+    }
+    tm_error err = {0};
+    tm_status st = tm_hub_list(argv[0], stdout, &err);
+    return st == TM_OK ? 0 : report(argv[0], st, &err);
+}
+
+/* --quiet of run, info and ls: no download progress bar. The hub honours huggingface_hub's
+ * own switch, so setting it here covers the library calls too. Returns the new argc. */
+static int take_quiet(int argc, char **argv) {
+    int k = 0;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--quiet")) argv[k++] = argv[i];
+        else setenv("HF_HUB_DISABLE_PROGRESS_BARS", "1", 1);
+    }
+    argv[k] = NULL;
+    return k;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         usage(stderr);
         return 2;
     }
+    if (!strcmp(argv[1], "info") || !strcmp(argv[1], "run") || !strcmp(argv[1], "ls"))
+        argc = take_quiet(argc, argv);
+    if (!strcmp(argv[1], "ls")) return cmd_ls(argc - 2, argv + 2);
     if (!strcmp(argv[1], "info")) return cmd_info(argc - 2, argv + 2);
     if (!strcmp(argv[1], "run")) return cmd_run(argc - 2, argv + 2);
     if (!strcmp(argv[1], "test-onnx")) return cmd_test_onnx(argc - 2, argv + 2);

@@ -19,6 +19,7 @@
 #include "../core/status.h"
 #include "../core/tensor.h"
 #include "pb.h"
+#include "../hub/hub.h"
 
 /* raw_data and external data are little-endian and referenced in place. */
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -563,6 +564,10 @@ static tm_status external_span(loader *L, const char *desc, tm_bytes location, i
     size_t rd_len = strlen(L->real_dir);
     int inside = strncmp(rp, L->real_dir, rd_len) == 0 &&
                  (rd_len == 1 ? rp[1] != '\0' : rp[rd_len] == '/');
+    /* hf:// hook: a Hugging Face cache snapshot links its files to ../../blobs/<etag>;
+     * those blobs (of the same cached repo only) count as inside (src/hub/cache.c). */
+    if (!inside)
+        inside = tm_hub_is_cache_blob_of(L->real_dir, rp);
     if (!inside) {
         tm_status st = tm__fail(L->err, TM_ERR_PARSE,
                                 "%s: %s: external data path '%.*s' escapes the model folder "

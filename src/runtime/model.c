@@ -6,6 +6,7 @@
 #include <string.h>
 #include <omp.h>
 #include "runtime.h"
+#include "../hub/hub.h"
 
 const char *tm_version(void) { return TM_VERSION_STRING; }
 
@@ -157,11 +158,16 @@ static tm_status finish_load(tm_onnx_model *om, const tm_load_options *opts, tm_
 tm_status tm_model_load(const char *source, const tm_load_options *opts, tm_model **out,
                         tm_error *err) {
     if (!source || !out) return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "tm_model_load: NULL argument");
-    if (!strncmp(source, "hf://", 5))
-        return tm__fail(err, TM_ERR_UNSUPPORTED, "%s: hf:// sources are not available in "
-                        "this build yet", source);
+    /* hf:// hook: the hub resolves the source to a file in the Hugging Face cache
+     * (downloading it and its external data when needed); it then loads as any path. */
+    char *hub_path = NULL;
+    if (tm_hub_is_source(source)) {
+        tm_status hs = tm_hub_resolve(source, &hub_path, err);
+        if (hs != TM_OK) return hs;
+    }
     tm_onnx_model *om = NULL;
-    tm_status st = (tm_status)tm_onnx_load_file(source, &om, err);
+    tm_status st = (tm_status)tm_onnx_load_file(hub_path ? hub_path : source, &om, err);
+    free(hub_path);
     if (st != TM_OK) return st;
     return finish_load(om, opts, out, err);
 }

@@ -1004,45 +1004,59 @@ static int is_float8(tm_dtype dt) {
            dt == TM_FLOAT8E5M2FNUZ;
 }
 
-/* Narrow float targets that honour `saturate` (the dtype.h stores always saturate). */
-static int store_saturating_narrow(void *base, tm_dtype dt, size_t i, double v, int saturate) {
-    if (is_float8(dt) && !saturate) {
+/* Defined in dtype.c beside tm_f32_to_e8m0, for Cast's round_mode (0 up, 1 down,
+ * 2 nearest); dtype.h does not declare it yet. */
+uint8_t tm_f32_to_e8m0_mode(float f, int saturate, int round_mode);
+
+/* CAST's i[1] (saturate, float8 targets) and i[2] (round_mode, float8e8m0). */
+typedef struct cast_rules {
+    int saturate;
+    int round_mode;
+} cast_rules;
+
+/* Narrow float targets that honour the rules (the dtype.h stores always saturate and
+ * round e8m0 up). */
+static int store_saturating_narrow(void *base, tm_dtype dt, size_t i, double v,
+                                   const cast_rules *rules) {
+    if (is_float8(dt) && !rules->saturate) {
         ((uint8_t *)base)[i] = tm_f32_to_f8((float)v, dt, 0);
         return 1;
     }
     if (dt == TM_FLOAT8E8M0) {
-        ((uint8_t *)base)[i] = tm_f32_to_e8m0((float)v, saturate);
+        uint8_t code = tm_f32_to_e8m0_mode((float)v, rules->saturate, rules->round_mode);
+        ((uint8_t *)base)[i] = code;
         return 1;
     }
     return 0;
 }
 
-static void cast_store_f64(void *base, tm_dtype dt, size_t i, double v, int saturate) {
+static void cast_store_f64(void *base, tm_dtype dt, size_t i, double v,
+                           const cast_rules *rules) {
     switch (domain_of(dt)) {
     case DOMAIN_SIGNED: tm_store_i64(base, dt, i, f64_to_i64(v)); return;
     case DOMAIN_UNSIGNED: tm_store_u64(base, dt, i, f64_to_u64(v)); return;
     case DOMAIN_BOOL: ((uint8_t *)base)[i] = v != 0; return;  /* NaN is true */
     default:
-        if (!store_saturating_narrow(base, dt, i, v, saturate)) tm_store_f64(base, dt, i, v);
+        if (!store_saturating_narrow(base, dt, i, v, rules)) tm_store_f64(base, dt, i, v);
         return;
     }
 }
 
-static void cast_element(const tm_tensor *x, tm_tensor *y, size_t i, int saturate) {
+static void cast_element(const tm_tensor *x, tm_tensor *y, size_t i, const cast_rules *rules) {
     tm_dtype from = x->dtype, to = y->dtype;
     switch (domain_of(from)) {
     case DOMAIN_FLOAT:
-        cast_store_f64(y->data, to, i, tm_load_f64(x->data, from, i), saturate);
+        cast_store_f64(y->data, to, i, tm_load_f64(x->data, from, i), rules);
         return;
     case DOMAIN_SIGNED: {
         int64_t v = tm_load_i64(x->data, from, i);
-        if (!store_saturating_narrow(y->data, to, i, (double)v, saturate))
+        if (!store_saturating_narrow(y->data, to, i, (double)v, rules))
             tm_store_i64(y->data, to, i, v);
         return;
     }
     default: {
         uint64_t v = tm_load_u64(x->data, from, i);
-        if (!store_saturating_narrow(y->data, to, i, (double)v, saturate))
+        if (!store_saturating_narrow(y->data, to, i, (double)v, rules))
             tm_store_u64(y->data, to, i, v);
         return;
     }
@@ -1179,9 +1193,15 @@ static void format_float(char *buf, size_t cap, double v, tm_dtype dt) {
 
 static void format_element(char *buf, size_t cap, const tm_tensor *x, size_t i) {
     switch (domain_of(x->dtype)) {
-    case DOMAIN_FLOAT: format_float(buf, cap, tm_load_f64(x->data, x->dtype, i), x->dtype); return;
-    case DOMAIN_SIGNED: snprintf(buf, cap, "%lld", (long long)tm_load_i64(x->data, x->dtype, i)); return;
-    default: snprintf(buf, cap, "%llu", (unsigned long long)tm_load_u64(x->data, x->dtype, i)); return;
+    case DOMAIN_FLOAT:
+        format_float(buf, cap, tm_load_f64(x->data, x->dtype, i), x->dtype);
+        return;
+    case DOMAIN_SIGNED:
+        snprintf(buf, cap, "%lld", (long long)tm_load_i64(x->data, x->dtype, i));
+        return;
+    default:
+        snprintf(buf, cap, "%llu", (unsigned long long)tm_load_u64(x->data, x->dtype, i));
+        return;
     }
 }
 
@@ -1224,7 +1244,7 @@ static int parse_integer(const char *s, int is_unsigned, uint64_t *out) {
 
 /* strtod reads "inf", "+INF", "-inf", "NaN" in any case, as ONNX asks. Text that is not
  * a number (undefined in ONNX) reads as 0. */
-static void parse_element(tm_tensor *y, size_t i, const char *s, int saturate) {
+static void parse_element(tm_tensor *y, size_t i, const char *s, const cast_rules *rules) {
     if (!s) s = "";
     tm_dtype dt = y->dtype;
     value_domain d = domain_of(dt);
@@ -1238,7 +1258,7 @@ static void parse_element(tm_tensor *y, size_t i, const char *s, int saturate) {
         tm_store_u64(y->data, dt, i, integer);  /* exact beyond 2^53, wraps like a cast */
         return;
     }
-    cast_store_f64(y->data, dt, i, strtod(s, NULL), saturate);
+    cast_store_f64(y->data, dt, i, strtod(s, NULL), rules);
 }
 
 /* ---- Cast: kernel -------------------------------------------------------------------------- */
@@ -1247,12 +1267,12 @@ tm_status tm__kernel_cast(const tm_kcall *k) {
     const tm_tensor *x = k->in[0];
     tm_tensor *y = k->out[0];
     int64_t n = tm_tensor_numel_(x);
-    int saturate = k->a->i[1] != 0;
+    cast_rules rules = {k->a->i[1] != 0, (int)k->a->i[2]};
     if (n <= 0) return TM_OK;
     if (y->dtype == TM_STRING) return cast_to_string(k, x, y, n);
     if (x->dtype == TM_STRING) {
         for (int64_t i = 0; i < n; i++)
-            parse_element(y, (size_t)i, ((char *const *)x->data)[i], saturate);
+            parse_element(y, (size_t)i, ((char *const *)x->data)[i], &rules);
         return TM_OK;
     }
     if (x->dtype == y->dtype) {
@@ -1261,6 +1281,6 @@ tm_status tm__kernel_cast(const tm_kcall *k) {
     }
     if (!tm_use_reference_kernels() && cast_fast(x->dtype, y->dtype, x->data, y->data, n))
         return TM_OK;
-    for (int64_t i = 0; i < n; i++) cast_element(x, y, (size_t)i, saturate);
+    for (int64_t i = 0; i < n; i++) cast_element(x, y, (size_t)i, &rules);
     return TM_OK;
 }

@@ -114,7 +114,9 @@ static tm_status lower_elu(tm_lower *L) {
     tm_lout(L, 0, tm_cast(c, elu(c, x, tm_attr_f(L, "alpha", 1.0f)), dt));
     return c->status;
 }
-TM_REGISTER_OP("", "Elu", 1, 27, lower_elu);
+/* Opset 28 (ONNX main) adds no new version of Elu, Mul, Div, CastLike, Constant or Swish;
+ * Celu-28 only widens its types to float16/bfloat16, which this lowering already takes. */
+TM_REGISTER_OP("", "Elu", 1, 28, lower_elu);
 
 /* gamma * (alpha * exp(x) - alpha) for x <= 0, gamma * x otherwise. */
 static tm_status lower_selu(tm_lower *L) {
@@ -146,7 +148,7 @@ static tm_status lower_celu(tm_lower *L) {
     tm_lout(L, 0, tm_cast(c, y, dt));
     return c->status;
 }
-TM_REGISTER_OP("", "Celu", 12, 27, lower_celu);
+TM_REGISTER_OP("", "Celu", 12, 28, lower_celu);
 
 static tm_status lower_thresholded_relu(tm_lower *L) {
     tm_ctx *c = tm_lctx(L);
@@ -231,7 +233,7 @@ static tm_status lower_swish(tm_lower *L) {
     tm_lout(L, 0, tm_cast(c, tm_mul(c, x, tm_unary(c, TM_P_SIGMOID, scaled)), dt));
     return c->status;
 }
-TM_REGISTER_OP("", "Swish", 24, 27, lower_swish);
+TM_REGISTER_OP("", "Swish", 24, 28, lower_swish);
 
 /* x < -lambd ? x + bias : x > lambd ? x - bias : 0. Integers compare and shift in double
  * and truncate back, as the float attributes promote them. */

@@ -20,8 +20,8 @@ static tm_status lower_div(tm_lower *L) { return binary_op(L, TM_P_DIV, TM_DTS_N
 
 TM_REGISTER_OP("", "Add", 1, 27, lower_add);
 TM_REGISTER_OP("", "Sub", 1, 27, lower_sub);
-TM_REGISTER_OP("", "Mul", 1, 27, lower_mul);
-TM_REGISTER_OP("", "Div", 1, 27, lower_div);
+TM_REGISTER_OP("", "Mul", 1, 28, lower_mul);
+TM_REGISTER_OP("", "Div", 1, 28, lower_div);
 
 /* Pow's exponent may have another dtype than its base (opset 12 on); the result has the
  * base's dtype and the primitive takes the mix. An f32/f64 base gets its exponent cast to

@@ -88,4 +88,4 @@ static tm_status lower_cast_like(tm_lower *L) {
     if (like == TM_NONE || attr_round_mode(L, &round_mode) != TM_OK) return c->status;
     return cast_to(L, tm_vdtype(c, like), tm_attr_i(L, "saturate", 1) != 0, round_mode);
 }
-TM_REGISTER_OP("", "CastLike", 15, 27, lower_cast_like);
+TM_REGISTER_OP("", "CastLike", 15, 28, lower_cast_like);

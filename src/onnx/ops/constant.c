@@ -92,7 +92,7 @@ static tm_status lower_constant(tm_lower *L) {
     tm_lout(L, 0, y);
     return c->status;
 }
-TM_REGISTER_OP("", "Constant", 1, 27, lower_constant);
+TM_REGISTER_OP("", "Constant", 1, 28, lower_constant);
 
 /* Fills every element of t with the one element of `value` (same dtype). */
 static int fill_from(tm_tensor *t, const tm_tensor *value) {
