@@ -1,0 +1,242 @@
+/* The block-quantized primitives (src/core/prims/quant.c) against naive dequantize-then-
+ * multiply references written here: MATMUL_NBITS for 2..8 bits, block sizes 16..128,
+ * zero points absent/packed/unpacked, g_idx, f16 activations; GATHER_BLOCK_QUANTIZED for
+ * uint8 packed and int4 data, with and without zero points. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "core/ctx.h"
+
+static int passed, failed;
+#define CHECK(cond, ...)                                  \
+    do {                                                  \
+        if (cond) passed++;                               \
+        else {                                            \
+            failed++;                                     \
+            printf("FAIL %s:%d: ", __FILE__, __LINE__);   \
+            printf(__VA_ARGS__);                          \
+            printf("\n");                                 \
+        }                                                 \
+    } while (0)
+
+static uint64_t rng = 88172645463325252ULL;
+static uint32_t next_u32(void) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (uint32_t)rng;
+}
+static float next_f(void) { return (float)(next_u32() % 20001) / 10000.0f - 1.0f; }
+
+/* Writes value v (bits wide) at position j of a little-endian bit stream. */
+static void put_bits(uint8_t *s, size_t j, int bits, unsigned v) {
+    for (int b = 0; b < bits; b++) {
+        size_t bit = j * (size_t)bits + (size_t)b;
+        if (v & (1u << b)) s[bit >> 3] |= (uint8_t)(1u << (bit & 7));
+    }
+}
+
+static tm_val make(tm_ctx *c, tm_dtype dt, int rank, const int64_t *dims, tm_tensor **out) {
+    tm_tensor *t = tm_tensor_alloc(dt, rank, dims, NULL);
+    *out = t;
+    return tm_val_tensor(c, t, 0);
+}
+
+static void test_matmul_nbits(int bits, int64_t bs, int64_t K, int64_t N, int64_t M, int zp_kind,
+                              int with_g, tm_dtype adt) {
+    tm_ctx c;
+    tm_ctx_init(&c, TM_MODE_EAGER, NULL);
+    int64_t kb = (K + bs - 1) / bs, blob = bs * bits / 8, zp_row = (kb * bits + 7) / 8;
+    float *a = malloc(sizeof(float) * (size_t)(M * K));
+    unsigned *q = calloc((size_t)(N * kb * bs), sizeof *q);
+    float *scale = malloc(sizeof(float) * (size_t)(N * kb));
+    float *zp = malloc(sizeof(float) * (size_t)(N * kb));
+    int32_t *g = malloc(sizeof(int32_t) * (size_t)K);
+    for (int64_t i = 0; i < M * K; i++) a[i] = next_f();
+    for (int64_t i = 0; i < N * kb * bs; i++) q[i] = next_u32() % (1u << bits);
+    for (int64_t i = 0; i < N * kb; i++) {
+        scale[i] = next_f() * 0.1f;
+        zp[i] = zp_kind ? (float)(next_u32() % (1u << bits)) : (float)(1 << (bits - 1));
+    }
+    for (int64_t k = 0; k < K; k++) g[k] = with_g ? (int32_t)(next_u32() % kb) : (int32_t)(k / bs);
+    int64_t ad[2] = {M, K}, bd[3] = {N, kb, blob}, sd[1] = {N * kb};
+    tm_tensor *ta, *tb, *ts;
+    tm_val in[5];
+    in[0] = make(&c, adt, 2, ad, &ta);
+    for (int64_t i = 0; i < M * K; i++) {
+        if (adt == TM_FLOAT16) ((uint16_t *)ta->data)[i] = tm_f32_to_f16(a[i]);
+        else ((float *)ta->data)[i] = a[i];
+        if (adt == TM_FLOAT16) a[i] = tm_f16_to_f32(((uint16_t *)ta->data)[i]);
+    }
+    in[1] = make(&c, TM_UINT8, 3, bd, &tb);
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t b = 0; b < kb; b++)
+            for (int64_t j = 0; j < bs; j++)
+                put_bits((uint8_t *)tb->data + (n * kb + b) * blob, (size_t)j, bits,
+                         q[(n * kb + b) * bs + j]);
+    in[2] = make(&c, adt, 1, sd, &ts);
+    for (int64_t i = 0; i < N * kb; i++) {
+        if (adt == TM_FLOAT16) {
+            ((uint16_t *)ts->data)[i] = tm_f32_to_f16(scale[i]);
+            scale[i] = tm_f16_to_f32(((uint16_t *)ts->data)[i]);
+        } else {
+            ((float *)ts->data)[i] = scale[i];
+        }
+    }
+    int nin = 3;
+    if (zp_kind == 1) {
+        int64_t zd[2] = {N, zp_row};
+        tm_tensor *tz;
+        in[nin++] = make(&c, TM_UINT8, 2, zd, &tz);
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t b = 0; b < kb; b++)
+                put_bits((uint8_t *)tz->data + n * zp_row, (size_t)b, bits, (unsigned)zp[n * kb + b]);
+    } else if (zp_kind == 2) {
+        tm_tensor *tz;
+        in[nin++] = make(&c, adt, 1, sd, &tz);
+        for (int64_t i = 0; i < N * kb; i++) {
+            if (adt == TM_FLOAT16) ((uint16_t *)tz->data)[i] = tm_f32_to_f16(zp[i]);
+            else ((float *)tz->data)[i] = zp[i];
+        }
+    }
+    if (with_g) {
+        int64_t gd[1] = {K};
+        tm_tensor *tg;
+        in[nin++] = make(&c, TM_INT32, 1, gd, &tg);
+        memcpy(tg->data, g, sizeof(int32_t) * (size_t)K);
+    }
+    tm_args args;
+    memset(&args, 0, sizeof args);
+    args.i[0] = K;
+    args.i[1] = N;
+    args.i[2] = bits;
+    args.i[3] = bs;
+    args.i[4] = zp_kind;
+    args.i[5] = with_g;
+    tm_val y = tm_prim(&c, TM_P_MATMUL_NBITS, in, nin, &args);
+    CHECK(tm_ctx_ok(&c), "bits %d bs %lld: %s", bits, (long long)bs, c.err.message);
+    if (tm_ctx_ok(&c)) {
+        const tm_tensor *ty = tm_vdata(&c, y);
+        double worst = 0;
+        for (int64_t m = 0; m < M; m++)
+            for (int64_t n = 0; n < N; n++) {
+                double want = 0;
+                for (int64_t k = 0; k < K; k++) {
+                    int64_t grp = g[k];
+                    double w = ((double)q[(n * kb + k / bs) * bs + k % bs] - zp[n * kb + grp]) *
+                               scale[n * kb + grp];
+                    want += a[m * K + k] * w;
+                }
+                double got = adt == TM_FLOAT16 ? tm_f16_to_f32(((uint16_t *)ty->data)[m * N + n])
+                                               : ((float *)ty->data)[m * N + n];
+                double err = fabs(got - want) / (1e-2 + fabs(want));
+                if (err > worst) worst = err;
+            }
+        CHECK(worst < (adt == TM_FLOAT16 ? 2e-3 : 1e-5),
+              "bits %d bs %lld K %lld zp %d g %d %s: rel err %g", bits, (long long)bs, (long long)K,
+              zp_kind, with_g, tm_dtype_name(adt), worst);
+    }
+    free(a);
+    free(q);
+    free(scale);
+    free(zp);
+    free(g);
+    tm_ctx_destroy(&c);
+}
+
+static void test_gather_bq(tm_dtype dt, int with_zp) {
+    tm_ctx c;
+    tm_ctx_init(&c, TM_MODE_EAGER, NULL);
+    int64_t rows = 10, cols = 64, bs = 16, nblk = cols / bs;
+    int comp = dt == TM_UINT8 ? 2 : 1;
+    int64_t dd[2] = {rows, cols / comp}, sd[2] = {rows, nblk}, zd[2] = {rows, (nblk + comp - 1) / comp};
+    tm_tensor *td, *ts, *tz = NULL, *ti;
+    tm_val in[4];
+    in[0] = make(&c, dt, 2, dd, &td);
+    int q[10][64];
+    float scale[10][4], zp[10][4];
+    for (int r = 0; r < rows; r++)
+        for (int k = 0; k < cols; k++) {
+            q[r][k] = dt == TM_INT4 ? (int)(next_u32() % 16) - 8 : (int)(next_u32() % 16);
+            if (dt == TM_UINT8) ((uint8_t *)td->data)[r * dd[1] + k / 2] |= (uint8_t)(q[r][k] << (4 * (k % 2)));
+            else if (dt == TM_INT4) ((int8_t *)td->data)[r * cols + k] = (int8_t)q[r][k];
+            else ((uint8_t *)td->data)[r * cols + k] = (uint8_t)q[r][k];
+        }
+    in[2] = make(&c, TM_FLOAT, 2, sd, &ts);
+    for (int r = 0; r < rows; r++)
+        for (int b = 0; b < nblk; b++) {
+            scale[r][b] = next_f();
+            ((float *)ts->data)[r * nblk + b] = scale[r][b];
+            zp[r][b] = dt == TM_UINT8 ? 8.0f : 0.0f;
+        }
+    int nin = 3;
+    if (with_zp) {
+        in[nin++] = make(&c, dt, 2, zd, &tz);
+        for (int r = 0; r < rows; r++)
+            for (int b = 0; b < nblk; b++) {
+                int z = dt == TM_INT4 ? (int)(next_u32() % 16) - 8 : (int)(next_u32() % 16);
+                zp[r][b] = (float)z;
+                if (dt == TM_UINT8) ((uint8_t *)tz->data)[r * zd[1] + b / 2] |= (uint8_t)(z << (4 * (b % 2)));
+                else if (dt == TM_INT4) ((int8_t *)tz->data)[r * nblk + b] = (int8_t)z;
+                else ((uint8_t *)tz->data)[r * nblk + b] = (uint8_t)z;
+            }
+    }
+    int64_t id[2] = {2, 3};
+    in[1] = make(&c, TM_INT64, 2, id, &ti);
+    int64_t idx[6] = {0, 9, -1, 4, 4, 2};
+    memcpy(ti->data, idx, sizeof idx);
+    tm_args a;
+    memset(&a, 0, sizeof a);
+    a.i[0] = 0;
+    a.i[1] = 1;
+    a.i[2] = bs;
+    a.i[3] = 4;
+    a.i[4] = with_zp;
+    tm_val y = tm_prim(&c, TM_P_GATHER_BLOCK_QUANTIZED, in, nin, &a);
+    CHECK(tm_ctx_ok(&c), "gather %s: %s", tm_dtype_name(dt), c.err.message);
+    if (tm_ctx_ok(&c)) {
+        const tm_tensor *t = tm_vdata(&c, y);
+        CHECK(t->rank == 3 && t->dims[0] == 2 && t->dims[1] == 3 && t->dims[2] == cols, "gather shape");
+        int bad = 0;
+        for (int i = 0; i < 6; i++) {
+            int r = (int)(idx[i] < 0 ? idx[i] + rows : idx[i]);
+            for (int k = 0; k < cols; k++) {
+                float want = ((float)q[r][k] - zp[r][k / bs]) * scale[r][k / bs];
+                if (fabsf(((float *)t->data)[i * cols + k] - want) > 1e-6f) bad++;
+            }
+        }
+        CHECK(bad == 0, "gather %s zp %d: %d wrong values", tm_dtype_name(dt), with_zp, bad);
+    }
+    /* An index out of range is a clear runtime error. */
+    ((int64_t *)ti->data)[0] = 10;
+    tm_ctx c2;
+    tm_ctx_init(&c2, TM_MODE_EAGER, NULL);
+    tm_tensor *copies[4];
+    tm_val in2[4];
+    for (int i = 0; i < nin; i++) {
+        copies[i] = tm_tensor_clone(tm_vdata(&c, in[i]), NULL);
+        in2[i] = tm_val_tensor(&c2, copies[i], 0);
+    }
+    tm_prim(&c2, TM_P_GATHER_BLOCK_QUANTIZED, in2, nin, &a);
+    CHECK(!tm_ctx_ok(&c2) && strstr(c2.err.message, "out of range"), "bad index: %s", c2.err.message);
+    tm_ctx_destroy(&c2);
+    tm_ctx_destroy(&c);
+}
+
+int main(void) {
+    int bits_list[] = {2, 3, 4, 5, 8};
+    for (int b = 0; b < 5; b++)
+        for (int zp = 0; zp < 3; zp++) test_matmul_nbits(bits_list[b], 32, 96, 7, 3, zp, 0, TM_FLOAT);
+    test_matmul_nbits(4, 16, 40, 5, 2, 1, 0, TM_FLOAT);   /* K not a multiple of the block */
+    test_matmul_nbits(4, 128, 256, 9, 4, 1, 0, TM_FLOAT);
+    test_matmul_nbits(4, 32, 64, 6, 2, 1, 1, TM_FLOAT);   /* g_idx */
+    test_matmul_nbits(4, 32, 64, 6, 5, 2, 0, TM_FLOAT16);
+    test_gather_bq(TM_UINT8, 0);
+    test_gather_bq(TM_UINT8, 1);
+    test_gather_bq(TM_INT4, 0);
+    test_gather_bq(TM_INT4, 1);
+    test_gather_bq(TM_UINT4, 1);
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed != 0;
+}
