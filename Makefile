@@ -71,7 +71,8 @@ demo: $(BUILD)/transmuter
 
 # The whole suite under AddressSanitizer + UBSan, in its own build folder.
 check-asan:
-	$(MAKE) BUILD=build-asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer" test
+	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	    $(MAKE) BUILD=build-asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer" test
 
 # Side by side with ONNX Runtime (not a test); see bench/run.py. BENCH_ARGS=--large etc.
 bench: $(BUILD)/transmuter

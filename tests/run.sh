@@ -41,7 +41,10 @@ suite onnx-backend "$TM" test-onnx tests/data/onnx-backend --mode both --quiet \
     --expected-failures tests/expected_failures.txt
 suite tiny-models sh tests/models.sh "$TM" tests/data/tiny
 suite errors sh tests/errors.sh "$TM"
-suite valgrind sh tests/valgrind.sh "$TM"
+case "$BUILD" in
+    *asan*|*tsan*) echo "valgrind                     skipped: $BUILD is a sanitizer build" ;;
+    *) suite valgrind sh tests/valgrind.sh "$TM" ;;
+esac
 
 echo "logs in $LOG"
 [ -n "$bad_suites" ] && echo "failing suites:$bad_suites"
