@@ -343,6 +343,8 @@ typedef struct runner {
     xfail *xfails;
     int n_xfails;
     int passed, failed, skipped;
+    char *manifests[16];
+    int n_manifests;
 } runner;
 
 static void load_manifest(runner *r, const char *dir) {
@@ -769,7 +771,14 @@ static int cmd_test_onnx(int argc, char **argv) {
             char mf[4200];
             snprintf(mf, sizeof mf, "%s/MANIFEST.tsv", p);
             if (file_exists(mf)) {
-                load_manifest(&r, p);
+                /* Each MANIFEST.tsv is read once, however many of its cases are named. */
+                int seen = 0;
+                for (int j = 0; j < r.n_manifests; j++)
+                    if (!strcmp(r.manifests[j], p)) seen = 1;
+                if (!seen && r.n_manifests < 16) {
+                    r.manifests[r.n_manifests++] = strdup(p);
+                    load_manifest(&r, p);
+                }
                 break;
             }
             char *s = strrchr(p, '/');
@@ -791,6 +800,7 @@ static int cmd_test_onnx(int argc, char **argv) {
     free(r.tols);
     free(r.xfails);
     free(dirs);
+    for (int i = 0; i < r.n_manifests; i++) free(r.manifests[i]);
     return r.failed ? 1 : 0;
 }
 

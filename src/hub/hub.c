@@ -205,7 +205,7 @@ static tm_status denied(tm_hub_ctx *h, const tm_http_reply *r, tm_error *err) {
 
 static tm_status unreachable(tm_hub_ctx *h, const char *revision, const char *path,
                              const tm_http_reply *r, tm_error *err) {
-    char what[256];
+    char what[512];
     if (r->failure == TM_HTTP_TIMEOUT)
         snprintf(what, sizeof what, "the Hub at %s did not answer in time", h->cfg.endpoint);
     else if (r->failure != TM_HTTP_NO_FAILURE)

@@ -49,15 +49,15 @@ static void clock_text(char *buf, size_t cap, double seconds) {
         snprintf(buf, cap, "--:--");
         return;
     }
-    long s = (long)(seconds + 0.5);
-    if (s >= 3600) snprintf(buf, cap, "%ld:%02ld:%02ld", s / 3600, s / 60 % 60, s % 60);
-    else snprintf(buf, cap, "%02ld:%02ld", s / 60, s % 60);
+    int s = (int)(seconds + 0.5) % 360000;
+    if (s >= 3600) snprintf(buf, cap, "%d:%02d:%02d", s / 3600, s / 60 % 60, s % 60);
+    else snprintf(buf, cap, "%02d:%02d", s / 60, s % 60);
 }
 
 static void draw(tm_progress *p, int final) {
     double elapsed = now_seconds() - p->t0;
     double rate = elapsed > 0 ? (double)(p->done - p->start_done) / elapsed : 0;
-    char done[16], total[16], speed[16], when[16], tail[96];
+    char done[16], total[16], speed[16], when[32], tail[128];
     tm_hub_human_bytes(done, sizeof done, (double)p->done);
     tm_hub_human_bytes(total, sizeof total, (double)(p->total >= 0 ? p->total : p->done));
     tm_hub_human_bytes(speed, sizeof speed, rate);

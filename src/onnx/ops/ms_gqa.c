@@ -117,7 +117,7 @@ static tm_status lower_group_query_attention(tm_lower *L) {
     tm_ctx *c = tm_lctx(L);
     gqa g;
     memset(&g, 0, sizeof g);
-    tm_val q, k, v;
+    tm_val q = TM_NONE, k = TM_NONE, v = TM_NONE;
     if (gqa_read(L, &g, &q, &k, &v)) return c->status;
     tm_dtype dt = tm_vdtype(c, tm_lin(L, 0));
     tm_val past_key = tm_ms_optional(L, 3, MS_ATTN_DTS);
