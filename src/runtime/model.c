@@ -6,6 +6,7 @@
 #include <string.h>
 #include <omp.h>
 #include "runtime.h"
+#include "../onnx/check.h"
 #include "../hub/hub.h"
 
 const char *tm_version(void) { return TM_VERSION_STRING; }
@@ -109,11 +110,17 @@ static void census_graph(tm_model *m, const tm_graph *g, int depth) {
     }
 }
 
-static tm_status finish_load(tm_onnx_model *om, const tm_load_options *opts, tm_model **out,
-                             tm_error *err) {
+static tm_status finish_load(tm_onnx_model *om, const char *src, const tm_load_options *opts,
+                             tm_model **out, tm_error *err) {
     if (!om->graph) {
         tm_onnx_model_free(om);
         return tm__fail(err, TM_ERR_PARSE, "the model has no graph");
+    }
+    /* Single assignment, node order and function calls, before anything walks the graph. */
+    tm_status cst = (tm_status)tm_onnx_check(om, src, err);
+    if (cst != TM_OK) {
+        tm_onnx_model_free(om);
+        return cst;
     }
     tm_model *m = calloc(1, sizeof *m);
     if (!m) {
@@ -169,7 +176,7 @@ tm_status tm_model_load(const char *source, const tm_load_options *opts, tm_mode
     tm_status st = (tm_status)tm_onnx_load_file(hub_path ? hub_path : source, &om, err);
     free(hub_path);
     if (st != TM_OK) return st;
-    return finish_load(om, opts, out, err);
+    return finish_load(om, source, opts, out, err);
 }
 
 tm_status tm_model_load_buffer(const void *data, size_t size, const char *base_dir,
@@ -178,7 +185,7 @@ tm_status tm_model_load_buffer(const void *data, size_t size, const char *base_d
     tm_onnx_model *om = NULL;
     tm_status st = (tm_status)tm_onnx_load_buffer(data, size, base_dir, &om, err);
     if (st != TM_OK) return st;
-    return finish_load(om, opts, out, err);
+    return finish_load(om, "<buffer>", opts, out, err);
 }
 
 void tm__plan_cache_clear(tm_model *m);
