@@ -8,7 +8,7 @@ SAN ?=
 CFLAGS ?= $(OPT) -g
 CFLAGS += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -fPIC -pthread -fopenmp $(SAN)
 CPPFLAGS += -Iinclude -Isrc -I$(BUILD)
-LDLIBS += -ldnnl -lcurl -lm -pthread -fopenmp
+LDLIBS += -ldnnl -lcurl -ljpeg -lpng -ltiff -lwebp -lopenjp2 -lm -pthread -fopenmp
 LDFLAGS += $(SAN)
 
 LIB_SRC := $(wildcard src/core/*.c src/core/prims/*.c src/onnx/*.c src/onnx/ops/*.c \

@@ -213,7 +213,7 @@ class State:
             if not f or f[0] <= 0:
                 return None
             f[0] -= 1
-            return f[1]
+            return f[1] if f[1] is not None else ""
 
 
 def is_lfs(path):

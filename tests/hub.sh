@@ -174,7 +174,7 @@ admin "fault?kind=stall_body&count=1&arg=3"
 check "a stalled body times out and resumes" env HF_HUB_DOWNLOAD_TIMEOUT=1 "$TM" run hf://tm-test/tiny-bert/onnx/model.onnx --inputs "$BERT_IN" --out "$work/o"
 check "... right bytes" same_outputs "$work/o" "$work/ref-seqcls"
 fresh_home stall2
-admin "fault?kind=stall_head&count=4&arg=2"
+admin "fault?kind=stall_head&count=5&arg=2"
 expect_fail "a Hub that does not answer" "did not answer in time" env HF_HUB_ETAG_TIMEOUT=1 "$TM" info hf://tm-test/tiny-bert/onnx/model.onnx
 admin clear
 
@@ -196,6 +196,7 @@ expect_fail "bad source" "expected hf://OWNER/REPO/PATH" "$TM" info hf://just-a-
 check "renamed repo: relative redirect followed" "$TM" info hf://tm-test/old-name/onnx/model.onnx
 
 # ---- ls --------------------------------------------------------------------------------------
+export HF_HOME=$work/home-first
 "$TM" ls hf://tm-test/tiny-bert > "$work/ls" 2>&1
 check "ls lists every page" grep -q "onnx/model_quantized.onnx .* int8" "$work/ls"
 check "ls variants" sh -c "grep -q 'model_fp16.onnx .* fp16' '$work/ls' && grep -q 'model_q4.onnx .* q4' '$work/ls' && grep -q 'onnx/model.onnx .* fp32' '$work/ls'"
@@ -207,7 +208,7 @@ check "ls offline lists the cache" grep -q "from the cache" "$work/ls"
 
 # ---- Concurrent downloads ------------------------------------------------------------------
 fresh_home concurrent
-admin "fault?kind=slow&count=1&arg=1"
+admin "fault?kind=slow&count=2&arg=1"
 n=$(cdn_gets "$EXT_DATA_SHA")
 ( run_hf hf://tm-test/tiny-bert-external/onnx/model.onnx "$EXT_IN" "$work/c1" > "$work/c1.log" 2>&1; echo $? > "$work/c1.rc" ) &
 ( run_hf hf://tm-test/tiny-bert-external/onnx/model.onnx "$EXT_IN" "$work/c2" > "$work/c2.log" 2>&1; echo $? > "$work/c2.rc" ) &

@@ -28,6 +28,8 @@ float tm_f4e2m1_to_f32(uint8_t v);
 uint8_t tm_f32_to_f4e2m1(float f);
 float tm_e8m0_to_f32(uint8_t v);
 uint8_t tm_f32_to_e8m0(float f, int saturate);
+/* Cast's round_mode for e8m0: 0 up (the default), 1 down, 2 nearest. */
+uint8_t tm_f32_to_e8m0_mode(float f, int saturate, int round_mode);
 
 /* Element i of a buffer of dtype dt, read or written through a wide type. Floats go
  * through double, signed ints through int64, unsigned ints and bool through uint64.

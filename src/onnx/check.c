@@ -1,6 +1,6 @@
-/* The load-time graph checks of check.h: single assignment, topological order (stable
- * sort when needed, cycles named in the error), and model-local function calls (no
- * recursion, bounded inlined size). Not inference, and not the interpreter (lower.c),
+/* The load-time graph checks of check.h: topological order (a stable sort when needed,
+ * cycles named in the error) and model-local function calls (no recursion, bounded
+ * inlined size). Not inference, and not the interpreter (lower.c),
  * which runs nodes in the order left here. */
 #include "check.h"
 
@@ -105,7 +105,8 @@ static void node_label(char *buf, size_t cap, const tm_node *n) {
 
 /* ---- One scope: a graph or a function body ---------------------------------------- */
 
-/* Where a scope's names come from, so that errors can say it. */
+/* What defines a scope's name other than its nodes (node indices are >= 0, and -2
+ * means "not defined here"). */
 enum { DEF_INPUT = -1, DEF_INITIALIZER = -3 };
 
 typedef struct scope {
@@ -118,24 +119,17 @@ typedef struct scope {
 
 static tm_status check_graph(checker *k, tm_graph *g, int depth, name_map *free_out);
 
-/* Registers every definition of the scope's nodes; a name defined twice is an error. */
+/* Registers the scope's node outputs. A name written twice keeps its first writer:
+ * ONNX wants single assignment, but published exports (ONNX Runtime's gpt2_past.onnx)
+ * repeat a dead Constant, and ONNX Runtime accepts them, so a repeat is not an error;
+ * the interpreter reads whichever value is bound when the reader runs. */
 static tm_status define_outputs(checker *k, scope *s) {
     for (int i = 0; i < s->n_nodes; i++) {
         const tm_node *n = &s->nodes[i];
         for (int j = 0; j < n->n_outputs; j++) {
-            const char *name = n->outputs[j];
-            if (!name[0]) continue;
             int old;
-            if (map_put(&s->defs, name, i, &old) < 0) return no_memory(k);
-            if (old == -2) continue;
-            char here[256], there[256];
-            node_label(here, sizeof here, n);
-            if (old >= 0) node_label(there, sizeof there, &s->nodes[old]);
-            else snprintf(there, sizeof there, "%s", old == DEF_INPUT ? "an input" : "an initializer");
-            return tm__fail_at(k->err, TM_ERR_PARSE, n->name, n->op_type, name,
-                               "%s: %s of %s writes '%s', which %s already defines (every "
-                               "value must be assigned once)", k->src, here, s->what, name,
-                               old == i ? "the same node" : there);
+            if (n->outputs[j][0] && map_put(&s->defs, n->outputs[j], i, &old) < 0)
+                return no_memory(k);
         }
     }
     return TM_OK;

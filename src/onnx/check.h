@@ -1,7 +1,6 @@
-/* Graph checks run once at load, after parsing (model.c) and before anything runs:
- * single assignment of value names, node order (a graph written out of order is sorted,
- * a cycle is an error), and model-local functions that call themselves or expand
- * beyond a bound. Not type or shape inference, and not undefined names (the interpreter
+/* Graph checks run once at load, after parsing (model.c) and before anything runs: node
+ * order (a graph written out of order is sorted, a cycle is an error) and model-local
+ * functions that call themselves or expand beyond a bound. Not type or shape inference, and not undefined names (the interpreter
  * reports those where it meets them, since subgraphs may read outer-scope values). */
 #ifndef TM_ONNX_CHECK_H
 #define TM_ONNX_CHECK_H

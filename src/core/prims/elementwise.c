@@ -1005,9 +1005,7 @@ static int is_float8(tm_dtype dt) {
            dt == TM_FLOAT8E5M2FNUZ;
 }
 
-/* Defined in dtype.c beside tm_f32_to_e8m0, for Cast's round_mode (0 up, 1 down,
- * 2 nearest); dtype.h does not declare it yet. */
-uint8_t tm_f32_to_e8m0_mode(float f, int saturate, int round_mode);
+
 
 /* CAST's i[1] (saturate, float8 targets) and i[2] (round_mode, float8e8m0). */
 typedef struct cast_rules {

@@ -1,0 +1,912 @@
+#!/usr/bin/env python3
+"""Coverage bench: every model of a folder run by ONNX Runtime and by Transmuter (eager and
+compiled), every output compared (max abs, max rel, cosine; NaN-aware), one matrix written
+to bench/coverage/RESULTS.md and results.json. Not a test (it asserts nothing; `make test`
+does) and not a speed bench (bench/run.py times; nothing here does).
+
+Usage: bench/coverage/run.py [DIR or MODEL.onnx ...] [--modes eager,plan,static] [--debug]
+                             [--only SUBSTRING] [--tm PATH]
+Default: ../shared/models (bench skeletons excluded) and bench/models when materialised.
+Tolerances and the int8 noise rule: bench/coverage/README.md.
+"""
+import argparse, hashlib, json, os, platform, re, shutil, subprocess, sys, tempfile, time, zlib
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+SHARED = os.environ.get("SHARED", os.path.join(ROOT, "..", "shared"))
+ORT_DIR = os.path.join(ROOT, "bench", ".ort")          # shared with bench/run.py
+CACHE = os.path.join(HERE, ".cache")
+ORT_VERSION = "1.30.0"
+ORT_TIMEOUT, OURS_TIMEOUT = 300, 300
+
+# Symbolic dims of made-up inputs (the tiny exports were traced at these sizes too).
+BATCH, SEQ, PAST = 2, 7, 5
+# Tolerances by precision class (README.md justifies each).
+TOL = {"fp32": (1e-4, 1e-5), "fp16": (1e-2, 1e-2), "q4": (1e-3, 5e-3), "int8": (1e-4, 1e-5)}
+NOISE_SCALE, NOISE_FACTOR = 1 + 1e-7, 2.0
+INT8_OPS = {"DynamicQuantizeLinear", "MatMulInteger", "ConvInteger", "QuantizeLinear",
+            "DynamicQuantizeMatMul", "MatMulIntegerToFloat", "QLinearMatMul", "QLinearConv",
+            "QLinearAdd", "QLinearMul", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearConcat",
+            "QLinearAveragePool", "QLinearGlobalAveragePool", "QAttention", "QGemm",
+            "DynamicQuantizeLSTM", "QLinearSoftmax", "QLinearWhere", "QOrderedMatMul"}
+Q4_OPS = {"MatMulNBits", "GatherBlockQuantized", "MatMulBnb4", "MatMulFpQ4"}
+# Node domains ONNX Runtime's CPU build knows; any other needs a custom-op library.
+ORT_DOMAINS = {"", "ai.onnx", "ai.onnx.ml", "com.microsoft", "com.microsoft.nchwc",
+               "com.microsoft.experimental", "ai.onnx.training", "ai.onnx.preview.training",
+               "com.ms.internal.nhwc", "org.pytorch.aten", "com.microsoft.dml"}
+NP_OF = {1: np.float32, 2: np.uint8, 3: np.int8, 4: np.uint16, 5: np.int16, 6: np.int32,
+         7: np.int64, 9: np.bool_, 10: np.float16, 11: np.float64, 12: np.uint32, 13: np.uint64}
+
+
+def encode(name):
+    return "".join(c if c.isalnum() or c in "._-" else "%%%02X" % b
+                   for c, b in ((chr(b), b) for b in name.encode()))
+
+
+def decode(fname):
+    return re.sub(rb"%([0-9A-Fa-f]{2})", lambda m: bytes([int(m.group(1), 16)]),
+                  fname.encode()).decode("utf-8", "replace")
+
+
+def first_line(text, limit=300):
+    """The line of a tool's stderr that says what went wrong (not a JS stack frame)."""
+    lines = [l.strip() for l in (text or "").splitlines() if l.strip()]
+    lines = [l for l in lines if not l.startswith("at ") and not l.startswith("^")]
+    for l in lines:
+        if "Error" in l or "error" in l or l.startswith("transmuter:") or l.startswith("ort-run:"):
+            return l[:limit]
+    return (lines[-1] if lines else "")[:limit]
+
+
+# ---- ONNX Runtime ---------------------------------------------------------------------
+
+def ensure_ort():
+    runner = os.path.join(ORT_DIR, "ort-run.mjs")
+    if not os.path.exists(os.path.join(ORT_DIR, "node_modules", "onnxruntime-node")):
+        os.makedirs(ORT_DIR, exist_ok=True)
+        env = dict(os.environ, ONNXRUNTIME_NODE_INSTALL="skip")
+        subprocess.run(["npm", "install", "--prefix", ORT_DIR, "onnxruntime-node@" + ORT_VERSION],
+                       check=True, env=env, stdout=subprocess.DEVNULL)
+    src = os.path.join(SHARED, "tools", "ort-run.mjs")
+    if os.path.exists(src):
+        shutil.copy(src, runner)
+    return runner
+
+
+def file_key(path, h):
+    st = os.stat(path)
+    h.update(f"{os.path.basename(path)}:{st.st_size}".encode())
+    if st.st_size < 64 << 20:
+        with open(path, "rb") as f:
+            h.update(hashlib.sha256(f.read()).digest())
+    else:                        # big weights: size and mtime stand for the bytes
+        h.update(str(st.st_mtime_ns).encode())
+
+
+def model_key(model, h):
+    file_key(model, h)
+    folder, stem = os.path.dirname(model), os.path.splitext(os.path.basename(model))[0]
+    for f in sorted(os.listdir(folder)):          # external data beside the model
+        p = os.path.join(folder, f)
+        if f.startswith(stem) and not f.endswith(".onnx") and os.path.isfile(p):
+            file_key(p, h)
+
+
+def ort_run(runner, model, inputs, expose=False, gen=False):
+    """ONNX Runtime's outputs for `inputs` (a folder of .npy), cached by the bytes of model,
+    inputs and runner. Optimizations off; only when a session cannot be made so, basic,
+    then all (as ../shared/models did for its fp16 merged decoders). Returns (folder or None, level, error)."""
+    h = hashlib.sha256()
+    model_key(model, h)
+    for f in sorted(os.listdir(inputs)):
+        file_key(os.path.join(inputs, f), h)
+    file_key(runner, h)
+    h.update(f"{ORT_VERSION} expose={expose} gen={gen}".encode())
+    out = os.path.join(CACHE, "ort", h.hexdigest()[:32])
+    meta_path = os.path.join(out, "meta.json")
+    if os.path.exists(meta_path):
+        with open(meta_path) as f:
+            meta = json.load(f)
+        return (out if meta["ok"] else None), meta["opt"], meta["error"]
+    shutil.rmtree(out, ignore_errors=True)
+    os.makedirs(out)
+    error, level = "", "disabled"
+    for level in ("disabled", "basic", "all"):
+        cmd = ["node", runner, model, "-i", inputs, "-o", out, "--format", "npy", "--opt", level, "-q"]
+        if expose:
+            cmd += ["--expose", "all"]
+        if gen:
+            cmd += ["--gen-inputs"]
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=ORT_TIMEOUT)
+            ok, err = r.returncode == 0, first_line(r.stderr)
+        except subprocess.TimeoutExpired:
+            ok, err = False, f"timed out after {ORT_TIMEOUT} s"
+        if ok:
+            error = ""
+            break
+        error = error or err
+    meta = {"ok": ok, "opt": level if ok else "disabled", "error": error}
+    with open(meta_path, "w") as f:
+        json.dump(meta, f)
+    return (out if ok else None), meta["opt"], meta["error"]
+
+
+# ---- Models ---------------------------------------------------------------------------
+
+def walk_graphs(g):
+    yield g
+    for n in g.node:
+        for a in n.attribute:
+            if a.type == a.GRAPH:
+                yield from walk_graphs(a.g)
+            elif a.type == a.GRAPHS:
+                for sub in a.graphs:
+                    yield from walk_graphs(sub)
+
+
+def inspect(path):
+    """What the bench needs to know of a model, from its protobuf (weights not read)."""
+    import onnx
+    m = onnx.load(path, load_external_data=False)
+    g = m.graph
+    inits = {t.name for t in g.initializer}
+    ins = []
+    for v in g.input:
+        if v.name in inits:
+            continue
+        tt = v.type.tensor_type
+        dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
+                for d in tt.shape.dim] if tt.HasField("shape") else None
+        ins.append({"name": v.name, "elem": tt.elem_type, "dims": dims,
+                    "tensor": v.type.HasField("tensor_type")})
+    ops, domains, init_dims, nodes, elems = {}, set(), {}, [], set()
+    for sub in walk_graphs(g):
+        for t in sub.initializer:
+            init_dims[t.name] = list(t.dims)
+            elems.add(t.data_type)
+        for n in sub.node:
+            ops[n.op_type] = ops.get(n.op_type, 0) + 1
+            domains.add(n.domain)
+            nodes.append(n)
+    for v in list(g.input) + list(g.output):
+        elems.add(v.type.tensor_type.elem_type)
+    if ops.keys() & INT8_OPS:
+        cls = "int8"
+    elif ops.keys() & Q4_OPS:
+        cls = "q4f16" if 10 in elems or 16 in elems else "q4"
+    elif 10 in elems or 16 in elems:
+        cls = "fp16"
+    else:
+        cls = "fp32"
+    custom = sorted(d for d in domains if d not in ORT_DOMAINS)
+    return {"inputs": ins, "class": cls, "custom": custom,
+            "vocab": vocab_size(nodes, init_dims), "n_nodes": len(g.node)}
+
+
+def vocab_size(nodes, init_dims):
+    """Rows of the embedding table that input_ids index (through casts and reshapes)."""
+    consumers = {}
+    for n in nodes:
+        for i, name in enumerate(n.input):
+            consumers.setdefault(name, []).append((n, i))
+    seen, todo = set(), ["input_ids"]
+    while todo:
+        v = todo.pop()
+        if v in seen:
+            continue
+        seen.add(v)
+        for n, i in consumers.get(v, []):
+            if n.op_type in ("Gather", "GatherBlockQuantized") and i == 1 and n.input[0] in init_dims:
+                return init_dims[n.input[0]][0]
+            if n.op_type == "EmbedLayerNormalization" and i == 0 and len(n.input) > 2:
+                if n.input[2] in init_dims:
+                    return init_dims[n.input[2]][0]
+            if n.op_type in ("Cast", "Reshape", "Unsqueeze", "Squeeze", "Flatten", "Identity"):
+                todo.extend(n.output)
+    return None
+
+
+def discover(paths):
+    models = []
+    for p in paths:
+        if os.path.isfile(p):
+            models.append(os.path.abspath(p))
+            continue
+        for dirpath, dirnames, files in os.walk(p):
+            dirnames[:] = sorted(d for d in dirnames if not d.endswith(".cases") and d != ".cache")
+            for f in sorted(files):
+                if f.endswith(".onnx") and not f.endswith(".skeleton.onnx"):
+                    models.append(os.path.abspath(os.path.join(dirpath, f)))
+    return models
+
+
+def label_of(model):
+    for base in (os.path.join(SHARED, "models"), os.path.join(ROOT, "bench")):
+        base = os.path.abspath(base)
+        if model.startswith(base + os.sep):
+            return os.path.relpath(model, base)
+    return os.path.relpath(model, ROOT)
+
+
+# ---- Inputs ---------------------------------------------------------------------------
+
+def dim_value(param, input_name, has_past, past, unknown):
+    """A value for a symbolic dim, by its name: batch, sequence, past, total..."""
+    p = (param or "").lower()
+    if "batch" in p and "plus" not in p:
+        return BATCH
+    if "beam" in p:
+        return 1
+    if "total" in p or ("past" in p and ("+" in p or "plus" in p)):
+        return past + SEQ
+    if "past" in p:
+        return past
+    if "mask" in p or ("mask" in input_name.lower() and "seq" in p):
+        return past + SEQ if has_past else SEQ
+    if "max_seq" in p or "max_sequence" in p:
+        return past + SEQ
+    if "seq" in p or "length" in p or "token" in p:
+        return SEQ
+    return unknown
+
+
+def make_value(v, shape, info, rng, past):
+    name, et, lname = v["name"], v["elem"], v["name"].lower()
+    dtype = NP_OF.get(et)
+    if dtype is None:
+        raise ValueError(f"cannot make an input of ONNX type {et} ({name})")
+    total = past + SEQ
+    if lname == "use_cache_branch":
+        return np.full(shape, past > 0, dtype=dtype)
+    if "input_ids" in lname or lname in ("ids", "tokens"):
+        return rng.integers(0, min(info["vocab"] or 10, 1 << 30), size=shape).astype(dtype)
+    if "position_ids" in lname:
+        return np.broadcast_to(np.arange(past, past + shape[-1]) if shape else np.array(past),
+                               shape).astype(dtype)
+    if "token_type" in lname or "segment" in lname:
+        return np.zeros(shape, dtype)
+    if lname == "seqlens_k":
+        return np.full(shape, total - 1, dtype)
+    if lname in ("total_sequence_length", "total_seq_len"):
+        return np.full(shape, total, dtype)
+    if lname in ("past_seq_len", "past_sequence_length", "past_sequence_size"):
+        return np.full(shape, past, dtype)
+    if "mask" in lname:
+        if len(shape) == 1 and np.issubdtype(dtype, np.integer):
+            return np.full(shape, shape[0] and total, dtype)   # mask_index: lengths
+        return np.ones(shape, dtype)
+    if dtype == np.bool_:
+        return np.ones(shape, dtype)
+    if np.issubdtype(dtype, np.floating):
+        x = rng.standard_normal(shape) * 0.5
+        if "scale" in lname:
+            x = np.abs(x) + 0.01
+        return x.astype(dtype)
+    if "zero_point" in lname:
+        return np.full(shape, 128 if dtype == np.uint8 else 0, dtype)
+    if dtype in (np.int8, np.uint8):
+        info_ = np.iinfo(dtype)
+        return rng.integers(info_.min, info_.max + 1, size=shape).astype(dtype)
+    return rng.integers(0, 2, size=shape).astype(dtype)        # indices, counts: small
+
+
+def make_inputs(info, out_dir, past, unknown, seed):
+    has_past = any("past" in v["name"].lower() for v in info["inputs"])
+    rng = np.random.default_rng(seed)
+    os.makedirs(out_dir, exist_ok=True)
+    for v in info["inputs"]:
+        if not v["tensor"]:
+            raise ValueError(f"input '{v['name']}' is not a tensor")
+        if v["dims"] is None:
+            shape = []
+        else:
+            shape = [d if isinstance(d, int) and d > 0 else
+                     (0 if d == 0 else dim_value(d, v["name"], has_past, past, unknown))
+                     for d in v["dims"]]
+        np.save(os.path.join(out_dir, encode(v["name"]) + ".npy"),
+                make_value(v, shape, info, rng, past))
+
+
+def cases_of(model, info, work):
+    """[(case name, inputs folder, past or None when stored)]: the stored cases, or made-up inputs ('gen'; merged
+    decoders also 'gen-nocache', past of length 0 and use_cache_branch false)."""
+    stored = model[:-5] + ".cases"
+    if os.path.isdir(stored):
+        out = [(c, os.path.join(stored, c, "inputs"), None) for c in sorted(os.listdir(stored))
+               if os.path.isdir(os.path.join(stored, c, "inputs"))]
+        if out:
+            return out
+    names = {v["name"] for v in info["inputs"]}
+    variants = [("gen", PAST)] + ([("gen-nocache", 0)] if "use_cache_branch" in names else [])
+    return [(name, os.path.join(work, name), past) for name, past in variants]
+
+
+# ---- Transmuter -----------------------------------------------------------------------
+
+def ours_run(tm, model, inputs, out, mode, info, dump=None):
+    """Returns (status, message): ok, unsupported, error, crash or timeout."""
+    cmd = [tm, "run", model, "--inputs", inputs, "--out", out, "--quiet"]
+    if mode == "eager":
+        cmd.append("--eager")
+    if mode == "static":
+        cmd += ["--static", "use_cache_branch"]
+    if dump:
+        cmd += ["--dump", dump]
+    return classify_run(cmd)
+
+
+def classify_run(cmd):
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=OURS_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        return "timeout", f"timed out after {OURS_TIMEOUT} s"
+    msg = first_line(r.stderr)
+    if r.returncode < 0 or r.returncode >= 128:
+        return "crash", f"killed by signal {-r.returncode if r.returncode < 0 else r.returncode - 128}: {msg}"
+    if r.returncode != 0:
+        low = msg.lower()
+        return ("unsupported" if "not support" in low or "unsupported" in low else "error"), msg
+    return "ok", ""
+
+
+def missing_ops(tm, model):
+    """(missing ops or '', load error or '', crashed) from `transmuter info`."""
+    try:
+        r = subprocess.run([tm, "info", model, "--quiet"], capture_output=True, text=True,
+                           timeout=OURS_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        return "", "info timed out", False
+    if r.returncode < 0 or r.returncode >= 128:
+        return "", first_line(r.stderr), True
+    if r.returncode != 0:
+        return "", first_line(r.stderr), False
+    m = re.search(r"^missing ops: (.*)$", r.stdout, re.M)
+    missing = m.group(1).strip() if m else ""
+    return ("" if missing == "none" else missing), "", False
+
+
+# ---- Comparison -----------------------------------------------------------------------
+
+def compare(a, b, rtol, atol):
+    """One output: ours `a` against the reference `b`. NaN must meet NaN, infinities must
+    be equal; max abs over the finite rest, max rel where |b| > atol (elsewhere a relative
+    difference says nothing), cosine over all finite values."""
+    r = {"shape": list(b.shape), "max_abs": 0.0, "max_rel": 0.0, "cosine": 1.0, "bad": 0, "ok": True}
+    if a.shape != b.shape:
+        r.update(ok=False, why=f"shape {list(a.shape)} vs {list(b.shape)}")
+        return r
+    if a.dtype.kind in "USO" or b.dtype.kind in "USO":
+        r["bad"] = int(np.sum(a.astype(str) != b.astype(str)))
+        r["ok"] = r["bad"] == 0
+        return r
+    x, y = a.astype(np.float64).ravel(), b.astype(np.float64).ravel()
+    nx, ny = np.isnan(x), np.isnan(y)
+    bad_nan = int(np.sum(nx != ny))
+    finite = np.isfinite(x) & np.isfinite(y)
+    inf = ~finite & ~nx & ~ny
+    bad_inf = int(np.sum(x[inf] != y[inf]))
+    both_nan_or_inf = (nx & ny) | (inf & (x == y))
+    bad_nonfinite = int(np.sum(~finite & ~both_nan_or_inf)) - bad_nan - bad_inf
+    d = np.abs(x[finite] - y[finite])
+    ref = np.abs(y[finite])
+    if d.size:
+        r["max_abs"] = float(d.max())
+        big = ref > max(atol, 1e-30)
+        r["max_rel"] = float((d[big] / ref[big]).max()) if big.any() else 0.0
+        na, nb = np.linalg.norm(x[finite]), np.linalg.norm(y[finite])
+        r["cosine"] = float(np.dot(x[finite], y[finite]) / (na * nb)) if na > 0 and nb > 0 else \
+            (1.0 if na == nb else 0.0)
+    r["bad"] = int(np.sum(d > atol + rtol * ref)) + bad_nan + bad_inf + max(bad_nonfinite, 0)
+    r["ok"] = r["bad"] == 0
+    if bad_nan:
+        r["why"] = f"NaN in {bad_nan} places where the other has a number"
+    return r
+
+
+def load_dir(d):
+    out = {}
+    for f in os.listdir(d):
+        if f.endswith(".npy"):
+            try:
+                out[decode(f[:-4])] = np.load(os.path.join(d, f), allow_pickle=False)
+            except ValueError:
+                pass
+    return out
+
+
+def judge(cls, ours, ref, noise=None, exact=None):
+    """Every output of one run. cls picks the tolerance; `noise` (int8) is ONNX Runtime
+    against itself with perturbed weights; `exact` (q4) is ONNX Runtime with
+    accuracy_level 0. Returns (ok, per-output results)."""
+    rtol, atol = TOL["fp16" if cls == "q4f16" else cls]
+    outs, ok = [], True
+    for name in sorted(ref):
+        if name not in ours:
+            outs.append({"name": name, "ok": False, "why": "no such output from Transmuter"})
+            ok = False
+            continue
+        c = compare(ours[name], ref[name], rtol, atol)
+        c["name"] = name
+        if cls == "int8" and noise is not None and name in noise and not c["ok"] and "why" not in c:
+            n = compare(noise[name], ref[name], rtol, atol)
+            c["noise_abs"] = n["max_abs"]
+            c["ok"] = c["max_abs"] <= NOISE_FACTOR * n["max_abs"]
+            c["rule"] = f"within {NOISE_FACTOR:g}x ONNX Runtime's own noise"
+        if cls == "q4" and exact is not None and name in exact:
+            e = compare(ours[name], exact[name], *TOL["fp32"])
+            c["vs_level0_abs"] = e["max_abs"]
+            if not c["ok"] and e["ok"]:
+                c["ok"] = True
+                c["rule"] = "fp32 tolerance against accuracy_level 0"
+        ok = ok and c["ok"]
+        outs.append(c)
+    return ok, outs
+
+
+# ---- Reference copies: ONNX Runtime's noise (int8), exact arithmetic (q4, int8) --------
+
+def save_model(m, path):
+    big = sum(len(t.raw_data) for g in walk_graphs(m.graph) for t in g.initializer) > 1800 << 20
+    onnx_save = __import__("onnx").save
+    onnx_save(m, path, save_as_external_data=big, location=os.path.basename(path) + "_data" if big else None)
+
+
+def rewrite_u8u8(m):
+    """int8 weights of MatMulInteger, ConvInteger, DynamicQuantizeMatMul and
+    MatMulIntegerToFloat with uint8 activations become uint8 weights with zero point + 128:
+    the same integers, but ONNX Runtime then takes its u8u8 kernel, which is exact. Its u8s8
+    kernel on x86 without VNNI (vpmaddubsw) saturates pairs of products at int16."""
+    from onnx import numpy_helper
+    graphs = list(walk_graphs(m.graph))
+    inits = {t.name: t for g in graphs for t in g.initializer}   # subgraphs see outer names
+    dql = {n.output[0] for g in graphs for n in g.node if n.op_type == "DynamicQuantizeLinear"}
+    made, changed = set(), False
+    for g in graphs:
+        for n in g.node:
+            if n.op_type not in ("MatMulInteger", "ConvInteger", "DynamicQuantizeMatMul",
+                                 "MatMulIntegerToFloat"):
+                continue
+            w = inits.get(n.input[1])
+            if w is None or w.data_type != 3:
+                continue
+            if n.op_type in ("MatMulInteger", "ConvInteger") and n.input[0] not in dql:
+                continue
+            zp_name = n.input[3] if len(n.input) > 3 else ""
+            zp = inits.get(zp_name) if zp_name else None
+            if zp_name and zp is None:
+                continue                          # a computed zero point: leave it
+            w_u8, zp_u8 = w.name + "__u8", (zp_name or w.name) + "__zp_u8"
+            if w_u8 not in made:
+                made.add(w_u8)
+                m.graph.initializer.append(numpy_helper.from_array(
+                    (numpy_helper.to_array(w).astype(np.int16) + 128).astype(np.uint8), w_u8))
+            if zp_u8 not in made:
+                made.add(zp_u8)
+                z = numpy_helper.to_array(zp).astype(np.int16) if zp is not None else np.zeros((), np.int16)
+                m.graph.initializer.append(numpy_helper.from_array((z + 128).astype(np.uint8), zp_u8))
+            inputs = list(n.input) + [""] * (4 - len(n.input))
+            inputs[1], inputs[3] = w_u8, zp_u8
+            del n.input[:]
+            n.input.extend(inputs)
+            changed = True
+    return changed
+
+
+def derived_copy(model, kind):
+    """A copy of `model` for a reference run, cached by the model's key; `model` itself
+    when the copy would change nothing. 'perturbed': every float initializer scaled by
+    1 + 1e-7; 'level0': MatMulNBits at accuracy_level 0; 'u8u8': see rewrite_u8u8."""
+    import onnx
+    from onnx import numpy_helper
+    h = hashlib.sha256()
+    model_key(model, h)
+    h.update(kind.encode())
+    folder = os.path.join(CACHE, kind, h.hexdigest()[:32])
+    path = os.path.join(folder, "model.onnx")
+    if os.path.exists(path):
+        return path
+    if os.path.exists(os.path.join(folder, "same")):
+        return model
+    m = onnx.load(model)
+    changed = False
+    if kind == "u8u8":
+        changed = rewrite_u8u8(m)
+    for g in walk_graphs(m.graph):
+        if kind == "perturbed":
+            for t in g.initializer:
+                if t.data_type in (1, 10, 11):
+                    a = numpy_helper.to_array(t)
+                    t.CopyFrom(numpy_helper.from_array((a.astype(np.float64) * NOISE_SCALE).astype(a.dtype), t.name))
+                    changed = True
+        elif kind == "level0":
+            for n in g.node:
+                for a in n.attribute:
+                    if n.op_type == "MatMulNBits" and a.name == "accuracy_level" and a.i != 0:
+                        a.i = 0
+                        changed = True
+    os.makedirs(folder, exist_ok=True)
+    if not changed:
+        open(os.path.join(folder, "same"), "w").close()
+        return model
+    save_model(m, path + ".tmp.onnx")
+    os.replace(path + ".tmp.onnx", path)
+    return path
+
+
+# ---- Debug: the first node whose output differs --------------------------------------
+
+def flatten_if(model, inputs, dst):
+    """For --debug: the model with each top-level If whose condition is a graph input
+    replaced by its taken branch, so that the walk sees inside merged decoders."""
+    import onnx
+    from onnx import helper
+    m = onnx.load(model)
+    g = m.graph
+    names = {v.name for v in g.input}
+    nodes, changed = [], False
+    for n in g.node:
+        cond = n.input[0] if n.op_type == "If" else None
+        f = os.path.join(inputs, encode(cond) + ".npy") if cond in names else None
+        if not f or not os.path.exists(f):
+            nodes.append(n)
+            continue
+        taken = "then_branch" if bool(np.load(f).ravel()[0]) else "else_branch"
+        branch = next(a.g for a in n.attribute if a.name == taken)
+        nodes.extend(branch.node)
+        g.initializer.extend(branch.initializer)
+        for out, bout in zip(n.output, branch.output):
+            if out != bout.name:
+                nodes.append(helper.make_node("Identity", [bout.name], [out], name=out + "/flattened"))
+        changed = True
+    if not changed:
+        return model
+    del g.node[:]
+    g.node.extend(nodes)
+    save_model(m, dst)
+    return dst
+
+
+def debug_case(runner, tm, model, refs, info, inputs, work):
+    """Walks the main graph in order and names the first node whose output differs between
+    ONNX Runtime (--expose all, on the reference copies `refs` that run_case used) and
+    Transmuter (run --dump, eager)."""
+    import onnx
+    flat = flatten_if(model, inputs, os.path.join(work, "flat.onnx"))
+    exposed = {}
+    for kind, path in refs.items():
+        if path is None:
+            continue
+        d, _, err = ort_run(runner, flatten_if(path, inputs, os.path.join(work, f"flat-{kind}.onnx")),
+                            inputs, expose=True)
+        if not d and kind == "ref":
+            return {"error": f"ONNX Runtime with every value exposed: {err}"}
+        exposed[kind] = load_dir(d) if d else None
+    dump = os.path.join(work, "dump")
+    shutil.rmtree(dump, ignore_errors=True)
+    st, msg = ours_run(tm, flat, inputs, os.path.join(work, "dump-out"), "eager", info, dump=dump)
+    if st != "ok":
+        return {"error": f"Transmuter --dump: {msg}"}
+    ref, ours = exposed["ref"], load_dir(dump)
+    pick = lambda kind, o: {o: exposed[kind][o]} if exposed.get(kind) and o in exposed[kind] else None
+    g = onnx.load(flat, load_external_data=False).graph
+    compared = 0
+    for i, n in enumerate(g.node):
+        for o in n.output:
+            if not o or o not in ref or o not in ours:
+                continue
+            ok, res = judge(info["class"], {o: ours[o]}, {o: ref[o]}, pick("noise", o), pick("exact", o))
+            compared += 1
+            if not ok:
+                r = res[0]
+                return {"node": n.name, "op": n.op_type, "index": i, "value": o,
+                        "inputs": list(n.input), "max_abs": r.get("max_abs"),
+                        "max_rel": r.get("max_rel"), "cosine": r.get("cosine"),
+                        "why": r.get("why", ""), "compared": compared,
+                        "flattened": flat != model}
+    return {"node": None, "compared": compared, "flattened": flat != model}
+
+
+# ---- One model ------------------------------------------------------------------------
+
+def run_model(model, args, runner):
+    label = label_of(model)
+    row = {"model": label, "class": None, "cases": [], "status": None, "note": ""}
+    missing, load_err, crashed = missing_ops(args.tm, model)
+    row["missing_ops"] = missing
+    try:
+        info = inspect(model)
+    except Exception as e:                     # not a model python-onnx can read
+        info, inspect_err = None, f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+    if info is None or load_err or crashed:
+        # Nothing to feed: record what each runtime says about the file itself.
+        row["class"] = info["class"] if info else "-"
+        with tempfile.TemporaryDirectory(dir=CACHE) as made:
+            try:
+                if info is not None:
+                    make_inputs(info, made, PAST, 1, 0)
+                _, _, ort_err = ort_run(runner, model, made, gen=info is None)
+            except ValueError as e:
+                ort_err = f"no inputs: {e}"
+        if info is None and ort_err:
+            ort_err += f" (python-onnx: {inspect_err})"
+        row["ort_error"] = ort_err
+        row["ours"] = "crash" if crashed else ("error" if load_err else "ok")
+        row["ours_message"] = load_err
+        row["status"] = "crash" if crashed else ("ort-fails" if row["ort_error"] else "error")
+        return row
+    row["class"], row["custom_ops"] = info["class"], info["custom"]
+    seed = zlib.crc32(label.encode())
+    work = tempfile.mkdtemp(prefix="cov-", dir=CACHE)
+    try:
+        for case, inputs, past in cases_of(model, info, work):
+            row["cases"].append(run_case(model, info, case, inputs, past, seed, args, runner, work))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    row["status"], row["note"] = model_status(row)
+    return row
+
+
+def ort_outputs(runner, path, inputs):
+    d, _, _ = ort_run(runner, path, inputs)
+    return load_dir(d) if d else None
+
+
+def max_diff(a, b):
+    return max((compare(a[n], b[n], 0, 0)["max_abs"] for n in b if n in a), default=0.0)
+
+
+def run_case(model, info, case, inputs, past, seed, args, runner, work):
+    res = {"case": case, "modes": {}}
+    cls = info["class"]
+    # The reference: the model as exported, or for int8 its exact u8u8 copy.
+    ref_model = derived_copy(model, "u8u8") if cls == "int8" else model
+    ref_dir, level, err, unknown_used = None, "disabled", "", None
+    if past is not None:
+        # Made-up inputs: unnamed dims 4 first, then 1 when ONNX Runtime rejects that.
+        for unknown in (4, 1):
+            shutil.rmtree(inputs, ignore_errors=True)
+            try:
+                make_inputs(info, inputs, past, unknown, seed)
+            except ValueError as e:
+                err = str(e)
+                break
+            ref_dir, level, e = ort_run(runner, ref_model, inputs)
+            err = err or e
+            unknown_used = unknown
+            if ref_dir:
+                err = ""
+                break
+        res["inputs"] = "made up" + (f" (unnamed dims {unknown_used})" if unknown_used else "")
+    else:
+        ref_dir, level, err = ort_run(runner, ref_model, inputs)
+        res["inputs"] = "stored"
+    res["ort_opt"] = level
+    if not ref_dir:
+        res["ort_error"] = err
+    ref = load_dir(ref_dir) if ref_dir else None
+    refs = {"ref": ref_model, "noise": None, "exact": None}
+    noise = exact = None
+    try:
+        if ref is not None and cls == "int8":
+            if ref_model != model:
+                as_exported = ort_outputs(runner, model, inputs)
+                if as_exported is not None:
+                    res["ort_u8s8_vs_u8u8_abs"] = max_diff(as_exported, ref)
+            refs["noise"] = derived_copy(ref_model, "perturbed")
+            noise = ort_outputs(runner, refs["noise"], inputs)
+            if noise is not None:
+                res["ort_noise_abs"] = max_diff(noise, ref)
+        if ref is not None and cls == "q4":
+            level0 = derived_copy(model, "level0")
+            if level0 != model:
+                refs["exact"] = level0
+                exact = ort_outputs(runner, level0, inputs)
+                if exact is not None:
+                    res["ort_level4_vs_level0_abs"] = max_diff(ref, exact)
+    except Exception as e:                      # a copy python-onnx cannot write
+        res["reference_copy_error"] = f"{type(e).__name__}: {e}"[:300]
+    has_branch = any(v["name"] == "use_cache_branch" for v in info["inputs"])
+    for mode in args.modes:
+        if mode == "static" and not has_branch:
+            continue
+        if not os.path.isdir(inputs):
+            res["modes"][mode] = {"status": "error", "message": "no inputs"}
+            continue
+        out = os.path.join(work, f"{case}-{mode}")
+        shutil.rmtree(out, ignore_errors=True)
+        st, msg = ours_run(args.tm, model, inputs, out, mode, info)
+        m = {"status": st, "message": msg}
+        if st == "ok" and ref is not None:
+            ok, outs = judge(cls, load_dir(out), ref, noise, exact)
+            m["status"] = "match" if ok else "mismatch"
+            m["outputs"] = outs
+        elif st == "ok":
+            m["status"] = "runs"              # no reference to compare with
+        res["modes"][mode] = m
+    if args.debug and ref is not None and any(m["status"] == "mismatch" for m in res["modes"].values()):
+        dwork = os.path.join(work, f"{case}-debug")
+        os.makedirs(dwork, exist_ok=True)
+        res["debug"] = debug_case(runner, args.tm, model, refs, info, inputs, dwork)
+    return res
+
+
+def model_status(row):
+    """One word for a model across its cases and modes, and a note."""
+    modes = [m for c in row["cases"] for m in c["modes"].values()]
+    ort_errors = [c["ort_error"] for c in row["cases"] if c.get("ort_error")]
+    if ort_errors:
+        ours = [m for m in modes if m["status"] not in ("runs",)]
+        note = ours[0]["message"] if ours else "Transmuter runs it"
+        return ("custom-op" if row.get("custom_ops") else "ort-fails"), note
+    for bad in ("crash", "timeout", "unsupported", "error", "mismatch"):
+        hit = [m for m in modes if m["status"] == bad]
+        if hit:
+            return bad, hit[0].get("message", "")
+    return ("match" if modes else "error"), ""
+
+
+# ---- Report ---------------------------------------------------------------------------
+
+def fmt(x):
+    if x is None:
+        return "-"
+    if isinstance(x, float) and (x != x or x in (float("inf"), float("-inf"))):
+        return str(x)
+    return "0" if x == 0 else f"{x:.2g}"
+
+
+def worst(outs):
+    """(max abs, max rel, min cosine) over the outputs of one run."""
+    outs = [o for o in outs or [] if "max_abs" in o]
+    if not outs:
+        return None, None, None
+    return (max(o["max_abs"] for o in outs), max(o["max_rel"] for o in outs),
+            min(o["cosine"] for o in outs))
+
+
+def cell(m):
+    s = m["status"]
+    if s in ("match", "mismatch"):
+        a, r, c = worst(m.get("outputs"))
+        return f"{'ok' if s == 'match' else '**DIFF**'} {fmt(a)} / {fmt(r)} / {c:.6f}"
+    return {"unsupported": "unsupported", "error": "**error**", "crash": "**CRASH**",
+            "timeout": "**timeout**", "runs": "runs"}.get(s, s)
+
+
+def md_escape(s):
+    return (s or "").replace("|", "\\|").replace("\n", " ")
+
+
+def write_report(rows, args, elapsed):
+    with open(os.path.join(HERE, "results.json"), "w") as f:
+        json.dump({"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                   "onnxruntime": ORT_VERSION, "modes": args.modes, "tolerances": TOL,
+                   "noise": {"scale": NOISE_SCALE, "factor": NOISE_FACTOR},
+                   "models": rows}, f, indent=1, default=float)
+    corpora = {}
+    for r in rows:
+        corpora.setdefault(r["model"].split("/")[0], []).append(r)
+    order = ["match", "mismatch", "unsupported", "error", "crash", "timeout", "ort-fails", "custom-op"]
+    count = lambda rs, s: sum(1 for r in rs if r["status"] == s)
+    L = ["# Coverage: Transmuter against ONNX Runtime", ""]
+    L.append(f"Generated by `make coverage` (`bench/coverage/run.py`) on "
+             f"{time.strftime('%Y-%m-%d', time.gmtime())}, in {elapsed / 60:.0f} min; modes: "
+             f"{', '.join(args.modes)}. Reference: ONNX Runtime {ORT_VERSION} (onnxruntime-node, CPU, graph "
+             "optimizations off). Tolerances and the int8 noise rule: [README.md](README.md).")
+    L.append("")
+    total = len(rows)
+    runnable = [r for r in rows if r["status"] not in ("ort-fails", "custom-op")]
+    L.append(f"**{count(rows, 'match')} of {len(runnable)} models that ONNX Runtime runs match in every "
+             f"mode**; {count(rows, 'unsupported')} need operators we lack, "
+             f"{count(rows, 'mismatch')} differ, {count(rows, 'error') + count(rows, 'timeout')} fail with "
+             f"another error, {count(rows, 'crash')} crash. ONNX Runtime cannot run "
+             f"{count(rows, 'ort-fails') + count(rows, 'custom-op')} of the {total} "
+             f"({count(rows, 'custom-op')} need custom-op libraries).")
+    L += ["", "| corpus | models | " + " | ".join(order) + " |", "|---|---" + "|---" * len(order) + "|"]
+    for name, rs in sorted(corpora.items()):
+        L.append(f"| {name} | {len(rs)} | " + " | ".join(str(count(rs, s)) for s in order) + " |")
+    L.append(f"| **all** | {total} | " + " | ".join(str(count(rows, s)) for s in order) + " |")
+    L += ["", "Columns: `match` every output of every case within tolerance in every mode; `mismatch` "
+          "some output outside it; `unsupported` Transmuter lacks an operator (listed below); `error`, "
+          "`crash`, `timeout` Transmuter failed otherwise; `ort-fails` ONNX Runtime cannot load or run "
+          "the model (deliberately broken test models among them); `custom-op` it needs an ONNX Runtime "
+          "custom-op library.", ""]
+    L += ["## Matrix", "",
+          "Each mode's cell: worst max abs / max rel / min cosine over all outputs, against ONNX "
+          "Runtime. `made up` inputs come from the model's input spec "
+          f"(batch {BATCH}, sequence {SEQ}, past {PAST}).", ""]
+    modes = args.modes
+    L.append("| model | class | case | inputs | " + " | ".join(modes) + " | note |")
+    L.append("|---|---|---|---|" + "---|" * len(modes) + "---|")
+    for r in rows:
+        if r["status"] in ("ort-fails", "custom-op"):
+            continue
+        if not r["cases"]:
+            L.append(f"| {r['model']} | {r['class']} | - | - | " + " | ".join(
+                "**CRASH**" if r["status"] == "crash" else "**error**" for _ in modes)
+                + f" | {md_escape(r.get('ours_message') or r['note'])} |")
+        for c in r["cases"]:
+            cells = [cell(c["modes"][m]) if m in c["modes"] else "" for m in modes]
+            note = []
+            if "ort_noise_abs" in c:
+                note.append(f"ORT's own noise {fmt(c['ort_noise_abs'])}")
+            if "ort_level4_vs_level0_abs" in c:
+                note.append(f"ORT accuracy_level 4 vs 0: {fmt(c['ort_level4_vs_level0_abs'])}")
+            if "ort_u8s8_vs_u8u8_abs" in c:
+                note.append(f"ORT u8s8 vs u8u8: {fmt(c['ort_u8s8_vs_u8u8_abs'])}")
+            if c.get("ort_opt", "disabled") != "disabled":
+                note.append(f"ORT opt {c['ort_opt']}")
+            msgs = {m.get("message") for m in c["modes"].values() if m.get("message")}
+            note += sorted(msgs)
+            if c.get("debug"):
+                d = c["debug"]
+                if d.get("node"):
+                    note.append(f"first difference: node `{d['node']}` ({d['op']}), value `{d['value']}`, "
+                                f"max abs {fmt(d['max_abs'])}")
+                elif "error" in d:
+                    note.append("debug: " + d["error"])
+                else:
+                    note.append(f"debug: all {d['compared']} intermediate values match")
+            L.append(f"| {r['model']} | {r['class']} | {c['case']} | {c.get('inputs', '')} | "
+                     + " | ".join(cells) + f" | {md_escape('; '.join(note))} |")
+    missing = {}
+    for r in rows:
+        for op in filter(None, (r.get("missing_ops") or "").split(", ")):
+            missing.setdefault(op, []).append(r["model"])
+    if missing:
+        L += ["", "## Operators Transmuter lacks", "",
+              "| operator | models |", "|---|---|"]
+        for op, ms in sorted(missing.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+            L.append(f"| `{op}` | {len(ms)} |")
+    bad = [r for r in rows if r["status"] in ("ort-fails", "custom-op")]
+    if bad:
+        L += ["", "## Models ONNX Runtime cannot run", "",
+              "With what ONNX Runtime says, and what Transmuter prints (a clear error is expected; "
+              "`runs` when we run what ONNX Runtime will not).", "",
+              "| model | ONNX Runtime | Transmuter |", "|---|---|---|"]
+        for r in bad:
+            ort_err = r.get("ort_error") or next((c["ort_error"] for c in r["cases"] if c.get("ort_error")), "")
+            ours = r.get("ours_message") or r["note"]
+            if r.get("ours") == "crash":
+                ours = "**CRASH** " + ours
+            L.append(f"| {r['model']} | {md_escape(ort_err[:200])} | {md_escape(ours[:200]) or 'runs'} |")
+    with open(os.path.join(HERE, "RESULTS.md"), "w") as f:
+        f.write("\n".join(L) + "\n")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("paths", nargs="*")
+    ap.add_argument("--modes", default="eager,plan")
+    ap.add_argument("--debug", action="store_true", help="name the first differing node")
+    ap.add_argument("--only", default="", help="models whose path contains this")
+    ap.add_argument("--tm", default=os.environ.get("TM", os.path.join(ROOT, "build", "transmuter")))
+    args = ap.parse_args()
+    args.modes = [m for m in args.modes.split(",") if m]
+    for m in args.modes:
+        if m not in ("eager", "plan", "static"):
+            ap.error(f"unknown mode {m} (eager, plan, static)")
+    if not os.path.exists(args.tm):
+        ap.error(f"{args.tm} is not built (make all)")
+    paths = args.paths or [os.path.join(SHARED, "models")] + (
+        [os.path.join(ROOT, "bench", "models")] if os.path.isdir(os.path.join(ROOT, "bench", "models")) else [])
+    models = [m for m in discover(paths) if args.only in m]
+    os.makedirs(CACHE, exist_ok=True)
+    runner = ensure_ort()
+    rows, t0 = [], time.time()
+    for i, model in enumerate(models):
+        row = run_model(model, args, runner)
+        rows.append(row)
+        print(f"[{i + 1}/{len(models)}] {row['model']}: {row['status']} {row['note'][:120]}", flush=True)
+        for c in row["cases"]:
+            if c.get("debug"):
+                print(f"    {c['case']}: debug {json.dumps(c['debug'])[:300]}", flush=True)
+    write_report(rows, args, time.time() - t0)
+    n_match = sum(r["status"] == "match" for r in rows)
+    print(f"{n_match} of {len(rows)} models match; see {os.path.relpath(os.path.join(HERE, 'RESULTS.md'))}")
+
+
+if __name__ == "__main__":
+    main()
