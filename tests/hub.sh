@@ -23,9 +23,12 @@ done
 
 ok() { pass=$((pass + 1)); }
 bad() { echo "FAIL $*"; fail=$((fail + 1)); }
+# Under ASan/UBSan a report may come with any exit status: look for it too.
+sanitized() { ! grep -q "ERROR: AddressSanitizer\|ERROR: LeakSanitizer\|runtime error:" "$1"; }
 check() { # name, command...: passes when the command succeeds
     name=$1; shift
-    if "$@" > "$work/check.log" 2>&1; then ok; else bad "$name"; sed 's/^/    /' "$work/check.log" | head -20; fi
+    if "$@" > "$work/check.log" 2>&1 && sanitized "$work/check.log"; then ok
+    else bad "$name"; sed 's/^/    /' "$work/check.log" | head -20; fi
 }
 
 start_hub() {
@@ -77,7 +80,7 @@ expect_fail() { # name, message fragment, command...
     "$@" > "$work/fail.log" 2>&1
     rc=$?
     if [ $rc -eq 0 ]; then bad "$name: exit status 0"; return; fi
-    if [ $rc -ge 124 ]; then bad "$name: crashed ($rc)"; cat "$work/fail.log"; return; fi
+    if [ $rc -ge 124 ] || ! sanitized "$work/fail.log"; then bad "$name: crashed ($rc)"; cat "$work/fail.log"; return; fi
     if grep -q -- "$want" "$work/fail.log"; then ok; else bad "$name: message lacks '$want':"; cat "$work/fail.log"; fi
 }
 same_count() { [ "$1" = "$(requests)" ]; }

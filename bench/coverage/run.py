@@ -19,6 +19,7 @@ ORT_DIR = os.path.join(ROOT, "bench", ".ort")          # shared with bench/run.p
 CACHE = os.path.join(HERE, ".cache")
 ORT_VERSION = "1.30.0"
 ORT_TIMEOUT, OURS_TIMEOUT = 300, 300
+CACHE_VERSION = "1"             # bump when a reference copy or ORT's invocation changes
 
 # Symbolic dims of made-up inputs (the tiny exports were traced at these sizes too).
 BATCH, SEQ, PAST = 2, 7, 5
@@ -102,7 +103,7 @@ def ort_run(runner, model, inputs, expose=False, gen=False):
     for f in sorted(os.listdir(inputs)):
         file_key(os.path.join(inputs, f), h)
     file_key(runner, h)
-    h.update(f"{ORT_VERSION} expose={expose} gen={gen}".encode())
+    h.update(f"{ORT_VERSION} {CACHE_VERSION} expose={expose} gen={gen}".encode())
     out = os.path.join(CACHE, "ort", h.hexdigest()[:32])
     meta_path = os.path.join(out, "meta.json")
     if os.path.exists(meta_path):
@@ -502,7 +503,7 @@ def derived_copy(model, kind):
     from onnx import numpy_helper
     h = hashlib.sha256()
     model_key(model, h)
-    h.update(kind.encode())
+    h.update(f"{kind} {CACHE_VERSION}".encode())
     folder = os.path.join(CACHE, kind, h.hexdigest()[:32])
     path = os.path.join(folder, "model.onnx")
     if os.path.exists(path):

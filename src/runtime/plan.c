@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include "runtime.h"
 
 enum { PV_INPUT, PV_CONST, PV_ARENA, PV_ALIAS };
@@ -89,6 +90,8 @@ struct tm_session {
     tail_session *tails;  /* sessions of the tail plans met so far */
     int n_tails;
     tm_session *last_tail;/* the tail that produced the last run's outputs */
+    double *profile;      /* TM_PROFILE: seconds per kernel, summed over runs */
+    long profile_runs;
     tm_xval *eager_out;   /* outputs of an eager tail (per graph output) */
 };
 
@@ -561,8 +564,12 @@ tm_status tm_plan_output(const tm_plan *p, int i, tm_value_desc *d) {
 
 /* ---- Sessions ---------------------------------------------------------------------- */
 
+static void print_profile(const tm_session *s);
+
 void tm_session_free(tm_session *s) {
     if (!s) return;
+    if (s->profile) print_profile(s);
+    free(s->profile);
     const tm_model *m = s->plan->model;
     tm__model_free_mem(m, s->arena);
     tm__model_free_mem(m, s->scratch);
@@ -610,6 +617,8 @@ tm_status tm_session_create(tm_plan *p, tm_session **out, tm_error *err) {
     }
     for (int i = 0; i < p->n_values; i++)
         if (p->values[i].kind == PV_ALIAS) s->tensors[i].data = s->tensors[root_of(p, i)].data;
+    const char *prof = getenv("TM_PROFILE");
+    if (prof && prof[0] == '1') s->profile = calloc((size_t)p->n_kernels + 1, sizeof *s->profile);
     for (int k = 0; k < p->n_kernels; k++) {
         const plan_kernel *pk = &p->kernels[k];
         s->kin[k] = calloc((size_t)pk->nin + 1, sizeof **s->kin);
@@ -665,16 +674,49 @@ static tm_status bind_run_inputs(tm_session *s, int n, const char *const *names,
     return TM_OK;
 }
 
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* TM_PROFILE=1: time per primitive, summed over a session's runs and printed to stderr
+ * when the session is freed (a diagnostic; it costs two clock reads per kernel). */
+static void print_profile(const tm_session *s) {
+    double total = 0, per_prim[TM_P__COUNT] = {0};
+    int count[TM_P__COUNT] = {0};
+    for (int k = 0; k < s->plan->n_kernels; k++) {
+        per_prim[s->plan->kernels[k].prim] += s->profile[k];
+        count[s->plan->kernels[k].prim]++;
+        total += s->profile[k];
+    }
+    if (total <= 0) return;
+    fprintf(stderr, "profile of %d kernels over %ld runs (ms per run):\n", s->plan->n_kernels,
+            s->profile_runs);
+    for (;;) {
+        int best = -1;
+        for (int i = 0; i < TM_P__COUNT; i++)
+            if (per_prim[i] > 0 && (best < 0 || per_prim[i] > per_prim[best])) best = i;
+        if (best < 0) break;
+        fprintf(stderr, "  %-24s %4d kernels %9.3f ms %5.1f%%\n", tm_prims[best].name, count[best],
+                per_prim[best] * 1e3 / (double)s->profile_runs, 100.0 * per_prim[best] / total);
+        per_prim[best] = 0;
+    }
+}
+
 static tm_status run_kernels(tm_session *s, tm_error *err) {
     tm_plan *p = s->plan;
     tm__apply_threads(p->model);
+    if (s->profile) s->profile_runs++;
     for (int k = 0; k < p->n_kernels; k++) {
         const plan_kernel *pk = &p->kernels[k];
         tm_error kerr;
         kerr.message[0] = 0;
         tm_kcall call = {pk->prim, &pk->args, s->kin[k], pk->nin, s->kout[k], pk->nout,
-                         s->scratch, p->scratch_bytes, &kerr, 1};
+                         s->scratch, p->scratch_bytes, &kerr, p->model->opts.threads};
+        double t0 = s->profile ? now_s() : 0;
         tm_status st = tm_prims[pk->prim].kernel(&call);
+        if (s->profile) s->profile[k] += now_s() - t0;
         if (st != TM_OK)
             return tm__fail(err, st, "%s: %s: %s", pk->where, tm_prims[pk->prim].name,
                             kerr.message[0] ? kerr.message : tm_status_name(st));
