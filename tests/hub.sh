@@ -177,7 +177,7 @@ admin "fault?kind=stall_body&count=1&arg=3"
 check "a stalled body times out and resumes" env HF_HUB_DOWNLOAD_TIMEOUT=1 "$TM" run hf://tm-test/tiny-bert/onnx/model.onnx --inputs "$BERT_IN" --out "$work/o"
 check "... right bytes" same_outputs "$work/o" "$work/ref-seqcls"
 fresh_home stall2
-admin "fault?kind=stall_head&count=5&arg=2"
+admin "fault?kind=stall_head&count=4&arg=2"
 expect_fail "a Hub that does not answer" "did not answer in time" env HF_HUB_ETAG_TIMEOUT=1 "$TM" info hf://tm-test/tiny-bert/onnx/model.onnx
 admin clear
 

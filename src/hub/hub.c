@@ -485,15 +485,6 @@ static tm_status fetch_blob(tm_hub_ctx *h, const file_meta *m, const char *path,
     return st;
 }
 
-/* HEAD, once; when that fails and the cache has nothing, a few more times. */
-static void head_with_retries(tm_hub_ctx *h, file_meta *m, tm_http_reply *r, int retry) {
-    for (int attempt = 1;; attempt++) {
-        head_once(h, m, r);
-        if (!retry || !tm_http_transient(r) || attempt == HEAD_ATTEMPTS) return;
-        tm_hub_backoff(attempt);
-    }
-}
-
 static int request_failed(const tm_http_reply *r) {
     return r->failure != TM_HTTP_NO_FAILURE || r->status >= 400;
 }
@@ -525,7 +516,7 @@ static tm_status resolve_online(tm_hub_ctx *h, const char *revision, const char 
         return tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
     }
     tm_http_reply r = {0};
-    head_with_retries(h, &m, &r, 0);
+    head_once(h, &m, &r);
     tm_status st;
     if (request_failed(&r) && cached && cache_may_answer(&r)) {
         note_cache_use(h, path, cached_commit, &r);
@@ -534,7 +525,12 @@ static tm_status resolve_online(tm_hub_ctx *h, const char *revision, const char 
         cached = NULL;
         st = TM_OK;
     } else {
-        if (request_failed(&r) && tm_http_transient(&r)) head_with_retries(h, &m, &r, 1);
+        /* Nothing cached to fall back on: worth a few more tries. */
+        for (int attempt = 1; request_failed(&r) && tm_http_transient(&r) &&
+                              attempt < HEAD_ATTEMPTS; attempt++) {
+            tm_hub_backoff(attempt);
+            head_once(h, &m, &r);
+        }
         st = request_failed(&r) ? request_error(h, revision, path, &r, err)
                                 : read_meta(h, &r, &m, err);
         if (st == TM_OK) st = materialize(h, revision, &m, path, out, commit, err);

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 #include "runtime.h"
+#include "passes.h"
 
 enum { PV_INPUT, PV_CONST, PV_ARENA, PV_ALIAS };
 
@@ -393,9 +394,44 @@ static const tm_tensor *find_static(const tm_plan_options *o, const char *name) 
 /* Turns a finished trace into the plan: all of it, or its prefix up to a graph break
  * (remembering which live value the break needs, so that a run can trace the rest again
  * with that value known). */
+/* Runs the plan-time passes with the plan's roots: graph outputs, or live values. */
+static tm_status optimize(tm_ctx *c, int n_outputs, const tm_oval *outs, const tm_live *live,
+                          tm_error *err) {
+    int n = 0, cap = 16;
+    tm_val *roots = malloc((size_t)cap * sizeof *roots);
+    if (!roots) return tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
+    const tm_oval *ovs = outs ? outs : live->vals;
+    int n_ovs = outs ? n_outputs : live->n;
+    for (int i = 0; i < n_ovs; i++) {
+        int k = ovs[i].kind == TM_OV_TENSOR ? 1 : ovs[i].kind == TM_OV_SEQ ? ovs[i].n : 0;
+        for (int j = 0; j < k; j++) {
+            if (n == cap) {
+                cap *= 2;
+                tm_val *r = realloc(roots, (size_t)cap * sizeof *r);
+                if (!r) {
+                    free(roots);
+                    return tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
+                }
+                roots = r;
+            }
+            roots[n++] = ovs[i].kind == TM_OV_TENSOR ? ovs[i].v : ovs[i].seq[j];
+        }
+    }
+    tm_pass_roots pr = {roots, n};
+    tm_status st = tm__run_passes(c, &pr);
+    free(roots);
+    if (st != TM_OK && !c->err.message[0]) return tm__fail(err, st, "a plan-time pass failed");
+    if (st != TM_OK) tm__error_copy(err, &c->err);
+    return st;
+}
+
 static tm_status finish_trace(tm_plan *p, tm_ctx *c, const tm_interp *ip, tm_status st,
                               const tm_oval *outs, const tm_live *live, int eager_tail,
                               tm_error *err) {
+    if (st == TM_OK || st == TM_ERR_NEEDS_HOST) {
+        tm_status ps = optimize(c, p->n_outputs, st == TM_OK ? outs : NULL, live, err);
+        if (ps != TM_OK) return ps;
+    }
     if (st == TM_ERR_NEEDS_HOST) {
         p->break_at = ip->break_at;
         st = build_plan(p, c, NULL, live, err);

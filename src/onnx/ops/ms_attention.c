@@ -69,7 +69,7 @@ static tm_val bias_term(tm_lower *L, int index, const ms_attn *a) {
                  (long long)a->q_len, (long long)a->total);
         return TM_NONE;
     }
-    return v;
+    return tm_cast(c, v, TM_FLOAT);
 }
 
 static int read_heads(tm_lower *L, int64_t *heads) {
