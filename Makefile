@@ -6,9 +6,9 @@ BUILD ?= build
 OPT ?= -O2 -march=native
 SAN ?=
 CFLAGS ?= $(OPT) -g
-CFLAGS += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -fPIC -pthread -fopenmp $(SAN)
+CFLAGS += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -fPIC -pthread $(SAN)
 CPPFLAGS += -Iinclude -Isrc -I$(BUILD)
-LDLIBS += -ldnnl -lcurl -ljpeg -lpng -ltiff -lwebp -lopenjp2 -lm -pthread -fopenmp
+LDLIBS += -lcurl -ljpeg -lpng -ltiff -lwebp -lopenjp2 -lm -pthread
 LDFLAGS += $(SAN)
 
 LIB_SRC := $(wildcard src/core/*.c src/core/prims/*.c src/onnx/*.c src/onnx/ops/*.c \
@@ -19,7 +19,8 @@ LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/prim_stubs.o
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
-.PHONY: all test demo clean install check-asan check-tsan fuzz fuzz-build fuzz-clean FORCE
+.PHONY: all test demo clean install check-asan check-tsan fuzz fuzz-build fuzz-clean FORCE \
+        gemm-lab
 all: $(BUILD)/libtransmuter.a $(BUILD)/libtransmuter.so $(BUILD)/transmuter $(TEST_BIN) \
      $(BUILD)/transmuter.pc
 
@@ -42,13 +43,18 @@ $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -MF $(@:.o=.d) -c $< -o $@.$$$$.tmp && mv -f $@.$$$$.tmp $@
 
+# The GEMM micro-kernels are the only files built for specific instruction sets; the
+# CPU check at run time (gemm.c) decides whether they are called.
+$(BUILD)/src/backends/cpu/sgemm_avx2.o: CFLAGS += -mavx2 -mfma
+$(BUILD)/src/backends/cpu/sgemm_avx512.o: CFLAGS += -mavx2 -mfma -mavx512f
+
 $(BUILD)/libtransmuter.a: $(LIB_OBJ)
 	rm -f $@.$$$$.tmp && ar rcs $@.$$$$.tmp $^ && mv -f $@.$$$$.tmp $@
 
 $(BUILD)/libtransmuter.so: $(LIB_OBJ)
 	$(CC) -shared $(LDFLAGS) -o $@.$$$$.tmp $^ $(LDLIBS) && mv -f $@.$$$$.tmp $@
 
-$(BUILD)/transmuter: $(BUILD)/tools/transmuter.o $(BUILD)/libtransmuter.a
+$(BUILD)/transmuter: $(BUILD)/tools/transmuter.o $(BUILD)/tools/generate.o $(BUILD)/libtransmuter.a
 	$(CC) $(LDFLAGS) -o $@.$$$$.tmp $^ $(LDLIBS) && mv -f $@.$$$$.tmp $@
 
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libtransmuter.a
@@ -78,6 +84,20 @@ check-asan:
 # Side by side with ONNX Runtime (not a test); see bench/run.py. BENCH_ARGS=--large etc.
 bench: $(BUILD)/transmuter
 	/usr/bin/python3 bench/run.py $(BENCH_ARGS)
+
+# Every shared model against ONNX Runtime, eager and compiled (not a test); writes
+# bench/coverage/RESULTS.md. See bench/coverage/README.md. COVERAGE_ARGS=--debug etc.
+.PHONY: coverage
+coverage: $(BUILD)/transmuter
+	/usr/bin/python3 bench/coverage/run.py --tm $(BUILD)/transmuter $(COVERAGE_ARGS)
+
+# f32 GEMM lab: our tm_sgemm against oneDNN and OpenBLAS (loaded with dlopen when they
+# are installed) and the measured single-core FMA peak. Not part of `all`.
+gemm-lab: $(BUILD)/gemm_lab
+	$(BUILD)/gemm_lab $(GEMM_LAB_ARGS)
+
+$(BUILD)/gemm_lab: bench/gemm_lab.c $(BUILD)/libtransmuter.a
+	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(BUILD)/libtransmuter.a $(LDLIBS) -ldl
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/bin \
@@ -121,4 +141,4 @@ $(FUZZ_BUILD)/fuzz_%: fuzz/fuzz_%.c $(FUZZ_BUILD)/libtransmuter.a
 fuzz-clean:
 	rm -rf $(FUZZ_BUILD) build-tsan
 
--include $(LIB_OBJ:.o=.d) $(BUILD)/tools/transmuter.d
+-include $(LIB_OBJ:.o=.d) $(BUILD)/tools/transmuter.d $(BUILD)/tools/generate.d

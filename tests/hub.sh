@@ -45,7 +45,8 @@ stop_hub() {
     [ -n "$HUB_PID" ] && kill "$HUB_PID" 2>/dev/null && wait "$HUB_PID" 2>/dev/null
     HUB_PID=""
 }
-trap 'stop_hub; rm -rf "$work"' EXIT INT TERM
+trap 'stop_hub; rm -rf "$work"' EXIT
+trap 'exit 1' INT TERM
 
 admin() { python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1]).read()' "$HF_ENDPOINT/_admin/$1"; }
 requests() { wc -l < "$state/requests.log" | tr -d ' '; }
@@ -221,12 +222,12 @@ check "two processes at once both succeed" [ "$(cat "$work/c1.rc")" = 0 -a "$(ca
 check "... with one transfer per file" [ "$(cdn_gets "$EXT_DATA_SHA")" = $((n + 1)) ]
 check "... and right bytes" sh -c "'$TM' compare '$work/c1' '$work/ref-ext' --rtol 0 --atol 0 && '$TM' compare '$work/c2' '$work/ref-ext' --rtol 0 --atol 0"
 
-# ---- Progress bar ------------------------------------------------------------------------------
+# ---- Progress bar (script(1) gives it a terminal; it needs a stdin, even /dev/null) -----------
 fresh_home progress
-script -qec "'$TM' info hf://tm-test/tiny-bert/onnx/model_fp16.onnx" /dev/null > "$work/tty.log" 2>&1
+script -qec "'$TM' info hf://tm-test/tiny-bert/onnx/model_fp16.onnx" /dev/null < /dev/null > "$work/tty.log" 2>&1
 check "progress bar on a terminal" grep -q "model_fp16.onnx 100%.*in" "$work/tty.log"
 fresh_home progress2
-script -qec "'$TM' info hf://tm-test/tiny-bert/onnx/model_fp16.onnx --quiet" /dev/null > "$work/tty.log" 2>&1
+script -qec "'$TM' info hf://tm-test/tiny-bert/onnx/model_fp16.onnx --quiet" /dev/null < /dev/null > "$work/tty.log" 2>&1
 check "--quiet: no bar" sh -c "grep -q 'model: hf://' '$work/tty.log' && ! grep -q '100%' '$work/tty.log'"
 "$TM" info hf://tm-test/tiny-bert/onnx/model_q4.onnx > "$work/pipe.log" 2>&1
 check "not a terminal: no bar" sh -c "! grep -q '%' '$work/pipe.log'"

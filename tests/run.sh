@@ -41,6 +41,7 @@ suite onnx-backend "$TM" test-onnx tests/data/onnx-backend --mode both --quiet \
     --expected-failures tests/expected_failures.txt
 suite tiny-models sh tests/models.sh "$TM" tests/data/tiny
 suite errors sh tests/errors.sh "$TM"
+suite hub sh tests/hub.sh "$TM"
 case "$BUILD" in
     *asan*|*tsan*) echo "valgrind                     skipped: $BUILD is a sanitizer build" ;;
     *) suite valgrind sh tests/valgrind.sh "$TM" ;;

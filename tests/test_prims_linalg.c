@@ -136,6 +136,7 @@ static void test_sgemm_against_reference(void) {
     const size_t cells = (size_t)(ld * ld);
     float *a = malloc(cells * sizeof *a), *b = malloc(cells * sizeof *b);
     float *c1 = malloc(cells * sizeof *c1), *c2 = malloc(cells * sizeof *c2);
+    void *work = malloc(tm_sgemm_scratch(1, 1, m, n, k) + 1);
     for (int64_t i = 0; i < ld * ld; i++) {
         a[i] = (float)random_unit();
         b[i] = (float)random_unit();
@@ -145,7 +146,7 @@ static void test_sgemm_against_reference(void) {
             for (int beta_case = 0; beta_case < 2; beta_case++) {
                 float beta = beta_case ? 0.5f : 0.0f;
                 for (int64_t i = 0; i < ld * ld; i++) c1[i] = c2[i] = beta_case ? 1.0f : NAN;
-                tm_sgemm(trans_a, trans_b, m, n, k, 1.5f, a, ld, b, ld, beta, c1, ld);
+                tm_sgemm(trans_a, trans_b, m, n, k, 1.5f, a, ld, b, ld, beta, c1, ld, work, NULL);
                 tm_sgemm_reference(trans_a, trans_b, m, n, k, 1.5f, a, ld, b, ld, beta, c2, ld);
                 double worst = 0.0;
                 for (int64_t i = 0; i < m; i++)
@@ -165,12 +166,104 @@ static void test_sgemm_against_reference(void) {
             }
     /* k = 0: C = beta * C. */
     c1[0] = 4.0f;
-    tm_sgemm(0, 0, 1, 1, 0, 1.0f, a, 1, b, 1, 0.5f, c1, 1);
+    tm_sgemm(0, 0, 1, 1, 0, 1.0f, a, 1, b, 1, 0.5f, c1, 1, NULL, NULL);
     check(c1[0] == 2.0f, "sgemm k=0 scales C: got %g", c1[0]);
     free(a);
     free(b);
     free(c1);
     free(c2);
+    free(work);
+}
+
+/* The packed path against the reference over shapes that cross every block and tile
+ * boundary, each transpose, padded leading dims, alpha and beta; then the same products
+ * split over a pool of 2 and 3 threads must give bit-identical results. */
+typedef struct sgemm_case {
+    int64_t m, n, k;
+} sgemm_case;
+
+static void test_sgemm_shapes(void) {
+    const sgemm_case cases[] = {
+        {1, 1, 600}, {1, 768, 768}, {2, 70, 33}, {3, 129, 257}, {4, 16, 16}, {5, 17, 9},
+        {6, 16, 256}, {7, 31, 255}, {12, 32, 1}, {13, 33, 2}, {25, 47, 513}, {64, 64, 64},
+        {96, 100, 300}, {97, 65, 129}, {130, 50, 40}, {200, 37, 600}, {9, 4100, 3},
+        {128, 384, 64}, {33, 3, 70}, {40, 1, 50}};
+    tm_pool *pools[2] = {tm_pool_create(2), tm_pool_create(3)};
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        int64_t m = cases[ci].m, n = cases[ci].n, k = cases[ci].k;
+        int64_t pad = 3;   /* leading dims larger than the rows they hold */
+        int64_t cells_a = (m > k ? m : k) * ((m > k ? m : k) + pad);
+        int64_t cells_b = (n > k ? n : k) * ((n > k ? n : k) + pad);
+        int64_t ldc = n + pad, cells_c = m * ldc;
+        float *a = malloc((size_t)cells_a * sizeof *a), *b = malloc((size_t)cells_b * sizeof *b);
+        float *c0 = malloc((size_t)cells_c * sizeof *c0), *c1 = malloc((size_t)cells_c * sizeof *c1);
+        float *c2 = malloc((size_t)cells_c * sizeof *c2);
+        for (int64_t i = 0; i < cells_a; i++) a[i] = (float)random_unit();
+        for (int64_t i = 0; i < cells_b; i++) b[i] = (float)random_unit();
+        for (int variant = 0; variant < 8; variant++) {
+            int trans_a = variant & 1, trans_b = (variant >> 1) & 1, with_beta = variant >> 2;
+            int64_t lda = (trans_a ? m : k) + pad, ldb = (trans_b ? k : n) + pad;
+            float alpha = with_beta ? -0.75f : 1.0f, beta = with_beta ? 0.5f : 0.0f;
+            void *work = malloc(tm_sgemm_scratch(trans_a, trans_b, m, n, k) + 1);
+            for (int64_t i = 0; i < cells_c; i++) {
+                float v = with_beta ? (float)random_unit() : NAN;
+                c0[i] = c1[i] = c2[i] = v;
+            }
+            tm_sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c1, ldc, work, NULL);
+            tm_sgemm_reference(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c0, ldc);
+            double worst = 0.0;
+            int pad_kept = 1;
+            for (int64_t i = 0; i < m; i++) {
+                for (int64_t j = 0; j < n; j++) {
+                    double e = fabs((double)c1[i * ldc + j] - c0[i * ldc + j]);
+                    worst = isnan(e) ? INFINITY : fmax(worst, e / (1.0 + sqrt((double)k)));
+                }
+                for (int64_t j = n; j < ldc; j++)
+                    pad_kept &= memcmp(&c1[i * ldc + j], &c2[i * ldc + j], sizeof(float)) == 0;
+            }
+            check(worst < 1e-5 && pad_kept, "sgemm %lldx%lldx%lld trans %d/%d beta %g: "
+                  "error %g, padding %s", (long long)m, (long long)n, (long long)k, trans_a,
+                  trans_b, beta, worst, pad_kept ? "kept" : "written");
+            for (int pi = 0; pi < 2; pi++) {
+                for (int64_t i = 0; i < cells_c; i++) c0[i] = c2[i];
+                tm_sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c0, ldc, work,
+                         pools[pi]);
+                check(memcmp(c0, c1, (size_t)cells_c * sizeof *c0) == 0,
+                      "sgemm %lldx%lldx%lld trans %d/%d on %d threads differs from 1 thread",
+                      (long long)m, (long long)n, (long long)k, trans_a, trans_b,
+                      tm_pool_threads(pools[pi]));
+            }
+            free(work);
+        }
+        free(a), free(b), free(c0), free(c1), free(c2);
+    }
+    tm_pool_free(pools[0]);
+    tm_pool_free(pools[1]);
+}
+
+/* Every slice of a pool job runs exactly once, also when two threads share the pool. */
+static void count_slice(void *arg, int ith, int nth) {
+    int *seen = arg;
+    __atomic_fetch_add(&seen[ith], 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&seen[8], nth, __ATOMIC_RELAXED);
+}
+
+static void test_pool_runs_every_slice(void) {
+    tm_pool *pool = tm_pool_create(4);
+    int seen[9] = {0};
+    for (int r = 0; r < 1000; r++) tm_pool_run(pool, 0, count_slice, seen);
+    int ok = 1;
+    for (int i = 0; i < 4; i++) ok &= seen[i] == 1000;
+    check(ok && seen[8] == 4 * 4 * 1000 && tm_pool_threads(pool) == 4,
+          "pool: every slice once per job (%d %d %d %d)", seen[0], seen[1], seen[2], seen[3]);
+    memset(seen, 0, sizeof seen);
+    tm_pool_run(pool, 2, count_slice, seen);
+    check(seen[0] == 1 && seen[1] == 1 && seen[2] == 0, "pool: max_threads limits the slices");
+    tm_pool_free(pool);
+    tm_pool_free(NULL);
+    memset(seen, 0, sizeof seen);
+    tm_pool_run(NULL, 0, count_slice, seen);
+    check(seen[0] == 1 && seen[8] == 1, "pool: NULL runs the job on the caller");
 }
 
 /* ---- MATMUL -------------------------------------------------------------------------- */
@@ -998,6 +1091,8 @@ static void test_backend_data(void) {
 
 int main(void) {
     test_sgemm_against_reference();
+    test_sgemm_shapes();
+    test_pool_runs_every_slice();
     test_matmul();
     test_matmul_int_wrap();
     test_matmul_errors();
@@ -1008,7 +1103,8 @@ int main(void) {
     test_pool_errors();
     test_trace_shapes();
     test_backend_data();
-    printf("reference kernels: %s\n", tm_use_reference_kernels() ? "on" : "off");
+    printf("reference kernels: %s (sgemm: %s)\n", tm_use_reference_kernels() ? "on" : "off",
+           tm_sgemm_kernel_name());
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }

@@ -17,6 +17,8 @@
 #include "runtime/runtime.h"
 #include "hub/hub.h"
 
+int tm__cmd_generate(int argc, char **argv);   /* tools/generate.c */
+
 static void usage(FILE *f) {
     fprintf(f,
             "usage:\n"
@@ -30,6 +32,8 @@ static void usage(FILE *f) {
             "  transmuter bench MODEL --inputs DIR [--static NAME ...] [--threads N]\n"
             "                 [--repeat N] [--warmup W] [--out DIR]   (prints one JSON line)\n"
             "  transmuter ls hf://OWNER/REPO[@REVISION]   (.onnx files: sizes, variants)\n"
+            "  transmuter generate MODEL --prompt-ids 1,2,3 --max-new N [--eager] [--threads N]\n"
+            "                 (greedy decoding with a merged decoder; ids to stdout)\n"
             "MODEL is a file or hf://OWNER/REPO/PATH[@REVISION], fetched into the Hugging Face\n"
             "cache with a progress bar (--quiet: none) and used from there afterwards.\n"
             "Inputs are read from DIR/NAME.npy or DIR/NAME.pb, outputs written as NAME.npy;\n"
@@ -1083,6 +1087,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "test-onnx")) return cmd_test_onnx(argc - 2, argv + 2);
     if (!strcmp(argv[1], "compare")) return cmd_compare(argc - 2, argv + 2);
     if (!strcmp(argv[1], "bench")) return cmd_bench(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "generate")) return tm__cmd_generate(argc - 2, argv + 2);
     if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
         printf("transmuter %s\n", tm_version());
         return 0;

@@ -242,6 +242,7 @@ tm_status tm_run_kernel(tm_ctx *c, int prim, const tm_args *a, const tm_tensor *
     k.scratch_bytes = scratch;
     k.err = &err;
     k.threads = c->threads;
+    k.pool = c->pool;
     if (scratch && !k.scratch)
         return tm_ctx_fail(c, TM_ERR_NO_MEMORY, "cannot allocate %zu bytes of scratch", scratch);
     tm_status s = tm_prims[prim].kernel(&k);

@@ -68,6 +68,7 @@ typedef struct tm_kcall {
     size_t scratch_bytes;
     tm_error *err;
     int threads;
+    struct tm_pool *pool;  /* intra-op threads (backends/cpu/pool.h); NULL: this thread only */
 } tm_kcall;
 
 typedef struct tm_ctx tm_ctx;
@@ -114,6 +115,7 @@ struct tm_ctx {
     const char *where;    /* current ONNX node, for errors and recorded nodes */
     char where_node[128], where_op[64];
     int threads;
+    struct tm_pool *pool; /* eager kernels' thread pool (the model's), or NULL */
     tm_dtype compute_type;/* TM_UNDEFINED or TM_FLOAT (see tm_load_options) */
     void *scratch;        /* eager kernels' scratch, grown as needed */
     size_t scratch_cap;

@@ -103,18 +103,19 @@ static char *parse_string(parser *ps) {
     if (q >= ps->end) return NULL;
     char *s = malloc((size_t)(q - ps->p) + 1);
     size_t len = 0;
-    while (s && ps->p < ps->end && *ps->p != '"') {
+    int ok = s != NULL;
+    while (ok && ps->p < ps->end && *ps->p != '"') {
         unsigned char c = (unsigned char)*ps->p;
-        if (c < 0x20) break;
         if (c == '\\') {
             ps->p++;
-            if (!escape(ps, s, &len)) break;
+            ok = escape(ps, s, &len);
             continue;
         }
+        ok = c >= 0x20;               /* control characters must be escaped */
         s[len++] = (char)c;
         ps->p++;
     }
-    if (!s || ps->p >= ps->end || *ps->p != '"') {
+    if (!ok || ps->p >= ps->end || *ps->p != '"') {
         free(s);
         return NULL;
     }

@@ -531,6 +531,10 @@ static tm_status check_functions(checker *k) {
 int tm_onnx_check(tm_onnx_model *m, const char *src, tm_error *err) {
     checker k = {err, src ? src : "<buffer>", m, NULL};
     if (!m || !m->graph) return tm__fail(err, TM_ERR_PARSE, "%s: the model has no graph", k.src);
+    /* Without an imported opset no node has a meaning (ONNX Runtime refuses these too). */
+    if (m->n_opsets == 0)
+        return tm__fail(err, TM_ERR_PARSE, "%s: the model imports no operator set "
+                        "(ModelProto.opset_import is empty)", k.src);
     name_map free_names = {0};
     tm_status st = check_graph(&k, m->graph, 0, &free_names);
     map_free(&free_names);

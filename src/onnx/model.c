@@ -444,6 +444,10 @@ static const char *location_problem(tm_bytes loc) {
         return "contains a NUL byte";
     if (loc.data[0] == '/' || loc.data[0] == '\\')
         return "is absolute";
+    /* ONNX Runtime's marker for weights at a process address: in a file, a pointer forgery. */
+    static const char ORT_MEM[] = "*/_ORT_MEM_ADDR_/*";
+    if (loc.len == sizeof ORT_MEM - 1 && memcmp(loc.data, ORT_MEM, loc.len) == 0)
+        return "is ONNX Runtime's in-memory address marker, which a model file may not use";
     size_t start = 0;
     for (size_t i = 0; i <= loc.len; i++) {
         if (i == loc.len || loc.data[i] == '/' || loc.data[i] == '\\') {

@@ -4,7 +4,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <omp.h>
 #include "runtime.h"
 #include "../onnx/check.h"
 #include "../hub/hub.h"
@@ -27,11 +26,6 @@ void *tm__model_alloc(const tm_model *m, size_t size) {
 }
 
 void tm__model_free_mem(const tm_model *m, void *p) { tm__free(m->opts.allocator, p); }
-
-void tm__apply_threads(const tm_model *m) {
-    if (m->opts.threads > 0 && omp_get_max_threads() != m->opts.threads)
-        omp_set_num_threads(m->opts.threads);
-}
 
 void tm_xval_clear(tm_xval *x) {
     if (!x) return;
@@ -137,6 +131,9 @@ static tm_status finish_load(tm_onnx_model *om, const char *src, const tm_load_o
     }
     if (!m->opts.plan_cache_limit) m->opts.plan_cache_limit = 16;
     pthread_mutex_init(&m->cache_lock, NULL);
+    /* Started once per model, shared by its sessions; without it kernels run on the
+     * caller's thread, so a failure here only costs speed. */
+    m->pool = tm_pool_create(m->opts.threads);
     const tm_graph *g = om->graph;
     m->in_graph_index = calloc((size_t)g->n_inputs + 1, sizeof *m->in_graph_index);
     m->in_desc = calloc((size_t)g->n_inputs + 1, sizeof *m->in_desc);
@@ -194,6 +191,7 @@ void tm_model_free(tm_model *m) {
     if (!m) return;
     tm__plan_cache_clear(m);
     pthread_mutex_destroy(&m->cache_lock);
+    tm_pool_free(m->pool);
     free_descs(m->in_desc, m->n_in);
     free_descs(m->out_desc, m->n_out);
     free(m->in_graph_index);
@@ -394,7 +392,7 @@ tm_status tm__run_eager_x(tm_model *m, int n, const char *const *names, const tm
     tm_ctx c;
     tm_ctx_init(&c, TM_MODE_EAGER, m->opts.allocator);
     c.compute_type = m->opts.compute_type;
-    tm__apply_threads(m);
+    c.pool = m->pool;
     tm_oval *ovals = calloc((size_t)g->n_inputs + 1, sizeof *ovals);
     tm_oval *outs = calloc((size_t)g->n_outputs + 1, sizeof *outs);
     tm_xval *res = calloc((size_t)g->n_outputs + 1, sizeof *res);

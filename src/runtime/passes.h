@@ -23,4 +23,26 @@ tm_status tm__run_passes(tm_ctx *c, const tm_pass_roots *roots);
 /* Number of recorded nodes reading value v (a helper for pattern matching). */
 int tm__pass_uses(const tm_ctx *c, tm_val v);
 
+/* ---- Pattern-matching helpers (passes.c) -------------------------------------------- */
+
+/* Readers of every value: a calloc'ed array of c->n_vals counts (NULL when out of memory). */
+int *tm__pass_use_counts(const tm_ctx *c);
+/* 1 when v is one of the roots. */
+int tm__pass_is_root(const tm_pass_roots *roots, tm_val v);
+/* The recorded node producing v when it is primitive prim, else NULL. */
+const tm_rnode *tm__pass_producer(const tm_ctx *c, tm_val v, int prim);
+/* 1 when v is a known float constant of one element (any rank); its value in *out. */
+int tm__pass_scalar(const tm_ctx *c, tm_val v, double *out);
+/* 1 when v is a known scalar constant within a relative 1e-6 of want. */
+int tm__pass_scalar_is(const tm_ctx *c, tm_val v, double want);
+/* Overwrites node `node` with primitive prim on inputs in[0..nin): runs its shape rule,
+ * checks that output 0 keeps the node's dtype and dims (else leaves the node alone and
+ * returns TM_ERR_SHAPE), makes fresh values for any further outputs. */
+tm_status tm__pass_rewrite(tm_ctx *c, int32_t node, int prim, const tm_val *in, int nin,
+                           const tm_args *a);
+
+/* The passes (one file each in passes/). */
+tm_status tm__pass_layernorm(tm_ctx *c, const tm_pass_roots *roots);
+tm_status tm__pass_gelu(tm_ctx *c, const tm_pass_roots *roots);
+
 #endif

@@ -742,14 +742,14 @@ static void print_profile(const tm_session *s) {
 
 static tm_status run_kernels(tm_session *s, tm_error *err) {
     tm_plan *p = s->plan;
-    tm__apply_threads(p->model);
     if (s->profile) s->profile_runs++;
     for (int k = 0; k < p->n_kernels; k++) {
         const plan_kernel *pk = &p->kernels[k];
         tm_error kerr;
         kerr.message[0] = 0;
         tm_kcall call = {pk->prim, &pk->args, s->kin[k], pk->nin, s->kout[k], pk->nout,
-                         s->scratch, p->scratch_bytes, &kerr, p->model->opts.threads};
+                         s->scratch, p->scratch_bytes, &kerr, p->model->opts.threads,
+                         p->model->pool};
         double t0 = s->profile ? now_s() : 0;
         tm_status st = tm_prims[pk->prim].kernel(&call);
         if (s->profile) s->profile[k] += now_s() - t0;

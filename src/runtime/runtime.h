@@ -7,6 +7,7 @@
 
 #include <pthread.h>
 #include "../onnx/lower.h"
+#include "../backends/cpu/pool.h"
 
 /* An ONNX value crossing the API: a tensor, a sequence of tensors, or none. */
 typedef enum { TM_X_NONE = 0, TM_X_TENSOR = 1, TM_X_SEQUENCE = 2 } tm_xkind;
@@ -35,6 +36,7 @@ struct tm_model {
     char **type_domain, **type_op;
     int *type_count;
     pthread_mutex_t cache_lock;
+    tm_pool *pool;                 /* opts.threads threads for kernels; NULL: one thread */
     tm_plan_cache_entry *cache;    /* most recently used first */
     size_t n_cache;
 };
@@ -56,10 +58,6 @@ tm_status tm__plan_create_x(tm_model *m, int n, const char *const *names,
                             tm_error *err);
 tm_status tm__session_run_x(tm_session *s, int n, const char *const *names,
                             const tm_xval *inputs, tm_xval *outputs, tm_error *err);
-
-/* Sets the calling thread's intra-op thread count (OpenMP, used by oneDNN) from the
- * model's options: an OpenMP setting of the calling thread, not process state. */
-void tm__apply_threads(const tm_model *m);
 
 /* Allocation through the model's allocator. */
 void *tm__model_alloc(const tm_model *m, size_t size);

@@ -543,6 +543,10 @@ tm_status tm__shape_grid_sample(tm_ctx *c, int prim, const tm_args *a,
     dims[0] = x->dims[0];
     dims[1] = x->dims[1];
     for (int d = 0; d < n; d++) dims[2 + d] = g->dims[1 + d];
+    for (int d = 0; d < n; d++)
+        if (x->dims[2 + d] == 0 && tm_numel(x->rank, dims) > 0)
+            return tm_ctx_fail(c, TM_ERR_SHAPE, "grid_sample: x %s has an empty spatial axis "
+                               "to sample from", dims_text(tx, sizeof tx, x->rank, x->dims));
     set_out(out, x->dtype, x->rank, dims);
     *scratch = 0;
     return TM_OK;
@@ -678,6 +682,9 @@ static tm_status roi_shape(tm_ctx *c, const char *name, const tm_vinfo *x, const
     if (out_h < 1 || out_w < 1)
         return tm_ctx_fail(c, TM_ERR_SHAPE, "%s: the output bins %lld x %lld must be at least "
                            "1 x 1", name, (long long)out_h, (long long)out_w);
+    if ((x->dims[2] < 1 || x->dims[3] < 1) && rois->dims[0] > 0 && x->dims[1] > 0)
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "%s: x %s has no pixels to pool", name,
+                           dims_text(tx, sizeof tx, x->rank, x->dims));
     int64_t dims[4] = {rois->dims[0], x->dims[1], out_h, out_w};
     set_out(out, x->dtype, 4, dims);
     return TM_OK;

@@ -1,5 +1,5 @@
 /* Matrix products, convolutions and pooling (rows in linalg.def): their shape rules and
- * CPU kernels. Float32 runs through tm_sgemm (oneDNN, or its reference); every other
+ * CPU kernels. Float32 runs through tm_sgemm (packed, threaded over kc->pool); every other
  * dtype through plain loops that accumulate in double or in 64-bit integers.
  * Not the ONNX side: auto_pad, output_shape, MatMulInteger and 1-D matmul operands are
  * turned into these primitives' explicit arguments by the lowerings. */
@@ -115,12 +115,14 @@ tm_status tm__shape_matmul(tm_ctx *c, int prim, const tm_args *a, const tm_vinfo
     out->dims[r - 2] = m;
     out->dims[r - 1] = n;
     *scratch = 0;
+    int64_t rows = m;
+    if (matmul_folds_batch(r, y->dims)) rows = tm_numel(r - 2, x->dims) * m;
     if (x->dtype == TM_FLOAT16 || x->dtype == TM_BFLOAT16) {
-        /* f32 copies of one product's a, b and c. */
-        int64_t rows = m;
-        if (matmul_folds_batch(r, y->dims)) rows = tm_numel(r - 2, x->dims) * m;
+        /* f32 copies of one product's a, b and c, then the GEMM's packing space. */
         *scratch = (size_t)(rows * k + k * n + rows * n) * sizeof(float);
     }
+    if (x->dtype == TM_FLOAT || x->dtype == TM_FLOAT16 || x->dtype == TM_BFLOAT16)
+        *scratch += tm_sgemm_scratch(0, 0, rows, n, k);
     return TM_OK;
 }
 
@@ -202,22 +204,22 @@ static void f32_to_half(tm_dtype dt, const float *src, uint16_t *dst, int64_t co
 
 /* f16 and bf16 go through f32 copies in scratch and sgemm. */
 static void matmul_half(tm_dtype dt, const uint16_t *a, const uint16_t *b, uint16_t *c,
-                        int64_t m, int64_t n, int64_t k, float *scratch) {
+                        int64_t m, int64_t n, int64_t k, float *scratch, tm_pool *pool) {
     float *a32 = scratch, *b32 = a32 + m * k, *c32 = b32 + k * n;
     half_to_f32(dt, a, a32, m * k);
     half_to_f32(dt, b, b32, k * n);
-    tm_sgemm(0, 0, m, n, k, 1.0f, a32, k, b32, n, 0.0f, c32, n);
+    tm_sgemm(0, 0, m, n, k, 1.0f, a32, k, b32, n, 0.0f, c32, n, c32 + m * n, pool);
     f32_to_half(dt, c32, c, m * n);
 }
 
 /* One product c (m, n) = a (m, k) b (k, n) at element offsets into the tensors. */
 static void matmul_one(tm_dtype dt, const void *a, int64_t off_a, const void *b,
                        int64_t off_b, void *c, int64_t off_c, int64_t m, int64_t n, int64_t k,
-                       void *scratch) {
+                       void *scratch, tm_pool *pool) {
     switch (dt) {
     case TM_FLOAT:
         tm_sgemm(0, 0, m, n, k, 1.0f, (const float *)a + off_a, k, (const float *)b + off_b, n,
-                 0.0f, (float *)c + off_c, n);
+                 0.0f, (float *)c + off_c, n, scratch, pool);
         return;
     case TM_DOUBLE:
         matmul_f64((const double *)a + off_a, (const double *)b + off_b, (double *)c + off_c,
@@ -234,7 +236,7 @@ static void matmul_one(tm_dtype dt, const void *a, int64_t off_a, const void *b,
     case TM_FLOAT16:
     case TM_BFLOAT16:
         matmul_half(dt, (const uint16_t *)a + off_a, (const uint16_t *)b + off_b,
-                    (uint16_t *)c + off_c, m, n, k, scratch);
+                    (uint16_t *)c + off_c, m, n, k, scratch, pool);
         return;
     default:
         matmul_generic(dt, a, off_a, b, off_b, c, off_c, m, n, k);
@@ -267,14 +269,15 @@ tm_status tm__kernel_matmul(const tm_kcall *kc) {
     int64_t batch = tm_numel(r - 2, z->dims);
     if (batch == 0 || m == 0 || n == 0) return TM_OK;
     if (matmul_folds_batch(r, y->dims)) {
-        matmul_one(z->dtype, x->data, 0, y->data, 0, z->data, 0, batch * m, n, k, kc->scratch);
+        matmul_one(z->dtype, x->data, 0, y->data, 0, z->data, 0, batch * m, n, k, kc->scratch,
+                   kc->pool);
         return TM_OK;
     }
     for (int64_t t = 0; t < batch; t++) {
         int64_t off_x, off_y;
         matmul_batch_offsets(x, y, z, t, &off_x, &off_y);
         matmul_one(z->dtype, x->data, off_x, y->data, off_y, z->data, t * m * n, m, n, k,
-                   kc->scratch);
+                   kc->scratch, kc->pool);
     }
     return TM_OK;
 }
@@ -413,6 +416,30 @@ static void conv_gemm_shape(const conv_geom *g, int transpose, int64_t *rows,
     }
 }
 
+/* Bytes of the im2col/col2im tile (0 for pointwise kernels, whose operand is x itself). */
+static size_t conv_col_bytes(const conv_geom *g, int transpose) {
+    if (conv_is_pointwise(g)) return 0;
+    int64_t rows, columns;
+    conv_gemm_shape(g, transpose, &rows, &columns);
+    return (size_t)rows * (size_t)conv_tile(rows, columns) * sizeof(float);
+}
+
+/* tm_sgemm's scratch for the largest product conv_f32_group or its transpose runs. */
+static size_t conv_sgemm_bytes(const conv_geom *g, int transpose) {
+    int64_t rows, columns;
+    conv_gemm_shape(g, transpose, &rows, &columns);
+    int64_t len = conv_is_pointwise(g) ? columns : conv_tile(rows, columns);
+    if (transpose) return tm_sgemm_scratch(1, 0, rows, len, g->in_channels / g->group);
+    return tm_sgemm_scratch(0, 0, g->out_channels / g->group, len, rows);
+}
+
+/* The f32 path's memory: the column tile, then tm_sgemm's scratch; and the threads. */
+typedef struct conv_mem {
+    float *col;
+    void *gemm;
+    tm_pool *pool;
+} conv_mem;
+
 static tm_status conv_shape(tm_ctx *c, int transpose, const tm_args *a,
                             const tm_vinfo *const *in, int nin, tm_vinfo *out, size_t *scratch) {
     const char *name = transpose ? "conv_transpose" : "conv";
@@ -455,6 +482,7 @@ static tm_status conv_shape(tm_ctx *c, int transpose, const tm_args *a,
             return tm_ctx_fail(c, TM_ERR_NO_MEMORY, "%s: scratch size overflows", name);
         *scratch = bytes;
     }
+    if (in[0]->dtype == TM_FLOAT) *scratch += conv_sgemm_bytes(&g, transpose);
     return TM_OK;
 }
 
@@ -553,13 +581,14 @@ static void add_bias_f32(float *y, const float *bias, int64_t channels, int64_t 
 
 /* y (Mg, out) of one image and group = w_g (Mg, rows) . im2col(x_g) (rows, out). */
 static void conv_f32_group(const conv_geom *g, const float *x, const float *w, float *y,
-                           float *col) {
+                           const conv_mem *mem) {
+    float *col = mem->col;
     int64_t out_per_group = g->out_channels / g->group;
     int64_t rows, columns;
     conv_gemm_shape(g, 0, &rows, &columns);
     if (conv_is_pointwise(g)) {
         tm_sgemm(0, 0, out_per_group, columns, rows, 1.0f, w, rows, x, g->in_size, 0.0f, y,
-                 g->out_size);
+                 g->out_size, mem->gemm, mem->pool);
         return;
     }
     int64_t tile = conv_tile(rows, columns);
@@ -568,12 +597,12 @@ static void conv_f32_group(const conv_geom *g, const float *x, const float *w, f
         conv_walk_rows(g, g->out, g->in, g->in_size, g->in_channels / g->group, x, NULL, col,
                        p0, len, 0);
         tm_sgemm(0, 0, out_per_group, len, rows, 1.0f, w, rows, col, len, 0.0f, y + p0,
-                 g->out_size);
+                 g->out_size, mem->gemm, mem->pool);
     }
 }
 
 static void conv_f32(const conv_geom *g, const float *x, const float *w, const float *bias,
-                     float *y, float *col) {
+                     float *y, const conv_mem *mem) {
     int64_t in_per_group = g->in_channels / g->group;
     int64_t out_per_group = g->out_channels / g->group;
     int64_t w_group = out_per_group * in_per_group * g->kernel_size;
@@ -581,7 +610,7 @@ static void conv_f32(const conv_geom *g, const float *x, const float *w, const f
         for (int64_t grp = 0; grp < g->group; grp++) {
             conv_f32_group(g, x + (b * g->in_channels + grp * in_per_group) * g->in_size,
                            w + grp * w_group,
-                           y + (b * g->out_channels + grp * out_per_group) * g->out_size, col);
+                           y + (b * g->out_channels + grp * out_per_group) * g->out_size, mem);
         }
         if (bias) add_bias_f32(y + b * g->out_channels * g->out_size, bias, g->out_channels,
                                g->out_size);
@@ -590,13 +619,14 @@ static void conv_f32(const conv_geom *g, const float *x, const float *w, const f
 
 /* y (Mg, out) of one image and group = col2im(w_g^T (rows, Cg) . x_g (Cg, in)). */
 static void conv_transpose_f32_group(const conv_geom *g, const float *x, const float *w,
-                                     float *y, float *col) {
+                                     float *y, const conv_mem *mem) {
+    float *col = mem->col;
     int64_t in_per_group = g->in_channels / g->group;
     int64_t rows, columns;
     conv_gemm_shape(g, 1, &rows, &columns);
     if (conv_is_pointwise(g)) {
         tm_sgemm(1, 0, rows, columns, in_per_group, 1.0f, w, rows, x, g->in_size, 0.0f, y,
-                 g->out_size);
+                 g->out_size, mem->gemm, mem->pool);
         return;
     }
     int64_t out_per_group = g->out_channels / g->group;
@@ -605,13 +635,13 @@ static void conv_transpose_f32_group(const conv_geom *g, const float *x, const f
     for (int64_t p0 = 0; p0 < columns; p0 += tile) {
         int64_t len = min_i64(tile, columns - p0);
         tm_sgemm(1, 0, rows, len, in_per_group, 1.0f, w, rows, x + p0, g->in_size, 0.0f, col,
-                 len);
+                 len, mem->gemm, mem->pool);
         conv_walk_rows(g, g->in, g->out, g->out_size, out_per_group, NULL, y, col, p0, len, 1);
     }
 }
 
 static void conv_transpose_f32(const conv_geom *g, const float *x, const float *w,
-                               const float *bias, float *y, float *col) {
+                               const float *bias, float *y, const conv_mem *mem) {
     int64_t in_per_group = g->in_channels / g->group;
     int64_t out_per_group = g->out_channels / g->group;
     int64_t w_group = in_per_group * out_per_group * g->kernel_size;
@@ -619,7 +649,7 @@ static void conv_transpose_f32(const conv_geom *g, const float *x, const float *
         for (int64_t grp = 0; grp < g->group; grp++) {
             conv_transpose_f32_group(
                 g, x + (b * g->in_channels + grp * in_per_group) * g->in_size, w + grp * w_group,
-                y + (b * g->out_channels + grp * out_per_group) * g->out_size, col);
+                y + (b * g->out_channels + grp * out_per_group) * g->out_size, mem);
         }
         if (bias) add_bias_f32(y + b * g->out_channels * g->out_size, bias, g->out_channels,
                                g->out_size);
@@ -726,15 +756,14 @@ static tm_status conv_kernel(const tm_kcall *kc, int transpose) {
         conv_direct(&g, transpose, x, w, bias, y);
         return TM_OK;
     }
-    if (!conv_is_pointwise(&g)) {
-        int64_t rows, columns;
-        conv_gemm_shape(&g, transpose, &rows, &columns);
-        if (kc->scratch_bytes < (size_t)(rows * conv_tile(rows, columns)) * sizeof(float))
-            return tm__fail(kc->err, TM_ERR_RUNTIME, "internal: conv scratch too small");
-    }
+    size_t col_bytes = conv_col_bytes(&g, transpose);
+    size_t gemm_bytes = conv_sgemm_bytes(&g, transpose);
+    if (kc->scratch_bytes < col_bytes + gemm_bytes)
+        return tm__fail(kc->err, TM_ERR_RUNTIME, "internal: conv scratch too small");
+    conv_mem mem = {kc->scratch, gemm_bytes ? (char *)kc->scratch + col_bytes : NULL, kc->pool};
     const float *bias_data = bias ? bias->data : NULL;
-    if (transpose) conv_transpose_f32(&g, x->data, w->data, bias_data, y->data, kc->scratch);
-    else conv_f32(&g, x->data, w->data, bias_data, y->data, kc->scratch);
+    if (transpose) conv_transpose_f32(&g, x->data, w->data, bias_data, y->data, &mem);
+    else conv_f32(&g, x->data, w->data, bias_data, y->data, &mem);
     return TM_OK;
 }
 

@@ -4,9 +4,17 @@
  * Not the ONNX lowerings (older Softmax's 2-D coercion, axis normalisation). */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include "../ctx.h"
 #include "../../backends/cpu/gemm.h"
+
+/* x86 fast paths are compiled per function (target attributes) and picked at run time,
+ * so a portable build keeps them and an old CPU never reaches them. */
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#define NN_X86 1
+#include <immintrin.h>
+#endif
 
 /* "(2, 3, 4)" into buf, for error messages. */
 static const char *dims_text(char *buf, size_t cap, int rank, const int64_t *dims) {
@@ -143,6 +151,162 @@ static void softmax_block_f32(const float *x, float *y, int64_t length, int64_t 
         }
 }
 
+#ifdef NN_X86
+/* exp(x) for 8 and 16 lanes: Cephes' expf (a degree-6 polynomial on x - n ln 2), relative
+ * error about 1e-7; 2^n applied as two factors so results down to the subnormals stay
+ * right (inputs are clamped to [-104, 89]: below, exp rounds to 0). NaN stays NaN. */
+#define EXP_LOG2E 1.44269504088896341f
+#define EXP_C1 0.693359375f
+#define EXP_C2 -2.12194440e-4f
+#define EXP_P0 1.9875691500e-4f
+#define EXP_P1 1.3981999507e-3f
+#define EXP_P2 8.3334519073e-3f
+#define EXP_P3 4.1665795894e-2f
+#define EXP_P4 1.6666665459e-1f
+#define EXP_P5 5.0000001201e-1f
+
+__attribute__((target("avx2,fma"))) static inline __m256 exp_avx2(__m256 x) {
+    __m256 c = _mm256_max_ps(x, _mm256_set1_ps(-104.0f));  /* NaN x gives -104 here */
+    c = _mm256_min_ps(c, _mm256_set1_ps(89.0f));
+    __m256 n = _mm256_floor_ps(_mm256_fmadd_ps(c, _mm256_set1_ps(EXP_LOG2E),
+                                               _mm256_set1_ps(0.5f)));
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(EXP_C1), c);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(EXP_C2), r);
+    __m256 p = _mm256_set1_ps(EXP_P0);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_P1));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_P2));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_P3));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_P4));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_P5));
+    p = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    __m256i k = _mm256_cvtps_epi32(n);
+    __m256i half = _mm256_srai_epi32(k, 1);
+    __m256i bias = _mm256_set1_epi32(127);
+    __m256 f1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(half, bias), 23));
+    __m256 f2 = _mm256_castsi256_ps(
+        _mm256_slli_epi32(_mm256_add_epi32(_mm256_sub_epi32(k, half), bias), 23));
+    __m256 y = _mm256_mul_ps(_mm256_mul_ps(p, f1), f2);
+    return _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+}
+
+__attribute__((target("avx512f"))) static inline __m512 exp_avx512(__m512 x) {
+    __m512 c = _mm512_max_ps(x, _mm512_set1_ps(-104.0f));
+    c = _mm512_min_ps(c, _mm512_set1_ps(89.0f));
+    __m512 n = _mm512_roundscale_ps(_mm512_fmadd_ps(c, _mm512_set1_ps(EXP_LOG2E),
+                                                    _mm512_set1_ps(0.5f)),
+                                    _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(EXP_C1), c);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(EXP_C2), r);
+    __m512 p = _mm512_set1_ps(EXP_P0);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_P1));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_P2));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_P3));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_P4));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_P5));
+    p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    __m512i k = _mm512_cvtps_epi32(n);
+    __m512i half = _mm512_srai_epi32(k, 1);
+    __m512i bias = _mm512_set1_epi32(127);
+    __m512 f1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(half, bias), 23));
+    __m512 f2 = _mm512_castsi512_ps(
+        _mm512_slli_epi32(_mm512_add_epi32(_mm512_sub_epi32(k, half), bias), 23));
+    __m512 y = _mm512_mul_ps(_mm512_mul_ps(p, f1), f2);
+    return _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x);
+}
+
+/* One contiguous f32 row as softmax_row_f32, 8 lanes at a time. Sums run in 8 f32
+ * partials (the scalar path has one): no worse rounding. */
+__attribute__((target("avx2,fma")))
+static void softmax_row_avx2(const float *x, float *y, int64_t n, int log_form) {
+    if (n == 0) return;
+    float lanes[8];
+    __m256 vtop = _mm256_set1_ps(-INFINITY);
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) vtop = _mm256_max_ps(_mm256_loadu_ps(x + j), vtop);
+    _mm256_storeu_ps(lanes, vtop);
+    float top = -INFINITY;
+    for (int q = 0; q < 8; q++) top = lanes[q] > top ? lanes[q] : top;
+    for (int64_t t = j; t < n; t++) top = x[t] > top ? x[t] : top;
+    vtop = _mm256_set1_ps(top);
+    __m256 vsum = _mm256_setzero_ps();
+    for (j = 0; j + 8 <= n; j += 8) {
+        __m256 e = exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(x + j), vtop));
+        if (!log_form) _mm256_storeu_ps(y + j, e);
+        vsum = _mm256_add_ps(vsum, e);
+    }
+    if (j < n) {  /* the tail through a buffer padded with -inf (exp gives 0) */
+        for (int q = 0; q < 8; q++) lanes[q] = j + q < n ? x[j + q] : -INFINITY;
+        __m256 e = exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(lanes), vtop));
+        vsum = _mm256_add_ps(vsum, e);  /* padding adds 0, or NaN where the row is NaN */
+        _mm256_storeu_ps(lanes, e);
+        if (!log_form)
+            for (int64_t t = j; t < n; t++) y[t] = lanes[t - j];
+    }
+    _mm256_storeu_ps(lanes, vsum);
+    float sum = 0.0f;
+    for (int q = 0; q < 8; q++) sum += lanes[q];
+    if (log_form) {
+        float log_sum = logf(sum);
+        for (j = 0; j < n; j++) y[j] = (x[j] - top) - log_sum;
+        return;
+    }
+    __m256 scale = _mm256_set1_ps(1.0f / sum);
+    for (j = 0; j + 8 <= n; j += 8) _mm256_storeu_ps(y + j, _mm256_mul_ps(_mm256_loadu_ps(y + j), scale));
+    for (; j < n; j++) y[j] *= 1.0f / sum;
+}
+
+/* The same, 16 lanes at a time; tails through masked loads and stores. */
+__attribute__((target("avx512f")))
+static void softmax_row_avx512(const float *x, float *y, int64_t n, int log_form) {
+    if (n == 0) return;
+    __m512 vtop = _mm512_set1_ps(-INFINITY);
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16) vtop = _mm512_max_ps(_mm512_loadu_ps(x + j), vtop);
+    __mmask16 tail = (__mmask16)((1u << (n - j)) - 1u);
+    if (j < n) vtop = _mm512_mask_max_ps(vtop, tail, _mm512_maskz_loadu_ps(tail, x + j), vtop);
+    float top = _mm512_reduce_max_ps(vtop);
+    vtop = _mm512_set1_ps(top);
+    __m512 vsum = _mm512_setzero_ps();
+    for (j = 0; j + 16 <= n; j += 16) {
+        __m512 e = exp_avx512(_mm512_sub_ps(_mm512_loadu_ps(x + j), vtop));
+        if (!log_form) _mm512_storeu_ps(y + j, e);
+        vsum = _mm512_add_ps(vsum, e);
+    }
+    if (j < n) {
+        __m512 e = exp_avx512(_mm512_sub_ps(_mm512_maskz_loadu_ps(tail, x + j), vtop));
+        if (!log_form) _mm512_mask_storeu_ps(y + j, tail, e);
+        vsum = _mm512_mask_add_ps(vsum, tail, vsum, e);
+    }
+    float sum = _mm512_reduce_add_ps(vsum);
+    if (log_form) {
+        float log_sum = logf(sum);
+        for (j = 0; j < n; j++) y[j] = (x[j] - top) - log_sum;
+        return;
+    }
+    __m512 scale = _mm512_set1_ps(1.0f / sum);
+    for (j = 0; j + 16 <= n; j += 16) _mm512_storeu_ps(y + j, _mm512_mul_ps(_mm512_loadu_ps(y + j), scale));
+    if (j < n)
+        _mm512_mask_storeu_ps(y + j, tail, _mm512_mul_ps(_mm512_maskz_loadu_ps(tail, y + j), scale));
+}
+#endif
+
+typedef void (*softmax_row_fn)(const float *x, float *y, int64_t n, int log_form);
+
+/* The best row kernel this CPU runs (TM_KERNEL_ISA=avx2|scalar forces a lesser one, for
+ * tests and comparisons). */
+static softmax_row_fn softmax_row_pick(void) {
+    softmax_row_fn picked;
+#ifdef NN_X86
+    const char *isa = getenv("TM_KERNEL_ISA");
+    int allow512 = !isa || !strcmp(isa, "avx512"), allow2 = allow512 || !strcmp(isa, "avx2");
+    __builtin_cpu_init();
+    if (allow512 && __builtin_cpu_supports("avx512f")) return picked = softmax_row_avx512;
+    if (allow2 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        return picked = softmax_row_avx2;
+#endif
+    return picked = softmax_row_f32;
+}
+
 /* Any float dtype, one lane at a time in double. */
 static void softmax_lane_generic(const tm_tensor *x, tm_tensor *y, int64_t first,
                                  int64_t length, int64_t inner, int log_form) {
@@ -170,9 +334,10 @@ tm_status tm__kernel_softmax(const tm_kcall *kc) {
     if (x->dtype == TM_FLOAT && !tm_use_reference_kernels()) {
         const float *xs = x->data;
         float *ys = y->data;
+        softmax_row_fn row = inner == 1 ? softmax_row_pick() : softmax_row_f32;
         for (int64_t o = 0; o < outer; o++) {
             int64_t first = o * length * inner;
-            if (inner == 1) softmax_row_f32(xs + first, ys + first, length, log_form);
+            if (inner == 1) row(xs + first, ys + first, length, log_form);
             else softmax_block_f32(xs + first, ys + first, length, inner, log_form, kc->scratch,
                                    (float *)kc->scratch + inner);
         }

@@ -1,8 +1,15 @@
 /* Block-quantized weight primitives (quant.def): MatMulNBits and GatherBlockQuantized,
  * reading packed weights as they sit in the file and dequantizing inside the kernel.
  * Reference kernels; not the int8 activation paths (those are casts + MATMUL). */
+#include <stdlib.h>
 #include <string.h>
 #include "../ctx.h"
+#include "../../backends/cpu/gemm.h" /* tm_use_reference_kernels */
+
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#define QUANT_X86 1
+#include <immintrin.h>
+#endif
 
 static int is_half_or_float(tm_dtype dt) {
     return dt == TM_FLOAT || dt == TM_FLOAT16 || dt == TM_BFLOAT16;
@@ -111,11 +118,130 @@ static tm_status dequant_column(const tm_kcall *k, int64_t n, float *w) {
     return TM_OK;
 }
 
+/* ---- 4-bit fast paths: f32 activations, power-of-two blocks >= 16, K a whole number of
+ * blocks, no g_idx. The weights stay packed: each 16 values (8 bytes) are unpacked with
+ * shifts and masks, converted, scaled (q*s - z*s) and multiplied into up to ROWS rows of
+ * activations at once, so one unpacking serves ROWS rows. */
+#define NBITS_ROWS 4
+
+/* Scale and zero point of block `group` of column n. */
+static void block_params(const tm_kcall *k, int64_t n, int64_t kb, int64_t group, float *scale,
+                         float *zp) {
+    int64_t zp_kind = k->a->i[4];
+    const tm_tensor *S = k->in[2];
+    *scale = S->dtype == TM_FLOAT ? ((const float *)S->data)[n * kb + group]
+                                  : load_f(S->data, S->dtype, (size_t)(n * kb + group));
+    *zp = 8.0f;
+    if (zp_kind == 1)
+        *zp = (float)get_bits((const uint8_t *)k->in[3]->data + n * ((kb * 4 + 7) / 8),
+                              (size_t)group, 4);
+    if (zp_kind == 2) *zp = load_f(k->in[3]->data, k->in[3]->dtype, (size_t)(n * kb + group));
+}
+
+#ifdef QUANT_X86
+/* 8 packed bytes into their 16 4-bit values in order (low nibble first), as bytes. */
+__attribute__((target("avx2,fma"))) static inline __m128i unpack16(const uint8_t *p) {
+    __m128i v = _mm_loadl_epi64((const __m128i *)p);
+    __m128i mask = _mm_set1_epi8(0x0F);
+    __m128i lo = _mm_and_si128(v, mask), hi = _mm_and_si128(_mm_srli_epi16(v, 4), mask);
+    return _mm_unpacklo_epi8(lo, hi);
+}
+
+__attribute__((target("avx2,fma")))
+static void nbits4_avx2(const tm_kcall *k, const float *af, float *y, int64_t M) {
+    int64_t K = k->a->i[0], N = k->a->i[1], bs = k->a->i[3], kb = K / bs, blob = bs / 2;
+    const uint8_t *B = k->in[1]->data;
+    for (int64_t m0 = 0; m0 < M; m0 += NBITS_ROWS) {
+        int rows = M - m0 < NBITS_ROWS ? (int)(M - m0) : NBITS_ROWS;
+        for (int64_t n = 0; n < N; n++) {
+            __m256 acc[NBITS_ROWS];
+            for (int r = 0; r < NBITS_ROWS; r++) acc[r] = _mm256_setzero_ps();
+            const uint8_t *col = B + n * kb * blob;
+            for (int64_t blk = 0; blk < kb; blk++) {
+                float scale, zp;
+                block_params(k, n, kb, blk, &scale, &zp);
+                __m256 vs = _mm256_set1_ps(scale), vzs = _mm256_set1_ps(zp * scale);
+                for (int64_t j = 0; j < bs; j += 16) {
+                    __m128i q = unpack16(col + blk * blob + j / 2);
+                    __m256 w0 = _mm256_fmsub_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(q)), vs, vzs);
+                    __m256 w1 = _mm256_fmsub_ps(
+                        _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(q, 8))), vs, vzs);
+                    const float *a = af + m0 * K + blk * bs + j;
+                    for (int r = 0; r < rows; r++) {
+                        acc[r] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(a + r * K), acc[r]);
+                        acc[r] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(a + r * K + 8), acc[r]);
+                    }
+                }
+            }
+            for (int r = 0; r < rows; r++) {
+                __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc[r]), _mm256_extractf128_ps(acc[r], 1));
+                h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+                h = _mm_add_ss(h, _mm_movehdup_ps(h));
+                y[(m0 + r) * N + n] = _mm_cvtss_f32(h);
+            }
+        }
+    }
+}
+
+__attribute__((target("avx512f,avx2,fma")))
+static void nbits4_avx512(const tm_kcall *k, const float *af, float *y, int64_t M) {
+    int64_t K = k->a->i[0], N = k->a->i[1], bs = k->a->i[3], kb = K / bs, blob = bs / 2;
+    const uint8_t *B = k->in[1]->data;
+    for (int64_t m0 = 0; m0 < M; m0 += NBITS_ROWS) {
+        int rows = M - m0 < NBITS_ROWS ? (int)(M - m0) : NBITS_ROWS;
+        for (int64_t n = 0; n < N; n++) {
+            __m512 acc[NBITS_ROWS];
+            for (int r = 0; r < NBITS_ROWS; r++) acc[r] = _mm512_setzero_ps();
+            const uint8_t *col = B + n * kb * blob;
+            for (int64_t blk = 0; blk < kb; blk++) {
+                float scale, zp;
+                block_params(k, n, kb, blk, &scale, &zp);
+                __m512 vs = _mm512_set1_ps(scale), vzs = _mm512_set1_ps(zp * scale);
+                for (int64_t j = 0; j < bs; j += 16) {
+                    __m128i q = unpack16(col + blk * blob + j / 2);
+                    __m512 w = _mm512_fmsub_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(q)), vs, vzs);
+                    const float *a = af + m0 * K + blk * bs + j;
+                    for (int r = 0; r < rows; r++)
+                        acc[r] = _mm512_fmadd_ps(w, _mm512_loadu_ps(a + r * K), acc[r]);
+                }
+            }
+            for (int r = 0; r < rows; r++) y[(m0 + r) * N + n] = _mm512_reduce_add_ps(acc[r]);
+        }
+    }
+}
+#endif
+
+typedef void (*nbits_fn)(const tm_kcall *k, const float *af, float *y, int64_t M);
+
+/* The fast kernel for this call and CPU, or NULL (TM_KERNEL_ISA=avx2|scalar forces a
+ * lesser one, for tests and comparisons). */
+static nbits_fn nbits_pick(const tm_kcall *k) {
+    const tm_args *a = k->a;
+    int64_t K = a->i[0], bs = a->i[3];
+    if (tm_use_reference_kernels() || k->in[0]->dtype != TM_FLOAT || k->out[0]->dtype != TM_FLOAT ||
+        a->i[2] != 4 || a->i[5] || bs < 16 || (bs & (bs - 1)) || K % bs)
+        return NULL;
+#ifdef QUANT_X86
+    const char *isa = getenv("TM_KERNEL_ISA");
+    int allow512 = !isa || !strcmp(isa, "avx512"), allow2 = allow512 || !strcmp(isa, "avx2");
+    __builtin_cpu_init();
+    if (allow512 && __builtin_cpu_supports("avx512f")) return nbits4_avx512;
+    if (allow2 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        return nbits4_avx2;
+#endif
+    return NULL;
+}
+
 tm_status tm__kernel_matmul_nbits(const tm_kcall *k) {
     const tm_tensor *A = k->in[0];
     tm_tensor *Y = k->out[0];
     int64_t K = k->a->i[0], N = k->a->i[1];
     int64_t M = tm_numel(A->rank, A->dims) / K;
+    nbits_fn fast = nbits_pick(k);
+    if (fast) {
+        fast(k, A->data, Y->data, M);
+        return TM_OK;
+    }
     float *w = k->scratch;
     const float *af = A->data;
     if (A->dtype != TM_FLOAT) {

@@ -217,6 +217,21 @@ static int tiff_on_error(TIFF *t, void *user, const char *module, const char *fm
     return 1;
 }
 
+/* libtiff's RGBA reader premultiplies unassociated alpha; we drop alpha instead, so its
+ * premultiplication table is made the identity. */
+static int tiff_read_rgba(TIFF *t, uint32_t w, uint32_t h, uint32_t *raster, char *why) {
+    TIFFRGBAImage img;
+    char msg[1024];
+    if (!TIFFRGBAImageOK(t, msg) || !TIFFRGBAImageBegin(&img, t, 0, msg)) return fail(why, "%s", msg);
+    img.req_orientation = ORIENTATION_TOPLEFT;
+    if (img.UaToAa)
+        for (int a = 0; a < 256; a++)
+            for (int v = 0; v < 256; v++) img.UaToAa[(a << 8) | v] = (uint8_t)v;
+    int ok = TIFFRGBAImageGet(&img, raster, w, h);
+    TIFFRGBAImageEnd(&img);
+    return ok ? 0 : -1;
+}
+
 static int decode_tiff(const uint8_t *d, size_t n, image *im, char *why) {
     membuf m = {d, n, 0};
     TIFFOpenOptions *opts = TIFFOpenOptionsAlloc();
@@ -235,9 +250,8 @@ static int decode_tiff(const uint8_t *d, size_t n, image *im, char *why) {
     int gray = photometric == PHOTOMETRIC_MINISBLACK || photometric == PHOTOMETRIC_MINISWHITE;
     uint32_t *raster = NULL;
     int rc = image_alloc(im, h, w, gray ? 1 : 3, why);
-    if (!rc && !(raster = malloc((size_t)w * h * sizeof *raster)))
-        rc = fail(why, "out of memory");
-    if (!rc && !TIFFReadRGBAImageOriented(t, w, h, raster, ORIENTATION_TOPLEFT, 0)) rc = -1;
+    if (!rc && !(raster = malloc((size_t)w * h * sizeof *raster))) rc = fail(why, "out of memory");
+    if (!rc) rc = tiff_read_rgba(t, w, h, raster, why);
     for (size_t i = 0; !rc && i < (size_t)w * h; i++) {
         uint8_t *o = im->px + i * im->ch;
         o[0] = (uint8_t)TIFFGetR(raster[i]);
@@ -561,6 +575,12 @@ static int64_t pnm_sample(const uint8_t *d, size_t n, size_t *pos, int kind, int
     return v;
 }
 
+/* v * 255 / maxval rounded half to even, as PIL scales. */
+static int64_t pnm_scale(int64_t v, int64_t maxval) {
+    int64_t q = v * 255 / maxval, r = v * 255 % maxval;
+    return 2 * r > maxval || (2 * r == maxval && (q & 1)) ? q + 1 : q;
+}
+
 static int decode_pnm(const uint8_t *d, size_t n, image *im, char *why) {
     int kind = d[1] - '0';
     size_t pos = 2;
@@ -589,7 +609,7 @@ static int decode_pnm(const uint8_t *d, size_t n, image *im, char *why) {
                 }
                 if (kind == 1 || kind == 4) v = v ? 0 : 255;  /* 1 is black */
                 else if (v > maxval) v = maxval;
-                if (kind != 1 && kind != 4 && maxval != 255) v = (v * 255 + maxval / 2) / maxval;
+                if (kind != 1 && kind != 4 && maxval != 255) v = pnm_scale(v, maxval);
                 im->px[(y * w + x) * ch + c] = (uint8_t)v;
             }
     return 0;

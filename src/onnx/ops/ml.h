@@ -79,20 +79,20 @@ static inline void ml_transform_row(float *v, int64_t n, int post) {
 }
 
 /* One score s made into the two of a binary classifier, out[0] for the negative class:
- * mode 0/1 (weights all positive) [1 - s, s]; mode 2/3 (mixed weights) [-s, s], or the
- * logistic of both under LOGISTIC. Other transforms are not applied, as in ONNX Runtime;
- * PROBIT leaves out[1] alone. Mode < 0 writes s only. */
+ * [logistic(-s), logistic(s)] under LOGISTIC; otherwise mode 0/1 (weights all positive)
+ * [1 - s, s] and mode 2/3 (mixed weights) [-s, s], other transforms not applied, as in
+ * ONNX Runtime. PROBIT writes probit(s) to out[0] only; mode < 0 writes s only. */
 static inline void ml_binary_scores(float s, int post, int mode, float *out) {
     if (post == ML_PROBIT) {
         out[0] = ml_probit(s);
-    } else if (mode == 0 || mode == 1) {
-        out[0] = 1.0f - s;
-        out[1] = s;
-    } else if (mode == 2 || mode == 3) {
-        out[0] = post == ML_LOGISTIC ? ml_logistic(-s) : -s;
-        out[1] = post == ML_LOGISTIC ? ml_logistic(s) : s;
-    } else {
+    } else if (mode < 0) {
         out[0] = s;
+    } else if (post == ML_LOGISTIC) {
+        out[0] = ml_logistic(-s);
+        out[1] = ml_logistic(s);
+    } else {
+        out[0] = mode <= 1 ? 1.0f - s : -s;
+        out[1] = s;
     }
 }
 

@@ -218,7 +218,10 @@ static tm_val initial_state(tm_lower *L, const cell_spec *s, int i, int d) {
     tm_val v = tm_lin(L, i);
     if (v == TM_NONE) return tm_const_fill(c, s->compute, 2, bh, 0.0);
     int64_t dims[3] = {s->dirs, s->batch, s->hidden};
-    if (s->layout) dims[0] = s->batch, dims[1] = s->dirs;
+    if (s->layout) {
+        dims[0] = s->batch;
+        dims[1] = s->dirs;
+    }
     if (check_dims(L, i, v, 3, dims)) return TM_NONE;
     v = tm_slice_axis(c, to_compute(c, s, v), s->layout, d, 1);
     return tm_reshape(c, v, 2, bh);

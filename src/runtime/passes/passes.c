@@ -1,13 +1,16 @@
 /* The list of plan-time passes and their driver (see ../passes.h). Each pass lives in its
  * own file in this folder and is listed here once. */
+#include <math.h>
 #include <stdlib.h>
+#include <string.h>
 #include "../passes.h"
 
 typedef tm_status (*tm_pass_fn)(tm_ctx *c, const tm_pass_roots *roots);
 
 /* Passes, in the order they run. */
 static const tm_pass_fn passes[] = {
-    NULL
+    tm__pass_layernorm,
+    tm__pass_gelu,
 };
 
 int tm__pass_uses(const tm_ctx *c, tm_val v) {
@@ -16,6 +19,86 @@ int tm__pass_uses(const tm_ctx *c, tm_val v) {
         for (int j = 0; j < c->nodes[i].nin; j++)
             if (c->nodes[i].in[j] == v) n++;
     return n;
+}
+
+int *tm__pass_use_counts(const tm_ctx *c) {
+    int *uses = calloc((size_t)c->n_vals + 1, sizeof *uses);
+    if (!uses) return NULL;
+    for (int32_t i = 0; i < c->n_nodes; i++)
+        for (int j = 0; j < c->nodes[i].nin; j++)
+            if (c->nodes[i].in[j] >= 0 && c->nodes[i].in[j] < c->n_vals) uses[c->nodes[i].in[j]]++;
+    return uses;
+}
+
+int tm__pass_is_root(const tm_pass_roots *roots, tm_val v) {
+    for (int i = 0; roots && i < roots->n; i++)
+        if (roots->vals[i] == v) return 1;
+    return 0;
+}
+
+const tm_rnode *tm__pass_producer(const tm_ctx *c, tm_val v, int prim) {
+    if (v < 0 || v >= c->n_vals || c->vals[v].data) return NULL;
+    int32_t p = c->vals[v].producer;
+    if (p < 0 || p >= c->n_nodes || c->nodes[p].prim != prim) return NULL;
+    return &c->nodes[p];
+}
+
+int tm__pass_scalar(const tm_ctx *c, tm_val v, double *out) {
+    if (v < 0 || v >= c->n_vals) return 0;
+    const tm_tensor *t = c->vals[v].data;
+    if (!t || !tm_dtype_is_float(t->dtype) || tm_tensor_numel_(t) != 1) return 0;
+    *out = tm_load_f64(t->data, t->dtype, 0);
+    return 1;
+}
+
+int tm__pass_scalar_is(const tm_ctx *c, tm_val v, double want) {
+    double got;
+    return tm__pass_scalar(c, v, &got) && fabs(got - want) <= 1e-6 * fabs(want);
+}
+
+tm_status tm__pass_rewrite(tm_ctx *c, int32_t node, int prim, const tm_val *in, int nin,
+                           const tm_args *a) {
+    const tm_prim_info *p = &tm_prims[prim];
+    if (nin > 8 || p->nout > 4 || (p->nin >= 0 && p->nin != nin)) return TM_ERR_SHAPE;
+    const tm_vinfo *vin[8];
+    for (int i = 0; i < nin; i++) vin[i] = &c->vals[in[i]];
+    tm_vinfo vout[4];
+    memset(vout, 0, sizeof vout);
+    size_t scratch = 0;
+    /* A rejected candidate is no error: the context's sticky error is put back. */
+    tm_status saved_status = c->status;
+    tm_error saved_err = c->err;
+    tm_status st = p->shape(c, prim, a, vin, nin, vout, p->nout, &scratch);
+    if (st != TM_OK || !tm_ctx_ok(c)) {
+        c->status = saved_status;
+        c->err = saved_err;
+        return TM_ERR_SHAPE;
+    }
+    const tm_vinfo *old = &c->vals[c->nodes[node].out[0]];
+    if (vout[0].dtype != old->dtype || vout[0].rank != old->rank ||
+        memcmp(vout[0].dims, old->dims, (size_t)old->rank * sizeof old->dims[0]))
+        return TM_ERR_SHAPE;
+    tm_val extra[4] = {TM_NONE, TM_NONE, TM_NONE, TM_NONE};
+    for (int i = 1; i < p->nout; i++) {
+        extra[i] = tm_val_symbolic(c, vout[i].dtype, vout[i].rank, vout[i].dims, -1);
+        if (extra[i] == TM_NONE) return c->status;
+    }
+    tm_val *ins = malloc((size_t)(nin ? nin : 1) * sizeof *ins);
+    if (!ins) return TM_ERR_NO_MEMORY;
+    memcpy(ins, in, (size_t)nin * sizeof *ins);
+    tm_rnode *n = &c->nodes[node];
+    free(n->in);
+    n->in = ins;
+    n->nin = nin;
+    n->prim = prim;
+    n->nout = p->nout;
+    n->args = *a;
+    n->scratch = scratch;
+    for (int i = 1; i < p->nout; i++) {
+        n->out[i] = extra[i];
+        c->vals[extra[i]].producer = node;
+    }
+    return TM_OK;
 }
 
 tm_status tm__run_passes(tm_ctx *c, const tm_pass_roots *roots) {

@@ -129,9 +129,9 @@ def raw_initializer(name, dims, raw, dtype=F):
 
 
 def sizes():
-    def one(model, init, n_out=2):
+    def one(model, init):
         save(model, helper.make_graph([helper.make_node("Identity", ["w"], ["y"])], model, [],
-                                      [vec("y", n_out)], initializer=[init]))
+                                      [vec("y", init.dims[0], init.data_type)], initializer=[init]))
     # dims whose product overflows 64 bits
     one("size_overflow", raw_initializer("w", [1 << 40, 1 << 40], b"\0" * 4))
     # 2^20 floats declared, 16 bytes present
@@ -199,6 +199,7 @@ def main():
             make_inputs(path)
         except Exception as e:   # a model the onnx package cannot read: no inputs folder
             print("no inputs for %s: %s" % (os.path.basename(path), e))
+    np.save(os.path.join(HERE, "unsorted.inputs", "x.npy"), np.array([1, -2], dtype=np.float32))
 
 
 if __name__ == "__main__":

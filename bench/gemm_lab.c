@@ -1,0 +1,147 @@
+/* f32 GEMM lab: GFLOP/s of tm_sgemm on one thread (or --threads N) for the shapes that
+ * matter to transformer encoders, next to oneDNN and OpenBLAS when their libraries can be
+ * loaded (dlopen: neither is a build dependency), and the core's measured FMA peak.
+ * Not a test: correctness is tests/test_prims_linalg.c's job (checked loosely here). */
+#include <dlfcn.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "backends/cpu/gemm.h"
+
+typedef int (*dnnl_sgemm_fn)(char, char, int64_t, int64_t, int64_t, float, const float *,
+                             int64_t, const float *, int64_t, float, float *, int64_t);
+typedef void (*cblas_sgemm_fn)(int, int, int, int, int, int, float, const float *, int,
+                               const float *, int, float, float *, int);
+typedef void (*set_threads_fn)(int);
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Peak: independent FMA chains, as many as the FMA units' latency needs. The vector
+ * width follows the compiler's target (-march=native): 8 or 16 floats. */
+#if defined(__AVX512F__)
+#define PEAK_WIDTH 16
+#else
+#define PEAK_WIDTH 8
+#endif
+typedef float vec __attribute__((vector_size(PEAK_WIDTH * 4)));
+
+/* -std=c11 turns floating-point contraction off; the peak needs a * x + y fused. */
+__attribute__((optimize("fp-contract=fast"), noinline))
+static double measure_peak(void) {
+    vec x, y, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11;
+    for (int i = 0; i < PEAK_WIDTH; i++) x[i] = 1.0f - 1e-7f * (float)i, y[i] = 1e-7f;
+    a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = a8 = a9 = a10 = a11 = y;
+    const long iters = 10000000;
+    double best = 0.0;
+    for (int rep = 0; rep < 7; rep++) {
+        double t0 = now_s();
+        for (long it = 0; it < iters; it++) {
+            a0 = a0 * x + y; a1 = a1 * x + y; a2 = a2 * x + y; a3 = a3 * x + y;
+            a4 = a4 * x + y; a5 = a5 * x + y; a6 = a6 * x + y; a7 = a7 * x + y;
+            a8 = a8 * x + y; a9 = a9 * x + y; a10 = a10 * x + y; a11 = a11 * x + y;
+        }
+        double dt = now_s() - t0;
+        double gflops = 2.0 * PEAK_WIDTH * 12 * (double)iters / dt * 1e-9;
+        if (gflops > best) best = gflops;
+    }
+    vec sum = a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7 + a8 + a9 + a10 + a11;
+    volatile float sink = sum[0];
+    (void)sink;
+    return best;
+}
+
+typedef struct shape { int64_t m, n, k; } shape;
+
+static float *random_floats(int64_t n) {
+    float *p = malloc((size_t)n * sizeof *p);
+    for (int64_t i = 0; i < n; i++) p[i] = (float)((i * 2654435761u) % 1000) / 500.0f - 1.0f;
+    return p;
+}
+
+enum { OURS, DNNL, OPENBLAS };
+
+static void call(int which, void *fn, const shape *s, const float *a, const float *b, float *c,
+                 void *scratch, tm_pool *pool) {
+    if (which == OURS)
+        tm_sgemm(0, 0, s->m, s->n, s->k, 1.0f, a, s->k, b, s->n, 0.0f, c, s->n, scratch, pool);
+    else if (which == DNNL)
+        ((dnnl_sgemm_fn)fn)('N', 'N', s->m, s->n, s->k, 1.0f, a, s->k, b, s->n, 0.0f, c, s->n);
+    else  /* CblasRowMajor 101, CblasNoTrans 111 */
+        ((cblas_sgemm_fn)fn)(101, 111, 111, (int)s->m, (int)s->n, (int)s->k, 1.0f, a,
+                             (int)s->k, b, (int)s->n, 0.0f, c, (int)s->n);
+}
+
+/* Best GFLOP/s over several timed batches of calls of about 0.1 s each. */
+static double time_gemm(int which, void *fn, const shape *s, const float *a, const float *b,
+                        float *c, void *scratch, tm_pool *pool) {
+    double flops = 2.0 * (double)s->m * (double)s->n * (double)s->k;
+    int reps = (int)(1e8 / flops) + 1;
+    call(which, fn, s, a, b, c, scratch, pool);
+    double best = 0.0;
+    for (int batch = 0; batch < 7; batch++) {
+        double t0 = now_s();
+        for (int r = 0; r < reps; r++) call(which, fn, s, a, b, c, scratch, pool);
+        double g = flops * reps / (now_s() - t0) * 1e-9;
+        if (g > best) best = g;
+    }
+    return best;
+}
+
+int main(int argc, char **argv) {
+    int threads = 1;
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
+    char nthreads[16];
+    snprintf(nthreads, sizeof nthreads, "%d", threads);
+    setenv("OMP_NUM_THREADS", nthreads, 1);        /* oneDNN's OpenMP, before loading it */
+    setenv("OPENBLAS_NUM_THREADS", nthreads, 1);
+    void *dnnl = dlopen("libdnnl.so.2", RTLD_NOW | RTLD_LOCAL);
+    if (!dnnl) dnnl = dlopen("libdnnl.so", RTLD_NOW | RTLD_LOCAL);
+    void *openblas = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);
+    if (!openblas) openblas = dlopen("libopenblas.so", RTLD_NOW | RTLD_LOCAL);
+    void *fns[3] = {NULL, dnnl ? dlsym(dnnl, "dnnl_sgemm") : NULL,
+                    openblas ? dlsym(openblas, "cblas_sgemm") : NULL};
+    if (openblas) {
+        set_threads_fn set = (set_threads_fn)dlsym(openblas, "openblas_set_num_threads");
+        if (set) set(threads);
+    }
+    tm_pool *pool = tm_pool_create(threads);
+    double peak = measure_peak();
+    printf("tm_sgemm kernel: %s, threads: %d\n", tm_sgemm_kernel_name(), threads);
+    printf("measured single-core FMA peak: %.1f GFLOP/s (%d-wide vectors)\n", peak, PEAK_WIDTH);
+    printf("%-16s %10s %7s %10s %10s\n", "m x n x k", "ours", "%peak", "oneDNN", "OpenBLAS");
+    shape shapes[] = {{512, 512, 512}, {128, 384, 1536}, {128, 1536, 384}, {1, 768, 768},
+                      {32, 768, 2048}, {1024, 384, 1536}, {1024, 1536, 384}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        const shape *s = &shapes[i];
+        float *a = random_floats(s->m * s->k), *b = random_floats(s->k * s->n);
+        float *c = random_floats(s->m * s->n), *want = random_floats(s->m * s->n);
+        void *scratch = malloc(tm_sgemm_scratch(0, 0, s->m, s->n, s->k) + 1);
+        tm_sgemm_reference(0, 0, s->m, s->n, s->k, 1.0f, a, s->k, b, s->n, 0.0f, want, s->n);
+        double g[3] = {0, 0, 0};
+        for (int w = 0; w < 3; w++)
+            if (w == OURS || fns[w]) g[w] = time_gemm(w, fns[w], s, a, b, c, scratch, pool);
+        call(OURS, NULL, s, a, b, c, scratch, pool);
+        double worst = 0.0;
+        for (int64_t j = 0; j < s->m * s->n; j++) worst = fmax(worst, fabs(c[j] - want[j]));
+        char name[48], col[2][16];
+        snprintf(name, sizeof name, "%lldx%lldx%lld", (long long)s->m, (long long)s->n,
+                 (long long)s->k);
+        for (int w = 1; w < 3; w++) {
+            if (fns[w]) snprintf(col[w - 1], sizeof col[0], "%.1f", g[w]);
+            else snprintf(col[w - 1], sizeof col[0], "n/a");
+        }
+        printf("%-16s %10.1f %6.0f%% %10s %10s%s\n", name, g[OURS],
+               100.0 * g[OURS] / (peak * threads), col[0], col[1],
+               worst > 1e-3 ? "  (WRONG RESULT)" : "");
+        free(a), free(b), free(c), free(want), free(scratch);
+    }
+    tm_pool_free(pool);
+    return 0;
+}

@@ -1,0 +1,33 @@
+/* A thread pool for intra-op parallelism: one per model (tm_load_options.threads), shared
+ * by its sessions and handed to kernels through tm_kcall. Idle workers sleep on a
+ * condition variable after a short bounded spin. Not a task queue: one job at a time. */
+#ifndef TM_BACKENDS_CPU_POOL_H
+#define TM_BACKENDS_CPU_POOL_H
+
+typedef struct tm_pool tm_pool;
+
+/* One slice of a job: fn(arg, ith, nth) must do the ith of nth independent parts. */
+typedef void (*tm_pool_fn)(void *arg, int ith, int nth);
+
+/* A pool of `threads` threads in all, the caller of tm_pool_run included (so threads - 1
+ * workers are started); threads <= 0 means the number of online CPUs. Returns NULL when
+ * threads resolve to 1 or on failure: every function here accepts a NULL pool and then
+ * runs the job on the calling thread. */
+tm_pool *tm_pool_create(int threads);
+void tm_pool_free(tm_pool *p);              /* joins the workers; NULL is a no-op */
+
+/* Threads in the pool (1 for NULL). */
+int tm_pool_threads(const tm_pool *p);
+
+/* Runs fn(arg, ith, nth) for ith in [0, nth) and returns when all are done; nth is
+ * min(max_threads, tm_pool_threads(p)) (max_threads <= 0: all). The calling thread does
+ * slice 0. If another thread is running a job on this pool (two sessions of one model at
+ * once), the slices run one after another on the calling thread instead: the caller never
+ * waits for someone else's job, and the result is the same since slices are independent.
+ * Allocates nothing. */
+void tm_pool_run(tm_pool *p, int max_threads, tm_pool_fn fn, void *arg);
+
+/* The number of online CPUs (at least 1). */
+int tm_pool_online_cpus(void);
+
+#endif

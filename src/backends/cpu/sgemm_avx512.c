@@ -1,0 +1,143 @@
+/* The AVX-512 micro-kernels of tm_sgemm: a 12x32 register tile (24 zmm accumulators, A
+ * broadcast from the packed panel) and a small-m kernel over unpacked operands. Compiled
+ * with -mavx512f (Makefile), used only when the CPU has it; blocking and packing: gemm.c. */
+#include "gemm.h"
+
+#if defined(__x86_64__) && defined(__AVX512F__)
+#include <immintrin.h>
+
+#define MR 12
+#define NR 32
+
+static inline __mmask16 lane_mask(int count) {
+    return count >= 16 ? (__mmask16)0xffff : count <= 0 ? 0 : (__mmask16)((1u << count) - 1);
+}
+
+/* c = alpha * acc + beta * c on the first nr columns (beta == 0: c not read). */
+static inline void store_row(float *c, __m512 lo, __m512 hi, int nr, __m512 alpha,
+                             float beta) {
+    lo = _mm512_mul_ps(lo, alpha);
+    hi = _mm512_mul_ps(hi, alpha);
+    if (nr == NR) {
+        if (beta != 0.0f) {
+            __m512 vb = _mm512_set1_ps(beta);
+            lo = _mm512_fmadd_ps(vb, _mm512_loadu_ps(c), lo);
+            hi = _mm512_fmadd_ps(vb, _mm512_loadu_ps(c + 16), hi);
+        }
+        _mm512_storeu_ps(c, lo);
+        _mm512_storeu_ps(c + 16, hi);
+        return;
+    }
+    __mmask16 m0 = lane_mask(nr), m1 = lane_mask(nr - 16);
+    if (beta != 0.0f) {
+        __m512 vb = _mm512_set1_ps(beta);
+        lo = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m0, c), lo);
+        hi = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m1, c + 16), hi);
+    }
+    _mm512_mask_storeu_ps(c, m0, lo);
+    _mm512_mask_storeu_ps(c + 16, m1, hi);
+}
+
+static void tile_12x32(int64_t k, const float *a, const float *b, float *c, int64_t ldc,
+                       int mr, int nr, float alpha, float beta) {
+    __m512 acc[MR][2];
+#pragma GCC unroll 12
+    for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+#pragma GCC unroll 2
+    for (int64_t p = 0; p < k; p++) {
+        __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
+#pragma GCC unroll 12
+        for (int i = 0; i < MR; i++) {
+            __m512 x = _mm512_set1_ps(a[i]);
+            acc[i][0] = _mm512_fmadd_ps(x, b0, acc[i][0]);
+            acc[i][1] = _mm512_fmadd_ps(x, b1, acc[i][1]);
+        }
+        a += MR;
+        b += NR;
+    }
+    __m512 va = _mm512_set1_ps(alpha);
+#pragma GCC unroll 12
+    for (int i = 0; i < MR; i++)
+        if (i < mr) store_row(c + i * ldc, acc[i][0], acc[i][1], nr, va, beta);
+}
+
+static inline float finish(float sum, float alpha, float beta, const float *c) {
+    return beta != 0.0f ? alpha * sum + beta * *c : alpha * sum;
+}
+
+/* One row of C, B not transposed: 64 columns at a time in registers, along rows of B;
+ * the last partial block with masks. */
+static void small_row_nn(const float *a, int64_t a_step, int64_t n0, int64_t n1, int64_t k,
+                         float alpha, const float *b, int64_t ldb, float beta, float *c) {
+    for (int64_t j = n0; j < n1; j += 64) {
+        int left = (int)(n1 - j < 64 ? n1 - j : 64);
+        __mmask16 m[4] = {lane_mask(left), lane_mask(left - 16), lane_mask(left - 32),
+                          lane_mask(left - 48)};
+        __m512 s[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                       _mm512_setzero_ps()};
+        const float *bp = b + j;
+        for (int64_t p = 0; p < k; p++, bp += ldb) {
+            __m512 x = _mm512_set1_ps(a[p * a_step]);
+#pragma GCC unroll 4
+            for (int q = 0; q < 4; q++)
+                s[q] = _mm512_fmadd_ps(x, _mm512_maskz_loadu_ps(m[q], bp + 16 * q), s[q]);
+        }
+        float out[64];
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; q++) _mm512_storeu_ps(out + 16 * q, s[q]);
+        for (int t = 0; t < left; t++) c[j + t] = finish(out[t], alpha, beta, c + j + t);
+    }
+}
+
+/* One row of C, B transposed (stored (n, k)): a dot product along k per column. */
+static void small_row_nt(const float *a, int64_t a_step, int64_t n0, int64_t n1, int64_t k,
+                         float alpha, const float *b, int64_t ldb, float beta, float *c) {
+    for (int64_t j = n0; j < n1; j++) {
+        const float *bj = b + j * ldb;
+        float s;
+        if (a_step == 1) {
+            __m512 s0 = _mm512_setzero_ps(), s1 = s0;
+            int64_t p = 0;
+            for (; p + 32 <= k; p += 32) {
+                s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + p), _mm512_loadu_ps(bj + p), s0);
+                s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + p + 16), _mm512_loadu_ps(bj + p + 16),
+                                     s1);
+            }
+            for (; p < k; p += 16) {
+                __mmask16 mk = lane_mask((int)(k - p < 16 ? k - p : 16));
+                s0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, a + p),
+                                     _mm512_maskz_loadu_ps(mk, bj + p), s0);
+            }
+            s = _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+        } else {
+            s = 0.0f;
+            for (int64_t p = 0; p < k; p++) s = __builtin_fmaf(a[p * a_step], bj[p], s);
+        }
+        c[j] = finish(s, alpha, beta, c + j);
+    }
+}
+
+static void small(int trans_a, int trans_b, int64_t m, int64_t n0, int64_t n1, int64_t k,
+                  float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
+                  float beta, float *c, int64_t ldc) {
+    for (int64_t i = 0; i < m; i++) {
+        /* Row i of op(A): along a row of A, or down a column when A is transposed. */
+        const float *row = trans_a ? a + i : a + i * lda;
+        int64_t step = trans_a ? lda : 1;
+        if (trans_b) small_row_nt(row, step, n0, n1, k, alpha, b, ldb, beta, c + i * ldc);
+        else small_row_nn(row, step, n0, n1, k, alpha, b, ldb, beta, c + i * ldc);
+    }
+}
+
+static const tm__sgemm_arch avx512 = {"avx512", MR, NR, 256, 96, 4096, tile_12x32, small};
+
+const tm__sgemm_arch *tm__sgemm_arch_avx512(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") ? &avx512 : 0;
+}
+
+#else
+
+const tm__sgemm_arch *tm__sgemm_arch_avx512(void) { return 0; }
+
+#endif
