@@ -19,8 +19,10 @@ LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/prim_stubs.o
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
-.PHONY: all test demo clean install check-asan check-tsan fuzz fuzz-build fuzz-clean FORCE \
+.PHONY: all test demo bench clean install check-asan check-tsan fuzz fuzz-build fuzz-clean FORCE \
         gemm-lab
+# Keep the test objects: make would otherwise delete them as intermediates.
+.SECONDARY:
 all: $(BUILD)/libtransmuter.a $(BUILD)/libtransmuter.so $(BUILD)/transmuter $(TEST_BIN) \
      $(BUILD)/transmuter.pc
 

@@ -651,7 +651,7 @@ def run_model(model, args, runner):
     if info is None or load_err or crashed:
         # Nothing to feed: record what each runtime says about the file itself.
         row["class"] = info["class"] if info else "-"
-        with tempfile.TemporaryDirectory(dir=CACHE) as made:
+        with tempfile.TemporaryDirectory(prefix="transmuter-coverage-") as made:
             try:
                 if info is not None:
                     make_inputs(info, made, PAST, 1, 0)
@@ -667,7 +667,7 @@ def run_model(model, args, runner):
         return row
     row["class"], row["custom_ops"] = info["class"], info["custom"]
     seed = zlib.crc32(label.encode())
-    work = tempfile.mkdtemp(prefix="cov-", dir=CACHE)
+    work = tempfile.mkdtemp(prefix="transmuter-coverage-")
     try:
         for case, inputs, past in cases_of(model, info, work):
             row["cases"].append(run_case(model, info, case, inputs, past, seed, args, runner, work))

@@ -68,10 +68,42 @@ static tm_val new_val(tm_ctx *c) {
     return c->n_vals++;
 }
 
+/* A float32 copy of a half-precision tensor (compute_type f32). */
+static tm_tensor *widen_half(const tm_tensor *t, const tm_allocator *a) {
+    tm_tensor *w = tm_tensor_alloc(TM_FLOAT, t->rank, t->dims, a);
+    if (!w) return NULL;
+    int64_t n = tm_tensor_numel_(t);
+    for (int64_t i = 0; i < n; i++)
+        ((float *)w->data)[i] = (float)tm_load_f64(t->data, t->dtype, (size_t)i);
+    return w;
+}
+
+static tm_val import_tensor(tm_ctx *c, tm_tensor *t, int borrow, int widen);
+
 tm_val tm_val_tensor(tm_ctx *c, tm_tensor *t, int borrow) {
+    return import_tensor(c, t, borrow, 1);
+}
+
+/* widen: apply compute_type f32 to half-precision data (not to primitive results, whose
+ * dtype their shape rule decided). */
+static tm_val import_tensor(tm_ctx *c, tm_tensor *t, int borrow, int widen) {
     if (!tm_ctx_ok(c) || !t) {
         if (!borrow) tm_tensor_free(t);
         return TM_NONE;
+    }
+    /* compute_type f32: every half-precision value enters as float32 (initializers,
+     * Constant attributes, inputs: the runtime binds graph inputs with compute_type
+     * cleared, so that a plan keeps their declared dtype, then widens them itself). */
+    if (widen && c->compute_type == TM_FLOAT &&
+        (t->dtype == TM_FLOAT16 || t->dtype == TM_BFLOAT16)) {
+        tm_tensor *w = widen_half(t, c->allocator);
+        if (!borrow) tm_tensor_free(t);
+        borrow = 0;
+        if (!w) {
+            tm_ctx_fail(c, TM_ERR_NO_MEMORY, "out of memory widening a constant to float32");
+            return TM_NONE;
+        }
+        t = w;
     }
     /* Kernels read elements through typed pointers: a borrowed buffer that is not aligned
      * to its element size (raw_data inside a protobuf) is copied first. */
@@ -112,6 +144,7 @@ tm_val tm_val_symbolic(tm_ctx *c, tm_dtype dt, int rank, const int64_t *dims, in
 
 tm_val tm_const_fill(tm_ctx *c, tm_dtype dt, int rank, const int64_t *dims, double v) {
     if (!tm_ctx_ok(c)) return TM_NONE;
+    if (c->compute_type == TM_FLOAT && (dt == TM_FLOAT16 || dt == TM_BFLOAT16)) dt = TM_FLOAT;
     tm_tensor *t = tm_tensor_alloc(dt, rank, dims, c->allocator);
     if (!t) {
         tm_ctx_fail(c, TM_ERR_NO_MEMORY, "cannot allocate a constant");
@@ -357,7 +390,7 @@ tm_status tm_prim_n(tm_ctx *c, int prim, const tm_val *in, int nin, const tm_arg
     if (s != TM_OK) goto fail;
     if (tin != tin_small) free(tin);
     for (int i = 0; i < nout; i++) {
-        out[i] = tm_val_tensor(c, tout[i], 0);
+        out[i] = import_tensor(c, tout[i], 0, 0);
         tout[i] = NULL;
         if (out[i] == TM_NONE) {
             for (int j = i + 1; j < nout; j++) tm_tensor_free(tout[j]);

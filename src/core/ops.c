@@ -64,8 +64,25 @@ tm_val tm_where(tm_ctx *c, tm_val cond, tm_val a, tm_val b) {
     return tm_prim(c, TM_P_WHERE, in, 3, NULL);
 }
 
+tm_val tm_cast_exact(tm_ctx *c, tm_val x, tm_dtype to) {
+    if (!tm_ctx_ok(c) || x == TM_NONE) return TM_NONE;
+    if (tm_vdtype(c, x) == to) return x;
+    tm_args a;
+    memset(&a, 0, sizeof a);
+    a.i[0] = to;
+    a.i[1] = 1;
+    return tm_prim(c, TM_P_CAST, &x, 1, &a);
+}
+
+tm_val tm_to_compute_type(tm_ctx *c, tm_val x) {
+    if (!tm_ctx_ok(c) || x == TM_NONE || c->compute_type != TM_FLOAT) return x;
+    return tm_is_half(tm_vdtype(c, x)) ? tm_cast_exact(c, x, TM_FLOAT) : x;
+}
+
 tm_val tm_cast_sat(tm_ctx *c, tm_val x, tm_dtype to, int saturate) {
     if (!tm_ctx_ok(c) || x == TM_NONE) return TM_NONE;
+    /* Half precision runs in f32 when asked (compute_type): casts to it stay f32. */
+    if (c->compute_type == TM_FLOAT && tm_is_half(to)) to = TM_FLOAT;
     if (tm_vdtype(c, x) == to) return x;
     tm_args a;
     memset(&a, 0, sizeof a);

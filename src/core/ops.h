@@ -19,6 +19,12 @@ tm_val tm_div(tm_ctx *c, tm_val a, tm_val b);
 tm_val tm_where(tm_ctx *c, tm_val cond, tm_val a, tm_val b);
 tm_val tm_cast(tm_ctx *c, tm_val x, tm_dtype to);
 tm_val tm_cast_sat(tm_ctx *c, tm_val x, tm_dtype to, int saturate);
+/* Casts exactly to `to`, even when the context computes half precision in f32. */
+tm_val tm_cast_exact(tm_ctx *c, tm_val x, tm_dtype to);
+/* With compute_type f32 (tm_load_options), float16/bfloat16 values become float32:
+ * graph inputs and initializers pass through this on entry. Otherwise returns x. */
+tm_val tm_to_compute_type(tm_ctx *c, tm_val x);
+static inline int tm_is_half(tm_dtype dt) { return dt == TM_FLOAT16 || dt == TM_BFLOAT16; }
 /* A scalar of x's dtype, shaped to broadcast against x (rank 0). */
 tm_val tm_scalar_like(tm_ctx *c, tm_val x, double v);
 

@@ -159,7 +159,7 @@ static const tm_oval *scope_lookup(tm_ctx *c, tm_scope *s, const char *name) {
         if (t) {
             tm_oval ov = {0};
             ov.kind = TM_OV_TENSOR;
-            ov.v = tm_val_tensor(c, (tm_tensor *)t, 1);
+            ov.v = tm_to_compute_type(c, tm_val_tensor(c, (tm_tensor *)t, 1));
             if (ov.v == TM_NONE || scope_bind(c, p, name, &ov) != TM_OK) return NULL;
             e = scope_slot(p, name);
             return &e->val;

@@ -293,8 +293,21 @@ static tm_status check_tensor(const tm_value_info *vi, const tm_tensor *t, tm_er
     return TM_OK;
 }
 
+static tm_status bind_inputs(tm_model *m, tm_ctx *c, int n, const char *const *names,
+                             const tm_xval *inputs, tm_oval *ovals, tm_error *err);
+
 tm_status tm__bind_inputs(tm_model *m, tm_ctx *c, int n, const char *const *names,
                           const tm_xval *inputs, tm_oval *ovals, tm_error *err) {
+    /* Inputs keep their declared dtype here; callers widen them (compute_type). */
+    tm_dtype saved = c->compute_type;
+    c->compute_type = TM_UNDEFINED;
+    tm_status st = bind_inputs(m, c, n, names, inputs, ovals, err);
+    c->compute_type = saved;
+    return st;
+}
+
+static tm_status bind_inputs(tm_model *m, tm_ctx *c, int n, const char *const *names,
+                             const tm_xval *inputs, tm_oval *ovals, tm_error *err) {
     const tm_graph *g = m->onnx->graph;
     for (int k = 0; k < n; k++) {
         int gi = -1;
@@ -363,6 +376,25 @@ tm_status tm__export_oval(tm_ctx *c, const tm_oval *ov, tm_xval *out, tm_error *
     return TM_OK;
 }
 
+void tm__inputs_to_compute_type(tm_ctx *c, tm_oval *ovals, int n) {
+    if (c->compute_type != TM_FLOAT) return;
+    for (int i = 0; i < n; i++) {
+        if (ovals[i].kind == TM_OV_TENSOR) ovals[i].v = tm_to_compute_type(c, ovals[i].v);
+        for (int k = 0; ovals[i].kind == TM_OV_SEQ && k < ovals[i].n; k++)
+            ovals[i].seq[k] = tm_to_compute_type(c, ovals[i].seq[k]);
+    }
+}
+
+void tm__restore_output_dtypes(const tm_model *m, tm_ctx *c, tm_oval *outs) {
+    if (c->compute_type != TM_FLOAT) return;
+    const tm_graph *g = m->onnx->graph;
+    for (int i = 0; i < g->n_outputs; i++) {
+        tm_dtype want = (tm_dtype)g->outputs[i].type.elem_dtype;
+        if (outs[i].kind != TM_OV_TENSOR || !tm_is_half(want)) continue;
+        outs[i].v = tm_cast_exact(c, outs[i].v, want);
+    }
+}
+
 /* ---- Eager runs -------------------------------------------------------------------- */
 
 typedef struct eager_cb {
@@ -409,7 +441,10 @@ tm_status tm__run_eager_x(tm_model *m, int n, const char *const *names, const tm
             ip.on_node = on_node;
             ip.user = &cb;
         }
+        tm__inputs_to_compute_type(&c, ovals, g->n_inputs);
         st = tm_interp_run(&ip, ovals, outs, NULL);
+        if (st == TM_OK) tm__restore_output_dtypes(m, &c, outs);
+        if (st == TM_OK && !tm_ctx_ok(&c)) st = c.status;
         if (st != TM_OK) tm__error_copy(err, &c.err);
     }
     for (int i = 0; st == TM_OK && i < g->n_outputs; i++)

@@ -500,7 +500,7 @@ static tm_status create(tm_model *m, int n, const char *const *names, const tm_x
             ovals[i].v = tm_val_tensor(&c, copy, 0);
             p->input_static[i] = 1;
         } else {
-            ovals[i].v = tm_val_symbolic(&c, t->dtype, t->rank, t->dims, i);
+            ovals[i].v = tm_to_compute_type(&c, tm_val_symbolic(&c, t->dtype, t->rank, t->dims, i));
         }
     }
     if (!tm_ctx_ok(&c)) {
@@ -531,6 +531,8 @@ static tm_status create(tm_model *m, int n, const char *const *names, const tm_x
         }
     } else {
         st = tm_interp_run(&ip, ovals, outs, &live);
+        if (st == TM_OK) tm__restore_output_dtypes(m, &c, outs);
+        if (st == TM_OK && !tm_ctx_ok(&c)) st = c.status;
     }
     st = finish_trace(p, &c, &ip, st, outs, &live, has_seq || force_break0, err);
     if (st == TM_OK) {
@@ -821,6 +823,8 @@ static tm_status run_eager_tail(tm_session *s, tm_error *err) {
         ip.model = m->onnx;
         ip.start_at = p->break_at;
         st = tm_interp_resume(&ip, &live, outs, NULL);
+        if (st == TM_OK) tm__restore_output_dtypes(m, &c, outs);
+        if (st == TM_OK && !tm_ctx_ok(&c)) st = c.status;
         if (st != TM_OK) tm__error_copy(err, &c.err);
     }
     for (int i = 0; st == TM_OK && i < g->n_outputs; i++)
@@ -894,6 +898,8 @@ static tm_status create_tail(tm_plan *parent, const tm_session *ps, tm_plan **ou
     ip.model = m->onnx;
     ip.start_at = parent->break_at;
     st = tm_interp_resume(&ip, &in, outs, &live);
+    if (st == TM_OK) tm__restore_output_dtypes(m, &c, outs);
+    if (st == TM_OK && !tm_ctx_ok(&c)) st = c.status;
     if (st == TM_ERR_NEEDS_HOST && ip.break_at == parent->break_at) {
         /* The same node still needs a host value it computes itself (inside a
          * subgraph): no progress by tracing, run the rest eagerly. */

@@ -45,6 +45,11 @@ struct tm_model {
  * checking dtypes and ranks against the model's declarations. */
 tm_status tm__bind_inputs(tm_model *m, tm_ctx *c, int n, const char *const *names,
                           const tm_xval *inputs, tm_oval *ovals, tm_error *err);
+/* compute_type f32: graph inputs enter as float32, and outputs declared float16/bfloat16
+ * are cast back to their declared dtype. No-ops otherwise. */
+void tm__inputs_to_compute_type(tm_ctx *c, tm_oval *ovals, int n);
+void tm__restore_output_dtypes(const tm_model *m, tm_ctx *c, tm_oval *outs);
+
 /* Copies an oval of ctx out as an xval the caller owns. */
 tm_status tm__export_oval(tm_ctx *c, const tm_oval *ov, tm_xval *out, tm_error *err);
 

@@ -73,7 +73,11 @@ static void jpeg_on_error(j_common_ptr ci) {
     longjmp(((jpeg_fail_mgr *)ci->err)->jb, 1);
 }
 
-static void jpeg_on_message(j_common_ptr ci) { (void)ci; }
+/* Warnings are quiet, but a truncated stream (which libjpeg pads with gray) fails, as
+ * it does in PIL. */
+static void jpeg_on_message(j_common_ptr ci, int level) {
+    if (level < 0 && ci->err->msg_code == JWRN_JPEG_EOF) jpeg_on_error(ci);
+}
 
 /* Adobe writes inverted CMYK; others plain ink amounts. */
 static void cmyk_to_rgb(const uint8_t *in, uint8_t *out, JDIMENSION w, int inverted) {
@@ -92,9 +96,11 @@ static int decode_jpeg(const uint8_t *d, size_t n, image *im, char *why) {
     uint8_t *volatile row = NULL;
     ci.err = jpeg_std_error(&err.mgr);
     err.mgr.error_exit = jpeg_on_error;
-    err.mgr.output_message = jpeg_on_message;
+    err.mgr.emit_message = jpeg_on_message;
     if (setjmp(err.jb)) {
-        (*ci.err->format_message)((j_common_ptr)&ci, why);
+        char msg[JMSG_LENGTH_MAX];
+        (*ci.err->format_message)((j_common_ptr)&ci, msg);
+        fail(why, "%s", msg);
         jpeg_destroy_decompress(&ci);
         free(row);
         free(im->px);
@@ -674,7 +680,8 @@ static tm_status lower_image_decoder(tm_lower *L) {
     char why[WHY_LEN] = "";
     tm_tensor *y;
     if (decode_any(x->data, (size_t)tm_tensor_numel_(x), &im, why)) {
-        /* The spec asks for an empty image rather than a failure. */
+        /* The spec asks for an empty image rather than a failure; `why` (the decoder's
+         * reason) is left for debuggers, as no channel carries warnings. */
         int64_t dims[3] = {0, 0, gray ? 1 : 3};
         y = tm_tensor_alloc(TM_UINT8, 3, dims, NULL);
     } else {

@@ -140,9 +140,9 @@ static tm_status lower_linear_classifier(tm_lower *L) {
     if (n_coef < 1 || m.classes * m.features != n_coef || (n_bias >= 0 && n_bias != m.classes) ||
         (m.classes > 1 && m.labels.n < m.classes)) {
         free(x);
-        return tm_lfail(L, TM_ERR_INVALID_ARGUMENT, "attributes 'coefficients' (%d), 'intercepts' (%d) "
-                        "and the %d class labels do not fit %lld features", n_coef, n_bias,
-                        m.labels.n, (long long)m.features);
+        return tm_lfail(L, TM_ERR_INVALID_ARGUMENT, "attributes 'coefficients' (%d values), "
+                        "'intercepts' (%d) and the %d class labels do not fit %lld features", n_coef,
+                        n_bias < 0 ? 0 : n_bias, m.labels.n, (long long)m.features);
     }
     if (n_bias < 0) m.bias = NULL;
     int second = m.classes == 1 && m.labels.n == 2;  /* one score becomes two columns */

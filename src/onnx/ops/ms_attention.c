@@ -94,7 +94,47 @@ static tm_val add_bias_part(tm_ctx *c, tm_val x, tm_val bias, int64_t offset, in
 static int read_shared_past(tm_lower *L, int index, int64_t *past) {
     *past = -1;
     if (!tm_lhas(L, index)) return 0;
-    return tm_ms_host_int(L, index, past) || *past < 0 ? -1 : 0;
+    if (tm_ms_host_int(L, index, past)) return -1;
+    if (*past >= 0) return 0;
+    return tm_lfail(L, TM_ERR_INVALID_ARGUMENT, "input %d (past_sequence_length) is %lld",
+                    index, (long long)*past);
+}
+
+/* (2, B, N, T, H): keys and values stacked on a new axis 0. */
+static tm_val stack_kv(tm_ctx *c, tm_val k, tm_val v) {
+    int64_t zero = 0;
+    tm_val parts[2] = {tm_unsqueeze(c, k, &zero, 1), tm_unsqueeze(c, v, &zero, 1)};
+    return tm_concat(c, parts, 2, 0);
+}
+
+/* Attention's past (2, B, N, P, H): keys and values prepended (or written at
+ * past_sequence_length into a shared buffer); present is output 1. Returns the past
+ * length, or -1 on failure. */
+static int64_t attention_cache(tm_lower *L, int64_t shared, int64_t q_len, tm_val *k,
+                               tm_val *v) {
+    tm_ctx *c = tm_lctx(L);
+    tm_val past = tm_lin(L, 4);
+    int64_t past_len = 0;
+    if (past != TM_NONE) {
+        const int64_t *dp = tm_vdims(c, past);
+        if (tm_vrank(c, past) != 5 || dp[0] != 2 || tm_vdims(c, *k)[3] != tm_vdims(c, *v)[3]) {
+            tm_lfail(L, TM_ERR_SHAPE, "input 4 (past) must be (2, B, N, past, H) with equal "
+                     "Q/K and V head sizes");
+            return -1;
+        }
+        int64_t zero = 0;
+        tm_val pk = tm_squeeze(c, tm_slice_axis(c, past, 0, 0, 1), &zero, 1);
+        tm_val pv = tm_squeeze(c, tm_slice_axis(c, past, 0, 1, 1), &zero, 1);
+        past_len = shared >= 0 ? shared : dp[3];
+        *k = ms_cache_update(L, pk, *k, shared, "past");
+        *v = ms_cache_update(L, pv, *v, shared, "past");
+    }
+    if (tm_lwants(L, 1)) tm_lout(L, 1, stack_kv(c, *k, *v));
+    if (past != TM_NONE && shared >= 0) {
+        *k = tm_slice_axis(c, *k, 2, 0, past_len + q_len);
+        *v = tm_slice_axis(c, *v, 2, 0, past_len + q_len);
+    }
+    return tm_ctx_ok(c) ? past_len : -1;
 }
 
 /* Attention: input (B, S, Din) times weights (Din, D + D + Dv) plus bias gives Q, K, V;
@@ -143,35 +183,8 @@ static tm_status lower_attention(tm_lower *L) {
     tm_val k = ms_split_heads(c, tm_slice_axis(c, qkv, 2, dq, dk), heads);
     tm_val v = ms_split_heads(c, tm_slice_axis(c, qkv, 2, dq + dk, dv), heads);
 
-    int64_t past_len = 0;
-    tm_val past = tm_lin(L, 4);
-    if (past != TM_NONE) {
-        const int64_t *dp = tm_vdims(c, past);
-        if (tm_vrank(c, past) != 5 || dp[0] != 2 || a.head != a.v_head)
-            return tm_lfail(L, TM_ERR_SHAPE, "input 4 (past) must be (2, B, N, past, H) with "
-                            "equal Q/K and V head sizes");
-        int64_t one[1] = {0};
-        tm_val pk = tm_squeeze(c, tm_slice_axis(c, past, 0, 0, 1), one, 1);
-        tm_val pv = tm_squeeze(c, tm_slice_axis(c, past, 0, 1, 1), one, 1);
-        past_len = shared >= 0 ? shared : dp[3];
-        k = ms_cache_update(L, pk, k, shared, "past");
-        v = ms_cache_update(L, pv, v, shared, "past");
-        if (!tm_ctx_ok(c)) return c->status;
-        if (tm_lwants(L, 1)) {
-            int64_t zero = 0;
-            tm_val parts[2] = {tm_unsqueeze(c, k, &zero, 1), tm_unsqueeze(c, v, &zero, 1)};
-            tm_lout(L, 1, tm_concat(c, parts, 2, 0));
-        }
-        if (shared >= 0) {
-            k = tm_slice_axis(c, k, 2, 0, past_len + a.q_len);
-            v = tm_slice_axis(c, v, 2, 0, past_len + a.q_len);
-        }
-    } else if (tm_lwants(L, 1)) {
-        int64_t zero = 0;
-        tm_val parts[2] = {tm_unsqueeze(c, k, &zero, 1), tm_unsqueeze(c, v, &zero, 1)};
-        tm_lout(L, 1, tm_concat(c, parts, 2, 0));
-    }
-    if (!tm_ctx_ok(c)) return c->status;
+    int64_t past_len = attention_cache(L, shared, a.q_len, &k, &v);
+    if (past_len < 0) return c->status;
     a.total = tm_vdims(c, k)[2];
     double filter = tm_attr_f(L, "mask_filter_value", -10000.0f);
     a.additive = ms_plus(c, padding_term(L, 3, &a, past_len, filter), bias_term(L, 5, &a));

@@ -1,9 +1,9 @@
-/* ONNX Runtime's text generation ops for decoder-only (GPT-2 style) subgraphs:
- * GreedySearch and BeamSearch. The decoder subgraph runs once per generated token; the
- * token choice (logits processors, argmax or log-softmax + top-k with a beam scorer) is
- * host code that follows ONNX Runtime's CPU implementation, so every step reads the
- * logits on the host (under trace: a graph break; the node then runs eagerly).
- * Not Sampling (random), nor encoder-decoder (T5/Whisper) generation. */
+/* ONNX Runtime's text generation ops: GreedySearch (decoder-only, GPT-2 style) and
+ * BeamSearch (decoder-only, or encoder-decoder T5 style). The decoder subgraph runs once
+ * per generated token; the token choice (logits processors, argmax or log-softmax + top-k
+ * with a beam scorer) is host code that follows ONNX Runtime's CPU implementation, so
+ * every step reads the logits on the host (under trace: a graph break; the node then runs
+ * eagerly). Not Sampling (random draws), nor Whisper's timestamp logic. */
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
@@ -18,7 +18,11 @@ typedef struct hypothesis {
 typedef struct gen {
     tm_lower *L;
     tm_ctx *c;
-    const tm_graph *init_decoder, *decoder;
+    const tm_graph *init_decoder, *decoder, *encoder;
+    int t5;                                /* model_type 1: encoder-decoder */
+    int64_t enc_seq;                       /* encoder input length (T5) */
+    int first_past;                        /* decoder input index of the first past (T5) */
+    int use_sequence;                      /* T5 decoder takes the whole sequence as input_ids */
     int64_t batch, beams, bb, seq, max_len, min_len, vocab, stride;
     int64_t eos, pad, ngram, num_return;
     float rep_penalty, length_penalty;
@@ -123,14 +127,38 @@ static int host_mask(gen *g, int index, int64_t count, int32_t **out) {
     return ok ? 0 : -1;
 }
 
+/* The T5 decoder's layout: input_ids, then any of encoder_input_ids,
+ * encoder_attention_mask, encoder_hidden_states, then the self-attention pasts (one per
+ * present output) and the cross-attention pasts. */
+static int t5_read(gen *g) {
+    const tm_graph *d = g->decoder, *e = g->encoder;
+    g->first_past = -1;
+    for (int i = 1; i < d->n_inputs && g->first_past < 0; i++)
+        if (!strncmp(d->inputs[i].name, "past", 4)) g->first_past = i;
+    int n_self = d->n_outputs - 1;
+    if (g->first_past < 0 || n_self < 1 || d->n_inputs - g->first_past != 2 * n_self ||
+        e->n_inputs < 2 || e->n_inputs > 3 || e->n_outputs != 2 + 2 * n_self)
+        return tm_lfail(g->L, TM_ERR_SHAPE, "encoder/decoder subgraphs do not have the T5 layout "
+                        "(encoder: ids, mask[, decoder ids] -> logits, hidden states, self and "
+                        "cross presents; decoder: ids, ..., self and cross pasts -> logits, self "
+                        "presents)");
+    const tm_type *t = &d->inputs[0].type;
+    g->use_sequence = !(t->rank == 2 && t->dims[1].value == 1);
+    return 0;
+}
+
 /* Attributes, scalar inputs and subgraphs shared by both searches. The input indices
  * differ: vocab_mask, prefix_vocab_mask, attention_mask. */
 static int gen_read(gen *g, int vocab_mask_index, int prefix_index, int beam) {
     tm_lower *L = g->L;
     tm_ctx *c = g->c;
-    if (tm_attr_i(L, "model_type", 0) != 0)
-        return tm_lfail(L, TM_ERR_UNSUPPORTED, "attribute model_type=%lld: only decoder-only "
-                        "(GPT-2, 0) generation is supported", (long long)tm_attr_i(L, "model_type", 0));
+    int64_t type = tm_attr_i(L, "model_type", 0);
+    if (type != 0 && !(beam && type == 1))
+        return tm_lfail(L, TM_ERR_UNSUPPORTED, "attribute model_type=%lld is not supported (0: "
+                        "decoder-only; 1: encoder-decoder, BeamSearch only)", (long long)type);
+    g->t5 = type == 1;
+    g->encoder = tm_attr_g(L, "encoder");
+    if (g->t5 && !g->encoder) return tm_lfail(L, TM_ERR_PARSE, "attribute encoder is required");
     g->decoder = tm_attr_g(L, "decoder");
     g->init_decoder = tm_attr_g(L, "init_decoder");
     if (!g->decoder) return tm_lfail(L, TM_ERR_PARSE, "attribute decoder is required");
@@ -144,6 +172,11 @@ static int gen_read(gen *g, int vocab_mask_index, int prefix_index, int beam) {
     if (!tm_ctx_ok(c) || tm_ms_check_shape(L, 0, ids, 2, -1)) return -1;
     g->batch = tm_vdims(c, ids)[0];
     g->seq = tm_vdims(c, ids)[1];
+    if (g->t5) {
+        /* Decoding starts from one decoder_start_token_id per row. */
+        g->enc_seq = g->seq;
+        g->seq = 1;
+    }
     if (host_ints(g, 1, &g->max_len, 1, 0) || host_ints(g, 2, &g->min_len, 1, 0)) return -1;
     g->beams = 1;
     g->num_return = 1;
@@ -159,13 +192,14 @@ static int gen_read(gen *g, int vocab_mask_index, int prefix_index, int beam) {
                         (long long)g->num_return);
     g->bb = g->batch * g->beams;
     const tm_graph *d = g->decoder;
-    if (d->n_inputs < 3 || d->n_outputs < 1 || d->n_outputs - 1 != d->n_inputs - 3)
-        return tm_lfail(L, TM_ERR_SHAPE, "decoder subgraph must take input_ids, position_ids, "
-                        "attention_mask and one past per present output");
     g->n_in = d->n_inputs;
     g->vocab = tm_attr_i(L, "vocab_size", -1);
     g->vocab_mask_index = vocab_mask_index;
     g->prefix_index = prefix_index;
+    if (g->t5) return t5_read(g);
+    if (d->n_inputs < 3 || d->n_outputs < 1 || d->n_outputs - 1 != d->n_inputs - 3)
+        return tm_lfail(L, TM_ERR_SHAPE, "decoder subgraph must take input_ids, position_ids, "
+                        "attention_mask and one past per present output");
     return 0;
 }
 
@@ -261,7 +295,8 @@ static int gen_first_feeds(gen *g, int mask_index) {
 /* The last position's logits of each row, as float32 on the host, into g->scores. */
 static int gen_logits(gen *g, tm_val logits) {
     tm_ctx *c = g->c;
-    if (tm_vrank(c, logits) != 3 || tm_vdims(c, logits)[0] != g->bb)
+    int64_t rows = tm_vrank(c, logits) == 3 ? tm_vdims(c, logits)[0] : -1;
+    if (rows != g->bb && rows != g->batch)
         return tm_lfail(g->L, TM_ERR_SHAPE, "decoder logits must be (%lld, length, vocab)",
                         (long long)g->bb);
     const int64_t *d = tm_vdims(c, logits);
@@ -279,8 +314,10 @@ static int gen_logits(gen *g, tm_val logits) {
     const tm_tensor *t = tm_host(c, last);
     if (!t) return -1;
     const float *p = t->data;
+    /* Batch-sized logits (a T5 encoder's first step) serve every beam of their batch. */
     for (int64_t r = 0; r < g->bb; r++)
-        memcpy(g->scores + r * g->vocab, p + r * g->stride, (size_t)g->vocab * sizeof(float));
+        memcpy(g->scores + r * g->vocab, p + (rows == g->bb ? r : r / g->beams) * g->stride,
+               (size_t)g->vocab * sizeof(float));
     drop(g, last);
     return 0;
 }
@@ -604,47 +641,206 @@ static int beam_finalize(gen *g) {
     return tm_ctx_ok(c) ? 0 : -1;
 }
 
+/* One beam step on g->scores (last-position logits): log-softmax, processors, beam
+ * scores added, the optional scores output, the scorer and the sequences. */
+static int beam_step(gen *g, int step) {
+    log_softmax_rows(g->scores, g->bb, g->vocab);
+    process_scores(g, step);
+    for (int64_t r = 0; r < g->bb; r++)
+        for (int64_t k = 0; k < g->vocab; k++) g->scores[r * g->vocab + k] += g->beam_scores[r];
+    if (tm_lwants(g->L, 2)) {
+        size_t per = (size_t)(g->bb * g->vocab);
+        if (!g->step_scores &&
+            !(g->step_scores = calloc(per * (size_t)(g->max_len - g->seq), sizeof(float))))
+            return tm_lfail(g->L, TM_ERR_NO_MEMORY, "out of memory");
+        memcpy(g->step_scores + per * (size_t)(step - 1), g->scores, per * sizeof(float));
+    }
+    if (beam_process(g)) return -1;
+    beam_append(g);
+    return 0;
+}
+
+static int all_done(const gen *g) {
+    for (int64_t b = 0; b < g->batch; b++)
+        if (!g->done[b]) return 0;
+    return 1;
+}
+
+static tm_status lower_gpt_beam_search(gen *g) {
+    tm_lower *L = g->L;
+    tm_oval *out = NULL;
+    int st = gen_first_feeds(g, 9);
+    if (!st && !(out = calloc((size_t)g->decoder->n_outputs + 1, sizeof *out)))
+        st = tm_lfail(L, TM_ERR_NO_MEMORY, "out of memory");
+    for (int step = 1; !st && g->cur_len < g->max_len; step++) {
+        if (gen_step(g, step, out) || beam_step(g, step)) break;
+        if (all_done(g) || g->cur_len >= g->max_len) {
+            for (int i = 1; i < g->decoder->n_outputs; i++) drop(g, out[i].v);
+            break;
+        }
+        st = gen_update(g, out, step);
+    }
+    free(out);
+    return g->c->status;
+}
+
+/* Rows of x (batch-major on axis 0) repeated once per beam. */
+static tm_val expand_beams(gen *g, tm_val x) {
+    if (g->beams == 1 || x == TM_NONE) return x;
+    int32_t *rows = malloc((size_t)g->bb * sizeof *rows);
+    if (!rows) {
+        tm_lfail(g->L, TM_ERR_NO_MEMORY, "out of memory");
+        return TM_NONE;
+    }
+    for (int64_t r = 0; r < g->bb; r++) rows[r] = (int32_t)(r / g->beams);
+    tm_val idx = const_i32(g->c, rows, 1, &g->bb);
+    free(rows);
+    tm_val y = tm_gather(g->c, x, idx, 0);
+    drop(g, idx);
+    return y;
+}
+
+/* T5 encoder run: encoder_input_ids, encoder_attention_mask (0 only on leading pad
+ * tokens, or the caller's mask), decoder_input_ids filled with decoder_start_token_id. */
+static int t5_encode(gen *g, tm_oval *enc_in, tm_oval *enc_out) {
+    tm_ctx *c = g->c;
+    int64_t n = g->batch * g->enc_seq, start = tm_attr_i(g->L, "decoder_start_token_id", -1);
+    if (start < 0)
+        return tm_lfail(g->L, TM_ERR_INVALID_ARGUMENT, "attribute decoder_start_token_id is "
+                        "required for encoder-decoder models");
+    if (tm_lhas(g->L, 10))
+        return tm_lfail(g->L, TM_ERR_UNSUPPORTED, "input 10 (decoder_input_ids) is not "
+                        "supported");
+    int64_t *ids = malloc((size_t)n * sizeof *ids);
+    int32_t *mask = malloc((size_t)n * sizeof *mask), *first = malloc((size_t)g->batch * 4);
+    if (!ids || !mask || !first) {
+        free(ids);
+        free(mask);
+        free(first);
+        return tm_lfail(g->L, TM_ERR_NO_MEMORY, "out of memory");
+    }
+    int st = tm_host_i64(c, tm_lin(g->L, 0), ids, n) == n ? 0 : -1;
+    for (int64_t b = 0; !st && b < g->batch; b++) {
+        int64_t seen = 0;
+        for (int64_t j = 0; j < g->enc_seq; j++) {
+            int lead_pad = ids[b * g->enc_seq + j] == g->pad && seen == 0;
+            mask[b * g->enc_seq + j] = !lead_pad;
+            seen += !lead_pad;
+        }
+        first[b] = (int32_t)start;
+    }
+    int64_t d[2] = {g->batch, g->enc_seq}, d1[2] = {g->batch, 1};
+    tm_val m = TM_NONE;
+    if (!st) m = tm_lhas(g->L, 9) ? tm_cast(c, tm_lin(g->L, 9), TM_INT32) : const_i32(c, mask, 2, d);
+    tm_val feeds[3] = {tm_lin(g->L, 0), m, st ? TM_NONE : const_i32(c, first, 2, d1)};
+    free(ids);
+    free(mask);
+    free(first);
+    if (st || !tm_ctx_ok(c)) return -1;
+    for (int i = 0; i < g->encoder->n_inputs; i++) enc_in[i] = (tm_oval){.kind = TM_OV_TENSOR, .v = feeds[i]};
+    if (g->encoder->n_inputs < 3) drop(g, feeds[2]);
+    for (int64_t r = 0; r < g->bb; r++) g->seqs[r * g->max_len] = (int32_t)start;
+    g->cur_len = 1;
+    if (tm_lower_subgraph(g->L, g->encoder, g->encoder->n_inputs, enc_in, enc_out) != TM_OK) return -1;
+    for (int i = 0; i < g->encoder->n_outputs; i++)
+        if (enc_out[i].kind != TM_OV_TENSOR)
+            return tm_lfail(g->L, TM_ERR_DTYPE, "encoder output %d must be a tensor", i);
+    return gen_logits(g, enc_out[0].v);
+}
+
+/* The decoder's input_ids: the chosen tokens, or the whole sequences so far. */
+static tm_val t5_input_ids(gen *g) {
+    if (!g->use_sequence) {
+        int64_t d[2] = {g->bb, 1};
+        return const_i32(g->c, g->tokens, 2, d);
+    }
+    int32_t *buf = malloc((size_t)(g->bb * g->cur_len) * sizeof *buf);
+    if (!buf) {
+        tm_lfail(g->L, TM_ERR_NO_MEMORY, "out of memory");
+        return TM_NONE;
+    }
+    for (int64_t r = 0; r < g->bb; r++)
+        memcpy(buf + r * g->cur_len, g->seqs + r * g->max_len, (size_t)g->cur_len * sizeof *buf);
+    int64_t d[2] = {g->bb, g->cur_len};
+    tm_val v = const_i32(g->c, buf, 2, d);
+    free(buf);
+    return v;
+}
+
+/* First decoder feeds, by name: encoder inputs and hidden states expanded over beams;
+ * pasts from the encoder's presents (self, then cross), expanded. */
+static int t5_decoder_feeds(gen *g, const tm_oval *enc_in, const tm_oval *enc_out) {
+    const tm_graph *d = g->decoder;
+    set_feed(g, 0, t5_input_ids(g));
+    for (int i = 1; i < d->n_inputs && tm_ctx_ok(g->c); i++) {
+        const char *name = d->inputs[i].name;
+        tm_val src;
+        if (i >= g->first_past) src = enc_out[2 + i - g->first_past].v;
+        else if (!strcmp(name, "encoder_input_ids")) src = enc_in[0].v;
+        else if (!strcmp(name, "encoder_attention_mask")) src = enc_in[1].v;
+        else if (!strcmp(name, "encoder_hidden_states")) src = enc_out[1].v;
+        else return tm_lfail(g->L, TM_ERR_SHAPE, "decoder input %d ('%s') is not a T5 input", i, name);
+        set_feed(g, i, expand_beams(g, src));
+    }
+    return tm_ctx_ok(g->c) ? 0 : -1;
+}
+
+/* Next decoder feeds: new input_ids, self-attention pasts reordered by source beam. */
+static int t5_update(gen *g, tm_oval *out) {
+    tm_ctx *c = g->c;
+    drop(g, g->in[0].v);
+    set_feed(g, 0, t5_input_ids(g));
+    tm_val index = g->beams > 1 ? const_i32(c, g->indices, 1, &g->bb) : TM_NONE;
+    int n_self = g->decoder->n_outputs - 1;
+    for (int k = 0; k < n_self && tm_ctx_ok(c); k++) {
+        int i = g->first_past + k;
+        tm_val present = out[1 + k].v, past = g->in[i].v;
+        if (out[1 + k].kind != TM_OV_TENSOR)
+            return tm_lfail(g->L, TM_ERR_DTYPE, "decoder output %d must be a tensor", 1 + k);
+        set_feed(g, i, index != TM_NONE ? tm_gather(c, present, index, 0) : present);
+        drop(g, past);
+        if (index != TM_NONE) drop(g, present);
+    }
+    drop(g, index);
+    return tm_ctx_ok(c) ? 0 : -1;
+}
+
+static tm_status lower_t5_beam_search(gen *g) {
+    tm_lower *L = g->L;
+    int ne = g->encoder->n_outputs, nd = g->decoder->n_outputs;
+    tm_oval *enc_in = calloc(3, sizeof *enc_in), *enc_out = calloc((size_t)ne, sizeof *enc_out);
+    tm_oval *out = calloc((size_t)nd + 1, sizeof *out);
+    int st = !enc_in || !enc_out || !out ? tm_lfail(L, TM_ERR_NO_MEMORY, "out of memory") : 0;
+    if (!st) st = t5_encode(g, enc_in, enc_out);
+    /* The encoder's logits give the first token, when two or more remain. */
+    if (!st && g->cur_len + 1 < g->max_len) st = beam_step(g, 1) || t5_decoder_feeds(g, enc_in, enc_out);
+    for (int i = 0; enc_out && i < ne; i++) drop(g, enc_out[i].v);
+    for (int step = 2; !st && g->cur_len < g->max_len; step++) {
+        if (gen_step(g, step, out) || beam_step(g, step)) break;
+        if (all_done(g) || g->cur_len >= g->max_len) {
+            for (int i = 1; i < nd; i++) drop(g, out[i].v);
+            break;
+        }
+        st = t5_update(g, out);
+    }
+    free(enc_in);
+    free(enc_out);
+    free(out);
+    return g->c->status;
+}
+
 static tm_status lower_beam_search(tm_lower *L) {
     gen g;
     memset(&g, 0, sizeof g);
     g.L = L;
     g.c = tm_lctx(L);
     g.first = g.c->n_vals;
-    tm_oval *out = NULL;
-    int st = gen_read(&g, 7, 8, 1) || gen_alloc(&g) || beam_alloc(&g) || gen_first_feeds(&g, 9);
-    if (!st && tm_lhas(L, 10))
-        st = tm_lfail(L, TM_ERR_UNSUPPORTED, "input 10 (decoder_input_ids) is for "
-                      "encoder-decoder models, which are not supported");
-    if (!st && !(out = calloc((size_t)g.decoder->n_outputs + 1, sizeof *out)))
-        st = tm_lfail(L, TM_ERR_NO_MEMORY, "out of memory");
-    for (int step = 1; !st && g.cur_len < g.max_len; step++) {
-        if (gen_step(&g, step, out)) break;
-        log_softmax_rows(g.scores, g.bb, g.vocab);
-        process_scores(&g, step);
-        for (int64_t r = 0; r < g.bb; r++)
-            for (int64_t k = 0; k < g.vocab; k++) g.scores[r * g.vocab + k] += g.beam_scores[r];
-        if (tm_lwants(L, 2)) {
-            size_t per = (size_t)(g.bb * g.vocab);
-            if (!g.step_scores && !(g.step_scores = calloc(per * (size_t)(g.max_len - g.seq),
-                                                           sizeof(float)))) {
-                st = tm_lfail(L, TM_ERR_NO_MEMORY, "out of memory");
-                break;
-            }
-            memcpy(g.step_scores + per * (size_t)(step - 1), g.scores, per * sizeof(float));
-        }
-        if ((st = beam_process(&g))) break;
-        beam_append(&g);
-        int all = 1;
-        for (int64_t b = 0; b < g.batch; b++) all &= g.done[b];
-        if (all || g.cur_len >= g.max_len) {
-            for (int i = 1; i < g.decoder->n_outputs; i++) drop(&g, out[i].v);
-            break;
-        }
-        st = gen_update(&g, out, step);
+    if (!gen_read(&g, 7, 8, 1) && !gen_alloc(&g) && !beam_alloc(&g)) {
+        if (g.t5) lower_t5_beam_search(&g);
+        else lower_gpt_beam_search(&g);
+        if (tm_ctx_ok(g.c)) beam_finalize(&g);
     }
-    if (tm_ctx_ok(g.c)) beam_finalize(&g);
     tm_status status = g.c->status;
-    free(out);
     gen_free(&g);
     return status;
 }

@@ -54,7 +54,7 @@ static tm_val match_mean(const matcher *m, tm_val v) {
 
 /* 1/sqrt(mean(d^2) + eps) applied to d: y = DIV(d, SQRT(ADD(mean(POW(d, 2)), eps))) or
  * MUL(d, RECIPROCAL(SQRT(...))). Returns d or TM_NONE; eps in *eps. */
-static tm_val match_normalise(const matcher *m, const tm_rnode *n, double *eps) {
+static tm_val match_normalise(const matcher *m, const tm_rnode *n, double *eps, int *reads) {
     tm_val d = TM_NONE, s = TM_NONE;
     if (n->prim == TM_P_DIV) {
         d = n->in[0];
@@ -85,6 +85,7 @@ static tm_val match_normalise(const matcher *m, const tm_rnode *n, double *eps) 
         const tm_rnode *mul = inner_node(m, sq, TM_P_MUL);
         if (!mul || mul->in[0] != d || mul->in[1] != d) return TM_NONE;
     }
+    *reads = pow ? 2 : 3;  /* how often the pattern reads d */
     const tm_vinfo *di = &m->c->vals[d], *vi = &m->c->vals[var];
     if (di->dtype != TM_FLOAT || vi->dtype != TM_FLOAT) return TM_NONE;
     return d;
@@ -126,14 +127,15 @@ static tm_status try_node(matcher *m, int32_t i) {
     if (!norm) norm = inner_node(m, normed, TM_P_MUL);
     if (!norm) return TM_OK;
     double eps;
-    tm_val d = match_normalise(m, norm, &eps);
+    int reads;
+    tm_val d = match_normalise(m, norm, &eps, &reads);
     if (d == TM_NONE) return TM_OK;
     /* Layer norm when d = x - mean(x) and is read only by the pattern (the square and the
      * division); else RMS norm of d itself. */
     tm_val x = d;
     int rms = 1;
     const tm_rnode *sub = tm__pass_producer(c, d, TM_P_SUB);
-    if (sub && d < m->n_uses && m->uses[d] == 2 && !tm__pass_is_root(m->roots, d) &&
+    if (sub && d < m->n_uses && m->uses[d] == reads && !tm__pass_is_root(m->roots, d) &&
         match_mean(m, sub->in[1]) == sub->in[0]) {
         x = sub->in[0];
         rms = 0;
