@@ -1,12 +1,12 @@
 #!/bin/sh
 # Installs the Debian packages Transmuter needs to build and test, when missing.
-# build-essential: the C compiler and make. libdnnl-dev: oneDNN, our f32/int8 GEMM and
-# convolution (see README). valgrind: the leak check of the test suite.
+# build-essential: the C compiler and make (f32 GEMM and threads are our own: no BLAS,
+# no OpenMP). valgrind: the leak check of the test suite.
 # libcurl4-openssl-dev: hf:// downloads. python3: the fake Hub server of tests/hub.sh.
 # libjpeg62-turbo-dev, libpng-dev, libtiff-dev, libwebp-dev, libopenjp2-7-dev: ImageDecoder.
 set -e
 need=""
-for p in build-essential libdnnl-dev valgrind libcurl4-openssl-dev python3 \
+for p in build-essential valgrind libcurl4-openssl-dev python3 \
     libjpeg62-turbo-dev libpng-dev libtiff-dev libwebp-dev libopenjp2-7-dev; do
     dpkg -s "$p" >/dev/null 2>&1 || need="$need $p"
 done

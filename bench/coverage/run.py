@@ -326,7 +326,7 @@ def make_inputs(info, out_dir, past, unknown, seed):
             shape = [(d if d >= 0 else unknown) if isinstance(d, int) else
                      dim_value(d, v["name"], size, unknown) for d in v["dims"]]
         np.save(os.path.join(out_dir, encode(v["name"]) + ".npy"),
-                np.ascontiguousarray(make_value(v, shape, info, rng, size)))
+                np.array(make_value(v, shape, info, rng, size), order="C"))
 
 
 def cases_of(model, info, work):
@@ -594,6 +594,31 @@ def flatten_if(model, inputs, dst):
     return dst
 
 
+def topological(g):
+    """(index, node) in an order where each node follows its producers, file order kept
+    where the file is already sorted (some test models are not)."""
+    import heapq
+    produced = {o: i for i, n in enumerate(g.node) for o in n.output if o}
+    users = [[] for _ in g.node]
+    waiting = [0] * len(g.node)
+    for i, n in enumerate(g.node):
+        for p in {produced[x] for x in n.input if x in produced and produced[x] != i}:
+            users[p].append(i)
+            waiting[i] += 1
+    ready = [i for i, w in enumerate(waiting) if w == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for u in users[i]:
+            waiting[u] -= 1
+            if waiting[u] == 0:
+                heapq.heappush(ready, u)
+    order += [i for i in range(len(g.node)) if waiting[i] > 0]   # a cycle: file order
+    return [(i, g.node[i]) for i in order]
+
+
 def debug_case(runner, tm, model, refs, info, inputs, work):
     """Walks the main graph in order and names the first node whose output differs between
     ONNX Runtime (--expose all, on the reference copies `refs` that run_case used) and
@@ -620,7 +645,7 @@ def debug_case(runner, tm, model, refs, info, inputs, work):
     pick = lambda kind, o: {o: exposed[kind][0][o]} if exposed[kind] and o in exposed[kind][0] else None
     g = onnx.load(flat, load_external_data=False).graph
     compared = 0
-    for i, n in enumerate(g.node):
+    for i, n in topological(g):
         for o in n.output:
             if not o or o not in ref or o not in ours:
                 continue
