@@ -1,9 +1,10 @@
 /* The intra-op thread pool (see pool.h): workers wait for a job number to change, first
  * with a short spin (back-to-back kernels hand work over without a sleep), then on a
- * condition variable, so an idle model costs no CPU. Not a scheduler: no queue, no stealing. */
-#include <errno.h>
+ * condition variable, so an idle model costs no CPU. Slices of a job are claimed, not assigned,
+ * so a descheduled worker delays nobody. Not a scheduler: one job at a time, no queue. */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <unistd.h>
 #include "pool.h"
@@ -19,17 +20,19 @@ struct tm_pool {
     pthread_mutex_t run_lock;     /* held by the thread whose job is running */
     pthread_mutex_t lock;         /* guards the sleeps below */
     pthread_cond_t wake, done;
-    atomic_uint job;              /* incremented for each job (and to stop) */
-    atomic_int pending;           /* workers that have not finished the current job */
+    /* The job number (high 32 bits) and its next unclaimed slice (low 32): one word, so a
+     * worker that wakes late can only claim a slice of the job it saw, never of the next. */
+    _Atomic uint64_t claim;
+    atomic_int finished;          /* slices of the current job done */
+    atomic_int caller_sleeping;
     atomic_int stop;
-    tm_pool_fn fn;                /* the current job: written before `job` is released */
-    void *arg;
-    int nth;
+    tm_pool_fn fn;                /* the current job: written before `claim` is released, */
+    void *arg;                    /* read only after a slice of it was claimed */
+    atomic_int nth;
 };
 
 typedef struct worker_start {
     tm_pool *pool;
-    int ith;
 } worker_start;
 
 static inline void cpu_relax(void) {
@@ -43,36 +46,57 @@ int tm_pool_online_cpus(void) {
     return n < 1 ? 1 : (int)n;
 }
 
+static unsigned job_of(uint64_t claim) { return (unsigned)(claim >> 32); }
+
 /* Waits until the job number differs from seen; returns the new one. */
 static unsigned wait_for_job(tm_pool *p, unsigned seen) {
     for (int i = 0; i < SPIN_ITERATIONS; i++) {
-        unsigned j = atomic_load_explicit(&p->job, memory_order_acquire);
-        if (j != seen) return j;
+        unsigned j = job_of(atomic_load_explicit(&p->claim, memory_order_acquire));
+        if (j != seen || atomic_load(&p->stop)) return j;
         cpu_relax();
     }
     pthread_mutex_lock(&p->lock);
     unsigned j;
-    while ((j = atomic_load_explicit(&p->job, memory_order_acquire)) == seen)
+    while ((j = job_of(atomic_load_explicit(&p->claim, memory_order_acquire))) == seen &&
+           !atomic_load(&p->stop))
         pthread_cond_wait(&p->wake, &p->lock);
     pthread_mutex_unlock(&p->lock);
     return j;
 }
 
+/* Claims and runs slices of job `job` until none is left. Slices go to whoever asks
+ * first, so a worker the OS has not scheduled yet delays nobody: the caller takes its
+ * share. */
+static void run_slices(tm_pool *p, unsigned job) {
+    for (;;) {
+        uint64_t v = atomic_load_explicit(&p->claim, memory_order_acquire);
+        int nth = atomic_load_explicit(&p->nth, memory_order_relaxed);
+        if (job_of(v) != job || (int)(uint32_t)v >= nth) return;
+        if (!atomic_compare_exchange_weak_explicit(&p->claim, &v, v + 1, memory_order_acq_rel,
+                                                   memory_order_acquire))
+            continue;
+        /* The job cannot end before this slice is counted: fn, arg and nth stay valid. */
+        nth = atomic_load_explicit(&p->nth, memory_order_relaxed);
+        p->fn(p->arg, (int)(uint32_t)v, nth);
+        /* Sequentially consistent with the caller's store to caller_sleeping and its
+         * load of finished: one of the two sides sees the other. */
+        if (atomic_fetch_add(&p->finished, 1) + 1 == nth && atomic_load(&p->caller_sleeping)) {
+            pthread_mutex_lock(&p->lock);
+            pthread_cond_signal(&p->done);
+            pthread_mutex_unlock(&p->lock);
+        }
+    }
+}
+
 static void *worker_main(void *start_arg) {
     worker_start *start = start_arg;
     tm_pool *p = start->pool;
-    int ith = start->ith;
     free(start);
     unsigned seen = 0;
     for (;;) {
         seen = wait_for_job(p, seen);
         if (atomic_load(&p->stop)) return NULL;
-        if (ith < p->nth) p->fn(p->arg, ith, p->nth);
-        if (atomic_fetch_sub_explicit(&p->pending, 1, memory_order_acq_rel) == 1) {
-            pthread_mutex_lock(&p->lock);
-            pthread_cond_signal(&p->done);
-            pthread_mutex_unlock(&p->lock);
-        }
+        run_slices(p, seen);
     }
 }
 
@@ -90,14 +114,15 @@ tm_pool *tm_pool_create(int threads) {
     pthread_mutex_init(&p->lock, NULL);
     pthread_cond_init(&p->wake, NULL);
     pthread_cond_init(&p->done, NULL);
-    atomic_init(&p->job, 0);
-    atomic_init(&p->pending, 0);
+    atomic_init(&p->claim, 0);
+    atomic_init(&p->finished, 0);
+    atomic_init(&p->caller_sleeping, 0);
     atomic_init(&p->stop, 0);
+    atomic_init(&p->nth, 0);
     for (int i = 0; i < threads - 1; i++) {
         worker_start *s = malloc(sizeof *s);
         if (!s) break;
         s->pool = p;
-        s->ith = i + 1;
         if (pthread_create(&p->workers[i], NULL, worker_main, s) != 0) {
             free(s);
             break;
@@ -117,7 +142,6 @@ void tm_pool_free(tm_pool *p) {
     if (!p) return;
     pthread_mutex_lock(&p->lock);
     atomic_store(&p->stop, 1);
-    atomic_fetch_add_explicit(&p->job, 1, memory_order_release);
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->lock);
     for (int i = 0; i < p->n_started; i++) pthread_join(p->workers[i], NULL);
@@ -148,21 +172,24 @@ void tm_pool_run(tm_pool *p, int max_threads, tm_pool_fn fn, void *arg) {
     }
     p->fn = fn;
     p->arg = arg;
-    p->nth = nth;
-    atomic_store_explicit(&p->pending, p->n_started, memory_order_relaxed);
+    atomic_store_explicit(&p->nth, nth, memory_order_relaxed);
+    atomic_store_explicit(&p->finished, 0, memory_order_relaxed);
+    unsigned job = job_of(atomic_load(&p->claim)) + 1;
     pthread_mutex_lock(&p->lock);
-    atomic_fetch_add_explicit(&p->job, 1, memory_order_release);
+    atomic_store_explicit(&p->claim, (uint64_t)job << 32, memory_order_release);
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->lock);
-    fn(arg, 0, nth);
+    run_slices(p, job);
     for (int i = 0; i < SPIN_ITERATIONS; i++) {
-        if (atomic_load_explicit(&p->pending, memory_order_acquire) == 0) break;
+        if (atomic_load_explicit(&p->finished, memory_order_acquire) == nth) break;
         cpu_relax();
     }
-    if (atomic_load_explicit(&p->pending, memory_order_acquire) != 0) {
+    if (atomic_load_explicit(&p->finished, memory_order_acquire) != nth) {
         pthread_mutex_lock(&p->lock);
-        while (atomic_load_explicit(&p->pending, memory_order_acquire) != 0)
+        atomic_store(&p->caller_sleeping, 1);
+        while (atomic_load(&p->finished) != nth)
             pthread_cond_wait(&p->done, &p->lock);
+        atomic_store(&p->caller_sleeping, 0);
         pthread_mutex_unlock(&p->lock);
     }
     pthread_mutex_unlock(&p->run_lock);

@@ -20,8 +20,9 @@ void tm_pool_free(tm_pool *p);              /* joins the workers; NULL is a no-o
 int tm_pool_threads(const tm_pool *p);
 
 /* Runs fn(arg, ith, nth) for ith in [0, nth) and returns when all are done; nth is
- * min(max_threads, tm_pool_threads(p)) (max_threads <= 0: all). The calling thread does
- * slice 0. If another thread is running a job on this pool (two sessions of one model at
+ * min(max_threads, tm_pool_threads(p)) (max_threads <= 0: all). Each slice runs once, on
+ * whichever thread claims it first, the caller included (so a worker the OS keeps waiting
+ * delays nothing). If another thread is running a job on this pool (two sessions of one model at
  * once), the slices run one after another on the calling thread instead: the caller never
  * waits for someone else's job, and the result is the same since slices are independent.
  * Allocates nothing. */

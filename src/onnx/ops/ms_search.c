@@ -84,6 +84,13 @@ static void drop(gen *g, tm_val v) {
     if (v != TM_NONE && v >= g->first) tm_val_release(g->c, v);
 }
 
+/* drop() for a value that may also be one of the subgraph feeds. */
+static void drop_unfed(gen *g, tm_val v) {
+    for (int i = 0; i < g->n_in; i++)
+        if (g->in[i].kind == TM_OV_TENSOR && g->in[i].v == v) return;
+    drop(g, v);
+}
+
 /* An input read as int64s on the host: `count` values expected (-1: any). */
 static int host_ints(gen *g, int index, int64_t *out, int64_t count, int64_t def) {
     tm_ctx *c = g->c;
@@ -814,7 +821,7 @@ static tm_status lower_t5_beam_search(gen *g) {
     if (!st) st = t5_encode(g, enc_in, enc_out);
     /* The encoder's logits give the first token, when two or more remain. */
     if (!st && g->cur_len + 1 < g->max_len) st = beam_step(g, 1) || t5_decoder_feeds(g, enc_in, enc_out);
-    for (int i = 0; enc_out && i < ne; i++) drop(g, enc_out[i].v);
+    for (int i = 0; enc_out && i < ne; i++) drop_unfed(g, enc_out[i].v);
     for (int step = 2; !st && g->cur_len < g->max_len; step++) {
         if (gen_step(g, step, out) || beam_step(g, step)) break;
         if (all_done(g) || g->cur_len >= g->max_len) {
