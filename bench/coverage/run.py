@@ -19,7 +19,8 @@ ORT_DIR = os.path.join(ROOT, "bench", ".ort")          # shared with bench/run.p
 CACHE = os.path.join(HERE, ".cache")
 ORT_VERSION = "1.30.0"
 ORT_TIMEOUT, OURS_TIMEOUT = 300, 300
-CACHE_VERSION = "1"             # bump when a reference copy or ORT's invocation changes
+CACHE_VERSION = "1"
+ORT_RUNS = {"made": 0, "cached": 0}   # for the report's header             # bump when a reference copy or ORT's invocation changes
 
 # Symbolic dims of made-up inputs (the tiny exports were traced at these sizes too).
 BATCH, SEQ, PAST = 2, 7, 5
@@ -111,9 +112,11 @@ def ort_run(runner, model, inputs, expose=False, gen=False):
     out = os.path.join(CACHE, "ort", h.hexdigest()[:32])
     meta_path = os.path.join(out, "meta.json")
     if os.path.exists(meta_path):
+        ORT_RUNS["cached"] += 1
         with open(meta_path) as f:
             meta = json.load(f)
         return (out if meta["ok"] else None), meta["opt"], meta["error"]
+    ORT_RUNS["made"] += 1
     shutil.rmtree(out, ignore_errors=True)
     os.makedirs(out)
     error, level = "", "disabled"
@@ -229,11 +232,23 @@ def discover(paths):
 
 
 def label_of(model):
-    for base in (os.path.join(SHARED, "models"), os.path.join(ROOT, "bench")):
-        base = os.path.abspath(base)
-        if model.startswith(base + os.sep):
-            return os.path.relpath(model, base)
+    """A model's name in the matrix: relative to ../shared/models, else to the repository."""
+    base = os.path.abspath(os.path.join(SHARED, "models"))
+    if model.startswith(base + os.sep):
+        return os.path.relpath(model, base)
     return os.path.relpath(model, ROOT)
+
+
+def tidy(msg, label=""):
+    """A message without absolute paths and the runners' prefixes."""
+    msg = msg or ""
+    msg = re.sub(r"^(transmuter|ort-run): (Error: )?", "", msg)
+    msg = re.sub(r"^Load model from \S+ failed:", "load failed: ", msg)
+    msg = msg.replace(os.path.abspath(os.path.join(SHARED, "models")) + os.sep, "")
+    msg = msg.replace(os.path.abspath(SHARED) + os.sep, "../shared/").replace(ROOT + os.sep, "")
+    if label and msg.startswith(label + ": "):
+        msg = msg[len(label) + 2:]
+    return msg
 
 
 # ---- Inputs ---------------------------------------------------------------------------
@@ -317,16 +332,20 @@ def make_inputs(info, out_dir, past, unknown, seed):
     size = {"batch": BATCH, "seq": 1 if info["decode_only"] else SEQ, "past": past if has_past else 0}
     rng = np.random.default_rng(seed)
     os.makedirs(out_dir, exist_ok=True)
+    used_unknown = False
     for v in info["inputs"]:
         if not v["tensor"]:
             raise ValueError(f"input '{v['name']}' is not a tensor")
         if v["dims"] is None:
             shape = []
         else:
-            shape = [(d if d >= 0 else unknown) if isinstance(d, int) else
-                     dim_value(d, v["name"], size, unknown) for d in v["dims"]]
+            shape = [(d if d >= 0 else None) if isinstance(d, int) else
+                     dim_value(d, v["name"], size, None) for d in v["dims"]]
+            used_unknown = used_unknown or None in shape
+            shape = [unknown if d is None else d for d in shape]
         np.save(os.path.join(out_dir, encode(v["name"]) + ".npy"),
                 np.array(make_value(v, shape, info, rng, size), order="C"))
+    return used_unknown
 
 
 def cases_of(model, info, work):
@@ -718,22 +737,23 @@ def run_case(model, info, case, inputs, past, seed, args, runner, work):
     ref_model = derived_copy(model, "u8u8") if cls == "int8" else model
     ref_dir, level, err, unknown_used = None, "disabled", "", None
     if past is not None:
-        # Made-up inputs: unnamed dims 4 first, then 1 when ONNX Runtime rejects that.
+        # Made-up inputs: dims of unknown meaning 4 first, then 1 if ONNX Runtime rejects that.
         for unknown in (4, 1):
             shutil.rmtree(inputs, ignore_errors=True)
             try:
-                make_inputs(info, inputs, past, unknown, seed)
+                unknown_used = unknown if make_inputs(info, inputs, past, unknown, seed) else None
             except ValueError as e:
                 err = f"cannot make inputs: {e}"
                 shutil.rmtree(inputs, ignore_errors=True)
                 break
             ref_dir, level, e = ort_run(runner, ref_model, inputs)
             err = err or e
-            unknown_used = unknown
             if ref_dir:
                 err = ""
                 break
-        res["inputs"] = "made up" + (f" (unnamed dims {unknown_used})" if unknown_used else "")
+            if not unknown_used:                # nothing else to try
+                break
+        res["inputs"] = "made up" + (f" (unknown dims {unknown_used})" if unknown_used else "")
     else:
         ref_dir, level, err = ort_run(runner, ref_model, inputs)
         res["inputs"] = "stored"
@@ -780,7 +800,7 @@ def run_case(model, info, case, inputs, past, seed, args, runner, work):
         m = {"status": st, "message": msg}
         if st == "ok" and ref is not None:
             ours = load_dir(out)
-            ok, outs = judge(cls, ours, ref, noise, exact)
+            ok, outs = judge(cls, ours, ref, noise if cls == "int8" else None, exact)
             m["status"] = "match" if ok else "mismatch"
             if not ok and cls != "int8":
                 # Outside tolerance: is the output so ill-conditioned that ONNX Runtime
@@ -875,12 +895,46 @@ def md_escape(s):
     return (s or "").replace("|", "\\|").replace("\n", " ")
 
 
+def rounded(x):
+    if isinstance(x, float):
+        return float(f"{x:.4g}") if x == x and abs(x) != float("inf") else str(x)
+    if isinstance(x, dict):
+        return {k: rounded(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [rounded(v) for v in x]
+    return x
+
+
+def compact(row):
+    """A row for results.json: messages tidied; per mode the worst numbers, and only the
+    outputs that failed."""
+    row = json.loads(json.dumps(row, default=float))
+    for key in ("note", "ours_message", "ort_error"):
+        if key in row:
+            row[key] = tidy(row[key], row["model"])
+    for c in row["cases"]:
+        if "ort_error" in c:
+            c["ort_error"] = tidy(c["ort_error"], row["model"])
+        for m in c["modes"].values():
+            m["message"] = tidy(m.get("message"), row["model"])
+            outs = m.pop("outputs", None)
+            if outs:
+                a, r, cos = worst(outs)
+                m["worst"] = {"max_abs": a, "max_rel": r, "cosine": cos}
+                failed = [o for o in outs if not o["ok"] or o.get("rule")]
+                if failed:
+                    m["outputs"] = failed
+    return rounded(row)
+
+
 def write_report(rows, args, elapsed):
     with open(os.path.join(HERE, "results.json"), "w") as f:
-        json.dump({"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                   "onnxruntime": ORT_VERSION, "modes": args.modes, "tolerances": TOL,
-                   "noise": {"scales": NOISE_SCALES, "factor": NOISE_FACTOR},
-                   "models": rows}, f, indent=1, default=float)
+        head = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                "onnxruntime": ORT_VERSION, "modes": args.modes, "tolerances": TOL,
+                "noise": {"scales": NOISE_SCALES, "factor": NOISE_FACTOR}}
+        f.write(json.dumps(head)[:-1] + ', "models": [\n')
+        f.write(",\n".join(json.dumps(compact(r), ensure_ascii=False) for r in rows))
+        f.write("\n]}\n")
     corpora = {}
     for r in rows:
         corpora.setdefault(r["model"].split("/")[0], []).append(r)
@@ -891,17 +945,19 @@ def write_report(rows, args, elapsed):
     argv = " ".join(a for a in sys.argv[1:] if not a.startswith("--tm") and "/transmuter" not in a)
     L.append(f"Generated by `make coverage{' COVERAGE_ARGS=' + repr(argv) if argv else ''}` "
              f"(`bench/coverage/run.py`) on {time.strftime('%Y-%m-%d', time.gmtime())} in "
-             f"{elapsed / 60:.0f} min, on {machine()}. Modes: {', '.join(args.modes)}. Reference: ONNX "
+             f"{elapsed / 60:.0f} min, on {machine()} ({ORT_RUNS['made']} ONNX Runtime runs made, "
+             f"{ORT_RUNS['cached']} taken from `.cache`). Modes: {', '.join(args.modes)}. Reference: ONNX "
              f"Runtime {ORT_VERSION} (onnxruntime-node, CPU, graph optimizations off). Tolerances, the "
              "noise rule and how inputs are made: [README.md](README.md).")
     L.append("")
     total = len(rows)
     runnable = [r for r in rows if r["status"] not in ("ort-fails", "custom-op")]
     L.append(f"**{count(rows, 'match')} of the {len(runnable)} models that ONNX Runtime runs match in "
-             f"every mode**; {count(rows, 'within-noise')} more are outside tolerance but within ONNX "
-             f"Runtime's own noise; {count(rows, 'mismatch')} differ; {count(rows, 'unsupported')} need "
-             f"operators Transmuter lacks; {count(rows, 'error') + count(rows, 'timeout')} fail with another "
-             f"error; {count(rows, 'crash')} crash. ONNX Runtime cannot run "
+             f"every mode**; within ONNX Runtime's own noise but outside tolerance: "
+             f"{count(rows, 'within-noise')}; differ: {count(rows, 'mismatch')}; lack an operator: "
+             f"{count(rows, 'unsupported')}; fail with another error: "
+             f"{count(rows, 'error') + count(rows, 'timeout') + count(rows, 'not-run')}; crash: "
+             f"{count(rows, 'crash')}. ONNX Runtime cannot run "
              f"{count(rows, 'ort-fails') + count(rows, 'custom-op')} of the {total} "
              f"({count(rows, 'custom-op')} need custom-op libraries).")
     L += ["", "| corpus | models | " + " | ".join(order) + " |", "|---|---" + "|---" * len(order) + "|"]
@@ -929,7 +985,7 @@ def write_report(rows, args, elapsed):
         if not r["cases"]:
             L.append(f"| {r['model']} | {r['class']} | - | - | " + " | ".join(
                 "**CRASH**" if r["status"] == "crash" else "**error**" for _ in modes)
-                + f" | {md_escape(r.get('ours_message') or r['note'])} |")
+                + f" | {md_escape(tidy(r.get('ours_message') or r['note'], r['model']))} |")
         for c in r["cases"]:
             cells = [cell(c["modes"][m]) if m in c["modes"] else "" for m in modes]
             note = []
@@ -941,7 +997,7 @@ def write_report(rows, args, elapsed):
                 note.append(f"ORT u8s8 vs u8u8: {fmt(c['ort_u8s8_vs_u8u8_abs'])}")
             if c.get("ort_opt", "disabled") != "disabled":
                 note.append(f"ORT opt {c['ort_opt']}")
-            msgs = {m.get("message") for m in c["modes"].values() if m.get("message")}
+            msgs = {tidy(m.get("message"), r["model"]) for m in c["modes"].values() if m.get("message")}
             note += sorted(msgs)
             if c.get("debug"):
                 d = c["debug"]
@@ -956,13 +1012,15 @@ def write_report(rows, args, elapsed):
                      + " | ".join(cells) + f" | {md_escape('; '.join(note))} |")
     missing = {}
     for r in rows:
+        if r["status"] in ("ort-fails", "custom-op"):
+            continue                          # broken or custom-op test models: listed below
         for op in filter(None, (r.get("missing_ops") or "").split(", ")):
             missing.setdefault(op, []).append(r["model"])
     if missing:
         L += ["", "## Operators Transmuter lacks", "",
-              "| operator | models |", "|---|---|"]
+              "In models that ONNX Runtime runs.", "", "| operator | models |", "|---|---|"]
         for op, ms in sorted(missing.items(), key=lambda kv: (-len(kv[1]), kv[0])):
-            L.append(f"| `{op}` | {len(ms)} |")
+            L.append(f"| `{op}` | {', '.join(ms)} |")
     bad = [r for r in rows if r["status"] in ("ort-fails", "custom-op")]
     if bad:
         L += ["", "## Models ONNX Runtime cannot run", "",
@@ -971,7 +1029,7 @@ def write_report(rows, args, elapsed):
               "| model | ONNX Runtime | Transmuter |", "|---|---|---|"]
         for r in bad:
             ort_err = r.get("ort_error") or next((c["ort_error"] for c in r["cases"] if c.get("ort_error")), "")
-            ours = r.get("ours_message") or r["note"]
+            ort_err, ours = tidy(ort_err, r["model"]), tidy(r.get("ours_message") or r["note"], r["model"])
             if r.get("ours") == "crash":
                 ours = "**CRASH** " + ours
             L.append(f"| {r['model']} | {md_escape(ort_err[:200])} | {md_escape(ours[:200]) or 'runs'} |")

@@ -1,6 +1,6 @@
-/* tm_sgemm: a BLIS-style packed GEMM (blocks of A and B packed into caller scratch, a
- * register-tiled micro-kernel from sgemm_avx512.c or sgemm_avx2.c, work split over the
- * pool by output tiles), with the plain C reference selectable at run time
+/* tm_sgemm: a BLIS-style blocked GEMM (blocks of B packed into caller scratch, A read in
+ * place, a register-tiled micro-kernel from sgemm_avx512.c or sgemm_avx2.c, column panels
+ * split over the pool), with the plain C reference selectable at run time
  * (TM_REFERENCE_KERNELS=1) so every caller can be checked against it. Not batched. */
 #include <pthread.h>
 #include <stdlib.h>
@@ -14,7 +14,8 @@
 /* Below this many flops a product runs on one thread: waking workers costs more. */
 #define PARALLEL_MIN_FLOPS (1 << 17)
 #define SCRATCH_ALIGN 64
-#define B_ROWS 16     /* rows of B packed per task */
+/* A short last row tile is copied to the stack: every arch has mr <= 16 and kc <= 256. */
+#define EDGE_FLOATS (16 * 256)
 
 static pthread_once_t reference_once = PTHREAD_ONCE_INIT;
 static int reference_flag;   /* written once, under reference_once */
@@ -100,69 +101,40 @@ static int choose_path(const tm__sgemm_arch *ar, int64_t m, int64_t n, int64_t k
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static int64_t round_up(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
 
-/* Floats of the packed blocks: a (mc rounded to mr, kc) then b (kc, nc rounded to nr). */
-static void packed_sizes(const tm__sgemm_arch *ar, int64_t m, int64_t n, int64_t k,
-                         int64_t *a_floats, int64_t *b_floats) {
-    int64_t kc = min64(k, ar->kc);
-    /* Rounded to 64 bytes: B's panels (kc * nr floats each) then stay aligned too. */
-    *a_floats = round_up(round_up(min64(m, ar->mc), ar->mr) * kc, SCRATCH_ALIGN / 4);
-    *b_floats = kc * round_up(min64(n, ar->nc), ar->nr);
+/* Floats of the packed block of B: (kc, nc rounded to nr). A is not packed: the
+ * micro-kernel broadcasts its elements from rows that stay in cache, which leaves each
+ * thread with no data another must prepare (no barrier inside a product). */
+static int64_t packed_b_floats(const tm__sgemm_arch *ar, int64_t n, int64_t k) {
+    return min64(k, ar->kc) * round_up(min64(n, ar->nc), ar->nr);
 }
 
 size_t tm_sgemm_scratch(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k) {
     (void)trans_a; (void)trans_b;
     const tm__sgemm_arch *ar = active_arch();
     if (m <= 0 || n <= 0 || k <= 0 || choose_path(ar, m, n, k) != PATH_PACKED) return 0;
-    int64_t a_floats, b_floats;
-    packed_sizes(ar, m, n, k, &a_floats, &b_floats);
-    return (size_t)(a_floats + b_floats) * sizeof(float) + SCRATCH_ALIGN;
+    return (size_t)packed_b_floats(ar, n, k) * sizeof(float) + SCRATCH_ALIGN;
 }
 
-/* ---- Packing ----------------------------------------------------------------------- */
+/* ---- Packing B --------------------------------------------------------------------- */
 
-/* Rows [i0, i0 + rows) and columns [p0, p0 + kc) of op(A) as one panel: mr floats per
- * column, zero rows past `rows`. */
-static void pack_a_panel(int trans_a, const float *a, int64_t lda, int64_t i0, int64_t rows,
-                         int64_t p0, int64_t kc, int mr, float *dst) {
-    if (trans_a) {
-        for (int64_t p = 0; p < kc; p++) {
-            const float *src = a + (p0 + p) * lda + i0;
-            float *d = dst + p * mr;
-            int64_t i = 0;
-            for (; i < rows; i++) d[i] = src[i];
-            for (; i < mr; i++) d[i] = 0.0f;
-        }
-        return;
-    }
-    for (int64_t i = 0; i < mr; i++) {
-        if (i >= rows) {
-            for (int64_t p = 0; p < kc; p++) dst[p * mr + i] = 0.0f;
-            continue;
-        }
-        const float *src = a + (i0 + i) * lda + p0;
-        for (int64_t p = 0; p < kc; p++) dst[p * mr + i] = src[p];
-    }
-}
-
-/* Rows [p, p_end) of the block of B (not transposed) at depth p0 and columns
- * [j0, j0 + cols), into every panel. Along rows of B, so reads are sequential: walking
- * one panel down the rows instead touches a cache line and often a page per row. */
-static void pack_b_rows(const float *b, int64_t ldb, int64_t p0, int64_t p, int64_t p_end,
-                        int64_t kc, int64_t j0, int64_t cols, int nr, float *dst) {
-    for (; p < p_end; p++) {
+/* Rows [p0, p0 + kc) and columns [j0, j0 + cols) of B (not transposed) into panels of
+ * nr floats per row, `stride` floats apart, row by row: reads are sequential (walking one
+ * panel down the rows would touch a cache line, often a page, per row). */
+static void pack_b_rows(const float *b, int64_t ldb, int64_t p0, int64_t kc, int64_t j0,
+                        int64_t cols, int nr, int64_t stride, float *dst) {
+    for (int64_t p = 0; p < kc; p++) {
         const float *src = b + (p0 + p) * ldb + j0;
         int64_t j = 0;
-        for (; j + nr <= cols; j += nr) memcpy(dst + j * kc + p * nr, src + j, (size_t)nr * 4);
+        float *d = dst + p * nr;
+        for (; j + nr <= cols; j += nr, d += stride) memcpy(d, src + j, (size_t)nr * 4);
         if (j == cols) continue;
-        float *d = dst + j * kc + p * nr;
         int64_t t = 0;
         for (; j + t < cols; t++) d[t] = src[j + t];
         for (; t < nr; t++) d[t] = 0.0f;
     }
 }
 
-/* Columns [j0, j0 + cols) and rows [p0, p0 + kc) of op(B) with B transposed (stored
- * (n, k)) as one panel of nr floats per row: each column is a row of B, read in order. */
+/* One panel with B transposed (stored (n, k)): each column is a row of B, read in order. */
 static void pack_bt_panel(const float *b, int64_t ldb, int64_t p0, int64_t kc,
                           int64_t j0, int64_t cols, int nr, float *dst) {
     for (int64_t j = 0; j < nr; j++) {
@@ -185,12 +157,8 @@ typedef struct gemm_job {
     const float *a, *b;
     int64_t lda, ldb, ldc;
     float *c;
-    float *a_packed, *b_packed;
-    /* The current block: rows [ic, ic + mc), columns [jc, jc + nc), depth [pc, pc + kc). */
-    int64_t ic, mc, jc, nc, pc, kc;
-    float beta_block;       /* beta for the first depth block, then 1 */
-    int pack_b;             /* this block also packs B (its first row block) */
-    int small_n_blocks;     /* PATH_SMALL: column blocks */
+    float *b_packed;
+    int64_t small_n_blocks;   /* PATH_SMALL: column blocks */
 } gemm_job;
 
 /* [begin, end) of `total` units for slice ith of nth. */
@@ -199,69 +167,67 @@ static void slice(int64_t total, int ith, int nth, int64_t *begin, int64_t *end)
     *end = total * (ith + 1) / nth;
 }
 
-static void pack_block(void *arg, int ith, int nth) {
-    gemm_job *g = arg;
+/* Row tiles [i0, i0 + mc) against the packed panels of columns [j0, j1) (panel t at
+ * panels + t * stride). The last row tile, when short, is copied with zero rows so the
+ * kernel reads only A's own memory. */
+static void compute_rows(const gemm_job *g, int64_t i0, int64_t mc, int64_t pc, int64_t kc,
+                         const float *panels, int64_t stride, int64_t j0, int64_t j1,
+                         float beta) {
     const tm__sgemm_arch *ar = g->ar;
-    int64_t a_panels = (g->mc + ar->mr - 1) / ar->mr;
-    /* B's tasks: panels when transposed, else groups of B_ROWS rows. */
-    int64_t b_tasks = !g->pack_b ? 0 : g->trans_b ? (g->nc + ar->nr - 1) / ar->nr
-                                                  : (g->kc + B_ROWS - 1) / B_ROWS;
-    int64_t begin, end;
-    slice(a_panels + b_tasks, ith, nth, &begin, &end);
-    for (int64_t t = begin; t < end; t++) {
-        if (t < b_tasks && g->trans_b) {
-            int64_t j = t * ar->nr;
-            pack_bt_panel(g->b, g->ldb, g->pc, g->kc, g->jc + j, min64(ar->nr, g->nc - j),
-                          ar->nr, g->b_packed + j * g->kc);
-        } else if (t < b_tasks) {
-            pack_b_rows(g->b, g->ldb, g->pc, t * B_ROWS, min64(g->kc, (t + 1) * B_ROWS), g->kc,
-                        g->jc, g->nc, ar->nr, g->b_packed);
-        } else {
-            int64_t i = (t - b_tasks) * ar->mr;
-            pack_a_panel(g->trans_a, g->a, g->lda, g->ic + i, min64(ar->mr, g->mc - i), g->pc,
-                         g->kc, ar->mr, g->a_packed + i * g->kc);
+    if (ar->mr * ar->kc > EDGE_FLOATS) abort();   /* an arch table out of step with this file */
+    int64_t a_row = g->trans_a ? 1 : g->lda, a_step = g->trans_a ? g->lda : 1;
+    float edge[EDGE_FLOATS];
+    for (int64_t i = i0; i < i0 + mc; i += ar->mr) {
+        int mr = (int)min64(ar->mr, i0 + mc - i);
+        const float *a = g->a + i * a_row + pc * a_step;
+        int64_t row = a_row, step = a_step;
+        if (mr < ar->mr) {
+            for (int64_t p = 0; p < kc; p++)
+                for (int r = 0; r < ar->mr; r++)
+                    edge[p * ar->mr + r] = r < mr ? a[r * a_row + p * a_step] : 0.0f;
+            a = edge, row = 1, step = ar->mr;
         }
+        const float *panel = panels;
+        for (int64_t j = j0; j < j1; j += ar->nr, panel += stride)
+            ar->tile(kc, a, row, step, panel, g->c + i * g->ldc + j, g->ldc, mr,
+                     (int)min64(ar->nr, j1 - j), g->alpha, beta);
     }
 }
 
-/* Tiles in column-panel-major order, so one thread's consecutive tiles share a B panel
- * (kept in L1) while A's block comes from L2. */
-static void compute_block(void *arg, int ith, int nth) {
-    gemm_job *g = arg;
+/* Slice ith of nth owns a range of B's column panels and its own part of the packed
+ * block: it packs its columns and computes their tiles for all rows, needing nothing from
+ * the other slices. How the columns are chunked does not change any sum (the depth blocks
+ * are the same), so results do not depend on the number of slices. */
+static void packed_slice(void *arg, int ith, int nth) {
+    const gemm_job *g = arg;
     const tm__sgemm_arch *ar = g->ar;
-    int64_t a_panels = (g->mc + ar->mr - 1) / ar->mr;
-    int64_t b_panels = (g->nc + ar->nr - 1) / ar->nr;
-    int64_t begin, end;
-    slice(a_panels * b_panels, ith, nth, &begin, &end);
-    for (int64_t t = begin; t < end; t++) {
-        int64_t jp = t / a_panels, ip = t % a_panels;
-        int64_t i = ip * ar->mr, j = jp * ar->nr;
-        ar->tile(g->kc, g->a_packed + i * g->kc, g->b_packed + j * g->kc,
-                 g->c + (g->ic + i) * g->ldc + g->jc + j, g->ldc, (int)min64(ar->mr, g->mc - i),
-                 (int)min64(ar->nr, g->nc - j), g->alpha, g->beta_block);
+    int64_t kc_max = min64(g->k, ar->kc), stride = kc_max * ar->nr;
+    int64_t r0, r1, g0, g1;
+    slice((min64(g->n, ar->nc) + ar->nr - 1) / ar->nr, ith, nth, &r0, &r1);
+    slice((g->n + ar->nr - 1) / ar->nr, ith, nth, &g0, &g1);
+    float *region = g->b_packed + r0 * stride;
+    int64_t chunk = r1 - r0;   /* panels that fit this slice's region */
+    for (int64_t cp = g0; chunk > 0 && cp < g1; cp += chunk) {
+        int64_t j0 = cp * ar->nr, j1 = min64(min64(g1, cp + chunk) * ar->nr, g->n);
+        for (int64_t pc = 0; pc < g->k; pc += ar->kc) {
+            int64_t kc = min64(ar->kc, g->k - pc);
+            if (g->trans_b)
+                for (int64_t j = j0; j < j1; j += ar->nr)
+                    pack_bt_panel(g->b, g->ldb, pc, kc, j, min64(ar->nr, j1 - j), ar->nr,
+                                  region + (j - j0) / ar->nr * stride);
+            else
+                pack_b_rows(g->b, g->ldb, pc, kc, j0, j1 - j0, ar->nr, stride, region);
+            float beta = pc == 0 ? g->beta : 1.0f;
+            for (int64_t ic = 0; ic < g->m; ic += ar->mc)
+                compute_rows(g, ic, min64(ar->mc, g->m - ic), pc, kc, region, stride, j0, j1,
+                             beta);
+        }
     }
 }
 
 static void run_parallel(tm_pool *pool, int nth, tm_pool_fn fn, gemm_job *g) {
     if (nth <= 1) fn(g, 0, 1);
     else tm_pool_run(pool, nth, fn, g);
-}
-
-static void gemm_packed(gemm_job *g, tm_pool *pool, int nth) {
-    const tm__sgemm_arch *ar = g->ar;
-    for (g->jc = 0; g->jc < g->n; g->jc += ar->nc) {
-        g->nc = min64(ar->nc, g->n - g->jc);
-        for (g->pc = 0; g->pc < g->k; g->pc += ar->kc) {
-            g->kc = min64(ar->kc, g->k - g->pc);
-            g->beta_block = g->pc == 0 ? g->beta : 1.0f;
-            for (g->ic = 0; g->ic < g->m; g->ic += ar->mc) {
-                g->mc = min64(ar->mc, g->m - g->ic);
-                g->pack_b = g->ic == 0;
-                run_parallel(pool, nth, pack_block, g);
-                run_parallel(pool, nth, compute_block, g);
-            }
-        }
-    }
 }
 
 /* Columns in blocks of this many per slice of the small path. */
@@ -292,20 +258,18 @@ void tm_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float a
         tm_sgemm_reference(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
         return;
     }
-    gemm_job g = {ar, trans_a, trans_b, m, n, k, alpha, beta, a, b, lda, ldb, ldc, c,
-                  NULL, NULL, 0, 0, 0, 0, 0, 0, beta, 0, 0};
+    gemm_job g = {ar, trans_a, trans_b, m, n, k, alpha, beta, a, b, lda, ldb, ldc, c, NULL, 0};
     double flops = 2.0 * (double)m * (double)n * (double)k;
     int nth = flops < PARALLEL_MIN_FLOPS ? 1 : tm_pool_threads(pool);
     if (path == PATH_SMALL) {
-        g.small_n_blocks = (int)((n + SMALL_COLUMNS - 1) / SMALL_COLUMNS);
-        if (nth > g.small_n_blocks) nth = g.small_n_blocks;
+        g.small_n_blocks = (n + SMALL_COLUMNS - 1) / SMALL_COLUMNS;
+        if (nth > g.small_n_blocks) nth = (int)g.small_n_blocks;
         run_parallel(pool, nth, small_slice, &g);
         return;
     }
-    int64_t a_floats, b_floats;
-    packed_sizes(ar, m, n, k, &a_floats, &b_floats);
     uintptr_t at = ((uintptr_t)scratch + SCRATCH_ALIGN - 1) & ~(uintptr_t)(SCRATCH_ALIGN - 1);
-    g.a_packed = (float *)at;
-    g.b_packed = g.a_packed + a_floats;
-    gemm_packed(&g, pool, nth);
+    g.b_packed = (float *)at;
+    int64_t panels = (min64(n, ar->nc) + ar->nr - 1) / ar->nr;
+    if (nth > panels) nth = (int)panels;
+    run_parallel(pool, nth, packed_slice, &g);
 }

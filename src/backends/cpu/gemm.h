@@ -37,12 +37,13 @@ int tm_use_reference_kernels(void);
 
 /* ---- Between gemm.c and the micro-kernel files (sgemm_avx2.c, sgemm_avx512.c) ------- */
 
-/* One register tile: c (mr, nr) = alpha * a_packed (MR, k) . b_packed (k, NR) + beta * c,
- * beta == 0 not reading c. a_packed holds MR floats per step of k, b_packed NR; rows and
- * columns beyond mr and nr are zero padding and are not stored. */
-typedef void (*tm__sgemm_tile_fn)(int64_t k, const float *a_packed, const float *b_packed,
-                                  float *c, int64_t ldc, int mr, int nr, float alpha,
-                                  float beta);
+/* One register tile: c (mr, nr) = alpha * a (MR, k) . b_packed (k, NR) + beta * c, beta
+ * == 0 not reading c. Element (i, p) of a is a[i * a_row + p * a_step], MR rows of it
+ * readable (A is not packed: its rows stream from cache as they are); b_packed holds NR
+ * floats per step of k. Rows and columns beyond mr and nr are not stored. */
+typedef void (*tm__sgemm_tile_fn)(int64_t k, const float *a, int64_t a_row, int64_t a_step,
+                                  const float *b_packed, float *c, int64_t ldc, int mr,
+                                  int nr, float alpha, float beta);
 /* Rows [0, m) of c (m, n) straight from unpacked A and B (m small: packing B would cost
  * more than the product); columns [n0, n1) only. */
 typedef void (*tm__sgemm_small_fn)(int trans_a, int trans_b, int64_t m, int64_t n0,
@@ -53,7 +54,7 @@ typedef void (*tm__sgemm_small_fn)(int trans_a, int trans_b, int64_t m, int64_t 
 typedef struct tm__sgemm_arch {
     const char *name;
     int mr, nr;                 /* register tile */
-    int64_t kc, mc, nc;         /* cache blocks: a_packed (mc, kc) in L2, b_packed (kc, nc) */
+    int64_t kc, mc, nc;         /* cache blocks: a (mc, kc) in L2, b_packed (kc, nc) */
     tm__sgemm_tile_fn tile;
     tm__sgemm_small_fn small;
 } tm__sgemm_arch;

@@ -1,4 +1,4 @@
-/* The AVX2 + FMA micro-kernels of tm_sgemm: a 6x16 register tile over packed panels, and
+/* The AVX2 + FMA micro-kernels of tm_sgemm: a 6x16 register tile over packed B panels, and
  * a small-m kernel over unpacked operands. Compiled with -mavx2 -mfma (Makefile) and used
  * only when the CPU has both; not the blocking or packing (gemm.c). */
 #include "gemm.h"
@@ -30,8 +30,9 @@ static inline void store_row(float *c, __m256 lo, __m256 hi, int nr, __m256 alph
     for (int j = 0; j < nr; j++) c[j] = beta != 0.0f ? row[j] + beta * c[j] : row[j];
 }
 
-static void tile_6x16(int64_t k, const float *a, const float *b, float *c, int64_t ldc,
-                      int mr, int nr, float alpha, float beta) {
+static void tile_6x16(int64_t k, const float *a, int64_t a_row, int64_t a_step,
+                      const float *b, float *c, int64_t ldc, int mr, int nr, float alpha,
+                      float beta) {
     __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
     __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
 #pragma GCC unroll 4
@@ -40,22 +41,22 @@ static void tile_6x16(int64_t k, const float *a, const float *b, float *c, int64
         __m256 x = _mm256_broadcast_ss(a);
         c00 = _mm256_fmadd_ps(x, b0, c00);
         c01 = _mm256_fmadd_ps(x, b1, c01);
-        x = _mm256_broadcast_ss(a + 1);
+        x = _mm256_broadcast_ss(a + a_row);
         c10 = _mm256_fmadd_ps(x, b0, c10);
         c11 = _mm256_fmadd_ps(x, b1, c11);
-        x = _mm256_broadcast_ss(a + 2);
+        x = _mm256_broadcast_ss(a + 2 * a_row);
         c20 = _mm256_fmadd_ps(x, b0, c20);
         c21 = _mm256_fmadd_ps(x, b1, c21);
-        x = _mm256_broadcast_ss(a + 3);
+        x = _mm256_broadcast_ss(a + 3 * a_row);
         c30 = _mm256_fmadd_ps(x, b0, c30);
         c31 = _mm256_fmadd_ps(x, b1, c31);
-        x = _mm256_broadcast_ss(a + 4);
+        x = _mm256_broadcast_ss(a + 4 * a_row);
         c40 = _mm256_fmadd_ps(x, b0, c40);
         c41 = _mm256_fmadd_ps(x, b1, c41);
-        x = _mm256_broadcast_ss(a + 5);
+        x = _mm256_broadcast_ss(a + 5 * a_row);
         c50 = _mm256_fmadd_ps(x, b0, c50);
         c51 = _mm256_fmadd_ps(x, b1, c51);
-        a += MR;
+        a += a_step;
         b += NR;
     }
     __m256 va = _mm256_set1_ps(alpha);

@@ -1,5 +1,5 @@
 /* The AVX-512 micro-kernels of tm_sgemm: a 12x32 register tile (24 zmm accumulators, A
- * broadcast from the packed panel) and a small-m kernel over unpacked operands. Compiled
+ * broadcast from A's rows as they are) and a small-m kernel over unpacked operands. Compiled
  * with -mavx512f (Makefile), used only when the CPU has it; blocking and packing: gemm.c. */
 #include "gemm.h"
 
@@ -38,8 +38,9 @@ static inline void store_row(float *c, __m512 lo, __m512 hi, int nr, __m512 alph
     _mm512_mask_storeu_ps(c + 16, m1, hi);
 }
 
-static void tile_12x32(int64_t k, const float *a, const float *b, float *c, int64_t ldc,
-                       int mr, int nr, float alpha, float beta) {
+static void tile_12x32(int64_t k, const float *a, int64_t a_row, int64_t a_step,
+                       const float *b, float *c, int64_t ldc, int mr, int nr, float alpha,
+                       float beta) {
     __m512 acc[MR][2];
 #pragma GCC unroll 12
     for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
@@ -48,11 +49,11 @@ static void tile_12x32(int64_t k, const float *a, const float *b, float *c, int6
         __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
 #pragma GCC unroll 12
         for (int i = 0; i < MR; i++) {
-            __m512 x = _mm512_set1_ps(a[i]);
+            __m512 x = _mm512_set1_ps(a[i * a_row]);
             acc[i][0] = _mm512_fmadd_ps(x, b0, acc[i][0]);
             acc[i][1] = _mm512_fmadd_ps(x, b1, acc[i][1]);
         }
-        a += MR;
+        a += a_step;
         b += NR;
     }
     __m512 va = _mm512_set1_ps(alpha);

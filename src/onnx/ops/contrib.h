@@ -45,7 +45,8 @@ static inline tm_status tm_ms_layer_norm(tm_lower *L, tm_val x, tm_val scale, tm
     if (!tm_ctx_ok(c)) return c->status;
     int r = tm_vrank(c, x), nr = r - axis;
     tm_dtype dt = tm_vdtype(c, x);
-    const int64_t *xd = tm_vdims(c, x);
+    int64_t xd[TM_MAX_RANK];
+    memcpy(xd, tm_vdims(c, x), (size_t)r * sizeof *xd);
     /* scale/bias must broadcast to the normalised dims (their leading dims all 1). */
     tm_val params[2] = {scale, bias};
     for (int k = 0; k < 2; k++) {

@@ -1,7 +1,5 @@
-/* ONNX Runtime's multi-head attention contrib ops: Attention (packed QKV weights,
- * mask_index forms, past/present, unidirectional), MultiHeadAttention (separate,
- * packed QKV or packed KV inputs, BNSH cross-attention caches, shared KV buffers with
- * beam-search cache indirection) and DecoderMaskedMultiHeadAttention, over the core in
+/* com.microsoft Attention (packed QKV weights), MultiHeadAttention (separate or packed
+ * Q/K/V, BNSH caches, shared KV buffers, beams) and DecoderMaskedMultiHeadAttention, over
  * ms_attention.h. Not ai.onnx Attention (attention.c) nor GroupQueryAttention (ms_gqa.c). */
 #include "ms_attention.h"
 
@@ -17,7 +15,8 @@ static tm_val padding_term(tm_lower *L, int index, const ms_attn *a, int64_t pas
                                                      TM_DT(TM_BOOL)))
         return TM_NONE;
     int r = tm_vrank(c, m);
-    const int64_t *d = tm_vdims(c, m);
+    int64_t d[TM_MAX_RANK];
+    memcpy(d, tm_vdims(c, m), (size_t)r * sizeof *d);
     int64_t b = a->batch, t = a->total;
     tm_val keep = TM_NONE;
     if (r == 1 && (d[0] == b || d[0] == 2 * b)) {
@@ -116,7 +115,8 @@ static int64_t attention_cache(tm_lower *L, int64_t shared, int64_t q_len, tm_va
     tm_val past = tm_lin(L, 4);
     int64_t past_len = 0;
     if (past != TM_NONE) {
-        const int64_t *dp = tm_vdims(c, past);
+        int64_t dp[5];
+        if (tm_vrank(c, past) == 5) memcpy(dp, tm_vdims(c, past), sizeof dp);
         if (tm_vrank(c, past) != 5 || dp[0] != 2 || tm_vdims(c, *k)[3] != tm_vdims(c, *v)[3]) {
             tm_lfail(L, TM_ERR_SHAPE, "input 4 (past) must be (2, B, N, past, H) with equal "
                      "Q/K and V head sizes");
@@ -208,7 +208,8 @@ static int mha_project(tm_lower *L, int64_t heads, tm_val bias, mha_inputs *in) 
     tm_val k = tm_ms_optional(L, 1, MS_ATTN_DTS), v = tm_ms_optional(L, 2, MS_ATTN_DTS);
     if (!tm_ctx_ok(c)) return -1;
     int rq = tm_vrank(c, q);
-    const int64_t *dq = tm_vdims(c, q);
+    int64_t dq[TM_MAX_RANK];
+    memcpy(dq, tm_vdims(c, q), (size_t)rq * sizeof *dq);
     memset(in, 0, sizeof *in);
     if (rq == 5 && k == TM_NONE) {
         if (dq[2] != heads || dq[3] != 3)
@@ -249,7 +250,8 @@ static int mha_project(tm_lower *L, int64_t heads, tm_val bias, mha_inputs *in) 
                         (long long)d, (long long)heads);
     in->q = ms_split_heads(c, add_bias_part(c, q, bias, 0, d), heads);
     int rk = tm_vrank(c, k);
-    const int64_t *dk = tm_vdims(c, k);
+    int64_t dk[TM_MAX_RANK];
+    memcpy(dk, tm_vdims(c, k), (size_t)rk * sizeof *dk);
     if (rk == 5) {
         if (dk[2] != heads || dk[3] != 2 || dk[4] != d / heads)
             return tm_lfail(L, TM_ERR_SHAPE, "packed input 1 must be (B, L, %lld, 2, %lld)",

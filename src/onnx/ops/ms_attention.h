@@ -1,9 +1,6 @@
-/* The attention core shared by ONNX Runtime's contrib attention ops (ms_attention.c,
- * ms_gqa.c): head splitting, KV cache updates (appended or written into a shared
- * buffer), beam-search cache indirection, rotary embedding, and scaled dot-product
- * attention with grouped KV heads, additive masks, exclusion masks, softcap and
- * (head-sink) smooth softmax, computed in float32 whatever the input dtype.
- * Not a lowering itself. */
+/* The attention core shared by the contrib attention ops (ms_attention.c, ms_gqa.c, ...):
+ * head layout, KV caches (appended, shared buffers, beam indirection), rotary embedding and
+ * float32 scaled dot-product attention with grouped heads and masks. Not a lowering. */
 #ifndef TM_ONNX_OPS_MS_ATTENTION_H
 #define TM_ONNX_OPS_MS_ATTENTION_H
 
@@ -88,7 +85,9 @@ static inline tm_val ms_cache_update(tm_lower *L, tm_val past, tm_val x, int64_t
                                      const char *name) {
     tm_ctx *c = tm_lctx(L);
     if (past == TM_NONE || !tm_ctx_ok(c)) return x;
-    const int64_t *dp = tm_vdims(c, past), *dx = tm_vdims(c, x);
+    int64_t dp[4], dx[4];
+    memcpy(dx, tm_vdims(c, x), sizeof dx);
+    if (tm_vrank(c, past) == 4) memcpy(dp, tm_vdims(c, past), sizeof dp);
     if (tm_vrank(c, past) != 4 || dp[0] != dx[0] || dp[1] != dx[1] || dp[3] != dx[3]) {
         tm_lfail(L, TM_ERR_SHAPE, "%s must be (%lld, %lld, past, %lld)", name,
                  (long long)dx[0], (long long)dx[1], (long long)dx[3]);
@@ -153,15 +152,15 @@ static inline tm_val ms_beam_gather(tm_lower *L, tm_val cache, tm_val indirectio
 static inline tm_val ms_rotary(tm_ctx *c, tm_val x, int seq_axis, tm_val positions,
                                tm_val cos_cache, tm_val sin_cache, int64_t rot, int interleaved) {
     if (!tm_ctx_ok(c)) return TM_NONE;
-    const int64_t *dx = tm_vdims(c, x);
+    int64_t dx[4];
+    memcpy(dx, tm_vdims(c, x), sizeof dx);
     int64_t head = dx[3], half = rot / 2;
     tm_val cs = tm_slice_axis(c, tm_gather(c, cos_cache, positions, 0), 2, 0, half);
     tm_val sn = tm_slice_axis(c, tm_gather(c, sin_cache, positions, 0), 2, 0, half);
     if (!tm_ctx_ok(c)) return TM_NONE;
-    const int64_t *dp = tm_vdims(c, cs);
-    int64_t shape[4] = {dp[0], 1, dp[1], half};
+    int64_t shape[4] = {tm_vdims(c, cs)[0], 1, tm_vdims(c, cs)[1], half};
     if (seq_axis == 1) {
-        shape[1] = dp[1];
+        shape[1] = shape[2];
         shape[2] = 1;
     }
     cs = tm_cast(c, tm_reshape(c, cs, 4, shape), tm_vdtype(c, x));

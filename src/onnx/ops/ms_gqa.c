@@ -1,8 +1,6 @@
-/* ONNX Runtime's GroupQueryAttention (grouped KV heads, KV cache laid out per batch
- * by seqlens_k, rotary embedding, local window, softcap, smooth softmax / head sinks,
- * attention bias, QK output) and com.microsoft RotaryEmbedding, over the core in
- * ms_attention.h. Cache positions depend on seqlens_k's values, so they are computed
- * with elementwise selects, never read on the host. Not ai.onnx RotaryEmbedding. */
+/* com.microsoft GroupQueryAttention (seqlens_k-driven KV cache, rotary, local window,
+ * softcap, head sinks, QK output) and com.microsoft RotaryEmbedding, over ms_attention.h.
+ * Not ai.onnx RotaryEmbedding (rotary_embedding.c). */
 #include "ms_attention.h"
 
 /* (B, 1, 1, 1) int64 view of a (B) int32 tensor. */
@@ -16,7 +14,8 @@ static tm_val per_batch(tm_ctx *c, tm_val v) {
  * int64, or TM_NONE when it is 0 for every batch. */
 static tm_val gqa_present(tm_ctx *c, tm_val past, tm_val x, tm_val past_b, int64_t total) {
     if (!tm_ctx_ok(c)) return TM_NONE;
-    const int64_t *dx = tm_vdims(c, x);
+    int64_t dx[4];
+    memcpy(dx, tm_vdims(c, x), sizeof dx);
     int64_t s = dx[2];
     if (past_b == TM_NONE) {
         if (s == total) return x;
@@ -66,7 +65,8 @@ static int gqa_read(tm_lower *L, gqa *g, tm_val *q, tm_val *k, tm_val *v) {
     tm_val query = tm_ms_input(L, 0, MS_ATTN_DTS);
     tm_val key = tm_ms_optional(L, 1, MS_ATTN_DTS), value = tm_ms_optional(L, 2, MS_ATTN_DTS);
     if (!tm_ctx_ok(c) || tm_ms_check_shape(L, 0, query, 3, -1)) return -1;
-    const int64_t *dq = tm_vdims(c, query);
+    int64_t dq[3];
+    memcpy(dq, tm_vdims(c, query), sizeof dq);
     g->batch = dq[0];
     g->q_len = dq[1];
     if (key == TM_NONE) {
@@ -242,7 +242,8 @@ static tm_status lower_ms_rotary_embedding(tm_lower *L) {
     int r = tm_vrank(c, x);
     if (r != 3 && r != 4)
         return tm_lfail(L, TM_ERR_SHAPE, "input 0 has rank %d, expected 3 or 4", r);
-    const int64_t *dx = tm_vdims(c, x);
+    int64_t dx[4];
+    memcpy(dx, tm_vdims(c, x), (size_t)r * sizeof *dx);
     int64_t rot = tm_attr_i(L, "rotary_embedding_dim", 0), heads = tm_attr_i(L, "num_heads", 0);
     int64_t batch = dx[0], seq = r == 3 ? dx[1] : dx[2];
     int64_t hidden = r == 3 ? dx[2] : dx[1] * dx[3];

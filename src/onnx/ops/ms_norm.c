@@ -1,8 +1,6 @@
-/* ONNX Runtime's normalisation contrib ops over the LAYERNORM primitive:
- * SkipLayerNormalization, SkipSimplifiedLayerNormalization, SimplifiedLayerNormalization
- * (com.microsoft and, as ONNX Runtime registers it, ai.onnx), ai.onnx LayerNormalization
- * before opset 17 (a contrib op there) and EmbedLayerNormalization. Not ai.onnx
- * LayerNormalization 17+ or RMSNormalization (layer_norm.c). */
+/* Contrib normalisations over LAYERNORM: Skip(Simplified)LayerNormalization,
+ * SimplifiedLayerNormalization, ai.onnx LayerNormalization before opset 17 and
+ * EmbedLayerNormalization. Not LayerNormalization 17+ or RMSNormalization (layer_norm.c). */
 #include "contrib.h"
 
 #define NORM_DTS TM_DTS_FLOAT

@@ -1,8 +1,6 @@
-/* ONNX Runtime's packed-sequence contrib ops: RemovePadding and RestorePadding (moving
- * between (B, S, H) padded batches and (tokens, H) packed tokens), and PackedAttention /
- * PackedMultiHeadAttention, which unpack, attend (padding keys excluded) and repack.
- * RemovePadding's output size depends on the token counts, read on the host; the other
- * ops only scatter and gather at token_offset. */
+/* com.microsoft RemovePadding/RestorePadding (padded batch <-> packed tokens) and
+ * PackedAttention/PackedMultiHeadAttention (unpack, attend without padding keys, repack).
+ * RemovePadding's output size is read on the host; the rest only scatters and gathers. */
 #include <stdlib.h>
 #include "ms_attention.h"
 
@@ -68,7 +66,9 @@ static tm_status lower_remove_padding(tm_lower *L) {
 static tm_val restore(tm_lower *L, tm_val x, tm_val offset) {
     tm_ctx *c = tm_lctx(L);
     if (!tm_ctx_ok(c)) return TM_NONE;
-    const int64_t *dx = tm_vdims(c, x), *doff = tm_vdims(c, offset);
+    int64_t dx[2], doff[2];
+    memcpy(dx, tm_vdims(c, x), sizeof dx);
+    if (tm_vrank(c, offset) == 2) memcpy(doff, tm_vdims(c, offset), sizeof doff);
     if (tm_vrank(c, offset) != 2 || dx[0] > doff[0] * doff[1]) {
         tm_lfail(L, TM_ERR_SHAPE, "token_offset must be (B, S) with B*S >= %lld tokens",
                  (long long)dx[0]);

@@ -1,8 +1,5 @@
-/* ONNX Runtime's 8-bit QLinear contrib ops (com.microsoft): QLinearAdd, QLinearMul,
- * QLinearConcat, QLinearSigmoid, QLinearLeakyRelu, QLinearGlobalAveragePool,
- * QLinearAveragePool and QLinearSoftmax. Each follows the arithmetic of ONNX Runtime's
- * CPU kernels (scale ratios formed first, float32 values, round half to even,
- * saturation), so results agree to the last quantization step.
+/* com.microsoft 8-bit QLinearAdd/Mul/Concat/Sigmoid/LeakyRelu/GlobalAveragePool/
+ * AveragePool/Softmax, with ONNX Runtime's CPU arithmetic (so results match to the step).
  * Not QLinearMatMul/QLinearConv (ai.onnx, matmul.c/conv.c). */
 #include <float.h>
 #include <math.h>
@@ -229,7 +226,8 @@ static tm_status lower_qlinear_softmax(tm_lower *L) {
     if (!tm_ctx_ok(c) || tm_ew_same_dtype(L, 0, x, 4, yz_raw)) return c->status;
     tm_val yz = q_zero(L, 4, x, 0);
     tm_dtype dt = tm_vdtype(c, x);
-    const int64_t *xd = tm_vdims(c, x);
+    int64_t xd[TM_MAX_RANK];
+    memcpy(xd, tm_vdims(c, x), (size_t)r * sizeof *xd);
     tm_val v = tm_cast(c, x, TM_INT32);
     int64_t reduce = 1, dims[2] = {1, 1};
     if (opset < 13) {

@@ -1,7 +1,5 @@
-/* ONNX Runtime's quantized matmul contrib ops: DynamicQuantizeMatMul,
- * MatMulIntegerToFloat, MatMulBnb4 (FP4/NF4 blocks dequantized from a lookup table),
- * and the com.microsoft QuantizeLinear / DequantizeLinear (ai.onnx semantics, 16-bit
- * and 4-bit types). Integer products accumulate exactly in int32 through MATMUL.
+/* com.microsoft DynamicQuantizeMatMul, MatMulIntegerToFloat, MatMulBnb4 (FP4/NF4) and
+ * QuantizeLinear/DequantizeLinear; integer products accumulate exactly through MATMUL.
  * Not MatMulNBits (matmul_nbits.c) nor the QLinear elementwise ops (ms_qlinear.c). */
 #include "quant.h"
 

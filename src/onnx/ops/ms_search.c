@@ -1,9 +1,6 @@
-/* ONNX Runtime's text generation ops: GreedySearch (decoder-only, GPT-2 style) and
- * BeamSearch (decoder-only, or encoder-decoder T5 style). The decoder subgraph runs once
- * per generated token; the token choice (logits processors, argmax or log-softmax + top-k
- * with a beam scorer) is host code that follows ONNX Runtime's CPU implementation, so
- * every step reads the logits on the host (under trace: a graph break; the node then runs
- * eagerly). Not Sampling (random draws), nor Whisper's timestamp logic. */
+/* com.microsoft GreedySearch and BeamSearch (GPT-2 style decoders; T5 encoder-decoder for
+ * BeamSearch): the decoder subgraph runs per token, token choice is host code following
+ * ONNX Runtime's CPU implementation. Not Sampling, nor Whisper's timestamp processing. */
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
@@ -299,7 +296,8 @@ static int gen_first_feeds(gen *g, int mask_index) {
     return st || !tm_ctx_ok(c) ? -1 : 0;
 }
 
-/* The last position's logits of each row, as float32 on the host, into g->scores. */
+/* The last position's logits of each row, as float32 on the host, into g->scores. Under
+ * trace this read is a graph break: the node then runs eagerly. */
 static int gen_logits(gen *g, tm_val logits) {
     tm_ctx *c = g->c;
     int64_t rows = tm_vrank(c, logits) == 3 ? tm_vdims(c, logits)[0] : -1;

@@ -1,6 +1,6 @@
-/* com.microsoft SparseToDenseMatMul: alpha * A' B' with A' and B' optionally transposed
- * on their last two axes. A arrives densified (sparse tensors are densified when read),
- * so this is a matmul; the COO/CSR storage only mattered to ONNX Runtime's kernel. */
+/* com.microsoft SparseToDenseMatMul: alpha * A' B', A' and B' optionally transposed. A
+ * arrives dense (Transmuter keeps no sparse tensors; sparse data is densified when read),
+ * so this is a matmul: COO/CSR storage only mattered to ONNX Runtime's kernel. */
 #include "contrib.h"
 
 #define SPARSE_MM_DTS (TM_DT(TM_FLOAT) | TM_DT(TM_DOUBLE) | TM_DT(TM_INT32) | \
