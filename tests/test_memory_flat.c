@@ -62,6 +62,12 @@ static uint64_t digest(const tm_tensor *t) {
 }
 
 int main(void) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    /* A sanitizer's allocator keeps freed memory in quarantine: RSS says nothing then. */
+    printf("skipped: RSS is not meaningful under a sanitizer's allocator\n");
+    printf("0 passed, 0 failed, 1 skipped\n");
+    return 0;
+#endif
     const char *env = getenv("TM_MEMORY_FLAT_RUNS");
     int runs = env ? atoi(env) : 10000;
     if (runs < WARMUP) runs = WARMUP;

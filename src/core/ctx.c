@@ -178,8 +178,10 @@ tm_val tm_const_i64s(tm_ctx *c, const int64_t *v, int64_t n) {
     return tm_val_tensor(c, t, 0);
 }
 
+const tm_vinfo tm__none_vinfo = {.producer = -1, .input_index = -1};
+
 int64_t tm_vnumel(const tm_ctx *c, tm_val v) {
-    return tm_numel(c->vals[v].rank, c->vals[v].dims);
+    return tm_numel(tm_vi(c, v)->rank, tm_vi(c, v)->dims);
 }
 
 const tm_tensor *tm_vdata(const tm_ctx *c, tm_val v) {
@@ -188,7 +190,8 @@ const tm_tensor *tm_vdata(const tm_ctx *c, tm_val v) {
 }
 
 const tm_tensor *tm_host(tm_ctx *c, tm_val v) {
-    if (!tm_ctx_ok(c) || v == TM_NONE) return NULL;
+    /* An absent value (TM_NONE) has no data: callers treat NULL as "not given". */
+    if (!tm_ctx_ok(c) || v < 0 || v >= c->n_vals) return NULL;
     if (c->vals[v].data) return c->vals[v].data;
     if (c->vals[v].released) {
         tm_ctx_fail(c, TM_ERR_RUNTIME, "internal: value %d used after release", (int)v);

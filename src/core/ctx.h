@@ -153,10 +153,16 @@ tm_status tm_prim_n(tm_ctx *c, int prim, const tm_val *in, int nin, const tm_arg
 
 /* ---- Reading values ---------------------------------------------------------------- */
 
-static inline const tm_vinfo *tm_vi(const tm_ctx *c, tm_val v) { return &c->vals[v]; }
-static inline tm_dtype tm_vdtype(const tm_ctx *c, tm_val v) { return c->vals[v].dtype; }
-static inline int tm_vrank(const tm_ctx *c, tm_val v) { return c->vals[v].rank; }
-static inline const int64_t *tm_vdims(const tm_ctx *c, tm_val v) { return c->vals[v].dims; }
+/* TM_NONE (an absent input, or the result of a failed call) reads as an empty value of
+ * rank 0 and undefined dtype, so that lowerings may chain calls and check once without
+ * reading outside the table (a hostile model can leave any input out). */
+extern const tm_vinfo tm__none_vinfo;
+static inline const tm_vinfo *tm_vi(const tm_ctx *c, tm_val v) {
+    return v >= 0 && v < c->n_vals ? &c->vals[v] : &tm__none_vinfo;
+}
+static inline tm_dtype tm_vdtype(const tm_ctx *c, tm_val v) { return tm_vi(c, v)->dtype; }
+static inline int tm_vrank(const tm_ctx *c, tm_val v) { return tm_vi(c, v)->rank; }
+static inline const int64_t *tm_vdims(const tm_ctx *c, tm_val v) { return tm_vi(c, v)->dims; }
 int64_t tm_vnumel(const tm_ctx *c, tm_val v);
 /* The data of v if it is known now, else NULL (no error). */
 const tm_tensor *tm_vdata(const tm_ctx *c, tm_val v);

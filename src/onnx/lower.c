@@ -462,6 +462,14 @@ static tm_status run_node(tm_interp *ip, tm_scope *scope, const tm_node *n,
     }
     for (int i = 0; i < n->n_outputs; i++) {
         if (!n->outputs[i][0]) continue;
+        /* A lowering that met an absent input (a hostile model may omit any) may produce
+         * nothing without failing; a value no one produced must not pass as a result. */
+        if (out[i].kind == TM_OV_NONE && !out[i].optional) {
+            st = tm_ctx_fail(c, TM_ERR_PARSE, "no value for output '%s' (%d input%s given: "
+                             "is a required input missing?)", n->outputs[i], n->n_inputs,
+                             n->n_inputs == 1 ? "" : "s");
+            goto done;
+        }
         st = scope_bind(c, scope, n->outputs[i], &out[i]);
         if (st != TM_OK) goto done;
     }

@@ -168,29 +168,33 @@ static void slice(int64_t total, int ith, int nth, int64_t *begin, int64_t *end)
 }
 
 /* Row tiles [i0, i0 + mc) against the packed panels of columns [j0, j1) (panel t at
- * panels + t * stride). The last row tile, when short, is copied with zero rows so the
- * kernel reads only A's own memory. */
+ * panels + t * stride). Panel by panel: one B panel stays in L1 while the rows of A's
+ * block (mc, kc) come from L2. A short last row tile is first copied with zero rows, so
+ * the kernel reads only A's own memory. */
 static void compute_rows(const gemm_job *g, int64_t i0, int64_t mc, int64_t pc, int64_t kc,
                          const float *panels, int64_t stride, int64_t j0, int64_t j1,
                          float beta) {
     const tm__sgemm_arch *ar = g->ar;
     if (ar->mr * ar->kc > EDGE_FLOATS) abort();   /* an arch table out of step with this file */
     int64_t a_row = g->trans_a ? 1 : g->lda, a_step = g->trans_a ? g->lda : 1;
+    const float *a = g->a + i0 * a_row + pc * a_step;
+    int64_t full = mc / ar->mr * ar->mr;   /* rows in whole tiles */
+    int edge_rows = (int)(mc - full);
     float edge[EDGE_FLOATS];
-    for (int64_t i = i0; i < i0 + mc; i += ar->mr) {
-        int mr = (int)min64(ar->mr, i0 + mc - i);
-        const float *a = g->a + i * a_row + pc * a_step;
-        int64_t row = a_row, step = a_step;
-        if (mr < ar->mr) {
-            for (int64_t p = 0; p < kc; p++)
-                for (int r = 0; r < ar->mr; r++)
-                    edge[p * ar->mr + r] = r < mr ? a[r * a_row + p * a_step] : 0.0f;
-            a = edge, row = 1, step = ar->mr;
-        }
-        const float *panel = panels;
-        for (int64_t j = j0; j < j1; j += ar->nr, panel += stride)
-            ar->tile(kc, a, row, step, panel, g->c + i * g->ldc + j, g->ldc, mr,
-                     (int)min64(ar->nr, j1 - j), g->alpha, beta);
+    if (edge_rows)
+        for (int64_t p = 0; p < kc; p++)
+            for (int r = 0; r < ar->mr; r++)
+                edge[p * ar->mr + r] = r < edge_rows ? a[(full + r) * a_row + p * a_step] : 0.0f;
+    const float *panel = panels;
+    for (int64_t j = j0; j < j1; j += ar->nr, panel += stride) {
+        int nr = (int)min64(ar->nr, j1 - j);
+        float *c = g->c + i0 * g->ldc + j;
+        for (int64_t i = 0; i < full; i += ar->mr)
+            ar->tile(kc, a + i * a_row, a_row, a_step, panel, c + i * g->ldc, g->ldc, ar->mr,
+                     nr, g->alpha, beta);
+        if (edge_rows)
+            ar->tile(kc, edge, 1, ar->mr, panel, c + full * g->ldc, g->ldc, edge_rows, nr,
+                     g->alpha, beta);
     }
 }
 
