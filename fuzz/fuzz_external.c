@@ -42,9 +42,14 @@ int open(const char *path, int flags, ...) {
     return (int)syscall(SYS_openat, AT_FDCWD, path, flags, mode);
 }
 
+/* dir/name into out (PATH_MAX bytes); the folder is short, so too long is a bug here. */
+static void join(char *out, const char *dir, const char *name) {
+    if (snprintf(out, PATH_MAX, "%s/%s", dir, name) >= PATH_MAX) abort();
+}
+
 static void write_file(const char *dir, const char *name, size_t size, uint8_t fill) {
     char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
+    join(path, dir, name);
     FILE *f = fopen(path, "wb");
     if (!f) abort();
     for (size_t i = 0; i < size; i++) fputc((int)(uint8_t)(fill + i), f);
@@ -53,7 +58,7 @@ static void write_file(const char *dir, const char *name, size_t size, uint8_t f
 
 static void make_link(const char *target, const char *name) {
     char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/%s", model_dir, name);
+    join(path, model_dir, name);
     if (symlink(target, path) != 0) abort();
 }
 
@@ -62,21 +67,23 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc;
     (void)argv;
     const char *tmp = getenv("TMPDIR");
-    snprintf(root, sizeof root, "%s/tm-fuzz-external.XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+    if (snprintf(root, sizeof root, "%s/tm-fuzz-external.XXXXXX", tmp && tmp[0] ? tmp : "/tmp") >=
+        (int)sizeof root)
+        abort();
     if (!mkdtemp(root)) abort();
     char *real = realpath(root, NULL);
     if (!real) abort();
-    snprintf(root, sizeof root, "%s", real);
+    if (snprintf(root, sizeof root, "%s", real) >= (int)sizeof root) abort();
     free(real);
-    snprintf(model_dir, sizeof model_dir, "%s/model", root);
+    join(model_dir, root, "model");
     char sub[PATH_MAX];
-    snprintf(sub, sizeof sub, "%s/sub", model_dir);
+    join(sub, model_dir, "sub");
     if (mkdir(model_dir, 0700) || mkdir(sub, 0700)) abort();
     write_file(root, "secret.bin", 4096, 0xe0);
     write_file(model_dir, "weights.bin", 4096, 0);
     write_file(model_dir, "empty.bin", 0, 0);
     write_file(sub, "w.bin", 256, 7);
-    snprintf(sub, sizeof sub, "%s/fifo", model_dir);
+    join(sub, model_dir, "fifo");
     if (mkfifo(sub, 0600)) abort();
     make_link("../secret.bin", "link_out");
     make_link("weights.bin", "link_in");

@@ -41,6 +41,7 @@ suite onnx-backend "$TM" test-onnx tests/data/onnx-backend --mode both --quiet \
     --expected-failures tests/expected_failures.txt
 suite tiny-models sh tests/models.sh "$TM" tests/data/tiny
 suite contrib-ops sh tests/contrib.sh "$TM" tests/data/contrib
+suite generate sh tests/generate.sh "$TM"
 suite errors sh tests/errors.sh "$TM"
 suite hub sh tests/hub.sh "$TM"
 case "$BUILD" in
