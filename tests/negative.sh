@@ -35,7 +35,7 @@ run_expect() { # its own variable names: sh has no locals, and callers use $want
 }
 
 # What each model must say. `load`: loading fails (info and run exit 1); `ops`: it loads,
-# info lists missing operators, run exits 1.
+# info lists missing operators, run exits 1; `run`: it loads, and running fails.
 EXPECT="$tmp/expect"
 cat > "$EXPECT" <<'EOF'
 cycle_self.onnx load reads its own output
@@ -52,6 +52,7 @@ size_exceeds_data.onnx load raw_data has 16 bytes, but 1048576 elements of float
 size_typed_count.onnx load has 3 values in int64_data, but 1000 elements of int64 need 1000
 size_external_short.onnx load lies outside
 escape_symlink.onnx load external data file
+missing_input.onnx run is a required input missing?
 ort-testdata/VariedInputCustomOp.onnx ops abc:Slice@1
 ort-testdata/add_opset_314159.onnx ops ai.onnx:Add@314159
 ort-testdata/avoid_reuse_of_buffer_for_node_output_with_no_consumers.onnx ops com.microsoft:ConcatTraining@1
@@ -94,6 +95,8 @@ while read -r model kind want; do
     [ -d "$inputs" ] || inputs=$tmp/empty
     if [ "$kind" = load ]; then
         run_expect "$model info" 1 "$want" "$TM" info "$m"
+    elif [ "$kind" = run ]; then
+        run_expect "$model info" 0 "missing ops: none" "$TM" info "$m"
     else
         run_expect "$model info" 0 "missing ops: " "$TM" info "$m"
         run_expect "$model info lists" 0 "$want" "$TM" info "$m"

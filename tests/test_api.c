@@ -11,17 +11,7 @@
 #include "io/names.h"
 #include "backends/cpu/gemm.h"
 
-static int passed, failed;
-#define CHECK(cond, ...)                                  \
-    do {                                                  \
-        if (cond) passed++;                               \
-        else {                                            \
-            failed++;                                     \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);   \
-            printf(__VA_ARGS__);                          \
-            printf("\n");                                 \
-        }                                                 \
-    } while (0)
+#include "check.h"
 
 /* ---- Counting every allocation of the process (not under sanitizers) ---------------- */
 #if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)

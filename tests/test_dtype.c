@@ -8,19 +8,7 @@
 #include <string.h>
 #include "../src/core/dtype.h"
 
-static int n_passed, n_failed;
-
-#define CHECK(cond, ...)                                       \
-    do {                                                       \
-        if (cond) {                                            \
-            n_passed++;                                        \
-        } else {                                               \
-            n_failed++;                                        \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);        \
-            printf(__VA_ARGS__);                               \
-            printf("\n");                                      \
-        }                                                      \
-    } while (0)
+#include "check.h"
 
 static uint32_t f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 static float bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
@@ -703,6 +691,6 @@ int main(void) {
     test_int_stores();
     test_float_stores();
     test_packing();
-    printf("%d passed, %d failed\n", n_passed, n_failed);
-    return n_failed != 0;
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed != 0;
 }

@@ -9,19 +9,7 @@
 #include "../src/hub/hub.h"
 #include "../src/hub/json.h"
 
-static int n_passed, n_failed;
-
-#define CHECK(cond, ...)                                       \
-    do {                                                       \
-        if (cond) {                                            \
-            n_passed++;                                        \
-        } else {                                               \
-            n_failed++;                                        \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);        \
-            printf(__VA_ARGS__);                               \
-            printf("\n");                                      \
-        }                                                      \
-    } while (0)
+#include "check.h"
 
 static void parses(const char *src, const char *owner, const char *repo, const char *path,
                    const char *rev) {
@@ -157,6 +145,6 @@ int main(void) {
     test_cache_blob_rule();
     test_urls();
     test_json();
-    printf("%d passed, %d failed\n", n_passed, n_failed);
-    return n_failed != 0;
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed != 0;
 }

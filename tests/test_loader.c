@@ -19,23 +19,9 @@
 #include "../src/onnx/model.h"
 #include "../src/onnx/pb.h"
 
-static int n_pass, n_fail;
-static int verbose; /* TM_TEST_VERBOSE=1 prints the error messages of the expected failures */
+#include "check.h"
 
-static void check(int ok, const char *file, int line, const char *fmt, ...) {
-    if (ok) {
-        n_pass++;
-        return;
-    }
-    n_fail++;
-    printf("FAIL %s:%d: ", file, line);
-    va_list ap;
-    va_start(ap, fmt);
-    vprintf(fmt, ap);
-    va_end(ap);
-    printf("\n");
-}
-#define CHECK(cond, ...) check(!!(cond), __FILE__, __LINE__, __VA_ARGS__)
+static int verbose; /* TM_TEST_VERBOSE=1 prints the error messages of the expected failures */
 
 /* ---- A protobuf writer for hand-built messages ------------------------------------- */
 
@@ -1868,6 +1854,6 @@ int main(void) {
         printf("backend cases\n");
         test_backend(root);
     }
-    printf("%d passed, %d failed\n", n_pass, n_fail);
-    return n_fail ? 1 : 0;
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
 }

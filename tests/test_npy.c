@@ -15,19 +15,7 @@
 #include "../src/io/names.h"
 #include "../src/io/npy.h"
 
-static int n_passed, n_failed;
-
-#define CHECK(cond, ...)                                       \
-    do {                                                       \
-        if (cond) {                                            \
-            n_passed++;                                        \
-        } else {                                               \
-            n_failed++;                                        \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);        \
-            printf(__VA_ARGS__);                               \
-            printf("\n");                                      \
-        }                                                      \
-    } while (0)
+#include "check.h"
 
 static char temp_dir[256];
 static int temp_counter;
@@ -1020,6 +1008,6 @@ int main(void) {
     test_names();
     test_real_files();
     rmdir(temp_dir);
-    printf("%d passed, %d failed\n", n_passed, n_failed);
-    return n_failed != 0;
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed != 0;
 }

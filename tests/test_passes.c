@@ -9,29 +9,14 @@
 #include <string.h>
 #include "../src/runtime/passes.h"
 
-static int passed, failed;
-#define CHECK(cond, ...)                                       \
-    do {                                                       \
-        if (cond) passed++;                                    \
-        else {                                                 \
-            failed++;                                          \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);        \
-            printf(__VA_ARGS__);                               \
-            printf("\n");                                      \
-        }                                                      \
-    } while (0)
+#define CHECK_RNG_SEED 88172645463325252ULL
+#include "check.h"
 
 enum { RANK = 3, C = 24 };
 static const int64_t X_DIMS[RANK] = {2, 5, C};    /* (B, T, C) */
 static const int64_t ONES[RANK] = {1, 1, 1};
 
-static uint64_t rng = 88172645463325252ULL;
-static float next_f(void) {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (float)(rng % 20001) / 5000.0f - 2.0f;
-}
+static float next_f(void) { return (float)(rng_next() % 20001) / 5000.0f - 2.0f; }
 
 static tm_val k(tm_ctx *c, double v) { return tm_const_fill(c, TM_FLOAT, RANK, ONES, v); }
 static tm_val bin(tm_ctx *c, int prim, tm_val a, tm_val b) {

@@ -9,53 +9,13 @@
 #include <time.h>
 #include "../src/core/ctx.h"
 
-static int passed, failed;
-
-#define CHECK(cond, ...)                                            \
-    do {                                                            \
-        if (cond) {                                                 \
-            passed++;                                               \
-        } else {                                                    \
-            failed++;                                               \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);             \
-            printf(__VA_ARGS__);                                    \
-            printf("\n");                                           \
-        }                                                           \
-    } while (0)
+#define CHECK_RNG_SEED 0x9E3779B97F4A7C15ULL
+#include "check.h"
 
 /* ---- Helpers ---------------------------------------------------------------------------- */
 
-static uint64_t rng = 0x9E3779B97F4A7C15ULL;
-
-static double uniform(double lo, double hi) {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return lo + (hi - lo) * (double)(rng >> 11) / 9007199254740992.0;
-}
-
-static int is_float_dtype(tm_dtype dt) { return tm_dtype_is_float(dt); }
-
-/* A tensor of dtype dt filled from doubles (through the dtype's own domain). */
-static tm_tensor *tensor_of(tm_dtype dt, int rank, const int64_t *dims, const double *v) {
-    tm_tensor *t = tm_tensor_alloc(dt, rank, dims, NULL);
-    int64_t n = tm_numel(rank, dims);
-    for (int64_t i = 0; i < n; i++) {
-        if (is_float_dtype(dt)) tm_store_f64(t->data, dt, (size_t)i, v[i]);
-        else if (tm_dtype_is_signed_int(dt)) tm_store_i64(t->data, dt, (size_t)i, (int64_t)v[i]);
-        else tm_store_u64(t->data, dt, (size_t)i, (uint64_t)(int64_t)v[i]);
-    }
-    return t;
-}
-
 static tm_val value_of(tm_ctx *c, tm_dtype dt, int rank, const int64_t *dims, const double *v) {
     return tm_val_tensor(c, tensor_of(dt, rank, dims, v), 0);
-}
-
-static double element(const tm_tensor *t, int64_t i) {
-    if (is_float_dtype(t->dtype)) return tm_load_f64(t->data, t->dtype, (size_t)i);
-    if (tm_dtype_is_signed_int(t->dtype)) return (double)tm_load_i64(t->data, t->dtype, (size_t)i);
-    return (double)tm_load_u64(t->data, t->dtype, (size_t)i);
 }
 
 static int close_to(double got, double want, double rel, double abs_tol) {

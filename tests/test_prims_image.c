@@ -10,36 +10,8 @@
 #include <string.h>
 #include "../src/core/ctx.h"
 
-static int passed, failed;
-
-static void check(int ok, const char *fmt, ...) {
-    if (ok) {
-        passed++;
-        return;
-    }
-    failed++;
-    va_list ap;
-    va_start(ap, fmt);
-    printf("FAIL: ");
-    vprintf(fmt, ap);
-    printf("\n");
-    va_end(ap);
-}
-
-static uint64_t rng_state = 0x2545f4914f6cdd1dULL;
-
-static double random_unit(void) { /* in [-1, 1) */
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (double)(rng_state >> 11) / (double)(1ULL << 52) - 1.0;
-}
-
-static int64_t numel(int rank, const int64_t *dims) {
-    int64_t n = 1;
-    for (int i = 0; i < rank; i++) n *= dims[i];
-    return n;
-}
+#define CHECK_RNG_SEED 0x2545f4914f6cdd1dULL
+#include "check.h"
 
 static tm_val make(tm_ctx *c, tm_dtype dt, int rank, const int64_t *dims, const double *v) {
     tm_tensor *t = tm_tensor_alloc(dt, rank, dims, NULL);

@@ -13,38 +13,10 @@
 
 #define BACKEND_DIR "/work/shared/onnx-backend/node"
 
-static int passed, failed;
-
-static void check(int ok, const char *fmt, ...) {
-    if (ok) {
-        passed++;
-        return;
-    }
-    failed++;
-    va_list ap;
-    va_start(ap, fmt);
-    printf("FAIL: ");
-    vprintf(fmt, ap);
-    printf("\n");
-    va_end(ap);
-}
+#define CHECK_RNG_SEED 0x9e3779b97f4a7c15ULL
+#include "check.h"
 
 /* ---- Values -------------------------------------------------------------------------- */
-
-static uint64_t rng_state = 0x9e3779b97f4a7c15ULL;
-
-static double random_unit(void) {   /* in [-1, 1) */
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (double)(rng_state >> 11) / (double)(1ULL << 52) - 1.0;
-}
-
-static int64_t numel(int rank, const int64_t *dims) {
-    int64_t n = 1;
-    for (int i = 0; i < rank; i++) n *= dims[i];
-    return n;
-}
 
 static void store(void *data, tm_dtype dt, int64_t i, double v) {
     if (tm_dtype_is_float(dt)) tm_store_f64(data, dt, (size_t)i, v);

@@ -7,42 +7,13 @@
 #include <string.h>
 #include "../src/core/ctx.h"
 
-static int passed, failed;
-
-#define CHECK(cond, ...)                                                                   \
-    do {                                                                                   \
-        if (cond) {                                                                        \
-            passed++;                                                                      \
-        } else {                                                                           \
-            failed++;                                                                      \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                    \
-            printf(__VA_ARGS__);                                                           \
-            printf("\n");                                                                  \
-        }                                                                                  \
-    } while (0)
+#include "check.h"
 
 static tm_args args_of(const int64_t *values, int n) {
     tm_args a;
     memset(&a, 0, sizeof a);
     for (int i = 0; i < n; i++) a.i[i] = values[i];
     return a;
-}
-
-static tm_tensor *from_values(tm_dtype dt, int rank, const int64_t *dims, const double *v) {
-    tm_tensor *t = tm_tensor_alloc(dt, rank, dims, NULL);
-    int64_t n = tm_numel(rank, dims);
-    for (int64_t i = 0; i < n; i++) {
-        if (tm_dtype_is_float(dt)) tm_store_f64(t->data, dt, (size_t)i, v[i]);
-        else if (tm_dtype_is_signed_int(dt)) tm_store_i64(t->data, dt, (size_t)i, (int64_t)v[i]);
-        else tm_store_u64(t->data, dt, (size_t)i, (uint64_t)(int64_t)v[i]);
-    }
-    return t;
-}
-
-static double value_at(const tm_tensor *t, int64_t i) {
-    if (tm_dtype_is_float(t->dtype)) return tm_load_f64(t->data, t->dtype, (size_t)i);
-    if (tm_dtype_is_signed_int(t->dtype)) return (double)tm_load_i64(t->data, t->dtype, (size_t)i);
-    return (double)tm_load_u64(t->data, t->dtype, (size_t)i);
 }
 
 /* The call must fail with `code` and a message containing `needle`; inputs stay ours. */
@@ -134,12 +105,12 @@ static void test_topk(void) {
                 char what[96];
                 snprintf(what, sizeof what, "topk %s largest %d k %lld",
                          tm_dtype_name(float_types[t]), largest, (long long)k);
-                check_topk(what, from_values(float_types[t], 2, (int64_t[]){1, 14}, line), 1, k,
+                check_topk(what, tensor_of(float_types[t], 2, (int64_t[]){1, 14}, line), 1, k,
                            largest);
             }
         }
     }
-    check_topk("topk k = dim", from_values(TM_FLOAT, 1, (int64_t[]){14}, line), 0, 14, 1);
+    check_topk("topk k = dim", tensor_of(TM_FLOAT, 1, (int64_t[]){14}, line), 0, 14, 1);
 
     /* Every axis of a 3-D tensor with many ties (values 0..4). */
     double cube[120];
@@ -147,8 +118,8 @@ static void test_topk(void) {
     for (int axis = -1; axis < 3; axis++) {
         char what[64];
         snprintf(what, sizeof what, "topk cube axis %d", axis);
-        check_topk(what, from_values(TM_FLOAT, 3, (int64_t[]){4, 5, 6}, cube), axis, 3, 1);
-        check_topk(what, from_values(TM_INT32, 3, (int64_t[]){4, 5, 6}, cube), axis, 2, 0);
+        check_topk(what, tensor_of(TM_FLOAT, 3, (int64_t[]){4, 5, 6}, cube), axis, 3, 1);
+        check_topk(what, tensor_of(TM_INT32, 3, (int64_t[]){4, 5, 6}, cube), axis, 2, 0);
     }
 
     /* Integers beyond double precision, unsigned, small signed. */
@@ -160,21 +131,21 @@ static void test_topk(void) {
     check_topk("topk int64 largest", big, 0, 4, 1);
     check_topk("topk int64 smallest", big2, 0, 4, 0);
     double bytes[8] = {200, 3, 255, 0, 3, 128, 127, 1};
-    check_topk("topk uint8", from_values(TM_UINT8, 1, (int64_t[]){8}, bytes), 0, 5, 1);
+    check_topk("topk uint8", tensor_of(TM_UINT8, 1, (int64_t[]){8}, bytes), 0, 5, 1);
     double signed_bytes[8] = {-100, 3, 127, -128, 3, 0, -1, 1};
-    check_topk("topk int8", from_values(TM_INT8, 1, (int64_t[]){8}, signed_bytes), 0, 5, 0);
-    check_topk("topk bool", from_values(TM_BOOL, 1, (int64_t[]){8}, bytes), 0, 3, 1);
+    check_topk("topk int8", tensor_of(TM_INT8, 1, (int64_t[]){8}, signed_bytes), 0, 5, 0);
+    check_topk("topk bool", tensor_of(TM_BOOL, 1, (int64_t[]){8}, bytes), 0, 3, 1);
 
     /* A wide random tensor: the heap replaces its root many times. */
     double *wide = malloc(3 * 1000 * sizeof *wide);
     for (int i = 0; i < 3000; i++) wide[i] = (double)((i * 7919u) % 1009u) / 7.0;
     int64_t wide_dims[2] = {3, 1000};
-    check_topk("topk wide largest", from_values(TM_FLOAT, 2, wide_dims, wide), 1, 25, 1);
-    check_topk("topk wide smallest", from_values(TM_FLOAT, 2, wide_dims, wide), -1, 25, 0);
-    check_topk("topk empty", from_values(TM_FLOAT, 2, (int64_t[]){0, 4}, wide), 1, 2, 1);
+    check_topk("topk wide largest", tensor_of(TM_FLOAT, 2, wide_dims, wide), 1, 25, 1);
+    check_topk("topk wide smallest", tensor_of(TM_FLOAT, 2, wide_dims, wide), -1, 25, 0);
+    check_topk("topk empty", tensor_of(TM_FLOAT, 2, (int64_t[]){0, 4}, wide), 1, 2, 1);
     free(wide);
 
-    tm_tensor *x = from_values(TM_FLOAT, 2, (int64_t[]){2, 3}, cube);
+    tm_tensor *x = tensor_of(TM_FLOAT, 2, (int64_t[]){2, 3}, cube);
     tm_args a = args_of((int64_t[]){1, 4, 1, 1}, 4);
     expect_error("topk k too big", TM_P_TOPK, &x, 1, &a, TM_ERR_SHAPE, "k = 4 is outside 0..3");
     a = args_of((int64_t[]){2, 1, 1, 1}, 4);
@@ -203,7 +174,7 @@ static void check_range_float(tm_dtype dt, double start, double delta, int64_t c
     const tm_tensor *y = run_source(&c, TM_P_RANGE, &a);
     int ok = y && y->dtype == dt && y->rank == 1 && y->dims[0] == count;
     for (int64_t i = 0; ok && i < count; i++)
-        ok = fabs(value_at(y, i) - (start + (double)i * delta)) <= tolerance;
+        ok = fabs(element(y, i) - (start + (double)i * delta)) <= tolerance;
     CHECK(ok, "range %s start %g delta %g count %lld", tm_dtype_name(dt), start, delta,
           (long long)count);
     tm_ctx_destroy(&c);
@@ -286,7 +257,7 @@ static moments moments_of(const tm_tensor *t) {
     double sum = 0, sum2 = 0;
     moments m = {0, 0, INFINITY, -INFINITY};
     for (int64_t i = 0; i < n; i++) {
-        double v = value_at(t, i);
+        double v = element(t, i);
         sum += v;
         sum2 += v * v;
         if (v < m.low) m.low = v;
@@ -335,7 +306,7 @@ static void check_normal(tm_dtype dt, double mean, double scale, double toleranc
     }
     moments m = moments_of(y);
     int64_t within = 0;
-    for (int64_t i = 0; i < 100001; i++) within += fabs(value_at(y, i) - mean) < scale;
+    for (int64_t i = 0; i < 100001; i++) within += fabs(element(y, i) - mean) < scale;
     double share = (double)within / 100001.0;
     CHECK(fabs(m.mean - mean) < tolerance * scale && fabs(m.std - scale) < tolerance * scale &&
               fabs(share - 0.6827) < 0.01,

@@ -8,19 +8,7 @@
 #include <string.h>
 #include "../src/core/ctx.h"
 
-static int passed, failed;
-
-#define CHECK(cond, ...)                                                                   \
-    do {                                                                                   \
-        if (cond) {                                                                        \
-            passed++;                                                                      \
-        } else {                                                                           \
-            failed++;                                                                      \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                    \
-            printf(__VA_ARGS__);                                                           \
-            printf("\n");                                                                  \
-        }                                                                                  \
-    } while (0)
+#include "check.h"
 
 /* Every element size the kernels treat differently: 1, 2, 4, 8, 16 bytes, strings. */
 static const tm_dtype all_dtypes[] = {TM_FLOAT, TM_UINT8, TM_INT16, TM_DOUBLE, TM_STRING,
@@ -57,18 +45,6 @@ static tm_tensor *patterned(tm_dtype dt, int rank, const int64_t *dims, uint32_t
     return t;
 }
 
-/* A tensor of given values, stored through the dtype's conversion. */
-static tm_tensor *from_values(tm_dtype dt, int rank, const int64_t *dims, const double *v) {
-    tm_tensor *t = tm_tensor_alloc(dt, rank, dims, NULL);
-    int64_t n = tm_numel(rank, dims);
-    for (int64_t i = 0; i < n; i++) {
-        if (tm_dtype_is_float(dt)) tm_store_f64(t->data, dt, (size_t)i, v[i]);
-        else if (tm_dtype_is_signed_int(dt)) tm_store_i64(t->data, dt, (size_t)i, (int64_t)v[i]);
-        else tm_store_u64(t->data, dt, (size_t)i, (uint64_t)(int64_t)v[i]); /* wraps negatives */
-    }
-    return t;
-}
-
 static tm_tensor *indices_of(tm_dtype dt, int rank, const int64_t *dims, const int64_t *v) {
     tm_tensor *t = tm_tensor_alloc(dt, rank, dims, NULL);
     int64_t n = tm_numel(rank, dims);
@@ -77,12 +53,6 @@ static tm_tensor *indices_of(tm_dtype dt, int rank, const int64_t *dims, const i
         else ((int64_t *)t->data)[i] = v[i];
     }
     return t;
-}
-
-static double value_at(const tm_tensor *t, int64_t i) {
-    if (tm_dtype_is_float(t->dtype)) return tm_load_f64(t->data, t->dtype, (size_t)i);
-    if (tm_dtype_is_signed_int(t->dtype)) return (double)tm_load_i64(t->data, t->dtype, (size_t)i);
-    return (double)tm_load_u64(t->data, t->dtype, (size_t)i);
 }
 
 static void unravel(int64_t i, int rank, const int64_t *dims, int64_t *idx) {
@@ -190,7 +160,7 @@ static void test_reshape(void) {
     /* rank 0 to (1, 1), and a view: the kernel leaves shared memory alone. */
     tm_ctx c;
     tm_ctx_init(&c, TM_MODE_EAGER, NULL);
-    tm_tensor *x = from_values(TM_FLOAT, 0, NULL, (double[]){2.5});
+    tm_tensor *x = tensor_of(TM_FLOAT, 0, NULL, (double[]){2.5});
     tm_args a = args_of((int64_t[]){2, 1, 1}, 3);
     const tm_tensor *y = run(&c, TM_P_RESHAPE, &x, 1, &a);
     CHECK(y && y->rank == 2 && ((float *)y->data)[0] == 2.5f, "reshape rank 0 to (1, 1)");
@@ -429,7 +399,7 @@ static void test_pad(void) {
     /* The spec's reflect example, in values. */
     tm_ctx c;
     tm_ctx_init(&c, TM_MODE_EAGER, NULL);
-    tm_tensor *x = from_values(TM_FLOAT, 2, (int64_t[]){3, 2},
+    tm_tensor *x = tensor_of(TM_FLOAT, 2, (int64_t[]){3, 2},
                                (double[]){1.0, 1.2, 2.3, 3.4, 4.5, 5.7});
     tm_args a = args_of((int64_t[]){1, 0, 2, 0, 0}, 5);
     const tm_tensor *y = run(&c, TM_P_PAD, &x, 1, &a);
@@ -618,7 +588,7 @@ static void test_gather(void) {
     ((int64_t *)in[1]->data)[1] = -6;
     expect_error("gather negative range", TM_P_GATHER, in, 2, &a, TM_ERR_RUNTIME, "index -6");
     tm_tensor_free(in[1]);
-    in[1] = from_values(TM_FLOAT, 1, (int64_t[]){1}, (double[]){0});
+    in[1] = tensor_of(TM_FLOAT, 1, (int64_t[]){1}, (double[]){0});
     expect_error("gather index dtype", TM_P_GATHER, in, 2, &a, TM_ERR_DTYPE, "int32 or int64");
     tm_tensor_free(in[0]);
     tm_tensor_free(in[1]);
@@ -765,26 +735,26 @@ static void test_scatter_elements(void) {
                 tm_ctx c;
                 tm_ctx_init(&c, TM_MODE_EAGER, NULL);
                 const int64_t *values = axis ? cols : rows;
-                tm_tensor *in[3] = {from_values(dt, 2, data_dims, data),
+                tm_tensor *in[3] = {tensor_of(dt, 2, data_dims, data),
                                     indices_of(TM_INT64, 2, index_dims, values),
-                                    from_values(dt, 2, index_dims, updates)};
+                                    tensor_of(dt, 2, index_dims, updates)};
                 tm_args a = args_of((int64_t[]){axis, reduction}, 2);
                 const tm_tensor *y = run(&c, TM_P_SCATTER_ELEMENTS, in, 3, &a);
                 double want[12];
-                for (int i = 0; i < 12; i++) want[i] = value_at(in[0], i);
+                for (int i = 0; i < 12; i++) want[i] = element(in[0], i);
                 for (int64_t e = 0; e < 6; e++) {
                     int64_t ii[2];
                     unravel(e, 2, index_dims, ii);
                     int64_t v = values[e];
                     ii[axis] = v < 0 ? v + data_dims[axis] : v;
                     int64_t at = ravel(2, data_dims, ii);
-                    double w = ref_reduce(reduction, want[at], value_at(in[2], e));
-                    tm_tensor *cell = from_values(dt, 0, NULL, &w); /* round like the dtype */
-                    want[at] = value_at(cell, 0);
+                    double w = ref_reduce(reduction, want[at], element(in[2], e));
+                    tm_tensor *cell = tensor_of(dt, 0, NULL, &w); /* round like the dtype */
+                    want[at] = element(cell, 0);
                     tm_tensor_free(cell);
                 }
                 int bad = !y;
-                for (int i = 0; y && i < 12; i++) bad += value_at(y, i) != want[i];
+                for (int i = 0; y && i < 12; i++) bad += element(y, i) != want[i];
                 CHECK(!bad, "scatter_elements %s axis %d reduction %d", tm_dtype_name(dt), axis,
                       reduction);
                 tm_ctx_destroy(&c);
@@ -843,24 +813,24 @@ static void test_scatter_nd(void) {
             tm_dtype dt = dtypes[t];
             tm_ctx c;
             tm_ctx_init(&c, TM_MODE_EAGER, NULL);
-            tm_tensor *in[3] = {from_values(dt, 3, data_dims, data),
+            tm_tensor *in[3] = {tensor_of(dt, 3, data_dims, data),
                                 indices_of(TM_INT64, 2, (int64_t[]){3, 1}, rows),
-                                from_values(dt, 3, (int64_t[]){3, 2, 3}, updates)};
+                                tensor_of(dt, 3, (int64_t[]){3, 2, 3}, updates)};
             tm_args a = args_of((int64_t[]){reduction}, 1);
             const tm_tensor *y = run(&c, TM_P_SCATTER_ND, in, 3, &a);
             double want[24];
-            for (int i = 0; i < 24; i++) want[i] = value_at(in[0], i);
+            for (int i = 0; i < 24; i++) want[i] = element(in[0], i);
             for (int k = 0; k < 3; k++) {
                 int64_t row = rows[k] < 0 ? rows[k] + 4 : rows[k];
                 for (int j = 0; j < 6; j++) {
-                    double w = ref_reduce(reduction, want[row * 6 + j], value_at(in[2], k * 6 + j));
-                    tm_tensor *cell = from_values(dt, 0, NULL, &w);
-                    want[row * 6 + j] = value_at(cell, 0);
+                    double w = ref_reduce(reduction, want[row * 6 + j], element(in[2], k * 6 + j));
+                    tm_tensor *cell = tensor_of(dt, 0, NULL, &w);
+                    want[row * 6 + j] = element(cell, 0);
                     tm_tensor_free(cell);
                 }
             }
             int bad = !y;
-            for (int i = 0; y && i < 24; i++) bad += value_at(y, i) != want[i];
+            for (int i = 0; y && i < 24; i++) bad += element(y, i) != want[i];
             CHECK(!bad, "scatter_nd %s reduction %d", tm_dtype_name(dt), reduction);
             tm_ctx_destroy(&c);
         }

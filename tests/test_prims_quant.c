@@ -8,25 +8,10 @@
 #include <string.h>
 #include "core/ctx.h"
 
-static int passed, failed;
-#define CHECK(cond, ...)                                  \
-    do {                                                  \
-        if (cond) passed++;                               \
-        else {                                            \
-            failed++;                                     \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);   \
-            printf(__VA_ARGS__);                          \
-            printf("\n");                                 \
-        }                                                 \
-    } while (0)
+#define CHECK_RNG_SEED 88172645463325252ULL
+#include "check.h"
 
-static uint64_t rng = 88172645463325252ULL;
-static uint32_t next_u32(void) {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (uint32_t)rng;
-}
+static uint32_t next_u32(void) { return (uint32_t)rng_next(); }
 static float next_f(void) { return (float)(next_u32() % 20001) / 10000.0f - 1.0f; }
 
 /* Writes value v (bits wide) at position j of a little-endian bit stream. */

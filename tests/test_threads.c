@@ -15,17 +15,7 @@
 
 #define N_THREADS 8
 
-static int passed, failed;
-#define CHECK(cond, ...)                                  \
-    do {                                                  \
-        if (cond) passed++;                               \
-        else {                                            \
-            failed++;                                     \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);   \
-            printf(__VA_ARGS__);                          \
-            printf("\n");                                 \
-        }                                                 \
-    } while (0)
+#include "check.h"
 
 /* Same dtype, shape and bytes. */
 static int same_tensor(const tm_tensor *a, const tm_tensor *b) {

@@ -192,9 +192,9 @@ static int split_sizes(tm_lower *L, int64_t dim, int64_t **sizes, int64_t *n) {
     int64_t sum = 0;
     for (int64_t i = 0; i < count; i++) {
         if (vals[i] < 0) {
+            long long bad = (long long)vals[i];
             free(vals);
-            return tm_lfail(L, TM_ERR_SHAPE, "input 'split' has a negative size %lld",
-                            (long long)vals[i]);
+            return tm_lfail(L, TM_ERR_SHAPE, "input 'split' has a negative size %lld", bad);
         }
         sum += vals[i];
     }

@@ -58,6 +58,13 @@ def cycles():
         [vec("later")]))
 
 
+def missing_input():
+    # MatMul with one input: the lowering meets an absent value and must fail, not read it.
+    save("missing_input", helper.make_graph(
+        [helper.make_node("MatMul", ["x"], ["y"], name="lonely_matmul")], "missing_input",
+        [vec("x")], [vec("y")]))
+
+
 def unsorted():
     # Acyclic but written backwards: loads (sorted at load) and runs, y = relu(-x).
     save("unsorted", helper.make_graph(
@@ -189,6 +196,7 @@ def make_inputs(path):
 
 def main():
     cycles()
+    missing_input()
     unsorted()
     deep_nesting()
     functions()
