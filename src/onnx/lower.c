@@ -300,6 +300,20 @@ const char *tm_attr_s(tm_lower *L, const char *name, const char *def) {
     return a->s.data;
 }
 
+/* A list accessor met an attribute of another type (a hostile or broken model): the node
+ * fails, and callers see it as absent (-1) until they check the status. Without this the
+ * list pointer of another type (NULL) would be read with that type's count. */
+static int wrong_list_type(tm_lower *L, const tm_attr *a, const char *want) {
+    tm_lfail(L, TM_ERR_PARSE, "attribute '%s' has type %d, expected %s", a->name, (int)a->type,
+             want);
+    return -1;
+}
+
+/* Empty lists read as a valid pointer to nothing (memcpy(dst, NULL, 0) is undefined). */
+static const int64_t no_ints[1];
+static const float no_floats[1];
+static const tm_bytes no_strings[1];
+
 int tm_attr_ints(tm_lower *L, const char *name, const int64_t **out) {
     const tm_attr *a = tm_attr_get(L, name);
     if (!a) return -1;
@@ -307,7 +321,8 @@ int tm_attr_ints(tm_lower *L, const char *name, const int64_t **out) {
         *out = &a->i;
         return 1;
     }
-    *out = a->ints;
+    if (a->type != TM_ATTR_INTS) return wrong_list_type(L, a, "ints");
+    *out = a->n ? a->ints : no_ints;
     return (int)a->n;
 }
 
@@ -318,7 +333,8 @@ int tm_attr_floats(tm_lower *L, const char *name, const float **out) {
         *out = &a->f;
         return 1;
     }
-    *out = a->floats;
+    if (a->type != TM_ATTR_FLOATS) return wrong_list_type(L, a, "floats");
+    *out = a->n ? a->floats : no_floats;
     return (int)a->n;
 }
 
@@ -329,7 +345,8 @@ int tm_attr_strings(tm_lower *L, const char *name, const tm_bytes **out) {
         *out = &a->s;
         return 1;
     }
-    *out = a->strings;
+    if (a->type != TM_ATTR_STRINGS) return wrong_list_type(L, a, "strings");
+    *out = a->n ? a->strings : no_strings;
     return (int)a->n;
 }
 
@@ -451,7 +468,18 @@ static tm_status run_node(tm_interp *ip, tm_scope *scope, const tm_node *n,
             goto done;
         }
     }
-    tm_lower L = {ip, scope, n, attrs, opset, opsets, depth, in, out};
+    /* Lowerings name inputs in messages by index (`tm_lnode(L)->inputs[2]`) without always
+     * checking that a hostile node has that many: they see a copy of the node whose input
+     * list goes on with "" up to PADDED_INPUTS entries (n_inputs is unchanged). */
+    enum { PADDED_INPUTS = 16 };
+    static char no_name[1];
+    char *padded_inputs[PADDED_INPUTS];
+    tm_node view = *n;
+    if (n->n_inputs < PADDED_INPUTS) {
+        for (int i = 0; i < PADDED_INPUTS; i++) padded_inputs[i] = i < n->n_inputs ? n->inputs[i] : no_name;
+        view.inputs = padded_inputs;
+    }
+    tm_lower L = {ip, scope, &view, attrs, opset, opsets, depth, in, out};
     tm_val first_val = c->n_vals;
     st = fn ? run_function(&L, fn) : reg->fn(&L);
     if (st == TM_OK && !tm_ctx_ok(c)) st = c->status;
