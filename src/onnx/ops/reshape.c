@@ -25,7 +25,7 @@ static tm_status reshape_to(tm_lower *L, tm_val x, const int64_t *shape, int n, 
     tm_ctx *c = tm_lctx(L);
     int rank = tm_vrank(c, x);
     int64_t dims[TM_MAX_RANK], known = 1;
-    int infer = -1;
+    int infer = -1, overflow = 0, has_zero = 0;
     for (int i = 0; i < n; i++) {
         dims[i] = shape[i];
         if (shape[i] == 0 && !allowzero) {
@@ -43,8 +43,14 @@ static tm_status reshape_to(tm_lower *L, tm_val x, const int64_t *shape, int n, 
             return tm_lfail(L, TM_ERR_SHAPE, "input 'shape' has an invalid dim %lld at %d",
                             (long long)shape[i], i);
         }
-        known *= dims[i];
+        /* A hostile shape may overflow the product; a 0 anywhere still makes it 0. */
+        has_zero |= dims[i] == 0;
+        overflow |= __builtin_mul_overflow(known, dims[i], &known);
     }
+    if (has_zero) known = 0;
+    else if (overflow)
+        return tm_lfail(L, TM_ERR_SHAPE, "input 'shape' asks for more elements than 64 bits "
+                        "can count");
     int64_t numel = tm_vnumel(c, x);
     if (infer >= 0 && known == 0 && numel == 0) {
         dims[infer] = 0; /* ambiguous, but empty either way: take the empty reading */
