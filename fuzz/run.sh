@@ -67,7 +67,11 @@ for t in $TARGETS; do
     mkdir -p "$BUILD/corpus/$t" "$BUILD/crashes/$t" "$REG/$t"
     log=$BUILD/fuzz_$t.log
     # -timeout: one input running this long is a finding (a hang); rss limit as default.
-    ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 \
+    # max_allocation_size_mb: any single allocation over 256 MB returns NULL instead of
+    # tripping libFuzzer's malloc limit: a model may legitimately ask for a huge tensor
+    # (its attributes say so); what must hold is that a refused allocation ends in an
+    # error, never a crash.
+    ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1:max_allocation_size_mb=256 \
     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
         "$bin" $LIMIT -timeout=10 -rss_limit_mb=2048 \
             -dict="$dict" -artifact_prefix="$BUILD/crashes/$t/" -print_final_stats=1 \

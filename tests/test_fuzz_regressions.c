@@ -1,4 +1,4 @@
-/* Replays every input the fuzzers ever crashed on (tests/data/fuzz-regressions/<target>/)
+/* Replays every input the fuzzers ever crashed or hung on (tests/data/fuzz-regressions/<target>/)
  * through the very harness of that target (fuzz/fuzz_<target>.c, included here with its
  * entry point renamed), each in a child process, so that one crash fails one case and the
  * rest still run. Built with the ordinary compiler, so `make test` and `make check-asan`
@@ -98,6 +98,7 @@ static int replay(const target *t, const char *path) {
     fflush(stdout);
     pid_t pid = fork();
     if (pid == 0) {
+        alarm(120);   /* a hang the fuzzer reported (its limit was 10 s) fails, not blocks */
         t->one(data, size);
         _exit(0);
     }

@@ -300,19 +300,19 @@ const char *tm_attr_s(tm_lower *L, const char *name, const char *def) {
     return a->s.data;
 }
 
-/* A list accessor met an attribute of another type (a hostile or broken model): the node
- * fails, and callers see it as absent (-1) until they check the status. Without this the
- * list pointer of another type (NULL) would be read with that type's count. */
-static int wrong_list_type(tm_lower *L, const tm_attr *a, const char *want) {
-    tm_lfail(L, TM_ERR_PARSE, "attribute '%s' has type %d, expected %s", a->name, (int)a->type,
-             want);
-    return -1;
-}
-
 /* Empty lists read as a valid pointer to nothing (memcpy(dst, NULL, 0) is undefined). */
 static const int64_t no_ints[1];
 static const float no_floats[1];
 static const tm_bytes no_strings[1];
+
+/* A list accessor met an attribute of another type (a hostile or broken model): the node
+ * fails, and until callers check the status they see an empty list (never -1, which they
+ * take for "absent", nor another type's count with a NULL list). */
+static int wrong_list_type(tm_lower *L, const tm_attr *a, const char *want) {
+    tm_lfail(L, TM_ERR_PARSE, "attribute '%s' has type %d, expected %s", a->name, (int)a->type,
+             want);
+    return 0;
+}
 
 int tm_attr_ints(tm_lower *L, const char *name, const int64_t **out) {
     const tm_attr *a = tm_attr_get(L, name);
@@ -321,7 +321,10 @@ int tm_attr_ints(tm_lower *L, const char *name, const int64_t **out) {
         *out = &a->i;
         return 1;
     }
-    if (a->type != TM_ATTR_INTS) return wrong_list_type(L, a, "ints");
+    if (a->type != TM_ATTR_INTS) {
+        *out = no_ints;
+        return wrong_list_type(L, a, "ints");
+    }
     *out = a->n ? a->ints : no_ints;
     return (int)a->n;
 }
@@ -333,7 +336,10 @@ int tm_attr_floats(tm_lower *L, const char *name, const float **out) {
         *out = &a->f;
         return 1;
     }
-    if (a->type != TM_ATTR_FLOATS) return wrong_list_type(L, a, "floats");
+    if (a->type != TM_ATTR_FLOATS) {
+        *out = no_floats;
+        return wrong_list_type(L, a, "floats");
+    }
     *out = a->n ? a->floats : no_floats;
     return (int)a->n;
 }
@@ -345,7 +351,10 @@ int tm_attr_strings(tm_lower *L, const char *name, const tm_bytes **out) {
         *out = &a->s;
         return 1;
     }
-    if (a->type != TM_ATTR_STRINGS) return wrong_list_type(L, a, "strings");
+    if (a->type != TM_ATTR_STRINGS) {
+        *out = no_strings;
+        return wrong_list_type(L, a, "strings");
+    }
     *out = a->n ? a->strings : no_strings;
     return (int)a->n;
 }

@@ -748,6 +748,10 @@ static int64_t index_at(const tm_tensor *t, int64_t i) {
     return t->dtype == TM_INT32 ? ((const int32_t *)t->data)[i] : ((const int64_t *)t->data)[i];
 }
 
+/* Samples (times channels) one ROI may take: far above real models (a 7 x 7 output with a
+ * 2 x 2 grid over 256 channels is 50,176), far below a hang. */
+#define ROI_MAX_WORK 4294967296.0
+
 tm_status tm__kernel_roi_align(const tm_kcall *k) {
     const tm_tensor *x = k->in[0], *rois = k->in[1], *bi = k->in[2];
     tm_tensor *y = k->out[0];
@@ -772,10 +776,18 @@ tm_status tm__kernel_roi_align(const tm_kcall *k) {
             roi_h = roi_h > 1.0 ? roi_h : 1.0;
         }
         double bin_h = roi_h / (double)out_h, bin_w = roi_w / (double)out_w;
-        int64_t grid_h = ratio > 0 ? ratio : (int64_t)ceil(roi_h / (double)out_h);
-        int64_t grid_w = ratio > 0 ? ratio : (int64_t)ceil(roi_w / (double)out_w);
-        if (grid_h < 0) grid_h = 0;
-        if (grid_w < 0) grid_w = 0;
+        /* The grid comes from an attribute or the ROI's own size: bound the samples of one
+         * ROI before converting (a huge or NaN double to int64 is undefined, and a hostile
+         * sampling_ratio or ROI would otherwise run for ages). */
+        double grid_hd = ratio > 0 ? (double)ratio : ceil(roi_h / (double)out_h);
+        double grid_wd = ratio > 0 ? (double)ratio : ceil(roi_w / (double)out_w);
+        if (!(grid_hd > 0)) grid_hd = 0;
+        if (!(grid_wd > 0)) grid_wd = 0;
+        if (grid_hd * grid_wd * (double)out_h * (double)out_w * (double)channels > ROI_MAX_WORK)
+            return tm__fail(k->err, TM_ERR_UNSUPPORTED, "roi %lld takes a %.0f x %.0f sampling "
+                            "grid per bin: more than %.0f samples in all", (long long)r,
+                            grid_hd, grid_wd, ROI_MAX_WORK);
+        int64_t grid_h = (int64_t)grid_hd, grid_w = (int64_t)grid_wd;
         double count = grid_h * grid_w > 1 ? (double)(grid_h * grid_w) : 1.0;
         for (int64_t ph = 0; ph < out_h; ph++) {
             for (int64_t pw = 0; pw < out_w; pw++) {

@@ -331,6 +331,8 @@ tm_status tm__kernel_softmax(const tm_kcall *kc) {
     int log_form = kc->a->i[1] == 1;
     int64_t outer, length, inner;
     softmax_split(x->rank, x->dims, (int)kc->a->i[0], &outer, &length, &inner);
+    /* Nothing to do for an empty tensor, whose scratch is NULL (NULL + 0 is undefined). */
+    if (outer == 0 || length == 0 || inner == 0) return TM_OK;
     if (x->dtype == TM_FLOAT && !tm_use_reference_kernels()) {
         const float *xs = x->data;
         float *ys = y->data;
