@@ -111,12 +111,11 @@ install: all
 	install -m 644 $(BUILD)/transmuter.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/
 
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-tsan
 
 # ---- Thread safety: the threads test under ThreadSanitizer, in its own build folder ----
 check-tsan:
-	$(MAKE) BUILD=build-tsan OPT=-O1 SAN=-fsanitize=thread build-tsan/tests/test_threads
-	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" build-tsan/tests/test_threads
+	sh tests/tsan.sh
 
 # ---- Fuzzing: libFuzzer targets of fuzz/ (clang, ASan + UBSan), in build-fuzz/ --------
 # `make fuzz` builds every fuzz/fuzz_*.c and runs each for FUZZ_TIME seconds, one at a

@@ -44,9 +44,14 @@ suite contrib-ops sh tests/contrib.sh "$TM" tests/data/contrib
 suite generate sh tests/generate.sh "$TM"
 suite errors sh tests/errors.sh "$TM"
 suite hub sh tests/hub.sh "$TM"
+suite negative-models sh tests/negative.sh "$TM"
 case "$BUILD" in
-    *asan*|*tsan*) echo "valgrind                     skipped: $BUILD is a sanitizer build" ;;
-    *) suite valgrind sh tests/valgrind.sh "$TM" ;;
+    *asan*|*tsan*)
+        echo "valgrind                     skipped: $BUILD is a sanitizer build"
+        echo "tsan-threads                 skipped: $BUILD is a sanitizer build" ;;
+    *)
+        suite valgrind sh tests/valgrind.sh "$TM"
+        suite tsan-threads sh tests/tsan.sh ;;
 esac
 
 echo "logs in $LOG"
