@@ -2,10 +2,22 @@
  * once when its inputs are known (eager mode, or constant folding under trace) and
  * records it otherwise. Not plan building (plan.c). */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 #include "ctx.h"
+
+uint64_t tm__run_seed(void) {
+    static _Atomic uint64_t runs;
+    uint64_t z = atomic_fetch_add(&runs, 1) + UINT64_C(0x9e3779b97f4a7c15) *
+                 (((uint64_t)getpid() << 32) ^ (uint64_t)time(NULL));
+    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+    return z ^ (z >> 31);
+}
 
 void tm_ctx_init(tm_ctx *c, tm_mode mode, const tm_allocator *a) {
     memset(c, 0, sizeof *c);
@@ -14,6 +26,7 @@ void tm_ctx_init(tm_ctx *c, tm_mode mode, const tm_allocator *a) {
     c->needs_host = TM_NONE;
     c->threads = 1;
     c->rng_state = 0x853c49e6748fea9bULL;
+    c->run_seed = tm__run_seed();
 }
 
 void tm_ctx_destroy(tm_ctx *c) {
@@ -279,6 +292,7 @@ tm_status tm_run_kernel(tm_ctx *c, int prim, const tm_args *a, const tm_tensor *
     k.err = &err;
     k.threads = c->threads;
     k.pool = c->pool;
+    k.run_seed = c->run_seed;
     if (scratch && !k.scratch)
         return tm_ctx_fail(c, TM_ERR_NO_MEMORY, "cannot allocate %zu bytes of scratch", scratch);
     tm_status s = tm_prims[prim].kernel(&k);

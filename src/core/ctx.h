@@ -69,6 +69,7 @@ typedef struct tm_kcall {
     tm_error *err;
     int threads;
     struct tm_pool *pool;  /* intra-op threads (backends/cpu/pool.h); NULL: this thread only */
+    uint64_t run_seed;     /* fresh for every run (tm__run_seed): unseeded random draws mix it in */
 } tm_kcall;
 
 typedef struct tm_ctx tm_ctx;
@@ -120,9 +121,13 @@ struct tm_ctx {
     void *scratch;        /* eager kernels' scratch, grown as needed */
     size_t scratch_cap;
     uint64_t rng_state;   /* seeded random primitives */
+    uint64_t run_seed;    /* this context's run (tm__run_seed), for kernels' tm_kcall.run_seed */
 };
 
 void tm_ctx_init(tm_ctx *c, tm_mode mode, const tm_allocator *a);
+/* A new value on every call, in every thread and process (an atomic counter mixed with the
+ * process id and the time): the per-run seed of random draws that no seed fixes. */
+uint64_t tm__run_seed(void);
 void tm_ctx_destroy(tm_ctx *c);
 /* Sets the sticky error (first one wins); returns code. Names the current ONNX node. */
 tm_status tm_ctx_fail(tm_ctx *c, tm_status code, const char *fmt, ...) TM_PRINTF(3, 4);

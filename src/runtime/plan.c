@@ -745,13 +745,14 @@ static void print_profile(const tm_session *s) {
 static tm_status run_kernels(tm_session *s, tm_error *err) {
     tm_plan *p = s->plan;
     if (s->profile) s->profile_runs++;
+    uint64_t run_seed = tm__run_seed();   /* unseeded random draws differ from run to run */
     for (int k = 0; k < p->n_kernels; k++) {
         const plan_kernel *pk = &p->kernels[k];
         tm_error kerr;
         kerr.message[0] = 0;
         tm_kcall call = {pk->prim, &pk->args, s->kin[k], pk->nin, s->kout[k], pk->nout,
                          s->scratch, p->scratch_bytes, &kerr, p->model->opts.threads,
-                         p->model->pool};
+                         p->model->pool, run_seed};
         double t0 = s->profile ? now_s() : 0;
         tm_status st = tm_prims[pk->prim].kernel(&call);
         if (s->profile) s->profile[k] += now_s() - t0;

@@ -249,9 +249,8 @@ static uint64_t rng_next(rng *r) {
 /* Uniform in [0, 1) with 53 random bits. */
 static double rng_unit(rng *r) { return (double)(rng_next(r) >> 11) * 0x1p-53; }
 
-/* The seed is f[2]. A kernel sees no context, so a NaN seed (ONNX: "not given") means a
- * fixed default seed here; a caller that wants fresh draws per call puts a seed taken
- * from the context's generator (tm_ctx.rng_state) into f[2] before calling. */
+/* The seed is f[2]; a NaN seed means a fixed default seed. Fresh draws per run (ONNX: no
+ * seed given) set i[10] and are seeded by rng_fresh below. */
 static rng rng_seeded(double seed) {
     uint64_t x = UINT64_C(0x5eed5eed5eed5eed);
     if (!isnan(seed)) {
@@ -304,9 +303,19 @@ static void fill_normal(tm_tensor *y, int64_t n, double mean, double scale, rng 
     }
 }
 
+/* A fresh draw: the node's seed and the run's, mixed (both already well spread). */
+static rng rng_fresh(double seed, uint64_t run_seed) {
+    uint64_t x;
+    memcpy(&x, &seed, sizeof x);
+    x ^= run_seed * UINT64_C(0xd1342543de82ef95);
+    rng r;
+    for (int i = 0; i < 4; i++) r.s[i] = splitmix64(&x);
+    return r;
+}
+
 tm_status tm__kernel_random(const tm_kcall *k) {
     tm_tensor *y = k->out[0];
-    rng r = rng_seeded(k->a->f[2]);
+    rng r = k->a->i[10] ? rng_fresh(k->a->f[2], k->run_seed) : rng_seeded(k->a->f[2]);
     int64_t n = tm_tensor_numel_(y);
     if (k->prim == TM_P_RANDOM_UNIFORM) fill_uniform(y, n, k->a->f[0], k->a->f[1], &r);
     else fill_normal(y, n, k->a->f[0], k->a->f[1], &r);

@@ -17,8 +17,8 @@ static tm_status inference(tm_lower *L, tm_val x) {
     return tm_lctx(L)->status;
 }
 
-/* Without a seed attribute every call draws anew: the seed comes from the context's
- * generator (a plan records the one seed it traced with). */
+/* Without a seed attribute every run draws a new mask: the node's seed comes from the
+ * context's generator and the kernel mixes in the run's seed (RANDOM i[10] = 1). */
 static double fresh_seed(tm_ctx *c) {
     uint64_t z = (c->rng_state += UINT64_C(0x9e3779b97f4a7c15));
     z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
@@ -39,6 +39,7 @@ static tm_status training(tm_lower *L, tm_val x, double ratio) {
     a.f[0] = 0.0;
     a.f[1] = 1.0;
     a.f[2] = tm_attr_has(L, "seed") ? (double)tm_attr_i(L, "seed", 0) : fresh_seed(c);
+    a.i[10] = !tm_attr_has(L, "seed");
     tm_val draw = tm_prim(c, TM_P_RANDOM_UNIFORM, NULL, 0, &a);
     tm_val keep = tm_binary(c, TM_P_GE, draw, tm_const_scalar(c, TM_DOUBLE, ratio));
     tm_val scaled = tm_mul(c, x, tm_scalar_like(c, x, 1.0 / (1.0 - ratio)));

@@ -3,8 +3,9 @@
  * our own generator (xoshiro256**): a seed reproduces our stream, not numpy's. */
 #include "elementwise.h"
 
-/* Without a seed attribute every call draws anew: the seed comes from the context's
- * generator (a plan records the one seed it traced with). */
+/* Without a seed attribute every run draws anew: the node's seed comes from the context's
+ * generator (distinct per node) and the kernel mixes in the run's seed (i[10] = 1). With
+ * one, the op is a pure function: the same values on every run, eager or compiled. */
 static double draw_seed(tm_lower *L) {
     if (tm_attr_has(L, "seed")) return tm_attr_f(L, "seed", 0.0f);
     tm_ctx *c = tm_lctx(L);
@@ -24,6 +25,7 @@ static tm_val draw(tm_lower *L, int prim, tm_dtype dt, int rank, const int64_t *
     a.f[0] = p0;
     a.f[1] = p1;
     a.f[2] = draw_seed(L);
+    a.i[10] = !tm_attr_has(L, "seed");
     return tm_prim(tm_lctx(L), prim, NULL, 0, &a);
 }
 
