@@ -19,6 +19,13 @@ uint64_t tm__run_seed(void) {
     return z ^ (z >> 31);
 }
 
+double tm_ctx_node_seed(tm_ctx *c) {
+    uint64_t z = (c->rng_state += UINT64_C(0x9e3779b97f4a7c15));
+    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+    return (double)((z ^ (z >> 31)) >> 11);
+}
+
 void tm_ctx_init(tm_ctx *c, tm_mode mode, const tm_allocator *a) {
     memset(c, 0, sizeof *c);
     c->mode = mode;

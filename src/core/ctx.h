@@ -128,6 +128,9 @@ void tm_ctx_init(tm_ctx *c, tm_mode mode, const tm_allocator *a);
 /* A new value on every call, in every thread and process (an atomic counter mixed with the
  * process id and the time): the per-run seed of random draws that no seed fixes. */
 uint64_t tm__run_seed(void);
+/* The next node seed of the context's generator (53 bits, as a double for RANDOM's f[2]):
+ * distinct per random node lowered, so that unseeded nodes draw distinct streams. */
+double tm_ctx_node_seed(tm_ctx *c);
 void tm_ctx_destroy(tm_ctx *c);
 /* Sets the sticky error (first one wins); returns code. Names the current ONNX node. */
 tm_status tm_ctx_fail(tm_ctx *c, tm_status code, const char *fmt, ...) TM_PRINTF(3, 4);

@@ -17,15 +17,6 @@ static tm_status inference(tm_lower *L, tm_val x) {
     return tm_lctx(L)->status;
 }
 
-/* Without a seed attribute every run draws a new mask: the node's seed comes from the
- * context's generator and the kernel mixes in the run's seed (RANDOM i[10] = 1). */
-static double fresh_seed(tm_ctx *c) {
-    uint64_t z = (c->rng_state += UINT64_C(0x9e3779b97f4a7c15));
-    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-    return (double)((z ^ (z >> 31)) >> 11);
-}
-
 /* The draw is in double and compared with the ratio as given, as the reference does
  * (numpy: uniform(0, 1, shape) >= ratio). */
 static tm_status training(tm_lower *L, tm_val x, double ratio) {
@@ -38,7 +29,8 @@ static tm_status training(tm_lower *L, tm_val x, double ratio) {
     for (int d = 0; d < rank; d++) a.i[2 + d] = tm_vdims(c, x)[d];
     a.f[0] = 0.0;
     a.f[1] = 1.0;
-    a.f[2] = tm_attr_has(L, "seed") ? (double)tm_attr_i(L, "seed", 0) : fresh_seed(c);
+    /* Without a seed attribute every run draws a new mask (RANDOM i[10]). */
+    a.f[2] = tm_attr_has(L, "seed") ? (double)tm_attr_i(L, "seed", 0) : tm_ctx_node_seed(c);
     a.i[10] = !tm_attr_has(L, "seed");
     tm_val draw = tm_prim(c, TM_P_RANDOM_UNIFORM, NULL, 0, &a);
     tm_val keep = tm_binary(c, TM_P_GE, draw, tm_const_scalar(c, TM_DOUBLE, ratio));

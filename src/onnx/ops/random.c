@@ -8,11 +8,7 @@
  * one, the op is a pure function: the same values on every run, eager or compiled. */
 static double draw_seed(tm_lower *L) {
     if (tm_attr_has(L, "seed")) return tm_attr_f(L, "seed", 0.0f);
-    tm_ctx *c = tm_lctx(L);
-    uint64_t z = (c->rng_state += UINT64_C(0x9e3779b97f4a7c15));
-    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-    return (double)((z ^ (z >> 31)) >> 11);
+    return tm_ctx_node_seed(tm_lctx(L));
 }
 
 static tm_val draw(tm_lower *L, int prim, tm_dtype dt, int rank, const int64_t *dims,
