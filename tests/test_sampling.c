@@ -168,7 +168,7 @@ static void test_draws(void) {
     /* Nothing finite: the last token, never an index outside the row. */
     float none[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
     tm_minstd g = tm_minstd_seeded(5);
-    double cdf[4];
+    double cdf[8];             /* also the six-token row below */
     int32_t t = tm_draw_token(&g, none, 4, cdf);
     CHECK(t >= 0 && t < 4, "an all-filtered row draws %d", t);
     /* One seed, one stream. */
