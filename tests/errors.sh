@@ -36,6 +36,7 @@ expect wrong-rank "input 'x' has rank 3, the model expects rank 2" $TM run $D/ad
 expect bad-npy-header "x.npy" $TM run $D/add.onnx --inputs $D/inputs_badnpy --out $out/o
 expect wrong-dtype-eager "input 'x' has dtype float64" $TM run $D/add.onnx --inputs $D/inputs_dtype --out $out/o --eager
 expect bad-command "unknown command" $TM frobnicate
+expect sampling-negative-seed "(Sampling): input 8 (seed) is -1" $TM run tests/data/contrib/sampling_custom/model.onnx --inputs $D/inputs_sampling_seed --out $out/o
 # And the good case works, so the failures above are about the input.
 if $TM run $D/add.onnx --inputs $D/inputs_ok --out $out/o > "$out/log" 2>&1 && [ -f $out/o/y.npy ]; then
     pass=$((pass + 1))

@@ -1,6 +1,7 @@
 /* Tests of the plan-time fusion passes (src/runtime/passes/): decomposed layer norm, RMS
  * norm and GELU are built as traces, the passes run, the fused node is checked, and its
- * primitive (evaluated eagerly) is compared with the decomposition evaluated eagerly.
+ * primitive (evaluated eagerly in float32) is compared with the decomposition evaluated
+ * eagerly in float64: the fused kernel must be as exact as the pattern it replaces.
  * Near misses (a wrong constant, an intermediate read twice or kept as a root) stay
  * unfused. Not a test of the kernels themselves (test_prims_*.c). */
 #include <math.h>
@@ -18,7 +19,10 @@ static const int64_t ONES[RANK] = {1, 1, 1};
 
 static float next_f(void) { return (float)(rng_next() % 20001) / 5000.0f - 2.0f; }
 
-static tm_val k(tm_ctx *c, double v) { return tm_const_fill(c, TM_FLOAT, RANK, ONES, v); }
+/* The dtype the patterns are built in: float32, float64 for the reference. */
+static tm_dtype DT = TM_FLOAT;
+
+static tm_val k(tm_ctx *c, double v) { return tm_const_fill(c, DT, RANK, ONES, v); }
 static tm_val bin(tm_ctx *c, int prim, tm_val a, tm_val b) {
     tm_val in[2] = {a, b};
     return tm_prim(c, prim, in, 2, NULL);
@@ -33,8 +37,12 @@ static tm_val mean_last(tm_ctx *c, tm_val x) {
 /* A (1, 1, C) constant with values seeded by `seed`. */
 static tm_val param(tm_ctx *c, int seed) {
     int64_t d[RANK] = {1, 1, C};
-    tm_tensor *t = tm_tensor_alloc(TM_FLOAT, RANK, d, NULL);
-    for (int i = 0; i < C; i++) ((float *)t->data)[i] = 0.5f + 0.01f * (float)(i * seed % 37);
+    tm_tensor *t = tm_tensor_alloc(DT, RANK, d, NULL);
+    for (int i = 0; i < C; i++) {
+        float v = 0.5f + 0.01f * (float)(i * seed % 37);
+        if (DT == TM_DOUBLE) ((double *)t->data)[i] = v;
+        else ((float *)t->data)[i] = v;
+    }
     return tm_val_tensor(c, t, 0);
 }
 
@@ -99,13 +107,17 @@ static void test_variant(int v, const float *xs) {
         CHECK(want_prim[v] < 0 ? !fused : last->prim == want_prim[v] && last->in[0] == x,
               "%s: the last node is %s", names[v], tm_prims[last->prim].name);
     if (want_prim[v] >= 0 && last->prim == want_prim[v] && last->in[0] == x) {
-        /* The fused primitive, eagerly, against the decomposition, eagerly. */
+        /* The fused primitive, eagerly, against the decomposition in float64, eagerly. */
         tm_ctx e;
         tm_ctx_init(&e, TM_MODE_EAGER, NULL);
         tm_tensor *tx = tm_tensor_alloc(TM_FLOAT, RANK, X_DIMS, NULL);
+        tm_tensor *tx64 = tm_tensor_alloc(TM_DOUBLE, RANK, X_DIMS, NULL);
         memcpy(tx->data, xs, sizeof(float) * 2 * 5 * C);
+        for (int i = 0; i < 2 * 5 * C; i++) ((double *)tx64->data)[i] = xs[i];
         tm_val ex = tm_val_tensor(&e, tx, 0), unused;
-        tm_val want = build(&e, v, ex, &unused);
+        DT = TM_DOUBLE;
+        tm_val want = build(&e, v, tm_val_tensor(&e, tx64, 0), &unused);
+        DT = TM_FLOAT;
         tm_val in[3] = {ex, TM_NONE, TM_NONE};
         for (int i = 1; i < last->nin; i++)
             in[i] = tm_val_tensor(&e, tm_tensor_clone(t.vals[last->in[i]].data, NULL), 0);
@@ -115,10 +127,11 @@ static void test_variant(int v, const float *xs) {
         got = outs[0];
         CHECK(tm_ctx_ok(&e), "%s: eager: %s", names[v], e.err.message);
         if (tm_ctx_ok(&e)) {
-            const float *a = tm_vdata(&e, want)->data, *b = tm_vdata(&e, got)->data;
+            const double *a = tm_vdata(&e, want)->data;
+            const float *b = tm_vdata(&e, got)->data;
             double worst = 0;
             for (int i = 0; i < 2 * 5 * C; i++) {
-                double err = fabs((double)a[i] - b[i]) / (1e-3 + fabs(a[i]));
+                double err = fabs(a[i] - b[i]) / (1e-3 + fabs(a[i]));
                 worst = err > worst ? err : worst;
             }
             CHECK(worst < 2e-5, "%s: fused differs by %g", names[v], worst);

@@ -292,6 +292,45 @@ static void test_layernorm(void) {
     run_layernorm(TM_FLOAT, 2, long_rows, 1, 0, &p4097, &p4097, 1e-5, "long rows");
 }
 
+/* Rows whose mean is far larger than their spread (mean 36,000, sigma 1, as in ONNX
+ * Runtime's transformer test graphs): the float32 kernel must stay within a few float
+ * ulps of the double evaluation of its own (float) inputs; rounding the mean to float
+ * before x - mean would be 2e-3 off. */
+static void test_layernorm_ill_conditioned(void) {
+    enum { ROWS = 4, H = 768 };
+    tm_ctx c;
+    tm_ctx_init(&c, TM_MODE_EAGER, NULL);
+    int64_t dims[2] = {ROWS, H}, pd[1] = {H};
+    double *x = random_values(ROWS * H, 1.0), *s = random_values(H, 1.0), *b = random_values(H, 1.0);
+    for (int i = 0; i < ROWS * H; i++) x[i] = (float)(36000.0 + x[i] * (1 + i / H));
+    for (int i = 0; i < H; i++) {
+        s[i] = (float)s[i];
+        b[i] = (float)b[i];
+    }
+    tm_val in[3] = {make(&c, TM_FLOAT, 2, dims, x), make(&c, TM_FLOAT, 1, pd, s),
+                    make(&c, TM_FLOAT, 1, pd, b)};
+    tm_args a;
+    memset(&a, 0, sizeof a);
+    a.i[0] = 1;
+    a.f[0] = 1e-12;
+    tm_val out[3];
+    tm_prim_n(&c, TM_P_LAYERNORM, in, 3, &a, out, 3);
+    double *want = malloc(ROWS * H * sizeof *want);
+    for (int r = 0; r < ROWS; r++) {
+        double mean = 0.0, var = 0.0;
+        for (int j = 0; j < H; j++) mean += x[r * H + j] / H;
+        for (int j = 0; j < H; j++) var += (x[r * H + j] - mean) * (x[r * H + j] - mean) / H;
+        for (int j = 0; j < H; j++)
+            want[r * H + j] = (x[r * H + j] - mean) / sqrt(var + 1e-12) * s[j] + b[j];
+    }
+    expect_values(&c, out[0], 2, dims, want, 2e-6, "layernorm f32, mean 36000 and sigma 1..4");
+    free(x);
+    free(s);
+    free(b);
+    free(want);
+    tm_ctx_destroy(&c);
+}
+
 static void layernorm_error(tm_dtype dt, int rank, const int64_t *dims, const norm_param *scale,
                             int64_t axis, int n_in, tm_status code, const char *needle) {
     tm_ctx c;
@@ -456,6 +495,7 @@ int main(void) {
     test_softmax();
     test_softmax_errors();
     test_layernorm();
+    test_layernorm_ill_conditioned();
     test_layernorm_errors();
     test_trace_shapes();
     test_backend_data();

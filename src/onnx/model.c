@@ -1693,6 +1693,67 @@ static tm_status graph_fields(loader *L, tm_pb_reader *r, tm_graph *g) {
     return ensure_string(L, &g->name, MSG);
 }
 
+static int is_plain_constant(const tm_node *n) {
+    return strcmp(n->op_type, "Constant") == 0 && !n->domain[0] && n->n_inputs == 0 &&
+           n->n_outputs == 1 && n->outputs[0][0];
+}
+
+typedef struct named_index {
+    const char *name;
+    int index;
+} named_index;
+
+static int by_name_then_index(const void *a, const void *b) {
+    const named_index *x = a, *y = b;
+    int c = strcmp(x->name, y->name);
+    return c ? c : (x->index > y->index) - (x->index < y->index);
+}
+
+/* Graphs shrunk by hand sometimes define one name by two Constant nodes (ONNX Runtime's
+ * transformers test model gpt2_past.onnx redefines a head count after the original). ONNX
+ * Runtime turns every Constant into an initializer before it runs anything, and of equal
+ * names the last one wins; so here the last definition takes the place of the first and
+ * the others go. Other duplicate definitions are left to the interpreter. */
+static tm_status merge_duplicate_constants(loader *L, tm_graph *g) {
+    int n = 0;
+    for (int i = 0; i < g->n_nodes; i++) n += is_plain_constant(&g->nodes[i]);
+    if (n < 2) return TM_OK;
+    named_index *idx = malloc((size_t)n * sizeof *idx);
+    uint8_t *drop = calloc((size_t)g->n_nodes, 1);
+    if (!idx || !drop) {
+        free(idx);
+        free(drop);
+        return no_memory(L, "GraphProto");
+    }
+    n = 0;
+    for (int i = 0; i < g->n_nodes; i++)
+        if (is_plain_constant(&g->nodes[i]))
+            idx[n++] = (named_index){g->nodes[i].outputs[0], i};
+    qsort(idx, (size_t)n, sizeof *idx, by_name_then_index);
+    int dropped = 0;
+    for (int a = 0; a < n;) {
+        int b = a + 1;
+        while (b < n && !strcmp(idx[a].name, idx[b].name)) b++;
+        if (b - a > 1) {
+            tm_node last = g->nodes[idx[b - 1].index];
+            g->nodes[idx[b - 1].index] = g->nodes[idx[a].index];
+            g->nodes[idx[a].index] = last;
+            for (int k = a + 1; k < b; k++) drop[idx[k].index] = 1;
+            dropped += b - a - 1;
+        }
+        a = b;
+    }
+    int w = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        if (drop[i]) free_node(&g->nodes[i]);
+        else g->nodes[w++] = g->nodes[i];
+    }
+    g->n_nodes -= dropped;
+    free(idx);
+    free(drop);
+    return TM_OK;
+}
+
 static tm_status parse_graph(loader *L, const tm_pb_reader *parent, const tm_pb_field *pf,
                              tm_graph **out) {
     if (L->graph_depth >= MAX_NESTING)
@@ -1707,6 +1768,7 @@ static tm_status parse_graph(loader *L, const tm_pb_reader *parent, const tm_pb_
     L->graph_depth++;
     tm_status st = graph_fields(L, &r, g);
     L->graph_depth--;
+    if (!st) st = merge_duplicate_constants(L, g);
     if (st) {
         free_graph(g);
         return st;

@@ -24,6 +24,19 @@ static void loop_free(loop_run *r) {
     free(r->keep.mark);
 }
 
+/* A one-element value as body input `i` expects it: ONNX says the iteration number and
+ * the condition are scalars, but exporters (tf2onnx) declare them (1) and ONNX Runtime
+ * feeds them with the rank the body declares, so bodies Slice with the iteration number
+ * as `starts`. Only rank 1 is honoured; anything else stays as it is. */
+static tm_val loop_as_declared(loop_run *r, int i, tm_val v) {
+    tm_ctx *c = tm_lctx(r->L);
+    const tm_type *t = &r->body->inputs[i].type;
+    if (!tm_ctx_ok(c) || t->kind != TM_TYPE_TENSOR || t->rank != 1 || tm_vrank(c, v) != 0)
+        return v;
+    int64_t one = 1;
+    return tm_reshape(c, v, 1, &one);
+}
+
 static tm_status loop_init(loop_run *r) {
     tm_lower *L = r->L;
     tm_ctx *c = tm_lctx(L);
@@ -36,6 +49,7 @@ static tm_status loop_init(loop_run *r) {
     }
     r->cond.kind = TM_OV_TENSOR;
     r->cond.v = tm_lhas(L, 1) ? tm_lin(L, 1) : tm_const_scalar(c, TM_BOOL, 1);
+    r->cond.v = loop_as_declared(r, 1, r->cond.v);
     return c->status;
 }
 
@@ -98,7 +112,7 @@ static tm_status loop_iterate(loop_run *r, int64_t max_trip) {
     int go = tm_cf_flag(c, r->cond.v, "input 'cond'");
     if (go < 0) st = c->status;
     for (int64_t it = 0; st == TM_OK && go && it < max_trip; it++) {
-        tm_val iter = tm_const_scalar(c, TM_INT64, (double)it);
+        tm_val iter = loop_as_declared(r, 0, tm_const_scalar(c, TM_INT64, (double)it));
         in[0] = (tm_oval){.kind = TM_OV_TENSOR, .v = iter};
         in[1] = r->cond;
         memcpy(in + 2, r->state, (size_t)r->n_carried * sizeof *in);

@@ -1,10 +1,12 @@
-/* com.microsoft GreedySearch and BeamSearch (GPT-2 style decoders; T5 encoder-decoder for
- * BeamSearch): the decoder subgraph runs per token, token choice is host code following
- * ONNX Runtime's CPU implementation. Not Sampling, nor Whisper's timestamp processing. */
+/* com.microsoft GreedySearch, Sampling and BeamSearch (GPT-2 style decoders; T5
+ * encoder-decoder for BeamSearch): the decoder subgraph runs per token, token choice is host
+ * code following ONNX Runtime's CPU implementation (Sampling draws with the same generator,
+ * so a seed gives ONNX Runtime's tokens). Not Whisper's timestamp processing. */
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include "contrib.h"
+#include "ms_sampling.h"
 
 typedef struct hypothesis {
     int32_t *tokens;
@@ -411,28 +413,113 @@ static int gen_step(gen *g, int step, tm_oval *out) {
     return st;
 }
 
-static tm_status lower_greedy_search(tm_lower *L) {
+/* ---- Sampling ----------------------------------------------------------------------- */
+
+typedef struct sampler {
+    float temperature, presence_penalty;
+    tm_top_p filter;
+    tm_minstd gen;
+    int32_t *presence;         /* (batch, vocab) presence_mask, or NULL */
+    tm_scored_index *order;    /* (vocab) scratch */
+    float *probs;              /* (vocab) scratch */
+    double *cdf;               /* (vocab) scratch */
+} sampler;
+
+static void sampler_free(sampler *s) {
+    free(s->presence);
+    free(s->order);
+    free(s->probs);
+    free(s->cdf);
+}
+
+static int sampler_read(gen *g, sampler *s) {
+    tm_lower *L = g->L;
+    s->temperature = tm_attr_f(L, "temperature", 1.0f);
+    s->presence_penalty = tm_attr_f(L, "presence_penalty", 0.0f);
+    s->filter.top_p = tm_attr_f(L, "top_p", 0.0f);
+    s->filter.filter_value = tm_attr_f(L, "filter_value", -INFINITY);
+    s->filter.min_keep = tm_attr_i(L, "min_tokens_to_keep", 0);
+    s->filter.custom = tm_attr_i(L, "custom", 0) != 0;
+    int64_t seed = 0;
+    if (host_ints(g, 8, &seed, 1, 0)) return -1;
+    if (seed < 0 || seed > INT32_MAX)
+        return tm_lfail(L, TM_ERR_INVALID_ARGUMENT, "input 8 (seed) is %lld; it must be in "
+                        "[0, 2^31)", (long long)seed);
+    s->gen = tm_minstd_seeded((uint32_t)seed);
+    return 0;
+}
+
+/* Scratch sized once the vocabulary is known (at the first logits). */
+static int sampler_alloc(gen *g, sampler *s) {
+    if (s->order) return 0;
+    size_t v = (size_t)g->vocab;
+    s->order = malloc(v * sizeof *s->order);
+    s->probs = malloc(v * sizeof *s->probs);
+    s->cdf = malloc(v * sizeof *s->cdf);
+    if (!s->order || !s->probs || !s->cdf)
+        return tm_lfail(g->L, TM_ERR_NO_MEMORY, "out of memory");
+    return host_mask(g, 7, g->batch * g->vocab, &s->presence);
+}
+
+/* Temperature, presence penalty, top-p, then one token per row into g->tokens. The
+ * presence penalty lowers each token whose presence_mask is 1; ONNX Runtime's CPU kernel
+ * (logits_processor.cc) never advances its pointer and subtracts the whole mask from the
+ * first score instead, which this does not copy. */
+static int sample_tokens(gen *g, sampler *s) {
+    if (sampler_alloc(g, s)) return -1;
+    int64_t v = g->vocab;
+    for (int64_t r = 0; r < g->bb; r++) {
+        float *row = g->scores + r * v;
+        if (s->temperature > 0.0f && s->temperature != 1.0f)
+            for (int64_t k = 0; k < v; k++) row[k] /= s->temperature;
+        if (s->presence && s->presence_penalty != 0.0f)
+            for (int64_t k = 0; k < v; k++)
+                row[k] -= (float)s->presence[r * v + k] * s->presence_penalty;
+        tm_top_p_filter(&s->filter, row, v, s->order, s->probs);
+    }
+    for (int64_t r = 0; r < g->bb; r++)
+        g->tokens[r] = tm_draw_token(&s->gen, g->scores + r * v, v, s->cdf);
+    return 0;
+}
+
+/* ---- Greedy search and sampling: one token per row and step -------------------------- */
+
+static void argmax_tokens(gen *g) {
+    for (int64_t r = 0; r < g->bb; r++) {
+        const float *s = g->scores + r * g->vocab;
+        int64_t best = 0;
+        for (int64_t k = 1; k < g->vocab; k++)
+            if (s[k] > s[best]) best = k;
+        g->tokens[r] = (int32_t)best;
+    }
+}
+
+/* GreedySearch (smp NULL) or Sampling: decoder runs until max_length or every row has met
+ * EOS; rows that met it continue with pad_token_id. Sampling's output 1 is the last
+ * step's filtered logits (ONNX Runtime fills it only in debug builds). */
+static tm_status run_greedy(tm_lower *L, sampler *smp) {
     gen g;
     memset(&g, 0, sizeof g);
     g.L = L;
     g.c = tm_lctx(L);
     g.first = g.c->n_vals;
     tm_oval *out = NULL;
-    int st = gen_read(&g, 4, 5, 0) || gen_alloc(&g) || gen_first_feeds(&g, 6);
+    int st = gen_read(&g, 4, 5, 0) || (smp && sampler_read(&g, smp)) || gen_alloc(&g) ||
+             gen_first_feeds(&g, 6);
     uint8_t *eos_meet = st ? NULL : calloc((size_t)g.bb, 1);
     if (!st && (!eos_meet || !(out = calloc((size_t)g.decoder->n_outputs + 1, sizeof *out))))
         st = tm_lfail(L, TM_ERR_NO_MEMORY, "out of memory");
     for (int step = 1; !st && g.cur_len < g.max_len; step++) {
         if (gen_step(&g, step, out)) break;
         process_scores(&g, step);
+        if (smp) {
+            if (sample_tokens(&g, smp)) break;
+        } else {
+            argmax_tokens(&g);
+        }
         int all = 1;
         for (int64_t r = 0; r < g.bb; r++) {
-            const float *s = g.scores + r * g.vocab;
-            int64_t best = 0;
-            for (int64_t k = 1; k < g.vocab; k++)
-                if (s[k] > s[best]) best = k;
-            g.tokens[r] = (int32_t)best;
-            if (eos_meet[r] || best == g.eos) {
+            if (eos_meet[r] || g.tokens[r] == g.eos) {
                 eos_meet[r] = 1;
                 g.tokens[r] = (int32_t)g.pad;
             }
@@ -452,6 +539,13 @@ static tm_status lower_greedy_search(tm_lower *L) {
          * Runtime's zero-filled buffer; finished rows before that hold pad_token_id. */
         int64_t dims[2] = {g.batch, g.max_len};
         tm_lout(L, 0, const_i32(g.c, g.seqs, 2, dims));
+        if (smp && tm_lwants(L, 1) && g.scores) {
+            int64_t sd[2] = {g.batch, g.vocab};
+            tm_tensor *t = tm_tensor_new(TM_FLOAT, 2, sd);
+            if (t) memcpy(tm_tensor_data(t), g.scores, tm_tensor_nbytes(t));
+            tm_lout(L, 1, t ? tm_val_tensor(g.c, t, 0) : TM_NONE);
+            if (!t) tm_lfail(L, TM_ERR_NO_MEMORY, "out of memory");
+        }
         status = g.c->status;
     }
     free(eos_meet);
@@ -459,6 +553,18 @@ static tm_status lower_greedy_search(tm_lower *L) {
     gen_free(&g);
     return status;
 }
+
+static tm_status lower_greedy_search(tm_lower *L) { return run_greedy(L, NULL); }
+
+static tm_status lower_sampling(tm_lower *L) {
+    sampler s;
+    memset(&s, 0, sizeof s);
+    tm_status st = run_greedy(L, &s);
+    sampler_free(&s);
+    return st;
+}
+
+/* ---- Beam search ---------------------------------------------------------------------- */
 
 /* log_softmax of each row, in float32 as ONNX Runtime's SoftmaxCPU computes it. */
 static void log_softmax_rows(float *s, int64_t rows, int64_t n) {
@@ -851,4 +957,5 @@ static tm_status lower_beam_search(tm_lower *L) {
 }
 
 TM_REGISTER_OP("com.microsoft", "GreedySearch", 1, 1, lower_greedy_search);
+TM_REGISTER_OP("com.microsoft", "Sampling", 1, 1, lower_sampling);
 TM_REGISTER_OP("com.microsoft", "BeamSearch", 1, 1, lower_beam_search);
