@@ -231,6 +231,47 @@ tm_status tm_model_run(tm_model *model, int n_inputs, const char *const *names,
                        const tm_tensor *const *inputs, tm_tensor **outputs,
                        const tm_plan_options *opts, tm_error *err);
 
+/* ---- Saving models ------------------------------------------------------------------ */
+
+/* Where tm_model_save puts tensor data. Tensors in a separate file are listed in the .onnx
+ * with ONNX's external-data entries (location, offset, length) and lie in one file beside
+ * it, at offsets that are multiples of external_alignment (tensors of 1 MiB or more start
+ * on a 4096-byte page, as ONNX Runtime's own writer aligns them, so readers can map them). */
+typedef enum tm_external_data {
+    /* Each tensor stays where it was (inline, or external in the new data file), unless
+     * the model with every tensor inline would exceed external_threshold bytes: then as
+     * ALWAYS. */
+    TM_EXTERNAL_AUTO = 0,
+    TM_EXTERNAL_NEVER = 1,       /* every tensor inline: one self-contained .onnx (< 2 GiB) */
+    /* Main-graph initializers of at least external_min_bytes, and every tensor that was
+     * external already, go to the data file; the rest stays inline. */
+    TM_EXTERNAL_ALWAYS = 2
+} tm_external_data;
+
+typedef struct tm_save_options {
+    size_t size;                 /* sizeof(tm_save_options): fields are only appended */
+    tm_external_data external_data;
+    uint64_t external_threshold; /* AUTO: default 1 GiB (protobuf cannot read past 2 GiB) */
+    uint64_t external_min_bytes; /* ALWAYS: smaller initializers stay inline (default 1024) */
+    uint64_t external_alignment; /* a power of two (default 64) */
+    /* The data file's name, in the model's folder (no '/'); NULL: the model's file name
+     * followed by "_data", as Optimum names it ("model.onnx_data"). */
+    const char *external_file;
+} tm_save_options;
+
+void tm_save_options_default(tm_save_options *opts);
+
+/* Writes the model to `path` as it was loaded, except that the main-graph initializers
+ * names[0..n) receive tensors[0..n) (each of the initializer's dtype and shape). Every
+ * other byte of the model is kept: graph, opsets, metadata, functions, other initializers
+ * (their data bytes too, wherever they are). The files are written under temporary names
+ * and renamed at the end, so `path` may be the file the model was loaded from. Errors name
+ * the initializer: one that does not exist (TM_ERR_NOT_FOUND), is sparse or a string
+ * (TM_ERR_UNSUPPORTED), or whose new value has another dtype or shape. */
+tm_status tm_model_save(const tm_model *model, const char *path, int n,
+                        const char *const *names, const tm_tensor *const *tensors,
+                        const tm_save_options *opts, tm_error *err);
+
 /* ---- Training: optimizers ------------------------------------------------------------ */
 
 /* An optimizer updates parameter tensors in place from their gradients, with PyTorch's

@@ -44,6 +44,7 @@ suite contrib-ops sh tests/contrib.sh "$TM" tests/data/contrib
 suite generate sh tests/generate.sh "$TM"
 suite errors sh tests/errors.sh "$TM"
 suite hub sh tests/hub.sh "$TM"
+suite write-ort sh tests/write_ort.sh "$BUILD"
 case "$BUILD" in
     *asan*|*tsan*) echo "valgrind                     skipped: $BUILD is a sanitizer build" ;;
     *) suite valgrind sh tests/valgrind.sh "$TM" ;;
