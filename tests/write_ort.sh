@@ -1,7 +1,7 @@
 #!/bin/sh
 # The writer's files judged by other readers: tests/test_write keeps the models it saved
 # (TM_WRITE_TEST_OUT), then each one must pass python3-onnx's onnx.checker.check_model
-# (full_check, external data included, whenever the file it was saved from passes it: this
+# (external data included, and full_check whenever the file it was saved from passes it: this
 # python3-onnx's shape inference rejects sparse initializers) and run in ONNX Runtime 1.30
 # (onnxruntime-node) with outputs equal to ours on the same file (rtol 1e-4, atol 1e-5, as
 # tests/models.sh). What is not installed is skipped, and said so.
@@ -47,13 +47,16 @@ while read -r saved source inputs; do
         *)
             if /usr/bin/python3 - "$model" "$source" > "$tmp/check" 2>&1 <<'EOF'
 import sys, onnx
+# check_model(PATH, full_check=True) writes the shape-inferred model back over PATH:
+# full checks run on models loaded into memory (onnx.load reads the external data too).
 saved, source = sys.argv[1], sys.argv[2]
 try:
-    onnx.checker.check_model(source, full_check=True)
+    onnx.checker.check_model(onnx.load(source), full_check=True)
     full = True
 except Exception:
     full = False
-onnx.checker.check_model(saved, full_check=full)
+onnx.checker.check_model(saved)
+onnx.checker.check_model(onnx.load(saved), full_check=full)
 EOF
             then pass=$((pass + 1))
             else echo "FAIL onnx.checker $saved: $(tail -1 "$tmp/check")"; fail=$((fail + 1)); fi ;;
