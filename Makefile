@@ -101,6 +101,15 @@ gemm-lab: $(BUILD)/gemm_lab
 $(BUILD)/gemm_lab: bench/gemm_lab.c $(BUILD)/libtransmuter.a
 	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(BUILD)/libtransmuter.a $(LDLIBS) -ldl
 
+# The fine-tuning reference (bench/finetune/README.md): PyTorch's run, our AdamW replaying
+# its gradients, the saved model's logits. Needs python3-torch; not a test.
+.PHONY: finetune-check
+finetune-check: $(BUILD)/finetune_replay
+	sh bench/finetune/run.sh $(BUILD)
+
+$(BUILD)/finetune_replay: bench/finetune/replay.c $(BUILD)/libtransmuter.a
+	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(BUILD)/libtransmuter.a $(LDLIBS)
+
 install: all
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/bin \
 	    $(DESTDIR)$(PREFIX)/lib/pkgconfig

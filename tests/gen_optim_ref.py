@@ -8,6 +8,8 @@ pK_STATE.npy (the optimizer's state after the last step: exp_avg, exp_avg_sq,
 max_exp_avg_sq, momentum_buffer), skip.npy ((steps, params) 1 where the gradient is None),
 lr.npy (the learning rate each step used). tests/data/optim/cases.txt lists each case with
 its hyperparameters as key=value words, which the C test reads.
+tests/data/optim/xent/CASE/ holds logits.npy, labels.npy, and torch.nn.functional.
+cross_entropy's loss.npy and gradient dlogits.npy (computed in float64 from the logits).
 
 Needs Debian's python3-torch and python3-numpy; run it only to regenerate the data:
     /usr/bin/python3 tests/gen_optim_ref.py tests/data/optim
@@ -119,9 +121,30 @@ def run_case(case, out):
     return " ".join(words)
 
 
+def cross_entropy_cases(out):
+    torch.manual_seed(99)
+    cases = {
+        "small": (torch.randn(4, 3), torch.tensor([2, 0, 1, 2])),
+        "wide_large": (torch.randn(2, 5) * 40 + torch.tensor([0, 900.0, -900, 0, 3]),
+                       torch.tensor([1, 4])),
+        "f64": (torch.randn(3, 4, dtype=torch.float64), torch.tensor([3, 3, 0])),
+    }
+    for name, (logits, labels) in cases.items():
+        d = os.path.join(out, "xent", name)
+        os.makedirs(d, exist_ok=True)
+        x = logits.detach().double().clone().requires_grad_(True)
+        loss = torch.nn.functional.cross_entropy(x, labels)
+        loss.backward()
+        np.save(os.path.join(d, "logits.npy"), logits.numpy())
+        np.save(os.path.join(d, "labels.npy"), labels.numpy().astype(np.int64))
+        np.save(os.path.join(d, "loss.npy"), np.array(float(loss), dtype=np.float64))
+        np.save(os.path.join(d, "dlogits.npy"), x.grad.numpy())
+
+
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else "tests/data/optim"
     os.makedirs(out, exist_ok=True)
+    cross_entropy_cases(out)
     lines = [run_case(c, out) for c in CASES]
     with open(os.path.join(out, "cases.txt"), "w") as f:
         f.write(f"# made by tests/gen_optim_ref.py with torch {torch.__version__}\n")
