@@ -50,6 +50,9 @@ $(BUILD)/%.o: %.c
 $(BUILD)/src/backends/cpu/sgemm_avx2.o: CFLAGS += -mavx2 -mfma
 $(BUILD)/src/backends/cpu/sgemm_avx512.o: CFLAGS += -mavx2 -mfma -mavx512f
 
+# The optimizer loops vectorise only with these (sqrt never sees a negative there).
+$(BUILD)/src/train/optim.o: CFLAGS += -fno-math-errno -fvect-cost-model=dynamic
+
 $(BUILD)/libtransmuter.a: $(LIB_OBJ)
 	rm -f $@.$$$$.tmp && ar rcs $@.$$$$.tmp $^ && mv -f $@.$$$$.tmp $@
 

@@ -249,56 +249,86 @@ typedef struct step_consts {
     double lr, weight_decay, momentum, dampening;
     double decay;                /* AdamW: 1 - lr * weight_decay */
     double beta1, beta2, eps, step_size, bias_correction2_sqrt;
-    double grad_scale;           /* clipping factor; 1 without clipping */
-    int clip, maximize, nesterov, has_momentum, amsgrad;
+    double grad_mul;             /* clipping factor, negated for maximize; else 1 */
+    int nesterov, has_momentum, amsgrad;
 } step_consts;
 
 /* The kernels mirror torch's sequence of in-place tensor operations one element at a
  * time; fma where ATen's vectorised add-with-alpha uses one (a + alpha * b as
  * fmadd(b, alpha, a)), and otherwise its evaluation order, so that a float32 trajectory
- * matches PyTorch's to rounding. The reference is PyTorch itself (tests/test_optim.c
- * against tests/data/optim); there is no other fast kernel: the loop is memory-bound. */
+ * matches PyTorch's to rounding (tests/test_optim.c against tests/data/optim).
+ * Each variant's options are compile-time constants of an always-inlined body, so the
+ * loops have no branches and the compiler vectorises them (optim.o is built with
+ * -fno-math-errno and the dynamic cost model, see the Makefile); vector sqrt, division
+ * and fma round exactly as the scalar ones, so there is one kernel, no reference twin.
+ * The gradient is multiplied by grad_mul: the clipping factor, negated for maximize
+ * (both exact rearrangements of torch's g * coef, then -g; 1 leaves g as it is). */
+#define INLINE static inline __attribute__((always_inline))
 #define DEFINE_KERNELS(T, SUFFIX, FMA, SQRT)                                                \
-    static void sgd_##SUFFIX(T *param, const T *grad, T *buf, size_t n,                    \
-                             const step_consts *k) {                                        \
+    INLINE void sgd_body_##SUFFIX(T *restrict param, const T *restrict grad,               \
+                                  T *restrict buf, size_t n, const step_consts *k,          \
+                                  const int decay, const int momentum, const int has_buf,   \
+                                  const int nesterov) {                                     \
         const T wd = (T)k->weight_decay, mom = (T)k->momentum;                              \
-        const T keep = (T)(1.0 - k->dampening), neg_lr = (T)(-k->lr), gs = (T)k->grad_scale; \
+        const T keep = (T)(1.0 - k->dampening), neg_lr = (T)(-k->lr), gm = (T)k->grad_mul;  \
         for (size_t i = 0; i < n; i++) {                                                    \
-            T g = grad[i];                                                                  \
-            if (k->clip) g = g * gs;                                                        \
-            if (k->maximize) g = -g;                                                        \
-            if (k->weight_decay != 0.0) g = FMA(param[i], wd, g);                           \
-            if (k->momentum != 0.0) {                                                       \
-                T b = k->has_momentum ? FMA(g, keep, buf[i] * mom) : g;                     \
+            T g = grad[i] * gm;                                                             \
+            if (decay) g = FMA(param[i], wd, g);                                            \
+            if (momentum) {                                                                 \
+                T b = has_buf ? FMA(g, keep, buf[i] * mom) : g;                             \
                 buf[i] = b;                                                                 \
-                g = k->nesterov ? FMA(b, mom, g) : b;                                       \
+                g = nesterov ? FMA(b, mom, g) : b;                                          \
             }                                                                               \
             param[i] = FMA(g, neg_lr, param[i]);                                            \
         }                                                                                   \
     }                                                                                       \
-    static void adamw_##SUFFIX(T *param, const T *grad, T *m, T *v, T *vmax, size_t n,     \
-                               const step_consts *k) {                                      \
+    static void sgd_##SUFFIX(T *param, const T *grad, T *buf, size_t n,                    \
+                             const step_consts *k) {                                        \
+        int d = k->weight_decay != 0.0;                                                     \
+        if (k->momentum == 0.0) {                                                           \
+            if (d) sgd_body_##SUFFIX(param, grad, buf, n, k, 1, 0, 0, 0);                   \
+            else sgd_body_##SUFFIX(param, grad, buf, n, k, 0, 0, 0, 0);                     \
+        } else if (!k->has_momentum) {                                                      \
+            if (d && k->nesterov) sgd_body_##SUFFIX(param, grad, buf, n, k, 1, 1, 0, 1);    \
+            else if (d) sgd_body_##SUFFIX(param, grad, buf, n, k, 1, 1, 0, 0);              \
+            else if (k->nesterov) sgd_body_##SUFFIX(param, grad, buf, n, k, 0, 1, 0, 1);    \
+            else sgd_body_##SUFFIX(param, grad, buf, n, k, 0, 1, 0, 0);                     \
+        } else {                                                                            \
+            if (d && k->nesterov) sgd_body_##SUFFIX(param, grad, buf, n, k, 1, 1, 1, 1);    \
+            else if (d) sgd_body_##SUFFIX(param, grad, buf, n, k, 1, 1, 1, 0);              \
+            else if (k->nesterov) sgd_body_##SUFFIX(param, grad, buf, n, k, 0, 1, 1, 1);    \
+            else sgd_body_##SUFFIX(param, grad, buf, n, k, 0, 1, 1, 0);                     \
+        }                                                                                   \
+    }                                                                                       \
+    INLINE void adamw_body_##SUFFIX(T *restrict param, const T *restrict grad,             \
+                                    T *restrict m, T *restrict v, T *restrict vmax,         \
+                                    size_t n, const step_consts *k, const int amsgrad) {    \
         const T decay = (T)k->decay, b1 = (T)k->beta1, one_b1 = (T)(1.0 - k->beta1);        \
         const T b2 = (T)k->beta2, one_b2 = (T)(1.0 - k->beta2), eps = (T)k->eps;            \
         const T bc2 = (T)k->bias_correction2_sqrt, neg_step = (T)(-k->step_size);           \
-        const T gs = (T)k->grad_scale;                                                      \
+        const T gm = (T)k->grad_mul;                                                        \
         for (size_t i = 0; i < n; i++) {                                                    \
-            T g = grad[i];                                                                  \
-            if (k->clip) g = g * gs;                                                        \
-            if (k->maximize) g = -g;                                                        \
+            T g = grad[i] * gm;                                                             \
             T p = param[i] * decay;                                                         \
             T mi = FMA(g, one_b1, m[i] * b1);                                               \
             T vi = v[i] * b2 + one_b2 * g * g;                                              \
             m[i] = mi;                                                                      \
             v[i] = vi;                                                                      \
             T r = vi;                                                                       \
-            if (k->amsgrad) {                                                               \
-                r = vmax[i] > vi || vmax[i] != vmax[i] ? vmax[i] : vi;                      \
+            if (amsgrad) {                                                                  \
+                /* torch.maximum: NaN wins */                                               \
+                T old = vmax[i];                                                            \
+                r = old > vi || old != old ? old : vi;                                      \
                 vmax[i] = r;                                                                \
             }                                                                               \
             T denom = SQRT(r) / bc2 + eps;                                                  \
             param[i] = p + neg_step * mi / denom;                                           \
         }                                                                                   \
+    }                                                                                       \
+    static void adamw_##SUFFIX(T *param, const T *grad, T *m, T *v, T *vmax, size_t n,     \
+                               const step_consts *k) {                                      \
+        if (k->amsgrad) adamw_body_##SUFFIX(param, grad, m, v, vmax, n, k, 1);              \
+        else adamw_body_##SUFFIX(param, grad, m, v, vmax, n, k, 0);                         \
     }
 
 DEFINE_KERNELS(float, f32, fmaf, sqrtf)
@@ -438,15 +468,13 @@ tm_status tm_optimizer_step(tm_optimizer *o, const tm_tensor *const *grads, tm_e
     k.beta2 = hp->beta2;
     k.eps = hp->eps;
     k.amsgrad = hp->amsgrad;
-    k.maximize = hp->maximize;
-    k.grad_scale = 1.0;
+    double coef = 1.0;
     if (hp->max_grad_norm > 0.0) {
         /* clip_grad_norm_: the factor is left as computed when it is NaN, as torch.clamp does */
-        double coef = hp->max_grad_norm / (norm + 1e-6);
+        coef = hp->max_grad_norm / (norm + 1e-6);
         if (coef > 1.0) coef = 1.0;
-        k.grad_scale = coef;
-        k.clip = coef != 1.0;
     }
+    k.grad_mul = hp->maximize ? -coef : coef;
     for (int i = 0; i < o->n; i++)
         if (grads[i]) update_param(o, &o->p[i], grads[i], &k);
     o->last_grad_norm = norm;
