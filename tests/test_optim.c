@@ -468,6 +468,17 @@ static void test_api_errors(void) {
           o->p[0].step == 0 && tm_optimizer_step_count(o) == 1,
           "a step without gradients changes no parameter");
     tm_optimizer_free(o);
+    /* an empty parameter is legal and steps as a no-op */
+    const int64_t d0[] = {0};
+    tm_tensor *empty = tm_tensor_alloc(TM_FLOAT, 1, d0, NULL), *gempty = tm_tensor_alloc(TM_FLOAT, 1, d0, NULL);
+    tm_optimizer_params_default(&p, TM_OPTIMIZER_ADAMW);
+    p.amsgrad = 1;
+    CHECK(tm_optimizer_create(&p, 1, NULL, &empty, &o, &err) == TM_OK, "empty: %s", err.message);
+    const tm_tensor *ge[] = {gempty};
+    CHECK(o && tm_optimizer_step(o, ge, &err) == TM_OK && o->p[0].step == 1, "empty step: %s", err.message);
+    tm_optimizer_free(o);
+    tm_tensor_free(empty);
+    tm_tensor_free(gempty);
     tm_tensor *all[] = {a, b, i32, a0, b0, ga, gwrong, g64};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) tm_tensor_free(all[i]);
 }

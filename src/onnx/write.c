@@ -567,10 +567,12 @@ static void emit_model(out *o) {
 
 /* ---- Files --------------------------------------------------------------------------- */
 
+/* Unique per process and call: two threads may save at once. */
 static char *temp_name(const char *path) {
-    size_t n = strlen(path) + 40;
+    static _Atomic unsigned long counter;
+    size_t n = strlen(path) + 64;
     char *t = malloc(n);
-    if (t) snprintf(t, n, "%s.tmp.%ld", path, (long)getpid());
+    if (t) snprintf(t, n, "%s.tmp.%ld.%lu", path, (long)getpid(), counter++);
     return t;
 }
 

@@ -139,10 +139,11 @@ tm_status tm_optimizer_save_state(const tm_optimizer *o, const char *path, tm_er
             return tm__fail(err, TM_ERR_INVALID_ARGUMENT,
                             "optimizer state: parameter name '%.64s...' is longer than %u bytes",
                             o->p[i].name, MAX_NAME);
+    static _Atomic unsigned long counter; /* unique per process and call */
     size_t plen = strlen(path);
-    char *tmp = malloc(plen + 32);
+    char *tmp = malloc(plen + 64);
     if (!tmp) return tm__fail(err, TM_ERR_NO_MEMORY, "optimizer state: out of memory");
-    snprintf(tmp, plen + 32, "%s.tmp.%ld", path, (long)getpid());
+    snprintf(tmp, plen + 64, "%s.tmp.%ld.%lu", path, (long)getpid(), counter++);
     writer w = {.f = fopen(tmp, "wb"), .crc = CRC_INIT};
     if (!w.f) {
         tm_status st = tm__fail(err, TM_ERR_IO, "optimizer state: cannot create '%s': %s", tmp,
