@@ -13,7 +13,7 @@ LDFLAGS += $(SAN)
 
 LIB_SRC := $(wildcard src/core/*.c src/core/prims/*.c src/onnx/*.c src/onnx/ops/*.c \
                       src/io/*.c src/backends/cpu/*.c src/runtime/*.c src/hub/*.c \
-                      src/runtime/passes/*.c)
+                      src/runtime/passes/*.c src/train/*.c)
 OP_SRC := $(wildcard src/onnx/ops/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/prim_stubs.o
 TEST_SRC := $(wildcard tests/test_*.c)
@@ -49,6 +49,9 @@ $(BUILD)/%.o: %.c
 # CPU check at run time (gemm.c) decides whether they are called.
 $(BUILD)/src/backends/cpu/sgemm_avx2.o: CFLAGS += -mavx2 -mfma
 $(BUILD)/src/backends/cpu/sgemm_avx512.o: CFLAGS += -mavx2 -mfma -mavx512f
+
+# The optimizer loops vectorise only with these (sqrt never sees a negative there).
+$(BUILD)/src/train/optim.o: CFLAGS += -fno-math-errno -fvect-cost-model=dynamic
 
 $(BUILD)/libtransmuter.a: $(LIB_OBJ)
 	rm -f $@.$$$$.tmp && ar rcs $@.$$$$.tmp $^ && mv -f $@.$$$$.tmp $@
@@ -100,6 +103,15 @@ gemm-lab: $(BUILD)/gemm_lab
 
 $(BUILD)/gemm_lab: bench/gemm_lab.c $(BUILD)/libtransmuter.a
 	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(BUILD)/libtransmuter.a $(LDLIBS) -ldl
+
+# The fine-tuning reference (bench/finetune/README.md): PyTorch's run, our AdamW replaying
+# its gradients, the saved model's logits. Needs python3-torch; not a test.
+.PHONY: finetune-check
+finetune-check: $(BUILD)/finetune_replay
+	sh bench/finetune/run.sh $(BUILD)
+
+$(BUILD)/finetune_replay: bench/finetune/replay.c $(BUILD)/libtransmuter.a
+	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(BUILD)/libtransmuter.a $(LDLIBS)
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/bin \

@@ -231,6 +231,153 @@ tm_status tm_model_run(tm_model *model, int n_inputs, const char *const *names,
                        const tm_tensor *const *inputs, tm_tensor **outputs,
                        const tm_plan_options *opts, tm_error *err);
 
+/* ---- Saving models ------------------------------------------------------------------ */
+
+/* Where tm_model_save puts tensor data. Tensors in a separate file are listed in the .onnx
+ * with ONNX's external-data entries (location, offset, length) and lie in one file beside
+ * it, at offsets that are multiples of external_alignment (tensors of 1 MiB or more start
+ * on a 4096-byte page, as ONNX Runtime's own writer aligns them, so readers can map them). */
+typedef enum tm_external_data {
+    /* Each tensor stays where it was (inline, or external in the new data file), unless
+     * the model with every tensor inline would exceed external_threshold bytes: then as
+     * ALWAYS. */
+    TM_EXTERNAL_AUTO = 0,
+    TM_EXTERNAL_NEVER = 1,       /* every tensor inline: one self-contained .onnx (< 2 GiB) */
+    /* Main-graph initializers of at least external_min_bytes, and every tensor that was
+     * external already, go to the data file; the rest stays inline. */
+    TM_EXTERNAL_ALWAYS = 2
+} tm_external_data;
+
+typedef struct tm_save_options {
+    size_t size;                 /* sizeof(tm_save_options): fields are only appended */
+    tm_external_data external_data;
+    uint64_t external_threshold; /* AUTO: default 1 GiB (protobuf cannot read past 2 GiB) */
+    uint64_t external_min_bytes; /* ALWAYS: smaller initializers stay inline (default 1024) */
+    uint64_t external_alignment; /* a power of two (default 64) */
+    /* The data file's name, in the model's folder (no '/'); NULL: the model's file name
+     * followed by "_data", as Optimum names it ("model.onnx_data"). */
+    const char *external_file;
+} tm_save_options;
+
+void tm_save_options_default(tm_save_options *opts);
+
+/* Writes the model to `path` as it was loaded, except that the main-graph initializers
+ * names[0..n) receive tensors[0..n) (each of the initializer's dtype and shape). Every
+ * other byte of the model is kept: graph, opsets, metadata, functions, other initializers
+ * (their data bytes too, wherever they are). The files are written under temporary names
+ * and renamed at the end, so `path` may be the file the model was loaded from. Errors name
+ * the initializer: one that does not exist (TM_ERR_NOT_FOUND), is sparse or a string
+ * (TM_ERR_UNSUPPORTED), or whose new value has another dtype or shape. */
+tm_status tm_model_save(const tm_model *model, const char *path, int n,
+                        const char *const *names, const tm_tensor *const *tensors,
+                        const tm_save_options *opts, tm_error *err);
+
+/* ---- Training: optimizers ------------------------------------------------------------ */
+
+/* An optimizer updates parameter tensors in place from their gradients, with PyTorch's
+ * update rules (torch.optim.SGD and torch.optim.AdamW, as documented there and tested
+ * against their trajectories). It keeps per-parameter state (step count, moments) that
+ * tm_optimizer_save_state writes to a file and tm_optimizer_load_state reads back.
+ *
+ * Parameters are float32 or float64 tensors, updated in that precision; float16 and
+ * bfloat16 parameters get a float32 master copy that the update runs on, and after each
+ * step the parameter holds the master rounded to nearest even. An optimizer belongs to one
+ * thread at a time; its parameter tensors must outlive it and stay where they are. */
+
+typedef struct tm_optimizer tm_optimizer;
+
+typedef enum tm_optimizer_kind {
+    TM_OPTIMIZER_SGD = 1,        /* torch.optim.SGD: momentum, dampening, nesterov */
+    TM_OPTIMIZER_ADAMW = 2       /* torch.optim.AdamW: decoupled weight decay, amsgrad */
+} tm_optimizer_kind;
+
+/* Learning-rate schedules, as a factor of the step k (0 for the first step): the step
+ * uses lr * factor(k), as torch.optim.lr_scheduler.LambdaLR stepped once per optimizer
+ * step does with the lambdas of Hugging Face transformers' get_*_schedule_with_warmup.
+ * Warmup (all three): factor(k) = k / warmup_steps while k < warmup_steps. After it:
+ *   CONSTANT  1;
+ *   LINEAR    max(0, (total_steps - k) / (total_steps - warmup_steps));
+ *   COSINE    max(0, (1 + cos(pi * p)) / 2), p = (k - warmup_steps) / (total_steps - warmup_steps).
+ * (Denominators are at least 1.) */
+typedef enum tm_lr_schedule {
+    TM_LR_CONSTANT = 0,
+    TM_LR_LINEAR = 1,
+    TM_LR_COSINE = 2
+} tm_lr_schedule;
+
+typedef struct tm_optimizer_params {
+    size_t size;                 /* sizeof(tm_optimizer_params): fields are only appended */
+    tm_optimizer_kind kind;
+    double lr;                   /* base learning rate (PyTorch's default 1e-3) */
+    /* SGD: lambda * param is added to the gradient (default 0). AdamW: the parameter is
+     * multiplied by 1 - lr * lambda before the update (default 1e-2). */
+    double weight_decay;
+    int maximize;                /* follow the gradient up instead of down */
+    double momentum;             /* SGD: 0 means no momentum buffer */
+    double dampening;            /* SGD */
+    int nesterov;                /* SGD: needs momentum > 0 and dampening 0 */
+    double beta1, beta2;         /* AdamW: 0.9, 0.999 */
+    double eps;                  /* AdamW: 1e-8, added to the bias-corrected root */
+    int amsgrad;                 /* AdamW: normalise by the running maximum of the 2nd moment */
+    tm_lr_schedule schedule;     /* default CONSTANT */
+    int64_t warmup_steps;        /* default 0 */
+    int64_t total_steps;         /* LINEAR and COSINE: the step at which the factor reaches 0 */
+    /* > 0: before the update every gradient is scaled by min(1, max_grad_norm /
+     * (norm + 1e-6)), norm being the L2 norm of all gradients together, as
+     * torch.nn.utils.clip_grad_norm_ does. 0: no clipping (default). */
+    double max_grad_norm;
+    const tm_allocator *allocator; /* for the state; NULL: malloc; must outlive the optimizer */
+} tm_optimizer_params;
+
+/* PyTorch's defaults for the kind (see the fields). */
+void tm_optimizer_params_default(tm_optimizer_params *params, tm_optimizer_kind kind);
+/* The schedule's factor at step k (see tm_lr_schedule); 0 for k < 0. */
+double tm_lr_schedule_factor(const tm_optimizer_params *params, int64_t step);
+
+/* An optimizer over n parameters (distinct tensors of float32, float64, float16 or
+ * bfloat16; names identify them in errors and in state files, NULL names them "param
+ * #i"). Nothing is read from the parameters but their dtypes and shapes, except the
+ * initial value of a half-precision parameter's master copy. */
+tm_status tm_optimizer_create(const tm_optimizer_params *params, int n,
+                              const char *const *names, tm_tensor *const *tensors,
+                              tm_optimizer **out, tm_error *err);
+void tm_optimizer_free(tm_optimizer *opt);
+
+/* Sets the weight decay of parameter i only (PyTorch's parameter groups; e.g. 0 for biases
+ * and layer norms, as Hugging Face's Trainer does). */
+tm_status tm_optimizer_set_weight_decay(tm_optimizer *opt, int i, double weight_decay,
+                                        tm_error *err);
+
+/* One step: grads[i] is the gradient of parameter i, of its shape and dtype (float32 is
+ * also accepted for a half-precision parameter), or NULL when the parameter has none this
+ * step: it is then left alone and its own step count does not advance, as PyTorch skips
+ * parameters whose .grad is None. Gradients are only read. On error (a mismatched
+ * gradient) no parameter has changed. */
+tm_status tm_optimizer_step(tm_optimizer *opt, const tm_tensor *const *grads, tm_error *err);
+/* Steps taken (the k of the next step's schedule factor). */
+int64_t tm_optimizer_step_count(const tm_optimizer *opt);
+/* The learning rate the next step will use (base lr times the schedule's factor). */
+double tm_optimizer_lr(const tm_optimizer *opt);
+/* The L2 norm of all gradients of the last step, before clipping (0 before any step). */
+double tm_optimizer_grad_norm(const tm_optimizer *opt);
+
+/* The state (step counts, moments, master copies) in a file of its own format,
+ * little-endian: "TMOPTIM\0", version u32 (1), kind u32, flags u32 (1 amsgrad,
+ * 2 nesterov), parameter count u32, step count i64, then lr, weight_decay, momentum,
+ * dampening, beta1, beta2, eps as f64 (for information: loading keeps the optimizer's own
+ * hyperparameters); per parameter: name (u32 length and bytes), dtype u32, rank u32, dims
+ * i64 each, its step count i64, buffer count u32, and per buffer its role u32 (1 master,
+ * 2 momentum, 3 exp_avg, 4 exp_avg_sq, 5 max_exp_avg_sq), dtype u32, byte count u64 and
+ * the bytes; last the CRC-32C of everything before it, u32. Saving replaces the file
+ * atomically (a temporary file renamed). */
+tm_status tm_optimizer_save_state(const tm_optimizer *opt, const char *path, tm_error *err);
+/* Loads a state saved by an optimizer of the same kind over parameters of the same names,
+ * dtypes and shapes in the same order (and the same amsgrad): anything else, or a
+ * truncated or corrupted file, is an error naming the file and the mismatch, and leaves
+ * the optimizer as it was. The parameters themselves are not touched (save them with
+ * tm_model_save); a half-precision parameter's master copy is restored. */
+tm_status tm_optimizer_load_state(tm_optimizer *opt, const char *path, tm_error *err);
+
 #ifdef __cplusplus
 }
 #endif

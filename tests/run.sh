@@ -45,6 +45,7 @@ suite generate sh tests/generate.sh "$TM"
 suite errors sh tests/errors.sh "$TM"
 suite hub sh tests/hub.sh "$TM"
 suite negative-models sh tests/negative.sh "$TM"
+suite write-ort sh tests/write_ort.sh "$BUILD"
 case "$BUILD" in
     *asan*|*tsan*)
         echo "valgrind                     skipped: $BUILD is a sanitizer build"

@@ -1892,6 +1892,8 @@ static tm_status parse_function(loader *L, const tm_pb_reader *parent, const tm_
 
 static tm_status parse_model(loader *L, const void *data, size_t size, tm_onnx_model *m) {
     static const char *const MSG = "ModelProto";
+    m->bytes = data;
+    m->n_bytes = size;
     tm_pb_reader r;
     tm_pb_init(&r, data, size);
     tm_pb_field f;

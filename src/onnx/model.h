@@ -144,6 +144,8 @@ typedef struct tm_onnx_model {
     char *dir;                    /* folder of the model file: external data is confined to it */
     tm_mapping *maps;             /* [0] is the model file itself when loaded from a path */
     int n_maps;
+    const uint8_t *bytes;         /* the serialized ModelProto (maps[0] or the caller's buffer), */
+    size_t n_bytes;               /* which the writer (write.c) copies unchanged fields from */
 } tm_onnx_model;
 
 /* Parse a model from a file path (mmap) or from a caller buffer (which must outlive the model).

@@ -1,0 +1,38 @@
+/* The pieces of `transmuter finetune` that do not need gradients of the graph: the loss
+ * on the logits (mean cross-entropy and its gradient, which seeds the backward pass) and
+ * the run dump that bench/finetune/compare.py compares with PyTorch's. Internal (tm__).
+ *
+ * How the command is meant to be wired (the gradient API comes from the autodiff work):
+ *   tm__dataset_load(data) -> tm__batcher_create(batch_size, shuffle, seed, vocab and
+ *   label counts from the model) -> the model's float initializers become the trainable
+ *   parameters (owned copies: the loaded ones are read-only mappings) ->
+ *   tm_optimizer_create(AdamW, lr, schedule, ...) -> per step: tm__batcher_next, a
+ *   value-and-gradient run giving the logits, tm__cross_entropy (loss printed per step,
+ *   dlogits fed back), the parameters' gradients, tm_optimizer_step, and with --dump DIR
+ *   tm__dump_step -> after the last step tm__dump_finish and tm_model_save(the new
+ *   weights) and, when asked, tm_optimizer_save_state. */
+#ifndef TM_TRAIN_FINETUNE_H
+#define TM_TRAIN_FINETUNE_H
+
+#include "../core/tensor.h"
+
+/* loss = mean over the batch of -log softmax(logits[b])[labels[b]], as
+ * torch.nn.functional.cross_entropy with its defaults; logits (B, C) float32 or float64,
+ * labels (B,) int64 in [0, C). When dlogits is not NULL (a tensor of logits' dtype and
+ * shape) it receives d loss / d logits = (softmax(logits) - onehot(labels)) / B.
+ * Computed in double, log-sum-exp shifted by the row maximum. */
+tm_status tm__cross_entropy(const tm_tensor *logits, const tm_tensor *labels, double *loss,
+                            tm_tensor *dlogits, tm_error *err);
+
+/* The run dump, in the layout bench/finetune/README.md describes:
+ *   DIR/grads/NNNN/NAME.npy  the gradient of each parameter at step NNNN (from 0)
+ *   DIR/loss.npy, DIR/lr.npy the loss before each step's update and the lr it used (float64)
+ *   DIR/params/NAME.npy      the parameters after the last step
+ * NAME is the parameter's name with bytes outside [A-Za-z0-9._-] written %XX. */
+tm_status tm__dump_step(const char *dir, int64_t step, int n, const char *const *names,
+                        const tm_tensor *const *grads, tm_error *err);
+tm_status tm__dump_finish(const char *dir, int64_t steps, const double *loss, const double *lr,
+                          int n, const char *const *names, const tm_tensor *const *params,
+                          tm_error *err);
+
+#endif
