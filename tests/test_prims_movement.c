@@ -175,7 +175,7 @@ static void test_reshape(void) {
     tm_args va = args_of((int64_t[]){1, 12}, 2);
     const tm_tensor *in[1] = {shared};
     tm_tensor *out[1] = {view};
-    tm_kcall k = {TM_P_RESHAPE, &va, in, 1, out, 1, NULL, 0, &err, 1, NULL};
+    tm_kcall k = {TM_P_RESHAPE, &va, in, 1, out, 1, NULL, 0, &err, 1, NULL, 0};
     tm_status s = tm_prims[TM_P_RESHAPE].kernel(&k);
     CHECK(s == TM_OK && ((char **)shared->data)[0] == first, "reshape view is left alone");
     tm_tensor_free(view);

@@ -6,7 +6,7 @@
 # (onnxruntime-node) with outputs equal to ours on the same file (rtol 1e-4, atol 1e-5, as
 # tests/models.sh). What is not installed is skipped, and said so.
 # ONNX Runtime: $ORT_DIR (default bench/.ort, where `make bench` installs it) holding
-# node_modules/onnxruntime-node and ort-run.mjs (copied from ../shared/tools when absent).
+# node_modules/onnxruntime-node and ort-run.mjs (copied from tools/ when absent).
 # Usage: tests/write_ort.sh BUILD_DIR
 BUILD=${1:-build}
 TM=$BUILD/transmuter
@@ -25,7 +25,7 @@ have_onnx=0
 [ $have_onnx = 1 ] || echo "skipped: onnx.checker (Debian's python3-onnx is not installed)"
 runner=""
 if command -v node >/dev/null 2>&1 && [ -d "$ORT_DIR/node_modules/onnxruntime-node" ]; then
-    [ -f "$ORT_DIR/ort-run.mjs" ] || cp ../shared/tools/ort-run.mjs "$ORT_DIR/" 2>/dev/null
+    [ -f "$ORT_DIR/ort-run.mjs" ] || cp tools/ort-run.mjs "$ORT_DIR/" 2>/dev/null
     [ -f "$ORT_DIR/ort-run.mjs" ] && runner=$ORT_DIR/ort-run.mjs
 fi
 [ -n "$runner" ] || echo "skipped: ONNX Runtime (no onnxruntime-node in $ORT_DIR; make bench installs it)"
