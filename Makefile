@@ -50,8 +50,11 @@ $(BUILD)/%.o: %.c
 $(BUILD)/src/backends/cpu/sgemm_avx2.o: CFLAGS += -mavx2 -mfma
 $(BUILD)/src/backends/cpu/sgemm_avx512.o: CFLAGS += -mavx2 -mfma -mavx512f
 
-# The optimizer loops vectorise only with these (sqrt never sees a negative there).
-$(BUILD)/src/train/optim.o: CFLAGS += -fno-math-errno -fvect-cost-model=dynamic
+# The optimizer loops vectorise only with these (sqrt never sees a negative there);
+# -fvect-cost-model is GCC's (at -O2 it is "very cheap"), clang vectorises them anyway.
+VECT_COST := $(shell $(CC) -fvect-cost-model=dynamic -E -x c /dev/null > /dev/null 2>&1 && \
+                     echo -fvect-cost-model=dynamic)
+$(BUILD)/src/train/optim.o: CFLAGS += -fno-math-errno $(VECT_COST)
 
 $(BUILD)/libtransmuter.a: $(LIB_OBJ)
 	rm -f $@.$$$$.tmp && ar rcs $@.$$$$.tmp $^ && mv -f $@.$$$$.tmp $@

@@ -9,7 +9,7 @@
 BUILD=${1:-build-fuzz}
 GOAL=${2:-10000000}
 [ $# -gt 2 ] && shift 2 && TARGETS="$*"
-TARGETS=${TARGETS:-"onnx model npy tensor_pb external"}
+TARGETS=${TARGETS:-"onnx model npy tensor_pb external optim_state jsonl"}
 LEDGER=$BUILD/counts.tsv
 [ -f "$LEDGER" ] || printf 'target\truns\tseconds\tstatus\tdate\tcommit\n' > "$LEDGER"
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
@@ -20,6 +20,8 @@ for t in $TARGETS; do
     if [ "$left" -le 0 ]; then echo "fuzz_$t: $done_runs executions, goal reached"; continue; fi
     dict=fuzz/onnx.dict
     [ "$t" = npy ] && dict=fuzz/npy.dict
+    [ "$t" = optim_state ] && dict=fuzz/optim_state.dict
+    [ "$t" = jsonl ] && dict=fuzz/jsonl.dict
     mkdir -p "$BUILD/corpus/$t" "$BUILD/crashes/$t" tests/data/fuzz-regressions/$t
     log=$BUILD/long_$t.log
     start=$(date +%s)

@@ -8,7 +8,7 @@
 BUILD=${1:-build-fuzz}
 SECONDS_PER=${2:-60}
 [ $# -gt 2 ] && shift 2 && TARGETS="$*"
-TARGETS=${TARGETS:-"onnx model npy tensor_pb external"}
+TARGETS=${TARGETS:-"onnx model npy tensor_pb external optim_state jsonl"}
 SEEDS=$BUILD/seeds
 REG=tests/data/fuzz-regressions
 
@@ -47,6 +47,8 @@ make_seeds() {
     collect_pb 1 "$SEEDS/tensor_pb" $B/node/test_sequence_* $B/node/test_split_to_sequence_*
     collect_pb 2 "$SEEDS/tensor_pb" $B/node/test_optional_*
     collect "$SEEDS/external" fuzz/seeds/external tests/data/bad -name '*.onnx'
+    collect "$SEEDS/optim_state" fuzz/seeds/optim_state -name '*.state'
+    collect "$SEEDS/jsonl" fuzz/seeds/jsonl bench/finetune/data -name '*.jsonl'
     touch "$SEEDS/.done"
 }
 
@@ -64,6 +66,8 @@ for t in $TARGETS; do
     [ -x "$bin" ] || { echo "missing $bin (run make fuzz)"; failed=$((failed + 1)); continue; }
     dict=fuzz/onnx.dict
     [ "$t" = npy ] && dict=fuzz/npy.dict
+    [ "$t" = optim_state ] && dict=fuzz/optim_state.dict
+    [ "$t" = jsonl ] && dict=fuzz/jsonl.dict
     mkdir -p "$BUILD/corpus/$t" "$BUILD/crashes/$t" "$REG/$t"
     log=$BUILD/fuzz_$t.log
     # -timeout: one input running this long is a finding (a hang); rss limit as default.

@@ -30,6 +30,12 @@
 #include "../fuzz/fuzz_external.c"
 #undef LLVMFuzzerTestOneInput
 #undef LLVMFuzzerInitialize
+#define LLVMFuzzerTestOneInput fuzz_optim_state_one
+#include "../fuzz/fuzz_optim_state.c"
+#undef LLVMFuzzerTestOneInput
+#define LLVMFuzzerTestOneInput fuzz_jsonl_one
+#include "../fuzz/fuzz_jsonl.c"
+#undef LLVMFuzzerTestOneInput
 
 #define ROOT "tests/data/fuzz-regressions"
 
@@ -51,6 +57,8 @@ static const target TARGETS[] = {
     {"npy", fuzz_npy_one, NULL},
     {"tensor_pb", fuzz_tensor_pb_one, NULL},
     {"external", fuzz_external_one, fuzz_external_init},
+    {"optim_state", fuzz_optim_state_one, NULL},
+    {"jsonl", fuzz_jsonl_one, NULL},
 };
 
 static uint8_t *read_all(const char *path, size_t *size) {
