@@ -69,6 +69,12 @@ static tm_val b_pow_int(tm_ctx *c, const gcase *k, const tm_val *x, tm_dtype dt)
     return P(c, TM_P_POW, in, 2, NULL);
 }
 
+/* x ^ a constant: the exponents 0, 1, 2 and 2.5. */
+static tm_val b_pow_const(tm_ctx *c, const gcase *k, const tm_val *x, tm_dtype dt) {
+    static const double e[4] = {0, 1, 2, 2.5};
+    return tm_binary(c, TM_P_POW, x[0], tm_const_scalar(c, dt, e[k->i[0]]));
+}
+
 static tm_val b_where(tm_ctx *c, const gcase *k, const tm_val *x, tm_dtype dt) {
     int64_t v[8] = {1, 0, 0, 1, 1, 1, 0, 0}, dims[3] = {2, 1, 4};
     tm_val cond = tm_cast_exact(c, i64s(c, 3, dims, v), TM_BOOL);
@@ -396,6 +402,11 @@ static void test_elementwise(void) {
     }
     gcase pi = {"pow integer exponent", b_pow_int, 1, {2}, {{3, 6}}, -2, 2, 0.1, 0, {0}, 0, 0, 0};
     run_case(&pi);
+    for (int e = 0; e < 4; e++) {
+        static const char *const names[] = {"pow ^0", "pow ^1", "pow ^2", "pow ^2.5"};
+        gcase pc = {names[e], b_pow_const, 1, {2}, {{3, 4}}, 0.3, 2, 0, 0, {e}, 0, 0, 0};
+        run_case(&pc);
+    }
     gcase w = {"where", b_where, 2, {3, 3}, {{2, 3, 1}, {1, 3, 4}}, -2, 2, 0, 0, {0}, 0, 0, 0};
     run_case(&w);
     /* Through float32 and back: f32's rounding needs a wide step. */
@@ -506,6 +517,16 @@ static void test_linalg(void) {
     gcase m4 = {"matmul 2-D", b_args, 2, {2, 2}, {{3, 4}, {4, 2}}, -1, 1, 0, TM_P_MATMUL, {0},
                 0, 0, 0};
     run_case(&m4);
+    /* Transposed operands (i[0], i[1]): a stored (K, M), b stored (N, K). */
+    gcase m5 = {"matmul a transposed", b_args, 2, {3, 3}, {{2, 4, 3}, {2, 4, 5}}, -1, 1, 0,
+                TM_P_MATMUL, {1, 0}, 0, 0, 0};
+    run_case(&m5);
+    gcase m6 = {"matmul b transposed, shared", b_args, 2, {3, 3}, {{2, 3, 4}, {1, 5, 4}}, -1, 1,
+                0, TM_P_MATMUL, {0, 1}, 0, 0, 0};
+    run_case(&m6);
+    gcase m7 = {"matmul both transposed", b_args, 2, {4, 4}, {{2, 1, 4, 3}, {1, 3, 5, 4}}, -1, 1,
+                0, TM_P_MATMUL, {1, 1}, 0, 0, 0};
+    run_case(&m7);
     /* CONV args: n, group, stride[n], pad_begin[n], pad_end[n], dilation[n]. */
     gcase c1 = {"conv 2-D grouped, strided, dilated, bias", b_conv, 3, {4, 4, 1},
                 {{2, 4, 6, 5}, {6, 2, 3, 2}, {6}}, -1, 1, 0, TM_P_CONV,

@@ -155,7 +155,7 @@ tm_val tm_val_param(tm_ctx *c, tm_tensor *t, int index) {
                    : import_tensor(c, t, 1, 0);
     if (v == TM_NONE) return TM_NONE;
     c->vals[v].param = index;
-    c->vals[v].tracked = c->track_params && index >= 0 && index < c->n_track_params &&
+    c->vals[v].tracked = c->track_params && c->params && index >= 0 && index < c->params->n &&
                          c->track_params[index] && tm_dtype_is_differentiable(t->dtype);
     return v;
 }

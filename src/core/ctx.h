@@ -126,12 +126,23 @@ struct tm_ctx {
     uint64_t rng_state;   /* seeded random primitives */
     /* Taping (autodiff.h): while `tape` is set, a call with a tracked input is recorded
      * even when its inputs are known (and, eagerly, also run), and its differentiable
-     * outputs are tracked. track_params[i] set: parameter i is tracked when imported. */
+     * outputs are tracked. */
     int tape;
-    const uint8_t *track_params;
-    int n_track_params;
     char *cut_where;      /* the first quantizing cast of a tracked value (malloc'd) */
+    /* The model's trainable parameters (NULL: none), which the interpreter imports with
+     * tm_val_param instead of as constants; track_params[i] set: parameter i is tracked. */
+    const struct tm_param_table *params;
+    const uint8_t *track_params;
 };
+
+/* Where a model's parameters live: one tensor per parameter (the store an optimizer
+ * updates in place), and which initializer of the main graph each one replaces. */
+typedef struct tm_param_table {
+    int n;
+    tm_tensor *const *values;
+    int n_inits;
+    const int *of_init;   /* per main-graph initializer: its parameter, or -1 */
+} tm_param_table;
 
 void tm_ctx_init(tm_ctx *c, tm_mode mode, const tm_allocator *a);
 void tm_ctx_destroy(tm_ctx *c);

@@ -101,6 +101,21 @@ static tm_val select_share(tm_ctx *c, tm_val gy, tm_val wins, tm_val ties) {
     return bin(c, TM_P_MUL, gy, share);
 }
 
+/* 1 when v is a known tensor whose elements all equal one number (*out). */
+static int constant_scalar(const tm_ctx *c, tm_val v, double *out) {
+    const tm_tensor *t = tm_vdata(c, v);
+    if (!t || tm_tensor_numel_(t) < 1 || t->dtype == TM_STRING) return 0;
+    int f = tm_dtype_is_float(t->dtype);
+    double first = f ? tm_load_f64(t->data, t->dtype, 0) : (double)tm_load_i64(t->data, t->dtype, 0);
+    for (int64_t i = 1; i < tm_tensor_numel_(t); i++) {
+        double x = f ? tm_load_f64(t->data, t->dtype, (size_t)i)
+                     : (double)tm_load_i64(t->data, t->dtype, (size_t)i);
+        if (x != first) return 0;
+    }
+    *out = first;
+    return 1;
+}
+
 /* trunc(q) = sign(q) floor(|q|). */
 static tm_val trunc_of(tm_ctx *c, tm_val q) {
     return bin(c, TM_P_MUL, un(c, TM_P_SIGN, q), un(c, TM_P_FLOOR, un(c, TM_P_ABS, q)));
@@ -131,6 +146,17 @@ tm_status tm__grad_binary(tm_ctx *c, const tm_grad_call *g) {
          * derivative cast to the base's dtype, and has a gradient only when float. */
         tm_val bf = tm_cast_exact(c, b, tm_vdtype(c, a));
         tm_val zero = k(c, a, 0.0);
+        double e;
+        if (g->want[0] && !g->want[1] && constant_scalar(c, b, &e)) {
+            /* A constant exponent (the x^2 of a variance): no power where a product does. */
+            ga = e == 0 ? TM_NONE
+               : e == 1 ? gy
+               : e == 2 ? bin(c, TM_P_MUL, gy, bin(c, TM_P_MUL, a, k(c, a, 2.0)))
+                        : bin(c, TM_P_MUL, gy, bin(c, TM_P_MUL, k(c, a, e),
+                                                   bin(c, TM_P_POW, a, k(c, a, e - 1))));
+            if (ga == TM_NONE) return c->status;
+            break;
+        }
         if (g->want[0]) {
             /* b a^(b-1), taken as 0 where b == 0 (0^-1 would make it NaN at a == 0). */
             tm_val d = bin(c, TM_P_MUL, bf, bin(c, TM_P_POW, a, bin(c, TM_P_SUB, bf, k(c, a, 1.0))));

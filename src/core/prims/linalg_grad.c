@@ -13,15 +13,6 @@ static tm_val bin(tm_ctx *c, int prim, tm_val a, tm_val b) { return tm_binary(c,
 
 /* ---- MATMUL ---------------------------------------------------------------------- */
 
-static tm_val swap_last(tm_ctx *c, tm_val x) {
-    int r = tm_vrank(c, x);
-    int64_t perm[TM_MAX_RANK];
-    for (int d = 0; d < r; d++) perm[d] = d;
-    perm[r - 2] = r - 1;
-    perm[r - 1] = r - 2;
-    return tm_transpose(c, x, perm);
-}
-
 static int batch_is_one(const tm_ctx *c, tm_val x) {
     int r = tm_vrank(c, x);
     for (int d = 0; d < r - 2; d++)
@@ -29,48 +20,43 @@ static int batch_is_one(const tm_ctx *c, tm_val x) {
     return 1;
 }
 
-static tm_val mm(tm_ctx *c, tm_val a, tm_val b) {
-    return tm_prim(c, TM_P_MATMUL, (tm_val[2]){a, b}, 2, NULL);
+/* op(a) op(b), op transposing the operands flagged: MATMUL reads them in place. */
+static tm_val mm(tm_ctx *c, tm_val a, tm_val b, int ta, int tb) {
+    tm_args args;
+    memset(&args, 0, sizeof args);
+    args.i[0] = ta;
+    args.i[1] = tb;
+    return tm_prim(c, TM_P_MATMUL, (tm_val[2]){a, b}, 2, &args);
 }
 
-/* The cotangent of the operand `which` (0: a, 1: b) of y = a b. */
-static tm_val matmul_operand(tm_ctx *c, tm_val a, tm_val b, tm_val gy, int which) {
-    int r = tm_vrank(c, a);
-    tm_val like = which ? b : a;
-    int64_t like_dims[TM_MAX_RANK];
-    memcpy(like_dims, tm_vdims(c, like), sizeof like_dims);
-    const int64_t *dy = tm_vdims(c, gy);
-    int64_t m = dy[r - 2], n = dy[r - 1], k = tm_vdims(c, a)[r - 1], batch = tm_numel(r - 2, dy);
-    if (batch > 1 && batch_is_one(c, like)) {
-        /* Shared by the whole batch (a weight): one product whose inner dimension runs
-         * over the batch too, instead of a product per batch element and a sum. */
-        tm_val prod;
-        if (which == 1) {
-            /* db = sum_t a_t^T gy_t = (batch M, K)^T (batch M, N) */
-            tm_val a2 = tm_reshape(c, a, 2, (int64_t[2]){batch * m, k});
-            tm_val g2 = tm_reshape(c, gy, 2, (int64_t[2]){batch * m, n});
-            prod = mm(c, swap_last(c, a2), g2);
-        } else {
-            /* da = sum_t gy_t b_t^T = (M, batch N) (batch N, K): the batch moves next to N */
-            int64_t perm[TM_MAX_RANK];
-            int q = 0;
-            perm[q++] = r - 2;
-            for (int d = 0; d < r - 2; d++) perm[q++] = d;
-            perm[q++] = r - 1;
-            tm_val g2 = tm_reshape(c, tm_transpose(c, gy, perm), 2, (int64_t[2]){m, batch * n});
-            tm_val b2 = tm_reshape(c, swap_last(c, b), 2, (int64_t[2]){batch * n, k});
-            prod = mm(c, g2, b2);
-        }
-        return tm_reshape(c, prod, r, like_dims);
-    }
-    tm_val g = which ? mm(c, swap_last(c, a), gy) : mm(c, gy, swap_last(c, b));
-    return tm_grad_sum_to(c, g, r, like_dims);
-}
-
+/* y = op(a) op(b), op transposing the operands the forward flagged. The cotangents:
+ * op(a) gets gy op(b)^T and op(b) gets op(a)^T gy, each transposed back when its operand
+ * was stored transposed, and summed over the batch dims that operand broadcast. */
 tm_status tm__grad_matmul(tm_ctx *c, const tm_grad_call *g) {
     tm_val a = g->in[0], b = g->in[1], gy = g->gout[0];
-    if (g->want[0]) g->gin[0] = matmul_operand(c, a, b, gy, 0);
-    if (g->want[1]) g->gin[1] = matmul_operand(c, a, b, gy, 1);
+    int ta = g->a->i[0] != 0, tb = g->a->i[1] != 0, r = tm_vrank(c, a);
+    int64_t da[TM_MAX_RANK], db[TM_MAX_RANK];
+    memcpy(da, tm_vdims(c, a), sizeof da);
+    memcpy(db, tm_vdims(c, b), sizeof db);
+    if (g->want[0]) {
+        tm_val ga = ta ? mm(c, b, gy, tb, 1) : mm(c, gy, b, 0, !tb);
+        g->gin[0] = tm_grad_sum_to(c, ga, r, da);
+    }
+    if (g->want[1]) {
+        const int64_t *dy = tm_vdims(c, gy);
+        int64_t m = dy[r - 2], n = dy[r - 1], k = da[r - 1 - ta], batch = tm_numel(r - 2, dy);
+        if (!ta && batch > 1 && batch_is_one(c, b)) {
+            /* A weight shared by the batch: one product whose inner dimension runs over
+             * the batch too, (batch M, K)^T (batch M, N), not one per batch and a sum. */
+            tm_val a2 = tm_reshape(c, a, 2, (int64_t[2]){batch * m, k});
+            tm_val g2 = tm_reshape(c, gy, 2, (int64_t[2]){batch * m, n});
+            tm_val gb = tb ? mm(c, g2, a2, 1, 0) : mm(c, a2, g2, 1, 0);
+            g->gin[1] = tm_reshape(c, gb, r, db);
+        } else {
+            tm_val gb = tb ? mm(c, gy, a, 1, ta) : mm(c, a, gy, !ta, 0);
+            g->gin[1] = tm_grad_sum_to(c, gb, r, db);
+        }
+    }
     return c->status;
 }
 
