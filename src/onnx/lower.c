@@ -209,6 +209,7 @@ struct tm_lower {
 
 tm_ctx *tm_lctx(tm_lower *L) { return L->ip->ctx; }
 const tm_node *tm_lnode(tm_lower *L) { return L->node; }
+const tm_graph *tm_lgraph(tm_lower *L) { return L->scope ? L->scope->graph : NULL; }
 int64_t tm_lopset(tm_lower *L) { return L->opset; }
 int tm_lnin(tm_lower *L) { return L->node->n_inputs; }
 int tm_lnout(tm_lower *L) { return L->node->n_outputs; }
