@@ -210,7 +210,10 @@ tm_status tm__grad_build(tm_ctx *c, const tm_model *m, const tm_grad_spec *spec,
     tm_val loss = build_loss(c, m, spec, ov->v, target);
     tm_ctx_set_where(c, "", "");
     if (!tm_ctx_ok(c)) return c->status;
-    if (passes) {
+    /* TM_GRAD_PASSES=after leaves fusion to the plan's own run of the passes, on the
+     * combined graph: the comparison behind running them first (docs/architecture.md). */
+    const char *when = getenv("TM_GRAD_PASSES");
+    if (passes && !(when && !strcmp(when, "after"))) {
         /* Fusion first, on the forward alone: the backward then follows the fused
          * primitives' own rules (fewer saved activations than a decomposition's). */
         int n_roots = 1 + (spec->opts.with_outputs ? m->n_out : 0);

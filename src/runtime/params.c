@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include "runtime.h"
 
 /* Operators whose float inputs are parts of a quantized weight (scales, zero points) or
@@ -106,6 +108,22 @@ static tm_tensor *store_copy(const tm_model *m, const tm_tensor *t) {
     return s;
 }
 
+/* The whole pages of a copied parameter's bytes in the mapped file leave the process's
+ * resident set: nothing reads them again (the store is the parameter now), and the
+ * mapping refaults them from the page cache if anything does. Memory that is not part of
+ * a file mapping (a tensor the loader decoded) is left alone. */
+static void drop_mapped_pages(const tm_model *m, const tm_tensor *t) {
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), lo = (uintptr_t)t->data;
+    uintptr_t hi = lo + t->nbytes;
+    for (int i = 0; i < m->onnx->n_maps; i++) {
+        uintptr_t base = (uintptr_t)m->onnx->maps[i].base, end = base + m->onnx->maps[i].size;
+        if (!base || lo < base || hi > end) continue;
+        uintptr_t a = (lo + page - 1) & ~(page - 1), b = hi & ~(page - 1);
+        if (b > a) madvise((void *)a, b - a, MADV_DONTNEED);
+        return;
+    }
+}
+
 tm_status tm__params_init(tm_model *m, tm_error *err) {
     if (!m->opts.trainable) return TM_OK;
     const tm_graph *g = m->onnx->graph;
@@ -131,6 +149,7 @@ tm_status tm__params_init(tm_model *m, tm_error *err) {
         if (!v)
             return tm__fail(err, TM_ERR_NO_MEMORY, "out of memory copying parameter '%s'",
                             g->inits[i].name);
+        drop_mapped_pages(m, g->inits[i].tensor);
         tm_param *p = &m->params[m->n_params];
         p->name = g->inits[i].name;
         p->value = v;

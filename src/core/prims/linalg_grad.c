@@ -39,8 +39,22 @@ tm_status tm__grad_matmul(tm_ctx *c, const tm_grad_call *g) {
     memcpy(da, tm_vdims(c, a), sizeof da);
     memcpy(db, tm_vdims(c, b), sizeof db);
     if (g->want[0]) {
-        tm_val ga = ta ? mm(c, b, gy, tb, 1) : mm(c, gy, b, 0, !tb);
-        g->gin[0] = tm_grad_sum_to(c, ga, r, da);
+        const int64_t *dy = tm_vdims(c, gy);
+        int64_t rows = tm_numel(r - 1, dy), n = dy[r - 1], k = da[r - 1];
+        if (!ta && !tb && batch_is_one(c, b) && rows < k && tm_vdtype(c, a) == TM_FLOAT) {
+            /* gy b^T computed as (b gy^T)^T: the GEMM packs its right operand, and gy^T
+             * (rows x N) is then smaller than b^T (K x N), which a product of few rows
+             * by a weight would otherwise repack transposed on every run; the result's
+             * transpose is rows x K. */
+            tm_val g2 = tm_reshape(c, gy, 2, (int64_t[2]){rows, n});
+            tm_val b2 = tm_reshape(c, b, 2, (int64_t[2]){k, n});
+            static const int64_t swap[2] = {1, 0};
+            tm_val ga = tm_transpose(c, mm(c, b2, g2, 0, 1), swap);
+            g->gin[0] = tm_reshape(c, ga, r, da);
+        } else {
+            tm_val ga = ta ? mm(c, b, gy, tb, 1) : mm(c, gy, b, 0, !tb);
+            g->gin[0] = tm_grad_sum_to(c, ga, r, da);
+        }
     }
     if (g->want[1]) {
         const int64_t *dy = tm_vdims(c, gy);
