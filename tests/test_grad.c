@@ -86,8 +86,8 @@ static double at(const tm_tensor *t, int64_t i) { return tm_load_f64(t->data, t-
 
 /* The BERT inputs plus labels (2 sequences, 3 classes). */
 typedef struct batch {
-    const char *names[4];
-    const tm_tensor *in[4];
+    const char *names[16];
+    const tm_tensor *in[16];
     int n;
 } batch;
 
@@ -680,8 +680,81 @@ static void test_errors(void) {
     for (int i = 0; i < 4; i++) tm_tensor_free(own[i]);
 }
 
+/* Merged decoders (GPT-2, LLaMA) fine-tuned as language models: cross-entropy of the
+ * logits against the input ids, the If of use_cache_branch folded by a static input (a
+ * gradient plan holds no graph break, and says so without it); plans against eager. */
+static void test_decoders(void) {
+    static const char *const dirs[] = {"tests/data/tiny/gpt2", "tests/data/tiny/llama"};
+    for (int d = 0; d < 2; d++) {
+        char model_path[256], in_dir[256];
+        snprintf(model_path, sizeof model_path, "%s/decoder_model_merged.onnx", dirs[d]);
+        snprintf(in_dir, sizeof in_dir, "%s/decoder_model_merged.cases/default/inputs", dirs[d]);
+        tm_model *m = load(model_path, 1, 0, NULL, NULL);
+        if (!m) continue;
+        batch b = {{0}, {0}, 0};
+        tm_tensor *own[16] = {0};
+        const tm_tensor *use_cache = NULL;
+        for (int i = 0; i < tm_model_n_inputs(m) && i < 15; i++) {
+            tm_value_desc desc;
+            tm_model_input(m, i, &desc);
+            own[i] = load_npy(in_dir, desc.name);
+            b.names[b.n] = desc.name;
+            b.in[b.n++] = own[i];
+            if (!strcmp(desc.name, "use_cache_branch")) use_cache = own[i];
+        }
+        const tm_tensor *ids = b.in[0];
+        b.names[b.n] = "target";
+        b.in[b.n++] = ids;  /* int64 (batch, sequence): the logits' dims but the last */
+        tm_grad_options go = ce_options();
+        go.output = "logits";
+        tm_plan_options po;
+        tm_plan_options_default(&po);
+        const char *static_name = "use_cache_branch";
+        po.n_static = 1;
+        po.static_names = &static_name;
+        po.static_values = &use_cache;
+        tm_plan *p = NULL;
+        tm_session *s = NULL;
+        tm_error err;
+        char label[300];
+        snprintf(label, sizeof label, "%s with a static use_cache_branch", model_path);
+        tm_status st = tm_grad_plan_create(m, b.n, b.names, b.in, &po, &go, &p, &err);
+        if (st == TM_OK) st = tm_session_create(p, &s, &err);
+        tm_tensor *pg[512] = {0}, *eg[512] = {0};
+        if (st == TM_OK) st = tm_session_run(s, b.n, b.names, b.in, pg, &err);
+        check(st == TM_OK, "%s: %s", label, err.message);
+        tm_status se = tm_run_eager_grad(m, b.n, b.names, b.in, &go, eg, &err);
+        check(se == TM_OK, "%s eagerly: %s", label, err.message);
+        int bad = 0, n_out = p ? tm_plan_n_outputs(p) : 0;
+        double worst = 0;
+        for (int i = 0; st == TM_OK && se == TM_OK && i < n_out && i < 512; i++) {
+            double scale = 1e-6;
+            for (int64_t e = 0; e < tm_tensor_numel(eg[i]); e++) scale = fmax(scale, fabs(at(eg[i], e)));
+            double w = 0;
+            for (int64_t e = 0; e < tm_tensor_numel(eg[i]); e++)
+                w = fmax(w, fabs(at(pg[i], e) - at(eg[i], e)) / scale);
+            worst = fmax(worst, w);
+            bad += w > 1e-4;
+        }
+        check(bad == 0 && n_out == 1 + tm_model_n_params(m), "%s: plan against eager, %d of "
+              "%d outputs differ (worst %.2e)", label, bad, n_out, worst);
+        printf("%s: %d gradients, plan against eager within %.2e\n", label, n_out - 1, worst);
+        for (int i = 0; i < 512; i++) {
+            tm_tensor_free(pg[i]);
+            tm_tensor_free(eg[i]);
+        }
+        tm_session_free(s);
+        tm_plan_free(p);
+        expect_plan_error(m, &b, &go, TM_ERR_UNSUPPORTED, "give the input it depends on as a "
+                          "static input", "a merged decoder without its static input");
+        tm_model_free(m);
+        for (int i = 0; i < 16; i++) tm_tensor_free(own[i]);
+    }
+}
+
 int main(void) {
     test_params();
+    test_decoders();
     test_errors();
     test_bert();
     test_convnet();
