@@ -116,6 +116,18 @@ finetune-check: $(BUILD)/finetune_replay
 $(BUILD)/finetune_replay: bench/finetune/replay.c $(BUILD)/libtransmuter.a
 	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(BUILD)/libtransmuter.a $(LDLIBS)
 
+# Value-and-gradient plan against the forward plan (not part of `all`; see
+# bench/grad_bench.c). GRAD_BENCH_ARGS defaults to MiniLM at batch 1 x 128, MSE against
+# zeros on last_hidden_state.
+GRAD_BENCH_ARGS ?= bench/models/minilm-l6/model.onnx --dim batch_size=1 --dim sequence_length=128 \
+                   --loss mse --output last_hidden_state
+.PHONY: grad-bench
+grad-bench: $(BUILD)/grad_bench
+	$(BUILD)/grad_bench $(GRAD_BENCH_ARGS)
+
+$(BUILD)/grad_bench: bench/grad_bench.c $(BUILD)/libtransmuter.a
+	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(BUILD)/libtransmuter.a $(LDLIBS)
+
 install: all
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/bin \
 	    $(DESTDIR)$(PREFIX)/lib/pkgconfig

@@ -112,6 +112,18 @@ typedef struct tm_load_options {
     int threads;                 /* intra-op threads; 0 = all cores */
     const tm_allocator *allocator; /* NULL: malloc; must outlive the model */
     size_t plan_cache_limit;     /* plans kept per model by tm_model_run; 0 = 16 */
+    /* Training. trainable non-zero: float initializers of the main graph become
+     * parameters (see tm_model_param), those named by trainable_names when it is given
+     * (exact names or fnmatch glob patterns such as "*.LayerNorm.*"; an exact name that
+     * is not a float initializer, or a quantized weight, is an error). Parameters are
+     * copied once into a store the model owns; plans read them from there at run time
+     * (never folded into constants), so an update in place needs no new plan. Frozen
+     * weights stay memory-mapped and fold as before. Quantized weights (inputs of
+     * MatMulNBits, GatherBlockQuantized, DequantizeLinear, QLinear... nodes) are never
+     * parameters. */
+    int trainable;
+    int n_trainable_names;
+    const char *const *trainable_names;
 } tm_load_options;
 
 void tm_load_options_default(tm_load_options *opts);
@@ -159,6 +171,26 @@ tm_status tm_model_opset(const tm_model *model, int i, const char **domain, int6
 int tm_model_n_op_types(const tm_model *model);
 tm_status tm_model_op_type(const tm_model *model, int i, const char **domain,
                            const char **op_type, int *count);
+
+/* ---- Parameters --------------------------------------------------------------------- */
+
+/* A trainable parameter (tm_load_options.trainable). tensor is the model's own storage:
+ * an optimizer may write its data in place between runs (never while a run that reads
+ * it is in progress); plans and eager runs see the new values at once. dims, name and
+ * tensor belong to the model. With compute_type f32, half-precision parameters are
+ * stored in float32. */
+typedef struct tm_param_desc {
+    const char *name;            /* the initializer's name */
+    tm_tensor *tensor;
+    tm_dtype dtype;
+    int rank;
+    const int64_t *dims;
+} tm_param_desc;
+
+int tm_model_n_params(const tm_model *model);
+tm_status tm_model_param(tm_model *model, int i, tm_param_desc *desc);
+/* Index of the parameter called name, or -1. */
+int tm_model_param_index(const tm_model *model, const char *name);
 
 /* ---- Eager execution --------------------------------------------------------------- */
 
@@ -211,6 +243,9 @@ void tm_plan_free(tm_plan *plan);
 int tm_plan_n_kernels(const tm_plan *plan);
 int tm_plan_n_breaks(const tm_plan *plan);
 size_t tm_plan_arena_bytes(const tm_plan *plan);
+/* Outputs of a plan: the graph's outputs, or for a gradient plan its loss, gradients
+ * and (with_outputs) the graph's outputs. */
+int tm_plan_n_outputs(const tm_plan *plan);
 /* The shape of output i as planned (rank -1 when it is only known after a graph break). */
 tm_status tm_plan_output(const tm_plan *plan, int i, tm_value_desc *desc);
 
@@ -221,9 +256,14 @@ void tm_session_free(tm_session *session);
 /* Runs the plan. inputs must have the shapes the plan was made for (static inputs may be
  * omitted). For each output, a non-NULL outputs[i] is a caller tensor of the planned
  * shape and dtype that receives the value (then the run allocates nothing); a NULL entry
- * receives a new tensor owned by the caller. */
+ * receives a new tensor owned by the caller. outputs itself may be NULL: nothing is
+ * copied out, and tm_session_result reads the results where they are. */
 tm_status tm_session_run(tm_session *session, int n_inputs, const char *const *names,
                          const tm_tensor *const *inputs, tm_tensor **outputs, tm_error *err);
+/* Output i of the session's last run, in the session's own memory (no copy: what an
+ * optimizer reads gradients from): valid until the next run or tm_session_free; NULL
+ * before a run, out of range, or for a value that is not a tensor. */
+const tm_tensor *tm_session_result(const tm_session *session, int i);
 
 /* Runs through a plan cached per input-shape signature (and static values), creating it
  * the first time. Thread-safe; outputs as in tm_session_run. */
@@ -377,6 +417,61 @@ tm_status tm_optimizer_save_state(const tm_optimizer *opt, const char *path, tm_
  * the optimizer as it was. The parameters themselves are not touched (save them with
  * tm_model_save); a half-precision parameter's master copy is restored. */
 tm_status tm_optimizer_load_state(tm_optimizer *opt, const char *path, tm_error *err);
+
+/* ---- Gradients --------------------------------------------------------------------- */
+
+/* The scalar differentiated. Every loss averages over its elements (PyTorch's default
+ * reduction) and is computed in the output's dtype. The target is an extra input of the
+ * plan or run, named by tm_grad_options.target. */
+typedef enum tm_loss {
+    TM_LOSS_OUTPUT = 0,          /* the output itself (it must have one element) */
+    TM_LOSS_MSE = 1,             /* mean((y - target)^2); target: y's dtype and dims */
+    TM_LOSS_CROSS_ENTROPY = 2,   /* y logits (..., C), classes on the last axis; target
+                                  * int64 or int32 class ids of dims (...); entries equal
+                                  * to ignore_index are left out of the mean */
+    TM_LOSS_SOFT_CROSS_ENTROPY = 3, /* y logits; target class probabilities of y's dims */
+    TM_LOSS_BCE_WITH_LOGITS = 4  /* y logits; target in [0, 1] of y's dims (binary cross-
+                                  * entropy of sigmoid(y), computed stably) */
+} tm_loss;
+
+typedef struct tm_grad_options {
+    size_t size;                 /* sizeof(tm_grad_options) */
+    tm_loss loss;
+    const char *output;          /* the graph output the loss reads; NULL: the first */
+    const char *target;          /* name of the target input; NULL: "target" */
+    int64_t ignore_index;        /* TM_LOSS_CROSS_ENTROPY; default -100 */
+    int n_params;                /* parameters differentiated: names or glob patterns; */
+    const char *const *params;   /* 0: every parameter of the model */
+    int with_outputs;            /* also deliver the graph's outputs */
+} tm_grad_options;
+
+void tm_grad_options_default(tm_grad_options *opts);
+
+/* Compiles a value-and-gradient plan: the forward graph for the shapes of `inputs` (and
+ * of the target, given among them by its name unless the loss is TM_LOSS_OUTPUT), the
+ * loss, and the backward pass, as one plan with one arena placed by value lifetimes (an
+ * activation lives until the last backward step that reads it). Plan-time passes fuse the
+ * forward before it is differentiated, so the backward follows the fused primitives.
+ * The plan's outputs, in order: the loss (rank 0), one gradient per differentiated
+ * parameter (its dtype and dims, in the order tm_plan_grad_param gives), then the graph's
+ * outputs when with_outputs is set; run it with tm_session_create / tm_session_run (with
+ * caller tensors a run allocates nothing). Fails when the model has no parameter selected,
+ * when a node would need a graph break (give that input as a static input), when the
+ * path to the loss crosses a primitive without a gradient rule or a quantized weight;
+ * the error names the primitive and the ONNX node. */
+tm_status tm_grad_plan_create(tm_model *model, int n_inputs, const char *const *names,
+                              const tm_tensor *const *inputs, const tm_plan_options *opts,
+                              const tm_grad_options *grad, tm_plan **out, tm_error *err);
+/* Gradients of a plan (0 for a forward plan), and the model parameter of gradient j. */
+int tm_plan_n_grads(const tm_plan *plan);
+int tm_plan_grad_param(const tm_plan *plan, int j);
+
+/* The same computation run eagerly (node by node, then the backward): outputs as for
+ * tm_grad_plan_create, each a new tensor owned by the caller. Slower; for checking plans
+ * and for graphs a plan cannot hold. */
+tm_status tm_run_eager_grad(tm_model *model, int n_inputs, const char *const *names,
+                            const tm_tensor *const *inputs, const tm_grad_options *grad,
+                            tm_tensor **outputs, tm_error *err);
 
 #ifdef __cplusplus
 }

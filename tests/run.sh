@@ -37,8 +37,10 @@ for t in "$BUILD"/tests/test_*; do
     suite "$(basename "$t")" "$t"
 done
 suite test_api-reference-gemm env TM_REFERENCE_KERNELS=1 "$BUILD/tests/test_api"
+suite test_grad-reference env TM_REFERENCE_KERNELS=1 "$BUILD/tests/test_grad"
 suite onnx-backend "$TM" test-onnx tests/data/onnx-backend --mode both --quiet \
     --expected-failures tests/expected_failures.txt
+suite gradient-op "$TM" test-onnx tests/data/grad/gradient-op --mode both
 suite tiny-models sh tests/models.sh "$TM" tests/data/tiny
 suite contrib-ops sh tests/contrib.sh "$TM" tests/data/contrib
 suite generate sh tests/generate.sh "$TM"

@@ -295,6 +295,68 @@ static void run_matmul(tm_dtype dt, int rank, const int64_t *da, const int64_t *
     tm_ctx_destroy(&c);
 }
 
+/* x (batch..., R, C) with its last two axes swapped, as MATMUL's transposed operands are
+ * stored. */
+static double *swap_last_two(int rank, const int64_t *d, const double *x, int64_t *dt) {
+    int64_t rows = d[rank - 2], cols = d[rank - 1], batch = numel(rank - 2, d);
+    double *y = malloc((size_t)(numel(rank, d) + 1) * sizeof *y);
+    for (int i = 0; i < rank; i++) dt[i] = d[i];
+    dt[rank - 2] = cols;
+    dt[rank - 1] = rows;
+    for (int64_t t = 0; t < batch; t++)
+        for (int64_t i = 0; i < rows; i++)
+            for (int64_t j = 0; j < cols; j++)
+                y[t * rows * cols + j * rows + i] = x[t * rows * cols + i * cols + j];
+    return y;
+}
+
+/* MATMUL with i[0] / i[1] set reads a / b stored transposed: the same product. */
+static void run_matmul_transposed(tm_dtype dt, int rank, const int64_t *da, const int64_t *db,
+                                  int ta, int tb, double scale, const char *name) {
+    tm_ctx c;
+    tm_ctx_init(&c, TM_MODE_EAGER, NULL);
+    double *a = random_values(dt, numel(rank, da), scale);
+    double *b = random_values(dt, numel(rank, db), scale);
+    int64_t sa[TM_MAX_RANK], sb[TM_MAX_RANK];
+    double *at = swap_last_two(rank, da, a, sa), *bt = swap_last_two(rank, db, b, sb);
+    if (!ta) memcpy(sa, da, (size_t)rank * sizeof *sa);
+    if (!tb) memcpy(sb, db, (size_t)rank * sizeof *sb);
+    tm_val in[2] = {make(&c, dt, rank, sa, ta ? at : a), make(&c, dt, rank, sb, tb ? bt : b)};
+    tm_args args;
+    memset(&args, 0, sizeof args);
+    args.i[0] = ta;
+    args.i[1] = tb;
+    tm_val out = tm_prim(&c, TM_P_MATMUL, in, 2, &args);
+    int64_t dout[TM_MAX_RANK], batch = 1;
+    for (int d = 0; d < rank - 2; d++) batch *= da[d] == 1 ? db[d] : da[d];
+    double *want = malloc((size_t)(batch * da[rank - 2] * db[rank - 1] + 1) * sizeof *want);
+    naive_matmul(dt, rank, da, a, db, b, dout, want);
+    char label[160];
+    snprintf(label, sizeof label, "matmul %s %s, transposed a %d b %d", tm_dtype_name(dt), name,
+             ta, tb);
+    expect_values(&c, out, rank, dout, want, tolerance(dt), label);
+    free(a);
+    free(b);
+    free(at);
+    free(bt);
+    free(want);
+    tm_ctx_destroy(&c);
+}
+
+static void test_matmul_transposed(void) {
+    const int64_t a2[] = {37, 53}, b2[] = {53, 29};
+    const int64_t a3[] = {3, 4, 6}, b3[] = {1, 6, 5};
+    const int64_t a4[] = {2, 1, 5, 7}, b4[] = {1, 3, 7, 4};
+    tm_dtype dts[] = {TM_FLOAT, TM_DOUBLE, TM_FLOAT16, TM_INT32, TM_INT64, TM_INT8};
+    double scales[] = {1.0, 1.0, 1.0, 3e9 / 2, 1e6, 127};
+    for (size_t i = 0; i < sizeof dts / sizeof *dts; i++)
+        for (int t = 1; t < 4; t++) {
+            run_matmul_transposed(dts[i], 2, a2, b2, t & 1, t >> 1, scales[i], "2-D");
+            run_matmul_transposed(dts[i], 3, a3, b3, t & 1, t >> 1, scales[i], "b broadcast");
+            run_matmul_transposed(dts[i], 4, a4, b4, t & 1, t >> 1, scales[i], "broadcast");
+        }
+}
+
 static void test_matmul(void) {
     const int64_t a2[] = {37, 53}, b2[] = {53, 29};
     run_matmul(TM_FLOAT, 2, a2, b2, 1.0, "2-D");
@@ -1067,6 +1129,7 @@ int main(void) {
     test_pool_runs_every_slice();
     test_matmul();
     test_matmul_int_wrap();
+    test_matmul_transposed();
     test_matmul_errors();
     test_conv();
     test_conv_transpose();

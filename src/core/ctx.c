@@ -46,6 +46,7 @@ void tm_ctx_destroy(tm_ctx *c) {
     free(c->vals);
     free(c->nodes);
     free(c->scratch);
+    free(c->cut_where);
     memset(c, 0, sizeof *c);
 }
 
@@ -85,6 +86,7 @@ static tm_val new_val(tm_ctx *c) {
     memset(vi, 0, sizeof *vi);
     vi->producer = -1;
     vi->input_index = -1;
+    vi->param = -1;
     return c->n_vals++;
 }
 
@@ -159,6 +161,22 @@ tm_val tm_val_symbolic(tm_ctx *c, tm_dtype dt, int rank, const int64_t *dims, in
     vi->rank = rank;
     for (int i = 0; i < rank; i++) vi->dims[i] = dims[i];
     vi->input_index = input_index;
+    return v;
+}
+
+int tm_dtype_is_differentiable(tm_dtype dt) {
+    return dt == TM_FLOAT || dt == TM_DOUBLE || dt == TM_FLOAT16 || dt == TM_BFLOAT16;
+}
+
+tm_val tm_val_param(tm_ctx *c, tm_tensor *t, int index) {
+    if (!tm_ctx_ok(c) || !t) return TM_NONE;
+    tm_val v = c->mode == TM_MODE_TRACE
+                   ? tm_val_symbolic(c, t->dtype, t->rank, t->dims, -1)
+                   : import_tensor(c, t, 1, 0);
+    if (v == TM_NONE) return TM_NONE;
+    c->vals[v].param = index;
+    c->vals[v].tracked = c->track_params && c->params && index >= 0 && index < c->params->n &&
+                         c->track_params[index] && tm_dtype_is_differentiable(t->dtype);
     return v;
 }
 
@@ -262,7 +280,7 @@ int tm_host_f64(tm_ctx *c, tm_val v, double *out) {
 void tm_val_release(tm_ctx *c, tm_val v) {
     if (c->mode != TM_MODE_EAGER || v < 0 || v >= c->n_vals) return;
     tm_vinfo *vi = &c->vals[v];
-    if (vi->pinned || !vi->data) return;
+    if (vi->pinned || vi->kept || !vi->data) return;
     if (vi->owned) tm_tensor_free(vi->data);
     vi->data = NULL;
     vi->owned = 0;
@@ -339,6 +357,25 @@ static tm_status record(tm_ctx *c, int prim, const tm_val *in, int nin, const tm
     return TM_OK;
 }
 
+/* Flags the outputs of a taped call: differentiable outputs of a tracked call are
+ * tracked; a cast of a tracked value to a type gradients do not flow through (a
+ * quantization) cuts it, and what depends on a cut value stays cut, so that a gradient
+ * asked through it fails instead of being silently zero. Eagerly, the tape keeps every
+ * value the call read or wrote until the backward. */
+static void mark_taped(tm_ctx *c, int prim, const tm_val *in, int nin, const tm_val *out,
+                       int nout, int taped, int cut) {
+    for (int i = 0; i < nout; i++) {
+        tm_vinfo *vi = &c->vals[out[i]];
+        int diff = tm_dtype_is_differentiable(vi->dtype);
+        vi->tracked = taped && diff;
+        vi->cut = cut || (taped && !diff && prim == TM_P_CAST);
+        if (taped && !diff && prim == TM_P_CAST && !c->cut_where)
+            c->cut_where = strdup(c->nodes[c->n_nodes - 1].where);
+        if (taped && c->mode == TM_MODE_EAGER) vi->kept = 1;
+    }
+    for (int i = 0; taped && c->mode == TM_MODE_EAGER && i < nin; i++) c->vals[in[i]].kept = 1;
+}
+
 tm_status tm_prim_n(tm_ctx *c, int prim, const tm_val *in, int nin, const tm_args *a,
                     tm_val *out, int nout) {
     static const tm_args zero_args;
@@ -357,6 +394,7 @@ tm_status tm_prim_n(tm_ctx *c, int prim, const tm_val *in, int nin, const tm_arg
         if (!vin) return tm_ctx_fail(c, TM_ERR_NO_MEMORY, "out of memory");
     }
     int known = !(c->mode == TM_MODE_TRACE && (p->flags & TM_PF_RANDOM));
+    int taped = 0, cut = 0;
     for (int i = 0; i < nin; i++) {
         if (in[i] == TM_NONE || in[i] < 0 || in[i] >= c->n_vals) {
             if (vin != vin_small) free(vin);
@@ -370,7 +408,12 @@ tm_status tm_prim_n(tm_ctx *c, int prim, const tm_val *in, int nin, const tm_arg
                                "after release", p->name, i);
         }
         if (!vin[i]->data) known = 0;
+        if (c->tape && vin[i]->tracked) taped = 1;
+        if (c->tape && vin[i]->cut) cut = 1;
     }
+    /* Under trace a taped call is recorded even on known inputs: the backward needs the
+     * node, and folding would turn a differentiated value into a constant. */
+    if (taped && c->mode == TM_MODE_TRACE) known = 0;
     tm_vinfo vout[4];
     memset(vout, 0, sizeof vout);
     size_t scratch = 0;
@@ -387,7 +430,9 @@ tm_status tm_prim_n(tm_ctx *c, int prim, const tm_val *in, int nin, const tm_arg
             out[i] = tm_val_symbolic(c, vout[i].dtype, vout[i].rank, vout[i].dims, -1);
             if (out[i] == TM_NONE) return c->status;
         }
-        return record(c, prim, in, nin, a, out, nout, scratch);
+        s = record(c, prim, in, nin, a, out, nout, scratch);
+        if (s == TM_OK && (taped || cut)) mark_taped(c, prim, in, nin, out, nout, taped, cut);
+        return s;
     }
     /* Known inputs: run now. */
     tm_tensor *tout[4] = {0};
@@ -421,6 +466,10 @@ tm_status tm_prim_n(tm_ctx *c, int prim, const tm_val *in, int nin, const tm_arg
             return c->status;
         }
     }
+    /* The eager tape: the call ran, and is recorded for the backward too. (A folded call
+     * under trace has no tracked input: only its cut flag carries on.) */
+    if (taped && (s = record(c, prim, in, nin, a, out, nout, scratch)) != TM_OK) return s;
+    if (taped || cut) mark_taped(c, prim, in, nin, out, nout, taped, cut);
     return TM_OK;
 fail:
     if (tin != tin_small) free(tin);

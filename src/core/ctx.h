@@ -53,6 +53,10 @@ typedef struct tm_vinfo {
     uint8_t owned;        /* the context frees data */
     uint8_t released;
     uint16_t pinned;      /* count of graph names bound to it: not freed while > 0 */
+    uint8_t tracked;      /* depends on a differentiated value (taping, see autodiff.h) */
+    uint8_t cut;          /* depends on one only through a quantizing cast: no gradient */
+    uint8_t kept;         /* read by the eager tape: not released before the backward */
+    int32_t param;        /* >= 0: the model parameter it reads (trace: a plan entry) */
 } tm_vinfo;
 
 /* One kernel call. Kernels allocate nothing: temporary memory is `scratch`, sized by the
@@ -122,7 +126,25 @@ struct tm_ctx {
     size_t scratch_cap;
     uint64_t rng_state;   /* seeded random primitives */
     uint64_t run_seed;    /* this context's run (tm__run_seed), for kernels' tm_kcall.run_seed */
+    /* Taping (autodiff.h): while `tape` is set, a call with a tracked input is recorded
+     * even when its inputs are known (and, eagerly, also run), and its differentiable
+     * outputs are tracked. */
+    int tape;
+    char *cut_where;      /* the first quantizing cast of a tracked value (malloc'd) */
+    /* The model's trainable parameters (NULL: none), which the interpreter imports with
+     * tm_val_param instead of as constants; track_params[i] set: parameter i is tracked. */
+    const struct tm_param_table *params;
+    const uint8_t *track_params;
 };
+
+/* Where a model's parameters live: one tensor per parameter (the store an optimizer
+ * updates in place), and which initializer of the main graph each one replaces. */
+typedef struct tm_param_table {
+    int n;
+    tm_tensor *const *values;
+    int n_inits;
+    const int *of_init;   /* per main-graph initializer: its parameter, or -1 */
+} tm_param_table;
 
 void tm_ctx_init(tm_ctx *c, tm_mode mode, const tm_allocator *a);
 /* A new value on every call, in every thread and process (an atomic counter mixed with the
@@ -145,6 +167,12 @@ void tm_ctx_set_where(tm_ctx *c, const char *node_name, const char *op_type);
 tm_val tm_val_tensor(tm_ctx *c, tm_tensor *t, int borrow);
 /* An unknown value of given dtype and dims (a plan input under trace). */
 tm_val tm_val_symbolic(tm_ctx *c, tm_dtype dt, int rank, const int64_t *dims, int input_index);
+/* Model parameter `index` whose storage is t: under trace an unknown value that plans
+ * read from the parameter store at run time (never folded), eagerly t itself (borrowed).
+ * Tracked when c->track_params asks for it. */
+tm_val tm_val_param(tm_ctx *c, tm_tensor *t, int index);
+/* The dtypes gradients flow through (f32, f64, f16, bf16). */
+int tm_dtype_is_differentiable(tm_dtype dt);
 /* Scalars and small constants. */
 tm_val tm_const_scalar(tm_ctx *c, tm_dtype dt, double v);
 tm_val tm_const_i64s(tm_ctx *c, const int64_t *v, int64_t n);  /* 1-D int64 */

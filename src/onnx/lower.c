@@ -143,11 +143,25 @@ static void scope_destroy(tm_ctx *c, tm_scope *s) {
     memset(s, 0, sizeof *s);
 }
 
-static const tm_tensor *graph_initializer(const tm_graph *g, const char *name) {
-    if (!g) return NULL;
+static int initializer_index(const tm_graph *g, const char *name) {
+    if (!g) return -1;
     for (int i = 0; i < g->n_inits; i++)
-        if (!strcmp(g->inits[i].name, name)) return g->inits[i].tensor;
-    return NULL;
+        if (!strcmp(g->inits[i].name, name)) return i;
+    return -1;
+}
+
+static const tm_tensor *graph_initializer(const tm_graph *g, const char *name) {
+    int i = initializer_index(g, name);
+    return i >= 0 ? g->inits[i].tensor : NULL;
+}
+
+/* An initializer as a value: a borrowed constant, or, for a trainable parameter of the
+ * main graph (the scope without a parent), the parameter store's tensor. */
+static tm_val import_initializer(tm_ctx *c, const tm_scope *s, int at) {
+    const tm_param_table *pt = c->params;
+    int param = !s->parent && pt && at < pt->n_inits ? pt->of_init[at] : -1;
+    if (param >= 0 && param < pt->n) return tm_val_param(c, pt->values[param], param);
+    return tm_val_tensor(c, s->graph->inits[at].tensor, 1);
 }
 
 /* Looks a name up through the scope chain, importing initializers on first use. */
@@ -155,11 +169,11 @@ static const tm_oval *scope_lookup(tm_ctx *c, tm_scope *s, const char *name) {
     for (tm_scope *p = s; p; p = p->parent) {
         scope_entry *e = scope_slot(p, name);
         if (e && e->name) return &e->val;
-        const tm_tensor *t = graph_initializer(p->graph, name);
-        if (t) {
+        int at = initializer_index(p->graph, name);
+        if (at >= 0) {
             tm_oval ov = {0};
             ov.kind = TM_OV_TENSOR;
-            ov.v = tm_to_compute_type(c, tm_val_tensor(c, (tm_tensor *)t, 1));
+            ov.v = tm_to_compute_type(c, import_initializer(c, p, at));
             if (ov.v == TM_NONE || scope_bind(c, p, name, &ov) != TM_OK) return NULL;
             e = scope_slot(p, name);
             return &e->val;
@@ -195,6 +209,7 @@ struct tm_lower {
 
 tm_ctx *tm_lctx(tm_lower *L) { return L->ip->ctx; }
 const tm_node *tm_lnode(tm_lower *L) { return L->node; }
+const tm_graph *tm_lgraph(tm_lower *L) { return L->scope ? L->scope->graph : NULL; }
 int64_t tm_lopset(tm_lower *L) { return L->opset; }
 int tm_lnin(tm_lower *L) { return L->node->n_inputs; }
 int tm_lnout(tm_lower *L) { return L->node->n_outputs; }

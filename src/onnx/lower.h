@@ -47,6 +47,9 @@ const struct tm_op_reg *tm_op_lookup(const char *domain, const char *op_type, in
 
 tm_ctx *tm_lctx(tm_lower *L);
 const tm_node *tm_lnode(tm_lower *L);
+/* The graph the node is one of (its siblings, for operators that read the graph itself
+ * such as Gradient); NULL inside a model-local function's body. */
+const tm_graph *tm_lgraph(tm_lower *L);
 int64_t tm_lopset(tm_lower *L);             /* the imported opset of the node's domain */
 int tm_lnin(tm_lower *L);                   /* number of inputs listed (omitted ones too) */
 int tm_lnout(tm_lower *L);

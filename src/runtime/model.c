@@ -155,6 +155,11 @@ static tm_status finish_load(tm_onnx_model *om, const char *src, const tm_load_o
     }
     census_graph(m, g, 0);
     m->missing = tm_missing_ops(om);
+    st = tm__params_init(m, err);
+    if (st != TM_OK) {
+        tm_model_free(m);
+        return st;
+    }
     *out = m;
     return TM_OK;
 }
@@ -190,6 +195,7 @@ void tm__plan_cache_clear(tm_model *m);
 void tm_model_free(tm_model *m) {
     if (!m) return;
     tm__plan_cache_clear(m);
+    tm__params_free(m);
     pthread_mutex_destroy(&m->cache_lock);
     tm_pool_free(m->pool);
     free_descs(m->in_desc, m->n_in);
@@ -425,6 +431,7 @@ tm_status tm__run_eager_x(tm_model *m, int n, const char *const *names, const tm
     tm_ctx_init(&c, TM_MODE_EAGER, m->opts.allocator);
     c.compute_type = m->opts.compute_type;
     c.pool = m->pool;
+    c.params = tm__params_table(m);
     tm_oval *ovals = calloc((size_t)g->n_inputs + 1, sizeof *ovals);
     tm_oval *outs = calloc((size_t)g->n_outputs + 1, sizeof *outs);
     tm_xval *res = calloc((size_t)g->n_outputs + 1, sizeof *res);

@@ -10,7 +10,7 @@
 #include "runtime.h"
 #include "passes.h"
 
-enum { PV_INPUT, PV_CONST, PV_ARENA, PV_ALIAS };
+enum { PV_INPUT, PV_CONST, PV_ARENA, PV_ALIAS, PV_PARAM };
 
 typedef struct plan_value {
     int kind;
@@ -18,7 +18,7 @@ typedef struct plan_value {
     int rank;
     int64_t dims[TM_MAX_RANK];
     size_t nbytes;
-    int input;            /* PV_INPUT: graph input index */
+    int input;            /* PV_INPUT: plan input index; PV_PARAM: model parameter */
     tm_tensor *constant;  /* PV_CONST */
     int const_owned;
     size_t offset;        /* PV_ARENA */
@@ -67,6 +67,13 @@ struct tm_plan {
     pthread_mutex_t tails_lock;
     struct tail_plan *tails;  /* tail plans by the break value's bytes */
     int n_tails;
+    /* Gradient plans (grad.c): inputs after the graph's (the loss's target), named
+     * outputs (loss, gradients, graph outputs), and the parameter of each gradient. */
+    int n_extra_inputs;
+    char **extra_names;
+    char **output_names;
+    int n_grads;
+    int *grad_param;
 };
 
 /* After a graph break, the rest of the graph traced again with the host value known. */
@@ -137,6 +144,9 @@ static int add_value(builder *b, tm_val v) {
     } else if (vi->input_index >= 0) {
         pv->kind = PV_INPUT;
         pv->input = vi->input_index;
+    } else if (vi->param >= 0) {
+        pv->kind = PV_PARAM;   /* read from the model's parameter store at run time */
+        pv->input = vi->param;
     } else {
         pv->kind = PV_ARENA;
     }
@@ -224,6 +234,16 @@ static int root_of(const tm_plan *p, int pv) {
     return pv;
 }
 
+static const char *output_name(const tm_plan *p, int i) {
+    return p->output_names ? p->output_names[i] : p->model->onnx->graph->outputs[i].name;
+}
+
+/* Name of plan input i: a graph input, or one a gradient plan adds. */
+static const char *input_name(const tm_plan *p, int i) {
+    const tm_graph *g = p->model->onnx->graph;
+    return i < g->n_inputs ? g->inputs[i].name : p->extra_names[i - g->n_inputs];
+}
+
 static tm_status build_plan(tm_plan *p, tm_ctx *c, const tm_oval *outs, const tm_live *live,
                             tm_error *err) {
     builder b = {c, p, NULL, NULL, NULL, NULL};
@@ -242,7 +262,7 @@ static tm_status build_plan(tm_plan *p, tm_ctx *c, const tm_oval *outs, const tm
             if (outs[i].kind != TM_OV_TENSOR) {
                 /* Sequences and empty optionals cross the API only eagerly. */
                 st = tm__fail(err, TM_ERR_UNSUPPORTED, "graph output '%s' is not a tensor: "
-                              "computed eagerly", p->model->onnx->graph->outputs[i].name);
+                              "computed eagerly", output_name(p, i));
                 goto done;
             }
             mark_needed(&b, outs[i].v);
@@ -382,6 +402,11 @@ void tm_plan_free(tm_plan *p) {
     free(p->input_dims);
     free(p->input_static);
     free(p->output_pv);
+    for (int i = 0; i < p->n_extra_inputs; i++) free(p->extra_names[i]);
+    free(p->extra_names);
+    for (int i = 0; p->output_names && i < p->n_outputs; i++) free(p->output_names[i]);
+    free(p->output_names);
+    free(p->grad_param);
     free(p);
 }
 
@@ -447,8 +472,64 @@ static tm_status finish_trace(tm_plan *p, tm_ctx *c, const tm_interp *ip, tm_sta
     return st;
 }
 
+/* A gradient plan: the loss and the backward on top of the traced forward (see
+ * tm__grad_build); its outputs replace the graph's. The target is plan input n_inputs. */
+static tm_status finish_grad(tm_plan *p, tm_ctx *c, const tm_interp *ip, tm_status st,
+                             tm_oval *outs, const tm_grad_spec *grad, tm_val target,
+                             tm_error *err) {
+    tm_model *m = p->model;
+    const tm_graph *g = m->onnx->graph;
+    if (st == TM_ERR_NEEDS_HOST) {
+        const tm_node *n = &g->nodes[ip->break_at];
+        return tm__fail_at(err, TM_ERR_UNSUPPORTED, n->name, n->op_type, NULL, "node '%s' "
+                           "(%s) needs a value on the host that the plan cannot know: a "
+                           "gradient plan holds the whole graph (give the input it depends "
+                           "on as a static input)", n->name, n->op_type);
+    }
+    if (st != TM_OK) {
+        tm__error_copy(err, &c->err);
+        return st;
+    }
+    int n_fwd = grad->opts.with_outputs ? g->n_outputs : 0;
+    int n_out = 1 + grad->n_chosen + n_fwd;
+    tm_oval *res = calloc((size_t)n_out + 1, sizeof *res);
+    tm_val *vals = calloc((size_t)n_out + 1, sizeof *vals);
+    p->output_names = calloc((size_t)n_out + 1, sizeof *p->output_names);
+    p->grad_param = calloc((size_t)grad->n_chosen + 1, sizeof *p->grad_param);
+    int *pv = realloc(p->output_pv, ((size_t)n_out + 1) * sizeof *pv);
+    if (pv) p->output_pv = pv;
+    if (!res || !vals || !p->output_names || !p->grad_param || !pv) {
+        free(res);
+        free(vals);
+        return tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
+    }
+    p->n_outputs = n_out;
+    st = tm__grad_build(c, m, grad, outs, target, 1, vals);
+    if (st == TM_OK) tm__restore_output_dtypes(m, c, outs);
+    if (st == TM_OK && !tm_ctx_ok(c)) st = c->status;
+    for (int i = 0; st == TM_OK && i < n_out; i++) {
+        res[i].kind = TM_OV_TENSOR;
+        res[i].v = i < 1 + grad->n_chosen ? vals[i] : outs[i - 1 - grad->n_chosen].v;
+        if (i >= 1 + grad->n_chosen && outs[i - 1 - grad->n_chosen].kind != TM_OV_TENSOR)
+            res[i].kind = TM_OV_NONE;
+        const char *name = i == 0 ? "loss"
+                         : i <= grad->n_chosen ? m->params[grad->param_of_grad[i - 1]].name
+                                               : g->outputs[i - 1 - grad->n_chosen].name;
+        p->output_names[i] = strdup(name);
+        if (!p->output_names[i]) st = tm_ctx_fail(c, TM_ERR_NO_MEMORY, "out of memory");
+    }
+    p->n_grads = grad->n_chosen;
+    if (grad->n_chosen) memcpy(p->grad_param, grad->param_of_grad, (size_t)grad->n_chosen * sizeof(int));
+    if (st != TM_OK) tm__error_copy(err, &c->err);
+    else st = finish_trace(p, c, ip, TM_OK, res, NULL, 0, err);
+    free(res);
+    free(vals);
+    return st;
+}
+
 static tm_status create(tm_model *m, int n, const char *const *names, const tm_xval *inputs,
-                        const tm_plan_options *opts, tm_plan **out, tm_error *err,
+                        const tm_plan_options *opts, const tm_grad_spec *grad,
+                        const tm_tensor *target_t, tm_plan **out, tm_error *err,
                         int force_break0) {
     if (m->missing)
         return tm__fail(err, TM_ERR_UNSUPPORTED, "the model uses operators Transmuter does not "
@@ -460,25 +541,48 @@ static tm_status create(tm_model *m, int n, const char *const *names, const tm_x
     p->break_at = -1;
     p->break_key = -1;
     pthread_mutex_init(&p->tails_lock, NULL);
-    p->n_graph_inputs = g->n_inputs;
+    /* A gradient plan's target is one more input, after the graph's. */
+    int n_in = g->n_inputs + (target_t != NULL);
+    p->n_graph_inputs = n_in;
     p->n_outputs = g->n_outputs;
-    p->input_pv = calloc((size_t)g->n_inputs + 1, sizeof *p->input_pv);
-    p->input_dtype = calloc((size_t)g->n_inputs + 1, sizeof *p->input_dtype);
-    p->input_rank = calloc((size_t)g->n_inputs + 1, sizeof *p->input_rank);
-    p->input_dims = calloc((size_t)g->n_inputs + 1, sizeof *p->input_dims);
-    p->input_static = calloc((size_t)g->n_inputs + 1, 1);
+    p->input_pv = calloc((size_t)n_in + 1, sizeof *p->input_pv);
+    p->input_dtype = calloc((size_t)n_in + 1, sizeof *p->input_dtype);
+    p->input_rank = calloc((size_t)n_in + 1, sizeof *p->input_rank);
+    p->input_dims = calloc((size_t)n_in + 1, sizeof *p->input_dims);
+    p->input_static = calloc((size_t)n_in + 1, 1);
     p->output_pv = calloc((size_t)g->n_outputs + 1, sizeof *p->output_pv);
     tm_oval *ovals = calloc((size_t)g->n_inputs + 1, sizeof *ovals);
     tm_oval *outs = calloc((size_t)g->n_outputs + 1, sizeof *outs);
     tm_ctx c;
     tm_ctx_init(&c, TM_MODE_TRACE, m->opts.allocator);
     c.compute_type = m->opts.compute_type;
+    c.params = tm__params_table(m);
     tm_live live = {0};
+    tm_val target = TM_NONE;
     tm_status st = TM_OK;
     if (!p->input_pv || !p->input_dtype || !p->input_rank || !p->input_dims ||
         !p->input_static || !p->output_pv || !ovals || !outs) {
         st = tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
         goto done;
+    }
+    if (target_t) {
+        const tm_tensor *t = target_t;
+        p->extra_names = calloc(2, sizeof *p->extra_names);
+        if (!p->extra_names || !(p->extra_names[0] = strdup(grad->opts.target))) {
+            st = tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
+            goto done;
+        }
+        p->n_extra_inputs = 1;
+        p->input_pv[g->n_inputs] = -1;
+        p->input_dtype[g->n_inputs] = t->dtype;
+        p->input_rank[g->n_inputs] = t->rank;
+        memcpy(p->input_dims[g->n_inputs], t->dims, sizeof p->input_dims[0]);
+        target = tm_to_compute_type(&c, tm_val_symbolic(&c, t->dtype, t->rank, t->dims,
+                                                        g->n_inputs));
+    }
+    if (grad) {
+        c.tape = 1;
+        c.track_params = grad->chosen;
     }
     /* Bind through the eager checks, then turn non-static inputs into symbols. */
     st = tm__bind_inputs(m, &c, n, names, inputs, ovals, err);
@@ -512,7 +616,16 @@ static tm_status create(tm_model *m, int n, const char *const *names, const tm_x
     memset(&ip, 0, sizeof ip);
     ip.ctx = &c;
     ip.model = m->onnx;
-    if (has_seq || force_break0) {
+    if (grad && (has_seq || force_break0)) {
+        st = tm__fail(err, TM_ERR_UNSUPPORTED, "a gradient plan cannot take sequence or "
+                      "string values");
+        goto done;
+    }
+    if (grad) {
+        st = tm_interp_run(&ip, ovals, outs, &live);
+        if (st == TM_OK && !tm_ctx_ok(&c)) st = c.status;
+        st = finish_grad(p, &c, &ip, st, outs, grad, target, err);
+    } else if (has_seq || force_break0) {
         /* Sequences cross the API only eagerly: break at the first node. */
         ip.break_at = 0;
         st = TM_ERR_NEEDS_HOST;
@@ -534,7 +647,7 @@ static tm_status create(tm_model *m, int n, const char *const *names, const tm_x
         if (st == TM_OK) tm__restore_output_dtypes(m, &c, outs);
         if (st == TM_OK && !tm_ctx_ok(&c)) st = c.status;
     }
-    st = finish_trace(p, &c, &ip, st, outs, &live, has_seq || force_break0, err);
+    if (!grad) st = finish_trace(p, &c, &ip, st, outs, &live, has_seq || force_break0, err);
     if (st == TM_OK) {
         *out = p;
         p = NULL;
@@ -555,14 +668,27 @@ tm_status tm__plan_create_x(tm_model *m, int n, const char *const *names,
                             tm_error *err) {
     tm_error e;
     memset(&e, 0, sizeof e);
-    tm_status st = create(m, n, names, inputs, opts, out, &e, 0);
+    tm_status st = create(m, n, names, inputs, opts, NULL, NULL, out, &e, 0);
     /* Values a plan cannot hold (strings) make the whole graph run eagerly. */
     if (st == TM_ERR_UNSUPPORTED && strstr(e.message, "computed eagerly")) {
         memset(&e, 0, sizeof e);
-        st = create(m, n, names, inputs, opts, out, &e, 1);
+        st = create(m, n, names, inputs, opts, NULL, NULL, out, &e, 1);
     }
     if (st != TM_OK) tm__error_copy(err, &e);
     return st;
+}
+
+tm_status tm__plan_create_grad(tm_model *m, int n, const char *const *names,
+                               const tm_xval *inputs, const tm_tensor *target,
+                               const tm_plan_options *opts, const tm_grad_spec *grad,
+                               tm_plan **out, tm_error *err) {
+    return create(m, n, names, inputs, opts, grad, target, out, err, 0);
+}
+
+int tm_plan_n_outputs(const tm_plan *p) { return p ? p->n_outputs : 0; }
+int tm_plan_n_grads(const tm_plan *p) { return p ? p->n_grads : 0; }
+int tm_plan_grad_param(const tm_plan *p, int j) {
+    return p && j >= 0 && j < p->n_grads ? p->grad_param[j] : -1;
 }
 
 tm_status tm_plan_create(tm_model *m, int n, const char *const *names,
@@ -588,7 +714,7 @@ size_t tm_plan_arena_bytes(const tm_plan *p) { return p ? p->arena_bytes : 0; }
 tm_status tm_plan_output(const tm_plan *p, int i, tm_value_desc *d) {
     if (!p || !d || i < 0 || i >= p->n_outputs) return TM_ERR_INVALID_ARGUMENT;
     memset(d, 0, sizeof *d);
-    d->name = p->model->onnx->graph->outputs[i].name;
+    d->name = output_name(p, i);
     if (p->break_at >= 0) {
         d->rank = -1;
         return TM_OK;
@@ -652,6 +778,7 @@ tm_status tm_session_create(tm_plan *p, tm_session **out, tm_error *err) {
         t->nbytes = v->nbytes;
         if (v->kind == PV_CONST) t->data = v->constant->data;
         if (v->kind == PV_ARENA) t->data = (char *)s->arena + v->offset;
+        if (v->kind == PV_PARAM) t->data = m->params[v->input].value->data;
     }
     for (int i = 0; i < p->n_values; i++)
         if (p->values[i].kind == PV_ALIAS) s->tensors[i].data = s->tensors[root_of(p, i)].data;
@@ -678,8 +805,8 @@ static tm_status bind_run_inputs(tm_session *s, int n, const char *const *names,
     const tm_graph *g = p->model->onnx->graph;
     for (int k = 0; k < n; k++) {
         int gi = -1;
-        for (int i = 0; i < g->n_inputs; i++)
-            if (names[k] && !strcmp(g->inputs[i].name, names[k])) gi = i;
+        for (int i = 0; i < g->n_inputs + p->n_extra_inputs; i++)
+            if (names[k] && !strcmp(input_name(p, i), names[k])) gi = i;
         if (gi < 0)
             return tm__fail_at(err, TM_ERR_NOT_FOUND, NULL, NULL, names[k] ? names[k] : "",
                                "the model has no input '%s'", names[k] ? names[k] : "(null)");
@@ -697,13 +824,12 @@ static tm_status bind_run_inputs(tm_session *s, int n, const char *const *names,
         plan_value *v = &p->values[i];
         if (v->kind != PV_INPUT) continue;
         const tm_tensor *t = NULL;
+        const char *name = input_name(p, v->input);
         for (int k = 0; k < n && !t; k++)
-            if (names[k] && !strcmp(names[k], g->inputs[v->input].name) &&
-                inputs[k].kind == TM_X_TENSOR)
+            if (names[k] && !strcmp(names[k], name) && inputs[k].kind == TM_X_TENSOR)
                 t = inputs[k].t;
         if (!t)
-            return tm__fail_at(err, TM_ERR_NOT_FOUND, NULL, NULL, g->inputs[v->input].name,
-                               "missing input '%s'", g->inputs[v->input].name);
+            return tm__fail_at(err, TM_ERR_NOT_FOUND, NULL, NULL, name, "missing input '%s'", name);
         s->tensors[i].data = t->data;
     }
     for (int i = 0; i < p->n_values; i++)
@@ -793,6 +919,7 @@ static tm_status run_eager_tail(tm_session *s, tm_error *err) {
     tm_ctx c;
     tm_ctx_init(&c, TM_MODE_EAGER, m->opts.allocator);
     c.compute_type = m->opts.compute_type;
+    c.params = tm__params_table(m);
     tm_live live = {0};
     tm_oval *outs = calloc((size_t)g->n_outputs + 1, sizeof *outs);
     live.names = calloc((size_t)p->n_live + 1, sizeof *live.names);
@@ -865,6 +992,7 @@ static tm_status create_tail(tm_plan *parent, const tm_session *ps, tm_plan **ou
     tm_ctx c;
     tm_ctx_init(&c, TM_MODE_TRACE, m->opts.allocator);
     c.compute_type = m->opts.compute_type;
+    c.params = tm__params_table(m);
     tm_status st = TM_OK;
     if (!p->input_pv || !p->input_dtype || !p->input_rank || !p->input_dims ||
         !p->input_static || !p->output_pv || !outs || !in.names || !in.vals) {
@@ -1056,7 +1184,7 @@ tm_status tm__session_run_x(tm_session *s, int n, const char *const *names,
         memset(&outputs[i], 0, sizeof outputs[i]);
         if (r->kind == TM_X_TENSOR) {
             outputs[i].kind = TM_X_TENSOR;
-            st = deliver(r->t, &outputs[i].t, p->model->onnx->graph->outputs[i].name, err);
+            st = deliver(r->t, &outputs[i].t, output_name(p, i), err);
         } else if (r->kind == TM_X_SEQUENCE) {
             outputs[i].kind = TM_X_SEQUENCE;
             outputs[i].seq_dtype = r->seq_dtype;
@@ -1073,7 +1201,7 @@ tm_status tm__session_run_x(tm_session *s, int n, const char *const *names,
 
 tm_status tm_session_run(tm_session *s, int n, const char *const *names,
                          const tm_tensor *const *inputs, tm_tensor **outputs, tm_error *err) {
-    if (!s || (n && (!names || !inputs)) || !outputs)
+    if (!s || (n && (!names || !inputs)))
         return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "tm_session_run: NULL argument");
     tm_plan *p = s->plan;
     enum { SMALL = 32 };
@@ -1087,19 +1215,27 @@ tm_status tm_session_run(tm_session *s, int n, const char *const *names,
     }
     tm_status st = bind_run_inputs(s, n, names, xin, err);
     if (st == TM_OK) st = exec(s, err);
-    for (int i = 0; i < p->n_outputs && st == TM_OK; i++) {
+    for (int i = 0; outputs && i < p->n_outputs && st == TM_OK; i++) {
         tm_xval tmp;
         const tm_xval *r = result(s, i, &tmp);
         if (r->kind == TM_X_TENSOR)
-            st = deliver(r->t, &outputs[i], p->model->onnx->graph->outputs[i].name, err);
+            st = deliver(r->t, &outputs[i], output_name(p, i), err);
         else if (r->kind == TM_X_SEQUENCE)
             st = tm__fail(err, TM_ERR_UNSUPPORTED, "output '%s' is a sequence: use the CLI or "
-                          "an eager run", p->model->onnx->graph->outputs[i].name);
+                          "an eager run", output_name(p, i));
         else
             outputs[i] = NULL;
     }
     if (xin != xin_small) free(xin);
     return st;
+}
+
+const tm_tensor *tm_session_result(const tm_session *s, int i) {
+    if (!s || i < 0 || i >= s->plan->n_outputs) return NULL;
+    while (s->last_tail) s = s->last_tail;
+    if (s->plan->break_at >= 0)
+        return s->eager_out && s->eager_out[i].kind == TM_X_TENSOR ? s->eager_out[i].t : NULL;
+    return &s->tensors[s->plan->output_pv[i]];
 }
 
 /* ---- The plan cache ---------------------------------------------------------------- */

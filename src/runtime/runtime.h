@@ -22,6 +22,13 @@ void tm_xval_clear(tm_xval *x);   /* frees what it owns */
 
 typedef struct tm_plan_cache_entry tm_plan_cache_entry;
 
+/* A trainable parameter: a copy of a float initializer that optimizers update in place. */
+typedef struct tm_param {
+    char *name;                    /* the initializer's (owned by the IR) */
+    tm_tensor *value;              /* owned, through the model's allocator */
+    int init;                      /* its index among the main graph's initializers */
+} tm_param;
+
 struct tm_model {
     tm_onnx_model *onnx;
     tm_load_options opts;
@@ -39,7 +46,52 @@ struct tm_model {
     tm_pool *pool;                 /* opts.threads threads for kernels; NULL: one thread */
     tm_plan_cache_entry *cache;    /* most recently used first */
     size_t n_cache;
+    int n_params;                  /* trainable parameters (params.c) */
+    tm_param *params;
+    tm_tensor **param_values;      /* param_table's arrays */
+    int *init_param;
+    tm_param_table param_table;
 };
+
+/* ---- Parameters (params.c) ---------------------------------------------------------- */
+
+/* Selects and copies the parameters at load (opts.trainable); fails on a name that
+ * cannot be a parameter. */
+tm_status tm__params_init(tm_model *m, tm_error *err);
+void tm__params_free(tm_model *m);
+/* The table a context imports parameters through (NULL when there are none). */
+const tm_param_table *tm__params_table(const tm_model *m);
+/* Marks in chosen[0..n_params) the parameters that names (exact or glob) select (n == 0:
+ * all) and counts them; fails naming what cannot be differentiated and why. */
+tm_status tm__params_select(const tm_model *m, int n, const char *const *names,
+                            uint8_t *chosen, int *count, tm_error *err);
+
+/* ---- Gradients (grad.c) ------------------------------------------------------------- */
+
+/* What a gradient plan adds to a trace: resolved options and parameters. */
+typedef struct tm_grad_spec {
+    tm_grad_options opts;
+    uint8_t *chosen;               /* per model parameter */
+    int n_chosen;
+    int *param_of_grad;            /* per gradient: model parameter */
+    int out_index;                 /* the graph output the loss reads */
+} tm_grad_spec;
+
+/* Resolves options against the model (the loss's output, the parameters). */
+tm_status tm__grad_spec_init(tm_model *m, const tm_grad_options *o, tm_grad_spec *spec,
+                             tm_error *err);
+void tm__grad_spec_free(tm_grad_spec *spec);
+/* Plan creation with a gradient spec (plan.c): inputs are the graph's, target the loss's
+ * target tensor (NULL for TM_LOSS_OUTPUT), named spec->opts.target in the plan. */
+tm_status tm__plan_create_grad(tm_model *m, int n, const char *const *names,
+                               const tm_xval *inputs, const tm_tensor *target,
+                               const tm_plan_options *opts, const tm_grad_spec *spec,
+                               tm_plan **out, tm_error *err);
+/* Builds the loss on outs[spec->out_index] with the target value, then differentiates:
+ * fills results[0] = loss, results[1..1+n_chosen) = gradients. Runs the plan-time passes
+ * first when passes is set (a trace). Errors go to c. */
+tm_status tm__grad_build(tm_ctx *c, const tm_model *m, const tm_grad_spec *spec,
+                         const tm_oval *outs, tm_val target, int passes, tm_val *results);
 
 /* Matches named inputs to graph inputs: fills ovals (one per graph input) in ctx, after
  * checking dtypes and ranks against the model's declarations. */

@@ -84,7 +84,8 @@ static int matmul_folds_batch(int rank, const int64_t *dims_b) {
 
 tm_status tm__shape_matmul(tm_ctx *c, int prim, const tm_args *a, const tm_vinfo *const *in,
                            int nin, tm_vinfo *out, int nout, size_t *scratch) {
-    (void)prim; (void)a; (void)nin; (void)nout;
+    (void)prim; (void)nin; (void)nout;
+    int ta = a->i[0] != 0, tb = a->i[1] != 0;
     const tm_vinfo *x = in[0], *y = in[1];
     char tx[160], ty[160];
     if (x->dtype == TM_STRING || y->dtype == TM_STRING)
@@ -101,40 +102,56 @@ tm_status tm__shape_matmul(tm_ctx *c, int prim, const tm_args *a, const tm_vinfo
     if (r < 2 || y->rank != r)
         return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul: operands must have equal rank >= 2, "
                            "got %s and %s", tx, ty);
-    if (x->dims[r - 1] != y->dims[r - 2])
-        return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul: inner dims differ: %s times %s", tx, ty);
+    if (x->dims[r - 1 - ta] != y->dims[r - 2 + tb])
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul: inner dims differ: %s%s times %s%s", tx,
+                           ta ? " transposed" : "", ty, tb ? " transposed" : "");
     for (int d = 0; d < r - 2; d++) {
         if (x->dims[d] != y->dims[d] && x->dims[d] != 1 && y->dims[d] != 1)
             return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul: batch dim %d differs: %s times %s",
                                d, tx, ty);
         out->dims[d] = x->dims[d] == 1 ? y->dims[d] : x->dims[d];
     }
-    int64_t m = x->dims[r - 2], k = x->dims[r - 1], n = y->dims[r - 1];
+    int64_t m = x->dims[r - 2 + ta], k = x->dims[r - 1 - ta], n = y->dims[r - 1 - tb];
     out->dtype = x->dtype;
     out->rank = r;
     out->dims[r - 2] = m;
     out->dims[r - 1] = n;
     *scratch = 0;
     int64_t rows = m;
-    if (matmul_folds_batch(r, y->dims)) rows = tm_numel(r - 2, x->dims) * m;
+    if (!ta && matmul_folds_batch(r, y->dims)) rows = tm_numel(r - 2, x->dims) * m;
     if (x->dtype == TM_FLOAT16 || x->dtype == TM_BFLOAT16) {
         /* f32 copies of one product's a, b and c, then the GEMM's packing space. */
         *scratch = (size_t)(rows * k + k * n + rows * n) * sizeof(float);
     }
     if (x->dtype == TM_FLOAT || x->dtype == TM_FLOAT16 || x->dtype == TM_BFLOAT16)
-        *scratch += tm_sgemm_scratch(0, 0, rows, n, k);
+        *scratch += tm_sgemm_scratch(ta, tb, rows, n, k);
     return TM_OK;
 }
 
+/* Element strides of an operand: (row, column) of a (m, k) or of b (k, n), whether stored
+ * as such or transposed. */
+typedef struct mm_layout {
+    int ta, tb;
+    int64_t a_row, a_col, b_row, b_col;
+} mm_layout;
+
+static mm_layout mm_layout_of(int ta, int tb, int64_t m, int64_t n, int64_t k) {
+    mm_layout l = {ta, tb, ta ? 1 : k, ta ? m : 1, tb ? 1 : n, tb ? k : 1};
+    return l;
+}
+
 static void matmul_f64(const double *a, const double *b, double *c, int64_t m, int64_t n,
-                       int64_t k) {
+                       int64_t k, const mm_layout *l) {
     for (int64_t i = 0; i < m; i++) {
         double *c_row = c + i * n;
         for (int64_t j = 0; j < n; j++) c_row[j] = 0.0;
         for (int64_t p = 0; p < k; p++) {
-            double scaled = a[i * k + p];
-            const double *b_row = b + p * n;
-            for (int64_t j = 0; j < n; j++) c_row[j] += scaled * b_row[j];
+            double scaled = a[i * l->a_row + p * l->a_col];
+            const double *b_row = b + p * l->b_row;
+            if (l->b_col == 1)
+                for (int64_t j = 0; j < n; j++) c_row[j] += scaled * b_row[j];
+            else
+                for (int64_t j = 0; j < n; j++) c_row[j] += scaled * b_row[j * l->b_col];
         }
     }
 }
@@ -170,14 +187,15 @@ static void matmul_i64(const int64_t *a, const int64_t *b, int64_t *c, int64_t m
 /* Any other dtype, element by element: floats in double, integers modulo 2^64. */
 static void matmul_generic(tm_dtype dt, const void *a, int64_t off_a, const void *b,
                            int64_t off_b, void *c, int64_t off_c, int64_t m, int64_t n,
-                           int64_t k) {
+                           int64_t k, const mm_layout *l) {
     int is_float = tm_dtype_is_float(dt);
     for (int64_t i = 0; i < m; i++) {
         for (int64_t j = 0; j < n; j++) {
             double sum = 0.0;
             uint64_t isum = 0;
             for (int64_t p = 0; p < k; p++) {
-                int64_t ia = off_a + i * k + p, ib = off_b + p * n + j;
+                int64_t ia = off_a + i * l->a_row + p * l->a_col;
+                int64_t ib = off_b + p * l->b_row + j * l->b_col;
                 if (is_float) sum += tm_load_f64(a, dt, (size_t)ia) * tm_load_f64(b, dt, (size_t)ib);
                 else isum += load_wrapped(a, dt, ia) * load_wrapped(b, dt, ib);
             }
@@ -204,43 +222,51 @@ static void f32_to_half(tm_dtype dt, const float *src, uint16_t *dst, int64_t co
 
 /* f16 and bf16 go through f32 copies in scratch and sgemm. */
 static void matmul_half(tm_dtype dt, const uint16_t *a, const uint16_t *b, uint16_t *c,
-                        int64_t m, int64_t n, int64_t k, float *scratch, tm_pool *pool) {
+                        int64_t m, int64_t n, int64_t k, float *scratch, tm_pool *pool,
+                        const mm_layout *l) {
     float *a32 = scratch, *b32 = a32 + m * k, *c32 = b32 + k * n;
     half_to_f32(dt, a, a32, m * k);
     half_to_f32(dt, b, b32, k * n);
-    tm_sgemm(0, 0, m, n, k, 1.0f, a32, k, b32, n, 0.0f, c32, n, c32 + m * n, pool);
+    tm_sgemm(l->ta, l->tb, m, n, k, 1.0f, a32, l->ta ? m : k, b32, l->tb ? k : n, 0.0f, c32,
+             n, c32 + m * n, pool);
     f32_to_half(dt, c32, c, m * n);
 }
 
-/* One product c (m, n) = a (m, k) b (k, n) at element offsets into the tensors. */
+/* One product c (m, n) = op(a) (m, k) op(b) (k, n) at element offsets into the tensors,
+ * op transposing the operands l asks for. */
 static void matmul_one(tm_dtype dt, const void *a, int64_t off_a, const void *b,
                        int64_t off_b, void *c, int64_t off_c, int64_t m, int64_t n, int64_t k,
-                       void *scratch, tm_pool *pool) {
+                       void *scratch, tm_pool *pool, const mm_layout *l) {
+    int plain = !l->ta && !l->tb;
     switch (dt) {
     case TM_FLOAT:
-        tm_sgemm(0, 0, m, n, k, 1.0f, (const float *)a + off_a, k, (const float *)b + off_b, n,
-                 0.0f, (float *)c + off_c, n, scratch, pool);
+        tm_sgemm(l->ta, l->tb, m, n, k, 1.0f, (const float *)a + off_a, l->ta ? m : k,
+                 (const float *)b + off_b, l->tb ? k : n, 0.0f, (float *)c + off_c, n, scratch,
+                 pool);
         return;
     case TM_DOUBLE:
         matmul_f64((const double *)a + off_a, (const double *)b + off_b, (double *)c + off_c,
-                   m, n, k);
+                   m, n, k, l);
         return;
     case TM_INT32:
+        if (!plain) break;
         matmul_i32((const int32_t *)a + off_a, (const int32_t *)b + off_b,
                    (int32_t *)c + off_c, m, n, k);
         return;
     case TM_INT64:
+        if (!plain) break;
         matmul_i64((const int64_t *)a + off_a, (const int64_t *)b + off_b,
                    (int64_t *)c + off_c, m, n, k);
         return;
     case TM_FLOAT16:
     case TM_BFLOAT16:
         matmul_half(dt, (const uint16_t *)a + off_a, (const uint16_t *)b + off_b,
-                    (uint16_t *)c + off_c, m, n, k, scratch, pool);
+                    (uint16_t *)c + off_c, m, n, k, scratch, pool, l);
         return;
     default:
-        matmul_generic(dt, a, off_a, b, off_b, c, off_c, m, n, k);
+        break;
     }
+    matmul_generic(dt, a, off_a, b, off_b, c, off_c, m, n, k, l);
 }
 
 /* Element offsets of the matrices of output batch t in a and b (batch dims of size 1
@@ -264,20 +290,22 @@ static void matmul_batch_offsets(const tm_tensor *x, const tm_tensor *y, const t
 tm_status tm__kernel_matmul(const tm_kcall *kc) {
     const tm_tensor *x = kc->in[0], *y = kc->in[1];
     tm_tensor *z = kc->out[0];
-    int r = z->rank;
-    int64_t m = x->dims[r - 2], k = x->dims[r - 1], n = y->dims[r - 1];
+    int r = z->rank, ta = kc->a->i[0] != 0, tb = kc->a->i[1] != 0;
+    int64_t m = z->dims[r - 2], k = x->dims[r - 1 - ta], n = z->dims[r - 1];
     int64_t batch = tm_numel(r - 2, z->dims);
     if (batch == 0 || m == 0 || n == 0) return TM_OK;
-    if (matmul_folds_batch(r, y->dims)) {
+    if (!ta && matmul_folds_batch(r, y->dims)) {
+        mm_layout l = mm_layout_of(0, tb, batch * m, n, k);
         matmul_one(z->dtype, x->data, 0, y->data, 0, z->data, 0, batch * m, n, k, kc->scratch,
-                   kc->pool);
+                   kc->pool, &l);
         return TM_OK;
     }
+    mm_layout l = mm_layout_of(ta, tb, m, n, k);
     for (int64_t t = 0; t < batch; t++) {
         int64_t off_x, off_y;
         matmul_batch_offsets(x, y, z, t, &off_x, &off_y);
         matmul_one(z->dtype, x->data, off_x, y->data, off_y, z->data, t * m * n, m, n, k,
-                   kc->scratch, kc->pool);
+                   kc->scratch, kc->pool, &l);
     }
     return TM_OK;
 }

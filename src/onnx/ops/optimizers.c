@@ -1,6 +1,5 @@
 /* ai.onnx.preview.training optimizers: one Adagrad, Adam or Momentum step for each of
- * the tensors listed, from elementwise primitives. Not Gradient: that needs reverse-mode
- * differentiation of the graph, which the runtime does not have yet. */
+ * the tensors listed, from elementwise primitives. Not Gradient (gradient.c). */
 #include <string.h>
 #include "elementwise.h"
 

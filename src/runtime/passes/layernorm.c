@@ -3,8 +3,9 @@
  *   m = sum(x)/C; d = x - m; v = sum(d^2)/C; y = d / sqrt(v + eps) * gamma [+ beta]
  * RMS norm as LLaMA exports it:
  *   v = sum(x^2)/C; y = weight * (x * 1/sqrt(v + eps))   (or x / sqrt(v + eps))
- * Only f32, constant gamma/beta/weight over the last axis, every intermediate read once
- * and not a root. Not the kernel (core/prims/nn.c). */
+ * Only f32, gamma/beta/weight over the last axis that are constants or model parameters
+ * (trainable weights, read from the parameter store: 1-D only, taken as they are), every
+ * intermediate read once and not a root. Not the kernel (core/prims/nn.c). */
 #include <stdlib.h>
 #include <string.h>
 #include "../passes.h"
@@ -27,10 +28,27 @@ static const tm_rnode *inner_node(const matcher *m, tm_val v, int prim) {
     return tm__pass_producer(m->c, v, prim);
 }
 
-/* Of a binary node's inputs, the one that is a known tensor (*k) and the other (*o). */
+/* The model parameter v reads, through the reshapes that align ranks for broadcasting,
+ * or TM_NONE. */
+static tm_val param_root(const matcher *m, tm_val v) {
+    for (int hops = 0; hops < 8 && v >= 0; hops++) {
+        if (m->c->vals[v].param >= 0) return v;
+        const tm_rnode *r = tm__pass_producer(m->c, v, TM_P_RESHAPE);
+        if (!r) return TM_NONE;
+        v = r->in[0];
+    }
+    return TM_NONE;
+}
+
+/* A weight: a known tensor, or a model parameter (known only when a plan runs). */
+static int is_weight(const matcher *m, tm_val v) {
+    return m->c->vals[v].data || param_root(m, v) != TM_NONE;
+}
+
+/* Of a binary node's inputs, the one that is a weight (*k) and the other (*o). */
 static int split_const(const matcher *m, const tm_rnode *n, tm_val *k, tm_val *o) {
     for (int i = 0; i < 2; i++)
-        if (m->c->vals[n->in[i]].data && !m->c->vals[n->in[1 - i]].data) {
+        if (is_weight(m, n->in[i]) && !is_weight(m, n->in[1 - i])) {
             *k = n->in[i];
             *o = n->in[1 - i];
             return 1;
@@ -96,7 +114,12 @@ static tm_val match_normalise(const matcher *m, const tm_rnode *n, double *eps, 
 static tm_val last_axis_param(matcher *m, tm_val p, const tm_vinfo *x) {
     const tm_vinfo *pi = &m->c->vals[p];
     int64_t count = x->dims[x->rank - 1];
-    if (!pi->data || pi->dtype != TM_FLOAT || pi->rank > x->rank) return TM_NONE;
+    if (!pi->data) {  /* a parameter: it must already be the 1-D vector LAYERNORM reads */
+        tm_val root = param_root(m, p);
+        const tm_vinfo *ri = root == TM_NONE ? NULL : &m->c->vals[root];
+        return ri && ri->dtype == TM_FLOAT && ri->rank == 1 && ri->dims[0] == count ? root : TM_NONE;
+    }
+    if (pi->dtype != TM_FLOAT || pi->rank > x->rank) return TM_NONE;
     for (int d = 0; d < pi->rank; d++)
         if (pi->dims[d] != (d == pi->rank - 1 ? count : 1)) return TM_NONE;
     if (pi->rank == 0 && count != 1) return TM_NONE;

@@ -1,0 +1,87 @@
+/* Gradient rules of the fused nn primitives (rows in nn.def), as fused rules rather than
+ * the gradient of a decomposition: softmax y (g - sum(g y)), log-softmax g - e^y sum(g),
+ * and layer/RMS norm from the normalised input and the saved statistics (the f32 mean
+ * and inverse deviation outputs; recomputed in double for double inputs). Not kernels. */
+#include <string.h>
+#include "../autodiff.h"
+
+static tm_val bin(tm_ctx *c, int prim, tm_val a, tm_val b) { return tm_binary(c, prim, a, b); }
+
+tm_status tm__grad_softmax(tm_ctx *c, const tm_grad_call *g) {
+    tm_val y = g->out[0], gy = g->gout[0];
+    int64_t mask = (int64_t)1 << g->a->i[0];
+    if (g->a->i[1]) {
+        tm_val total = tm_grad_reduce_sum(c, gy, mask);
+        g->gin[0] = bin(c, TM_P_SUB, gy, bin(c, TM_P_MUL, tm_unary(c, TM_P_EXP, y), total));
+    } else {
+        tm_val dot = tm_grad_reduce_sum(c, bin(c, TM_P_MUL, gy, y), mask);
+        g->gin[0] = bin(c, TM_P_MUL, y, bin(c, TM_P_SUB, gy, dot));
+    }
+    return c->status;
+}
+
+/* The mean and inverse deviation over the normalised axes, in x's dtype. */
+static void layernorm_stats(tm_ctx *c, const tm_grad_call *g, int64_t mask, double count,
+                            tm_val *mean, tm_val *inv) {
+    tm_val x = g->in[0];
+    tm_dtype dt = tm_vdtype(c, x);
+    int rms = g->a->i[1] == 1;
+    if (dt != TM_DOUBLE) {
+        /* The kernel's own statistics (f32, what it normalised with). */
+        *mean = rms ? TM_NONE : tm_cast_exact(c, g->out[1], dt);
+        *inv = tm_cast_exact(c, g->out[2], dt);
+        return;
+    }
+    /* f32 statistics would cap a double computation at single precision. */
+    tm_val n = tm_grad_scalar(c, x, count);
+    *mean = rms ? TM_NONE : bin(c, TM_P_DIV, tm_grad_reduce_sum(c, x, mask), n);
+    tm_val centred = rms ? x : bin(c, TM_P_SUB, x, *mean);
+    tm_val var = bin(c, TM_P_DIV, tm_grad_reduce_sum(c, bin(c, TM_P_MUL, centred, centred), mask), n);
+    *inv = tm_unary(c, TM_P_RECIPROCAL,
+                    tm_unary(c, TM_P_SQRT, bin(c, TM_P_ADD, var, tm_grad_scalar(c, x, g->a->f[0]))));
+}
+
+tm_status tm__grad_layernorm(tm_ctx *c, const tm_grad_call *g) {
+    tm_val x = g->in[0], scale = g->in[1], bias = g->nin > 2 ? g->in[2] : TM_NONE;
+    tm_dtype dt = tm_vdtype(c, x);
+    int rank = tm_vrank(c, x), axis = (int)g->a->i[0], rms = g->a->i[1] == 1;
+    int64_t mask = 0;
+    for (int d = axis; d < rank; d++) mask |= (int64_t)1 << d;
+    double count = (double)tm_numel(rank - axis, tm_vdims(c, x) + axis);
+    tm_val mean, inv;
+    layernorm_stats(c, g, mask, count, &mean, &inv);
+    tm_val centred = rms ? x : bin(c, TM_P_SUB, x, mean);
+    tm_val xhat = bin(c, TM_P_MUL, centred, inv);
+    tm_val n = tm_grad_scalar(c, x, count);
+    tm_val gy = g->gout[0];
+    tm_val gx = TM_NONE;
+    if (gy != TM_NONE && g->want[0]) {
+        /* dx = inv (gxhat - mean(gxhat) - xhat mean(gxhat xhat)), gxhat = gy scale. */
+        tm_val gxhat = bin(c, TM_P_MUL, gy, tm_cast_exact(c, scale, dt));
+        tm_val proj = bin(c, TM_P_DIV, tm_grad_reduce_sum(c, bin(c, TM_P_MUL, gxhat, xhat), mask), n);
+        tm_val inner = bin(c, TM_P_SUB, gxhat, bin(c, TM_P_MUL, xhat, proj));
+        if (!rms)
+            inner = bin(c, TM_P_SUB, inner, bin(c, TM_P_DIV, tm_grad_reduce_sum(c, gxhat, mask), n));
+        gx = bin(c, TM_P_MUL, inv, inner);
+    }
+    /* The statistics outputs, when something read them: d mean/dx = 1/N and
+     * d inv/dx = -inv^3 (x - mean) / N. */
+    if (g->want[0] && !rms && g->gout[1] != TM_NONE) {
+        tm_val gm = bin(c, TM_P_DIV, tm_cast_exact(c, g->gout[1], dt), n);
+        tm_val term = tm_grad_expand_like(c, gm, x);
+        gx = gx == TM_NONE ? term : bin(c, TM_P_ADD, gx, term);
+    }
+    if (g->want[0] && g->gout[2] != TM_NONE) {
+        tm_val inv3 = bin(c, TM_P_MUL, inv, bin(c, TM_P_MUL, inv, inv));
+        tm_val term = bin(c, TM_P_MUL, bin(c, TM_P_MUL, tm_cast_exact(c, g->gout[2], dt), inv3),
+                          bin(c, TM_P_DIV, centred, tm_grad_scalar(c, x, -count)));
+        gx = gx == TM_NONE ? term : bin(c, TM_P_ADD, gx, term);
+    }
+    if (g->want[0] && gx != TM_NONE) g->gin[0] = gx;
+    if (gy != TM_NONE && g->want[1])
+        g->gin[1] = tm_cast_exact(c, tm_grad_sum_like(c, bin(c, TM_P_MUL, gy, xhat), scale),
+                                  tm_vdtype(c, scale));
+    if (gy != TM_NONE && bias != TM_NONE && g->want[2])
+        g->gin[2] = tm_cast_exact(c, tm_grad_sum_like(c, gy, bias), tm_vdtype(c, bias));
+    return c->status;
+}
