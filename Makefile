@@ -46,9 +46,12 @@ $(BUILD)/%.o: %.c
 	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -MT $@ -MF $(@:.o=.d) -c $< -o $@.$$$$.tmp && mv -f $@.$$$$.tmp $@
 
 # The GEMM micro-kernels are the only files built for specific instruction sets; the
-# CPU check at run time (gemm.c) decides whether they are called.
+# CPU check at run time (gemm.c, qgemm.c) decides whether they are called.
 $(BUILD)/src/backends/cpu/sgemm_avx2.o: CFLAGS += -mavx2 -mfma
 $(BUILD)/src/backends/cpu/sgemm_avx512.o: CFLAGS += -mavx2 -mfma -mavx512f
+$(BUILD)/src/backends/cpu/qgemm_avx2.o: CFLAGS += -mavx2 -mfma
+$(BUILD)/src/backends/cpu/qgemm_avx512.o: CFLAGS += -mavx2 -mfma -mavx512f -mavx512bw -mavx512vl \
+    -mavx512vnni
 
 $(BUILD)/libtransmuter.a: $(LIB_OBJ)
 	rm -f $@.$$$$.tmp && ar rcs $@.$$$$.tmp $^ && mv -f $@.$$$$.tmp $@

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/ctx.h"
+#include "backends/cpu/pool.h"
+#include "backends/cpu/qgemm.h"
 
 #define CHECK_RNG_SEED 88172645463325252ULL
 #include "check.h"
@@ -210,6 +212,179 @@ static void test_gather_bq(tm_dtype dt, int with_zp) {
     tm_ctx_destroy(&c);
 }
 
+/* ---- The exact 8-bit product: QGEMM_PACK_B + MATMUL_INTEGER --------------------------- */
+
+/* A value of an 8-bit dtype: extremes first, then random. */
+static int32_t q8_value(tm_dtype dt, int pick) {
+    int lo = dt == TM_INT8 ? -128 : 0, hi = dt == TM_INT8 ? 127 : 255;
+    if (pick == 0) return lo;
+    if (pick == 1) return hi;
+    return lo + (int32_t)(next_u32() % (uint32_t)(hi - lo + 1));
+}
+
+static void put8(tm_tensor *t, int64_t i, int32_t v) {
+    if (t->dtype == TM_INT8) ((int8_t *)t->data)[i] = (int8_t)v;
+    else ((uint8_t *)t->data)[i] = (uint8_t)v;
+}
+
+/* One product (m, k) x (k, n) against a naive int64 loop wrapped to int32; zp_mode 0:
+ * scalar zero points at their extremes (lo for A, hi for B), 1: random scalars, 2: per
+ * row of A and per column of B. out_f32: also scale (per column when n_scale > 1) and
+ * bias, compared bit for bit with the two float operations. */
+static void test_qgemm_case(tm_dtype adt, tm_dtype bdt, int64_t m, int64_t k, int64_t n,
+                            int zp_mode, int out_f32, int values, tm_pool *pool) {
+    tm_ctx c;
+    tm_ctx_init(&c, TM_MODE_EAGER, NULL);
+    c.pool = pool;
+    int64_t ad[2] = {m, k}, bd[2] = {k, n}, zad[1] = {zp_mode == 2 ? m : 1},
+            zbd[1] = {zp_mode == 2 ? n : 1}, sd[1] = {out_f32 == 2 ? n : 1}, bsd[1] = {n};
+    tm_tensor *ta, *tb, *tza, *tzb, *ts = NULL, *tbias = NULL;
+    tm_val va = make(&c, adt, 2, ad, &ta), vb = make(&c, bdt, 2, bd, &tb);
+    tm_val vza = make(&c, adt, 1, zad, &tza), vzb = make(&c, bdt, 1, zbd, &tzb);
+    int32_t *a = malloc(sizeof(int32_t) * (size_t)(m * k)), *b = malloc(sizeof(int32_t) * (size_t)(k * n));
+    int32_t *za = malloc(sizeof(int32_t) * (size_t)zad[0]), *zb = malloc(sizeof(int32_t) * (size_t)zbd[0]);
+    for (int64_t i = 0; i < m * k; i++) put8(ta, i, a[i] = q8_value(adt, values == 0 ? (int)(i % 2) : 2));
+    for (int64_t i = 0; i < k * n; i++) put8(tb, i, b[i] = q8_value(bdt, values == 0 ? (int)(i % 3 == 0) : 2));
+    for (int64_t i = 0; i < zad[0]; i++) put8(tza, i, za[i] = q8_value(adt, zp_mode == 0 ? 1 : 2));
+    for (int64_t i = 0; i < zbd[0]; i++) put8(tzb, i, zb[i] = q8_value(bdt, zp_mode == 0 ? 0 : 2));
+    tm_args args;
+    memset(&args, 0, sizeof args);
+    args.i[0] = k;
+    args.i[1] = n;
+    tm_val pin[2] = {vb, vzb};
+    tm_val packed = tm_prim(&c, TM_P_QGEMM_PACK_B, pin, 2, &args);
+    tm_val in[5] = {va, packed, vza, TM_NONE, TM_NONE};
+    int nin = 3;
+    if (out_f32) {
+        args.i[2] = 1;
+        args.i[3] = 1;
+        in[nin++] = make(&c, TM_FLOAT, 1, sd, &ts);
+        in[nin++] = make(&c, TM_FLOAT, 1, bsd, &tbias);
+        for (int64_t i = 0; i < sd[0]; i++) ((float *)ts->data)[i] = next_f() * 1e-3f;
+        for (int64_t i = 0; i < n; i++) ((float *)tbias->data)[i] = next_f();
+    }
+    tm_val y = tm_prim(&c, TM_P_MATMUL_INTEGER, in, nin, &args);
+    CHECK(tm_ctx_ok(&c), "qgemm %s x %s: %s", tm_dtype_name(adt), tm_dtype_name(bdt), c.err.message);
+    if (tm_ctx_ok(&c)) {
+        const tm_tensor *t = tm_vdata(&c, y);
+        int64_t bad = 0;
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) {
+                int64_t sum = 0;
+                for (int64_t p = 0; p < k; p++)
+                    sum += (int64_t)(a[i * k + p] - za[zp_mode == 2 ? i : 0]) *
+                           (b[p * n + j] - zb[zp_mode == 2 ? j : 0]);
+                uint32_t bits = (uint32_t)(uint64_t)sum;
+                int32_t want;
+                memcpy(&want, &bits, sizeof want);
+                if (!out_f32) {
+                    if (((const int32_t *)t->data)[i * n + j] != want) bad++;
+                    continue;
+                }
+                float f = (float)want * ((float *)ts->data)[out_f32 == 2 ? j : 0];
+                f = f + ((float *)tbias->data)[j];
+                if (memcmp(&f, (const float *)t->data + i * n + j, sizeof f)) bad++;
+            }
+        CHECK(bad == 0, "qgemm %s x %s (%s) m %lld k %lld n %lld zp %d f32 %d values %d: %lld wrong",
+              tm_dtype_name(adt), tm_dtype_name(bdt), tm_qgemm_kernel_name(), (long long)m,
+              (long long)k, (long long)n, zp_mode, out_f32, values, (long long)bad);
+    }
+    free(a);
+    free(b);
+    free(za);
+    free(zb);
+    tm_ctx_destroy(&c);
+}
+
+static void test_qgemm(void) {
+    const tm_dtype dts[2] = {TM_UINT8, TM_INT8};
+    /* Rows around the AVX-512 tile (6), depths around the group of 4 and longer,
+     * columns around the 64-column panel and its 16-lane vectors. */
+    const int64_t ms[] = {1, 5, 6, 7, 13}, ks[] = {1, 3, 4, 5, 17, 64, 131},
+                  ns[] = {1, 15, 16, 63, 64, 65, 130};
+    const char *isas[] = {"avx512", "avx2", "scalar"};
+    tm_pool *pool = tm_pool_create(3);
+    for (int is = 0; is < 3; is++) {
+        setenv("TM_KERNEL_ISA", isas[is], 1);
+        for (int da = 0; da < 2; da++)
+            for (int db = 0; db < 2; db++) {
+                int v = 0;
+                for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++)
+                    for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
+                        size_t ni = (mi + ki) % (sizeof ns / sizeof ns[0]);
+                        test_qgemm_case(dts[da], dts[db], ms[mi], ks[ki], ns[ni], v % 3, 0,
+                                        v % 4 == 0 ? 0 : 1, NULL);
+                        v++;
+                    }
+                /* f32 epilogue with a scalar and a per-column scale; threads. */
+                test_qgemm_case(dts[da], dts[db], 9, 37, 70, 2, 1, 1, pool);
+                test_qgemm_case(dts[da], dts[db], 2, 64, 129, 1, 2, 1, pool);
+                test_qgemm_case(dts[da], dts[db], 30, 100, 200, 2, 2, 1, pool);
+            }
+        /* Sums that wrap around int32: (255 - 0) * (-128 - 127) summed 40000 times. */
+        test_qgemm_case(TM_UINT8, TM_INT8, 2, 40000, 17, 0, 0, 0, NULL);
+    }
+    unsetenv("TM_KERNEL_ISA");
+    tm_pool_free(pool);
+}
+
+/* ---- DYNAMIC_QUANTIZE ----------------------------------------------------------------- */
+
+static void run_dynamic_quantize(const float *x, int64_t n, uint8_t *y, float *scale, uint8_t *zp) {
+    tm_ctx c;
+    tm_ctx_init(&c, TM_MODE_EAGER, NULL);
+    tm_tensor *tx;
+    tm_val vx = make(&c, TM_FLOAT, 1, &n, &tx);
+    memcpy(tx->data, x, sizeof(float) * (size_t)n);
+    tm_val out[3];
+    tm_status st = tm_prim_n(&c, TM_P_DYNAMIC_QUANTIZE, &vx, 1, NULL, out, 3);
+    CHECK(st == TM_OK, "dynamic_quantize: %s", c.err.message);
+    if (st == TM_OK) {
+        memcpy(y, tm_vdata(&c, out[0])->data, (size_t)n);
+        *scale = *(const float *)tm_vdata(&c, out[1])->data;
+        *zp = *(const uint8_t *)tm_vdata(&c, out[2])->data;
+    }
+    tm_ctx_destroy(&c);
+}
+
+static void test_dynamic_quantize(void) {
+    /* Known values: range [-1, 2] gives scale 3/255 and zero point 85. */
+    const float x0[4] = {-1.0f, 0.0f, 1.0f, 2.0f};
+    uint8_t y[200], y2[200];
+    float s, s2;
+    uint8_t z, z2;
+    run_dynamic_quantize(x0, 4, y, &s, &z);
+    CHECK(s == 3.0f / 255.0f && z == 85 && y[0] == 0 && y[1] == 85 && y[2] == 170 && y[3] == 255,
+          "dynamic_quantize [-1 0 1 2]: scale %g zp %u y %u %u %u %u", s, z, y[0], y[1], y[2], y[3]);
+    const float zeros[3] = {0, 0, 0};
+    run_dynamic_quantize(zeros, 3, y, &s, &z);
+    CHECK(s == 1.0f && z == 0 && y[0] == 0, "dynamic_quantize of zeros: scale %g zp %u", s, z);
+    /* Halves round to even: with range [0, 255] the scale is 1. */
+    const float ties[5] = {0.5f, 1.5f, 2.5f, 254.5f, 255.0f};
+    run_dynamic_quantize(ties, 5, y, &s, &z);
+    CHECK(s == 1.0f && z == 0 && y[0] == 0 && y[1] == 2 && y[2] == 2 && y[3] == 254,
+          "dynamic_quantize ties: %u %u %u %u", y[0], y[1], y[2], y[3]);
+    /* The AVX-512 kernel against the reference, lengths around its 16 lanes, NaN inside. */
+    float x[200];
+    for (int64_t n = 1; n <= 200; n += 13) {
+        for (int64_t i = 0; i < n; i++) x[i] = next_f() * 3.0f + 0.5f;
+        if (n > 20) x[7] = NAN;
+        setenv("TM_KERNEL_ISA", "avx512", 1);
+        run_dynamic_quantize(x, n, y, &s, &z);
+        setenv("TM_KERNEL_ISA", "scalar", 1);
+        run_dynamic_quantize(x, n, y2, &s2, &z2);
+        CHECK(s == s2 && z == z2 && !memcmp(y, y2, (size_t)n), "dynamic_quantize n %lld: fast and "
+              "reference differ (scale %g/%g zp %u/%u)", (long long)n, s, s2, z, z2);
+        /* Each value is the nearest step: |(y - zp) * scale - x| <= scale / 2. */
+        int bad = 0;
+        for (int64_t i = 0; i < n; i++)
+            if (x[i] == x[i] && fabsf(((float)y2[i] - z2) * s2 - x[i]) > s2 * 0.5001f) bad++;
+        CHECK(bad == 0 && (n <= 20 || y2[7] == 0), "dynamic_quantize n %lld: %d values off",
+              (long long)n, bad);
+    }
+    unsetenv("TM_KERNEL_ISA");
+}
+
 int main(void) {
     int bits_list[] = {2, 3, 4, 5, 8};
     for (int b = 0; b < 5; b++)
@@ -236,6 +411,8 @@ int main(void) {
     test_gather_bq(TM_INT4, 0);
     test_gather_bq(TM_INT4, 1);
     test_gather_bq(TM_UINT4, 1);
+    test_qgemm();
+    test_dynamic_quantize();
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;
 }

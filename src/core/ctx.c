@@ -335,7 +335,7 @@ tm_status tm_prim_n(tm_ctx *c, int prim, const tm_val *in, int nin, const tm_arg
         vin = malloc((size_t)nin * sizeof *vin);
         if (!vin) return tm_ctx_fail(c, TM_ERR_NO_MEMORY, "out of memory");
     }
-    int known = !(c->mode == TM_MODE_TRACE && (p->flags & TM_PF_RANDOM));
+    int known = !(c->mode == TM_MODE_TRACE && (p->flags & (TM_PF_RANDOM | TM_PF_NO_FOLD)));
     for (int i = 0; i < nin; i++) {
         if (in[i] == TM_NONE || in[i] < 0 || in[i] >= c->n_vals) {
             if (vin != vin_small) free(vin);

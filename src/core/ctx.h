@@ -32,6 +32,7 @@ enum {
 #define TM_PF_VIEW 1u        /* output 0 may share input 0's buffer (reshape); kernel copies otherwise */
 #define TM_PF_ELEMWISE 2u    /* same-shape elementwise (fusion candidate) */
 #define TM_PF_RANDOM 4u      /* not folded as a constant (random draws) */
+#define TM_PF_NO_FOLD 8u     /* not folded as a constant: it must run every time (per-run work) */
 
 #define TM_ARGS_MAX_I 64
 /* Non-tensor parameters of a primitive call (axes, perms, pads, dtypes, scalars).

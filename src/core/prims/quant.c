@@ -1,10 +1,12 @@
 /* Block-quantized weight primitives (quant.def): MatMulNBits and GatherBlockQuantized,
  * reading packed weights as they sit in the file and dequantizing inside the kernel.
  * Reference kernels; not the int8 activation paths (those are casts + MATMUL). */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "../ctx.h"
 #include "../../backends/cpu/gemm.h" /* tm_use_reference_kernels */
+#include "../../backends/cpu/qgemm.h"
 
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
 #define QUANT_X86 1
@@ -385,5 +387,214 @@ tm_status tm__kernel_gather_block_quantized(const tm_kcall *k) {
                 else tm_store_f64(Y->data, Y->dtype, at, v);
             }
         }
+    return TM_OK;
+}
+
+/* ---- DYNAMIC_QUANTIZE -------------------------------------------------------------- */
+
+tm_status tm__shape_dynamic_quantize(tm_ctx *c, int prim, const tm_args *a,
+                                     const tm_vinfo *const *in, int nin, tm_vinfo *out,
+                                     int nout, size_t *scratch) {
+    (void)prim;
+    (void)a;
+    (void)nin;
+    (void)nout;
+    (void)scratch;
+    if (in[0]->dtype != TM_FLOAT)
+        return tm_ctx_fail(c, TM_ERR_DTYPE, "dynamic_quantize: x must be float, got %s",
+                           tm_dtype_name(in[0]->dtype));
+    out[0] = *in[0];
+    out[0].dtype = TM_UINT8;
+    out[1].dtype = TM_FLOAT;
+    out[1].rank = 0;
+    out[2].dtype = TM_UINT8;
+    out[2].rank = 0;
+    return TM_OK;
+}
+
+/* Scale and zero point from the range [lo, hi] (lo <= 0 <= hi). */
+static void dynamic_params(float lo, float hi, float *scale, float *zp) {
+    float range = hi - lo;
+    *scale = range == 0.0f ? 1.0f : range / 255.0f;
+    float z = nearbyintf(0.0f - lo / *scale);
+    *zp = fminf(fmaxf(z, 0.0f), 255.0f);
+}
+
+static void dynamic_range_ref(const float *x, size_t n, float *lo, float *hi) {
+    float l = 0.0f, h = 0.0f;
+    for (size_t i = 0; i < n; i++) {
+        if (x[i] < l) l = x[i];   /* NaN compares false: skipped */
+        if (x[i] > h) h = x[i];
+    }
+    *lo = l;
+    *hi = h;
+}
+
+static void dynamic_store_ref(const float *x, size_t n, float scale, float zp, uint8_t *y) {
+    for (size_t i = 0; i < n; i++) {
+        float v = nearbyintf(x[i] / scale) + zp;
+        v = fminf(fmaxf(v, 0.0f), 255.0f);   /* fmaxf turns NaN into 0 */
+        y[i] = (uint8_t)v;
+    }
+}
+
+#ifdef QUANT_X86
+/* Same results as the reference: max/min take the accumulator when x is NaN, the
+ * division is IEEE's, roundscale rounds half to even, and max(v, 0) turns NaN into 0. */
+__attribute__((target("avx512f")))
+static void dynamic_range_avx512(const float *x, size_t n, float *lo, float *hi) {
+    __m512 l = _mm512_setzero_ps(), h = l;
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 v = _mm512_loadu_ps(x + i);
+        l = _mm512_min_ps(v, l);
+        h = _mm512_max_ps(v, h);
+    }
+    if (i < n) {
+        __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        __m512 v = _mm512_maskz_loadu_ps(m, x + i);   /* zeros outside: within [lo, hi] */
+        l = _mm512_min_ps(v, l);
+        h = _mm512_max_ps(v, h);
+    }
+    *lo = _mm512_reduce_min_ps(l);
+    *hi = _mm512_reduce_max_ps(h);
+}
+
+__attribute__((target("avx512f,avx512bw")))
+static void dynamic_store_avx512(const float *x, size_t n, float scale, float zp, uint8_t *y) {
+    __m512 vs = _mm512_set1_ps(scale), vz = _mm512_set1_ps(zp);
+    __m512 zero = _mm512_setzero_ps(), top = _mm512_set1_ps(255.0f);
+    for (size_t i = 0; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
+        __m512 v = _mm512_div_ps(_mm512_maskz_loadu_ps(m, x + i), vs);
+        v = _mm512_add_ps(_mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), vz);
+        v = _mm512_min_ps(_mm512_max_ps(v, zero), top);
+        _mm_mask_storeu_epi8(y + i, m, _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(v)));
+    }
+}
+#endif
+
+tm_status tm__kernel_dynamic_quantize(const tm_kcall *k) {
+    const tm_tensor *X = k->in[0];
+    size_t n = (size_t)tm_numel(X->rank, X->dims);
+    const float *x = X->data;
+    float lo, hi, scale, zp;
+    int fast = 0;
+#ifdef QUANT_X86
+    const char *isa = getenv("TM_KERNEL_ISA");
+    __builtin_cpu_init();
+    fast = !tm_use_reference_kernels() && (!isa || !strcmp(isa, "avx512")) &&
+           __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+    if (fast) dynamic_range_avx512(x, n, &lo, &hi);
+#endif
+    if (!fast) dynamic_range_ref(x, n, &lo, &hi);
+    dynamic_params(lo, hi, &scale, &zp);
+#ifdef QUANT_X86
+    if (fast) dynamic_store_avx512(x, n, scale, zp, k->out[0]->data);
+#endif
+    if (!fast) dynamic_store_ref(x, n, scale, zp, k->out[0]->data);
+    *(float *)k->out[1]->data = scale;
+    *(uint8_t *)k->out[2]->data = (uint8_t)zp;
+    return TM_OK;
+}
+
+/* ---- QGEMM_PACK_B, MATMUL_INTEGER ------------------------------------------------- */
+
+static int is_q8(tm_dtype dt) { return dt == TM_INT8 || dt == TM_UINT8; }
+
+tm_status tm__shape_qgemm_pack_b(tm_ctx *c, int prim, const tm_args *a,
+                                 const tm_vinfo *const *in, int nin, tm_vinfo *out, int nout,
+                                 size_t *scratch) {
+    (void)prim;
+    (void)nin;
+    (void)nout;
+    (void)scratch;
+    const tm_vinfo *B = in[0], *Z = in[1];
+    int64_t K = a->i[0], N = a->i[1];
+    if (!is_q8(B->dtype) || B->rank != 2 || B->dims[0] != K || B->dims[1] != N || K <= 0 ||
+        N <= 0)
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "qgemm_pack_b: b must be int8 or uint8 (%lld, %lld)",
+                           (long long)K, (long long)N);
+    int64_t nz = tm_numel(Z->rank, Z->dims);
+    if (Z->dtype != B->dtype || (nz != 1 && nz != N))
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "qgemm_pack_b: the zero point must be %s with 1 or "
+                           "%lld values", tm_dtype_name(B->dtype), (long long)N);
+    out[0].dtype = TM_UINT8;
+    out[0].rank = 1;
+    out[0].dims[0] = (int64_t)tm_qgemm_packed_size(K, N);
+    return TM_OK;
+}
+
+tm_status tm__kernel_qgemm_pack_b(const tm_kcall *k) {
+    const tm_tensor *B = k->in[0], *Z = k->in[1];
+    tm_qgemm_pack_b(B->data, B->dtype == TM_INT8, B->dims[1], B->dims[0], B->dims[1], Z->data,
+                    tm_numel(Z->rank, Z->dims), k->out[0]->data);
+    return TM_OK;
+}
+
+tm_status tm__shape_matmul_integer(tm_ctx *c, int prim, const tm_args *a,
+                                   const tm_vinfo *const *in, int nin, tm_vinfo *out, int nout,
+                                   size_t *scratch) {
+    (void)prim;
+    (void)nout;
+    int64_t K = a->i[0], N = a->i[1];
+    int has_scale = a->i[2] != 0, has_bias = a->i[3] != 0;
+    if (nin != 3 + has_scale + has_bias || (has_bias && !has_scale))
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_integer: wrong input count %d", nin);
+    const tm_vinfo *A = in[0], *B = in[1], *Z = in[2];
+    if (!is_q8(A->dtype) || A->rank < 1 || A->dims[A->rank - 1] != K)
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_integer: a must be int8 or uint8 with last "
+                           "dim K=%lld", (long long)K);
+    if (B->dtype != TM_UINT8 || B->rank != 1 ||
+        B->dims[0] != (int64_t)tm_qgemm_packed_size(K, N))
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_integer: b must be packed by qgemm_pack_b "
+                           "for (%lld, %lld)", (long long)K, (long long)N);
+    int64_t rows = A->rank >= 2 ? A->dims[A->rank - 2] : 1, nz = tm_numel(Z->rank, Z->dims);
+    if (Z->dtype != A->dtype || (nz != 1 && nz != rows))
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_integer: a's zero point must be %s with 1 "
+                           "or %lld values", tm_dtype_name(A->dtype), (long long)rows);
+    for (int i = 3; i < nin; i++) {
+        int64_t ns = tm_numel(in[i]->rank, in[i]->dims);
+        if (in[i]->dtype != TM_FLOAT || (ns != 1 && ns != N))
+            return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_integer: %s must be float with 1 or "
+                               "%lld values", i == 3 ? "scale" : "bias", (long long)N);
+    }
+    out[0] = *A;
+    out[0].dims[A->rank - 1] = N;
+    out[0].dtype = has_scale ? TM_FLOAT : TM_INT32;
+    *scratch = tm_qgemm_scratch(tm_numel(A->rank, A->dims) / K, K, A->dtype == TM_INT8);
+    return TM_OK;
+}
+
+tm_status tm__kernel_matmul_integer(const tm_kcall *k) {
+    const tm_tensor *A = k->in[0], *B = k->in[1], *Z = k->in[2];
+    int64_t K = k->a->i[0], N = k->a->i[1];
+    if (!tm_qgemm_packed_check(B->data, (size_t)B->dims[0], K, N))
+        return tm__fail(k->err, TM_ERR_RUNTIME, "matmul_integer: b is not a packed (%lld, %lld) "
+                        "matrix", (long long)K, (long long)N);
+    tm_qgemm_args g;
+    memset(&g, 0, sizeof g);
+    g.m = tm_numel(A->rank, A->dims) / K;
+    g.n = N;
+    g.k = K;
+    g.a = A->data;
+    g.a_signed = A->dtype == TM_INT8;
+    g.lda = K;
+    g.za = Z->data;
+    g.za_count = tm_numel(Z->rank, Z->dims);
+    g.b_packed = B->data;
+    g.ldc = N;
+    if (k->a->i[2]) {
+        g.c_float = k->out[0]->data;
+        g.scale = k->in[3]->data;
+        g.scale_count = tm_numel(k->in[3]->rank, k->in[3]->dims);
+        if (k->a->i[3]) {
+            g.bias = k->in[4]->data;
+            g.bias_count = tm_numel(k->in[4]->rank, k->in[4]->dims);
+        }
+    } else {
+        g.c_int = k->out[0]->data;
+    }
+    tm_qgemm(&g, k->scratch, k->pool);
     return TM_OK;
 }
