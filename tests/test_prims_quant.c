@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/ctx.h"
+#include "backends/cpu/nbits.h"
 #include "backends/cpu/pool.h"
 #include "backends/cpu/qgemm.h"
 
@@ -30,8 +31,8 @@ static tm_val make(tm_ctx *c, tm_dtype dt, int rank, const int64_t *dims, tm_ten
     return tm_val_tensor(c, t, 0);
 }
 
-static void test_matmul_nbits(int bits, int64_t bs, int64_t K, int64_t N, int64_t M, int zp_kind,
-                              int with_g, tm_dtype adt) {
+static void test_matmul_nbits_with(int bits, int64_t bs, int64_t K, int64_t N, int64_t M,
+                                   int zp_kind, int with_g, tm_dtype adt, int repack) {
     tm_ctx c;
     tm_ctx_init(&c, TM_MODE_EAGER, NULL);
     int64_t kb = (K + bs - 1) / bs, blob = bs * bits / 8, zp_row = (kb * bits + 7) / 8;
@@ -101,6 +102,12 @@ static void test_matmul_nbits(int bits, int64_t bs, int64_t K, int64_t N, int64_
     args.i[3] = bs;
     args.i[4] = zp_kind;
     args.i[5] = with_g;
+    /* The fast kernels read the weights repacked by NBITS_PACK (when they take them). */
+    if (repack) {
+        in[nin] = tm_prim(&c, TM_P_NBITS_PACK, in + 1, nin - 1, &args);
+        nin++;
+        args.i[6] = 1;
+    }
     tm_val y = tm_prim(&c, TM_P_MATMUL_NBITS, in, nin, &args);
     CHECK(tm_ctx_ok(&c), "bits %d bs %lld: %s", bits, (long long)bs, c.err.message);
     if (tm_ctx_ok(&c)) {
@@ -122,8 +129,9 @@ static void test_matmul_nbits(int bits, int64_t bs, int64_t K, int64_t N, int64_
                 if (err > worst) worst = err;
             }
         CHECK(worst < (adt == TM_FLOAT16 ? 2e-3 : 1e-5),
-              "bits %d bs %lld K %lld zp %d g %d %s: rel err %g", bits, (long long)bs, (long long)K,
-              zp_kind, with_g, tm_dtype_name(adt), worst);
+              "bits %d bs %lld M %lld K %lld N %lld zp %d g %d %s repacked %d (%s): rel err %g",
+              bits, (long long)bs, (long long)M, (long long)K, (long long)N, zp_kind, with_g,
+              tm_dtype_name(adt), repack, tm_nbits_kernel_name(), worst);
     }
     free(a);
     free(q);
@@ -131,6 +139,14 @@ static void test_matmul_nbits(int bits, int64_t bs, int64_t K, int64_t N, int64_
     free(zp);
     free(g);
     tm_ctx_destroy(&c);
+}
+
+/* The reference, and where the fast kernels take the weights, the repacked path too. */
+static void test_matmul_nbits(int bits, int64_t bs, int64_t K, int64_t N, int64_t M, int zp_kind,
+                              int with_g, tm_dtype adt) {
+    test_matmul_nbits_with(bits, bs, K, N, M, zp_kind, with_g, adt, 0);
+    if (bits == 4 && !with_g && bs >= 16 && adt == TM_FLOAT)
+        test_matmul_nbits_with(bits, bs, K, N, M, zp_kind, with_g, adt, 1);
 }
 
 static void test_gather_bq(tm_dtype dt, int with_zp) {
@@ -393,8 +409,11 @@ int main(void) {
     test_matmul_nbits(4, 128, 256, 9, 4, 1, 0, TM_FLOAT);
     test_matmul_nbits(4, 32, 64, 6, 2, 1, 1, TM_FLOAT);   /* g_idx */
     test_matmul_nbits(4, 32, 64, 6, 5, 2, 0, TM_FLOAT16);
-    /* The 4-bit fast paths (f32, whole blocks), on every ISA this CPU has: rows in groups
-     * of 4 and a remainder, each block size, each kind of zero point. */
+    /* The 4-bit fast paths on every ISA this CPU has: the GEMV (rows 1-8: groups of 4
+     * rows and a remainder) and the tile path (more rows: row panels of the f32 tile and
+     * a remainder), each block size, each kind of zero point, K a whole number of blocks
+     * or not (an odd number of blocks of 16 leaves half a chunk), N around the groups of
+     * 4 columns and the 12-column steps. */
     const char *isas[] = {"avx512", "avx2", "scalar"};
     for (int i = 0; i < 3; i++) {
         setenv("TM_KERNEL_ISA", isas[i], 1);
@@ -404,6 +423,16 @@ int main(void) {
                 for (int64_t m = 1; m <= 6; m += 5)
                     test_matmul_nbits(4, sizes[b], sizes[b] * 3, 5, m, zp, 0, TM_FLOAT);
         test_matmul_nbits(4, 32, 512, 17, 9, 1, 0, TM_FLOAT);
+        const int64_t ms[] = {1, 3, 8, 9, 33, 70}, ns[] = {1, 4, 13, 25};
+        for (int b = 0; b < 4; b++)
+            for (int mi = 0; mi < 6; mi++) {
+                int64_t k = sizes[b] * 5 - (mi % 2 ? 3 : 0);
+                test_matmul_nbits(4, sizes[b], k, ns[(b + mi) % 4], ms[mi], (b + mi) % 3, 0,
+                                  TM_FLOAT);
+            }
+        test_matmul_nbits(4, 16, 16 * 7, 30, 40, 1, 0, TM_FLOAT);   /* 7 blocks of 16 */
+        test_matmul_nbits(4, 32, 300, 50, 200, 2, 0, TM_FLOAT);
+        test_matmul_nbits(4, 32, 96, 7, 530, 1, 0, TM_FLOAT);       /* beyond 16 row panels */
     }
     unsetenv("TM_KERNEL_ISA");
     test_gather_bq(TM_UINT8, 0);

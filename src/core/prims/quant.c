@@ -1,11 +1,14 @@
-/* Block-quantized weight primitives (quant.def): MatMulNBits and GatherBlockQuantized,
- * reading packed weights as they sit in the file and dequantizing inside the kernel.
- * Reference kernels; not the int8 activation paths (those are casts + MATMUL). */
+/* The quantization primitives (quant.def): MatMulNBits and GatherBlockQuantized, reading
+ * packed weights as they sit in the file and dequantizing inside the kernel (4-bit fast
+ * paths in backends/cpu/nbits.c), DEQUANTIZE_NBITS, DYNAMIC_QUANTIZE, and the exact 8-bit
+ * product (packing and kernels in backends/cpu/qgemm.c). Shape rules, reference kernels
+ * and dispatch; not the lowerings (onnx/ops). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "../ctx.h"
 #include "../../backends/cpu/gemm.h" /* tm_use_reference_kernels */
+#include "../../backends/cpu/nbits.h"
 #include "../../backends/cpu/qgemm.h"
 
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
@@ -34,72 +37,131 @@ static unsigned get_bits(const uint8_t *stream, size_t j, int bits) {
     return (v >> shift) & ((1u << bits) - 1u);
 }
 
-/* ---- MATMUL_NBITS ------------------------------------------------------------------ */
+/* ---- MATMUL_NBITS, DEQUANTIZE_NBITS ----------------------------------------------------- */
+
+/* Checks the weight inputs w[0..] = b, scales, [zero points], [g_idx] against i[] and
+ * returns the dtype of the scales (TM_UNDEFINED after a failure). */
+static tm_dtype check_nbits_weights(tm_ctx *c, const char *name, const tm_args *a,
+                                    const tm_vinfo *const *w, int nw) {
+    int64_t K = a->i[0], N = a->i[1], bits = a->i[2], bs = a->i[3], zp_kind = a->i[4];
+    int has_g = (int)a->i[5];
+    int want = 2 + (zp_kind != 0) + has_g;
+    if (nw != want) {
+        tm_ctx_fail(c, TM_ERR_SHAPE, "%s: expected %d weight inputs, got %d", name, want, nw);
+        return TM_UNDEFINED;
+    }
+    if (K <= 0 || N <= 0 || bits < 2 || bits > 8 || bs < 2 || (bs & (bs - 1))) {
+        tm_ctx_fail(c, TM_ERR_SHAPE, "%s: invalid K=%lld N=%lld bits=%lld block_size=%lld",
+                    name, (long long)K, (long long)N, (long long)bits, (long long)bs);
+        return TM_UNDEFINED;
+    }
+    const tm_vinfo *B = w[0], *S = w[1];
+    int64_t kb = (K + bs - 1) / bs, blob = bs * bits / 8;
+    if (B->dtype != TM_UINT8 || tm_numel(B->rank, B->dims) != N * kb * blob) {
+        tm_ctx_fail(c, TM_ERR_SHAPE, "%s: B must be uint8 (N=%lld, %lld blocks, %lld bytes)",
+                    name, (long long)N, (long long)kb, (long long)blob);
+        return TM_UNDEFINED;
+    }
+    if (!is_half_or_float(S->dtype) || tm_numel(S->rank, S->dims) != N * kb) {
+        tm_ctx_fail(c, TM_ERR_SHAPE, "%s: scales must be float, float16 or bfloat16 with %lld "
+                    "values", name, (long long)(N * kb));
+        return TM_UNDEFINED;
+    }
+    int next = 2;
+    if (zp_kind == 1) {
+        const tm_vinfo *Z = w[next++];
+        if (Z->dtype != TM_UINT8 || tm_numel(Z->rank, Z->dims) != N * ((kb * bits + 7) / 8)) {
+            tm_ctx_fail(c, TM_ERR_SHAPE, "%s: packed zero_points must be uint8 (N, %lld)", name,
+                        (long long)((kb * bits + 7) / 8));
+            return TM_UNDEFINED;
+        }
+    } else if (zp_kind == 2) {
+        const tm_vinfo *Z = w[next++];
+        if (!is_half_or_float(Z->dtype) || tm_numel(Z->rank, Z->dims) != N * kb) {
+            tm_ctx_fail(c, TM_ERR_SHAPE, "%s: zero_points must be uint8 or float with %lld "
+                        "values", name, (long long)(N * kb));
+            return TM_UNDEFINED;
+        }
+    }
+    if (has_g) {
+        const tm_vinfo *G = w[next];
+        if (G->dtype != TM_INT32 || tm_numel(G->rank, G->dims) != K) {
+            tm_ctx_fail(c, TM_ERR_SHAPE, "%s: g_idx must be int32 with K values", name);
+            return TM_UNDEFINED;
+        }
+    }
+    return S->dtype;
+}
+
+/* 1 when the 4-bit fast kernels (backends/cpu/nbits.h) take these weights: f32 scales
+ * (and zero points), no g_idx. */
+static int nbits_fast_weights(const tm_args *a, const tm_dtype *w_dtypes) {
+    return a->i[2] == 4 && !a->i[5] && w_dtypes[1] == TM_FLOAT &&
+           (a->i[4] != 2 || w_dtypes[2] == TM_FLOAT);
+}
 
 tm_status tm__shape_matmul_nbits(tm_ctx *c, int prim, const tm_args *a,
                                  const tm_vinfo *const *in, int nin, tm_vinfo *out, int nout,
                                  size_t *scratch) {
     (void)prim;
     (void)nout;
-    int64_t K = a->i[0], N = a->i[1], bits = a->i[2], bs = a->i[3], zp_kind = a->i[4];
-    int has_g = (int)a->i[5];
-    int want = 3 + (zp_kind != 0) + has_g;
-    if (nin != want)
-        return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_nbits: expected %d inputs, got %d", want, nin);
-    if (K <= 0 || N <= 0 || bits < 2 || bits > 8 || bs < 2 || (bs & (bs - 1)))
-        return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_nbits: invalid K=%lld N=%lld bits=%lld "
-                           "block_size=%lld", (long long)K, (long long)N, (long long)bits,
-                           (long long)bs);
-    const tm_vinfo *A = in[0], *B = in[1], *S = in[2];
+    int64_t K = a->i[0], N = a->i[1];
+    if (nin < 3)
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_nbits: expected at least 3 inputs, got %d", nin);
+    const tm_vinfo *A = in[0];
+    int packed = a->i[6] != 0;
+    if (check_nbits_weights(c, "matmul_nbits", a, in + 1, nin - 1 - packed) == TM_UNDEFINED)
+        return c->status;
+    if (packed) {
+        const tm_vinfo *P = in[nin - 1];
+        if (P->dtype != TM_UINT8 || P->rank != 1 || a->i[2] != 4 || a->i[5] ||
+            (P->dims[0] != (int64_t)tm_nbits_packed_size(N, K, a->i[3], 0) &&
+             P->dims[0] != (int64_t)tm_nbits_packed_size(N, K, a->i[3], 1)))
+            return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_nbits: the last input is not weights "
+                               "repacked by nbits_pack");
+    }
     if (!is_half_or_float(A->dtype))
         return tm_ctx_fail(c, TM_ERR_DTYPE, "matmul_nbits: A must be float, float16 or "
                            "bfloat16, got %s", tm_dtype_name(A->dtype));
     if (A->rank < 1 || A->dims[A->rank - 1] != K)
         return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_nbits: A's last dim must be K=%lld",
                            (long long)K);
-    int64_t kb = (K + bs - 1) / bs, blob = bs * bits / 8;
-    if (B->dtype != TM_UINT8 || tm_numel(B->rank, B->dims) != N * kb * blob)
-        return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_nbits: B must be uint8 (N=%lld, %lld "
-                           "blocks, %lld bytes)", (long long)N, (long long)kb, (long long)blob);
-    if (S->dtype != A->dtype || tm_numel(S->rank, S->dims) != N * kb)
-        return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_nbits: scales must be %s with %lld values",
-                           tm_dtype_name(A->dtype), (long long)(N * kb));
-    int next = 3;
-    if (zp_kind == 1) {
-        const tm_vinfo *Z = in[next++];
-        if (Z->dtype != TM_UINT8 || tm_numel(Z->rank, Z->dims) != N * ((kb * bits + 7) / 8))
-            return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_nbits: packed zero_points must be "
-                               "uint8 (N, %lld)", (long long)((kb * bits + 7) / 8));
-    } else if (zp_kind == 2) {
-        const tm_vinfo *Z = in[next++];
-        if (!is_half_or_float(Z->dtype) || tm_numel(Z->rank, Z->dims) != N * kb)
-            return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_nbits: zero_points must be uint8 or "
-                               "float with %lld values", (long long)(N * kb));
-    }
-    if (has_g) {
-        const tm_vinfo *G = in[next];
-        if (G->dtype != TM_INT32 || tm_numel(G->rank, G->dims) != K)
-            return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_nbits: g_idx must be int32 with K values");
-    }
+    if (in[2]->dtype != A->dtype)
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_nbits: scales must be %s like A",
+                           tm_dtype_name(A->dtype));
     out[0].dtype = A->dtype;
     out[0].rank = A->rank;
     memcpy(out[0].dims, A->dims, sizeof out[0].dims);
     out[0].dims[A->rank - 1] = N;
     int64_t M = tm_numel(A->rank, A->dims) / K;
-    *scratch = (size_t)K * sizeof(float);
-    if (A->dtype != TM_FLOAT) *scratch += (size_t)(M * K) * sizeof(float);
+    size_t ref = (size_t)K * sizeof(float);
+    if (A->dtype != TM_FLOAT) ref += (size_t)(M * K) * sizeof(float);
+    size_t fast = A->dtype == TM_FLOAT && packed ? tm_nbits_scratch(M, K, a->i[3]) : 0;
+    *scratch = ref > fast ? ref : fast;
     return TM_OK;
 }
 
-/* Column n of the dequantized weight matrix, w[K]. */
-static tm_status dequant_column(const tm_kcall *k, int64_t n, float *w) {
+/* The weight inputs of a MATMUL_NBITS or DEQUANTIZE_NBITS call, from index `first`. */
+typedef struct nbits_weights {
+    const tm_tensor *b, *scales, *zp, *g;
+} nbits_weights;
+
+static nbits_weights weights_of(const tm_kcall *k, int first) {
+    nbits_weights w = {k->in[first], k->in[first + 1], NULL, NULL};
+    int next = first + 2;
+    if (k->a->i[4]) w.zp = k->in[next++];
+    if (k->a->i[5]) w.g = k->in[next];
+    return w;
+}
+
+/* Column n of the dequantized weight matrix, w[K] (the reference, every bit width). */
+static tm_status dequant_column(const tm_kcall *k, const nbits_weights *wt, int64_t n, float *w) {
     const tm_args *a = k->a;
     int64_t K = a->i[0], bits = a->i[2], bs = a->i[3], zp_kind = a->i[4];
     int64_t kb = (K + bs - 1) / bs, blob = bs * bits / 8;
-    const uint8_t *b = (const uint8_t *)k->in[1]->data + n * kb * blob;
-    const tm_tensor *S = k->in[2];
-    const tm_tensor *Z = zp_kind ? k->in[3] : NULL;
-    const int32_t *g = a->i[5] ? (const int32_t *)k->in[zp_kind ? 4 : 3]->data : NULL;
+    const uint8_t *b = (const uint8_t *)wt->b->data + n * kb * blob;
+    const tm_tensor *S = wt->scales, *Z = wt->zp;
+    const int32_t *g = wt->g ? (const int32_t *)wt->g->data : NULL;
     int64_t zp_row = (kb * bits + 7) / 8;
     float default_zp = (float)(1 << (bits - 1));
     for (int64_t i = 0; i < K; i++) {
@@ -120,118 +182,17 @@ static tm_status dequant_column(const tm_kcall *k, int64_t n, float *w) {
     return TM_OK;
 }
 
-/* ---- 4-bit fast paths: f32 activations, power-of-two blocks >= 16, K a whole number of
- * blocks, no g_idx. The weights stay packed: each 16 values (8 bytes) are unpacked with
- * shifts and masks, converted, scaled (q*s - z*s) and multiplied into up to ROWS rows of
- * activations at once, so one unpacking serves ROWS rows. */
-#define NBITS_ROWS 4
-
-/* Scale and zero point of block `group` of column n. */
-static void block_params(const tm_kcall *k, int64_t n, int64_t kb, int64_t group, float *scale,
-                         float *zp) {
-    int64_t zp_kind = k->a->i[4];
-    const tm_tensor *S = k->in[2];
-    *scale = S->dtype == TM_FLOAT ? ((const float *)S->data)[n * kb + group]
-                                  : load_f(S->data, S->dtype, (size_t)(n * kb + group));
-    *zp = 8.0f;
-    if (zp_kind == 1)
-        *zp = (float)get_bits((const uint8_t *)k->in[3]->data + n * ((kb * 4 + 7) / 8),
-                              (size_t)group, 4);
-    if (zp_kind == 2) *zp = load_f(k->in[3]->data, k->in[3]->dtype, (size_t)(n * kb + group));
-}
-
-#ifdef QUANT_X86
-/* 8 packed bytes into their 16 4-bit values in order (low nibble first), as bytes. */
-__attribute__((target("avx2,fma"))) static inline __m128i unpack16(const uint8_t *p) {
-    __m128i v = _mm_loadl_epi64((const __m128i *)p);
-    __m128i mask = _mm_set1_epi8(0x0F);
-    __m128i lo = _mm_and_si128(v, mask), hi = _mm_and_si128(_mm_srli_epi16(v, 4), mask);
-    return _mm_unpacklo_epi8(lo, hi);
-}
-
-__attribute__((target("avx2,fma")))
-static void nbits4_avx2(const tm_kcall *k, const float *af, float *y, int64_t M) {
-    int64_t K = k->a->i[0], N = k->a->i[1], bs = k->a->i[3], kb = K / bs, blob = bs / 2;
-    const uint8_t *B = k->in[1]->data;
-    for (int64_t m0 = 0; m0 < M; m0 += NBITS_ROWS) {
-        int rows = M - m0 < NBITS_ROWS ? (int)(M - m0) : NBITS_ROWS;
-        for (int64_t n = 0; n < N; n++) {
-            __m256 acc[NBITS_ROWS];
-            for (int r = 0; r < NBITS_ROWS; r++) acc[r] = _mm256_setzero_ps();
-            const uint8_t *col = B + n * kb * blob;
-            for (int64_t blk = 0; blk < kb; blk++) {
-                float scale, zp;
-                block_params(k, n, kb, blk, &scale, &zp);
-                __m256 vs = _mm256_set1_ps(scale), vzs = _mm256_set1_ps(zp * scale);
-                for (int64_t j = 0; j < bs; j += 16) {
-                    __m128i q = unpack16(col + blk * blob + j / 2);
-                    __m256 w0 = _mm256_fmsub_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(q)), vs, vzs);
-                    __m256 w1 = _mm256_fmsub_ps(
-                        _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(q, 8))), vs, vzs);
-                    const float *a = af + m0 * K + blk * bs + j;
-                    for (int r = 0; r < rows; r++) {
-                        acc[r] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(a + r * K), acc[r]);
-                        acc[r] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(a + r * K + 8), acc[r]);
-                    }
-                }
-            }
-            for (int r = 0; r < rows; r++) {
-                __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc[r]), _mm256_extractf128_ps(acc[r], 1));
-                h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-                h = _mm_add_ss(h, _mm_movehdup_ps(h));
-                y[(m0 + r) * N + n] = _mm_cvtss_f32(h);
-            }
-        }
-    }
-}
-
-__attribute__((target("avx512f,avx2,fma")))
-static void nbits4_avx512(const tm_kcall *k, const float *af, float *y, int64_t M) {
-    int64_t K = k->a->i[0], N = k->a->i[1], bs = k->a->i[3], kb = K / bs, blob = bs / 2;
-    const uint8_t *B = k->in[1]->data;
-    for (int64_t m0 = 0; m0 < M; m0 += NBITS_ROWS) {
-        int rows = M - m0 < NBITS_ROWS ? (int)(M - m0) : NBITS_ROWS;
-        for (int64_t n = 0; n < N; n++) {
-            __m512 acc[NBITS_ROWS];
-            for (int r = 0; r < NBITS_ROWS; r++) acc[r] = _mm512_setzero_ps();
-            const uint8_t *col = B + n * kb * blob;
-            for (int64_t blk = 0; blk < kb; blk++) {
-                float scale, zp;
-                block_params(k, n, kb, blk, &scale, &zp);
-                __m512 vs = _mm512_set1_ps(scale), vzs = _mm512_set1_ps(zp * scale);
-                for (int64_t j = 0; j < bs; j += 16) {
-                    __m128i q = unpack16(col + blk * blob + j / 2);
-                    __m512 w = _mm512_fmsub_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(q)), vs, vzs);
-                    const float *a = af + m0 * K + blk * bs + j;
-                    for (int r = 0; r < rows; r++)
-                        acc[r] = _mm512_fmadd_ps(w, _mm512_loadu_ps(a + r * K), acc[r]);
-                }
-            }
-            for (int r = 0; r < rows; r++) y[(m0 + r) * N + n] = _mm512_reduce_add_ps(acc[r]);
-        }
-    }
-}
-#endif
-
-typedef void (*nbits_fn)(const tm_kcall *k, const float *af, float *y, int64_t M);
-
-/* The fast kernel for this call and CPU, or NULL (TM_KERNEL_ISA=avx2|scalar forces a
- * lesser one, for tests and comparisons). */
-static nbits_fn nbits_pick(const tm_kcall *k) {
-    const tm_args *a = k->a;
-    int64_t K = a->i[0], bs = a->i[3];
-    if (tm_use_reference_kernels() || k->in[0]->dtype != TM_FLOAT || k->out[0]->dtype != TM_FLOAT ||
-        a->i[2] != 4 || a->i[5] || bs < 16 || (bs & (bs - 1)) || K % bs)
-        return NULL;
-#ifdef QUANT_X86
-    const char *isa = getenv("TM_KERNEL_ISA");
-    int allow512 = !isa || !strcmp(isa, "avx512"), allow2 = allow512 || !strcmp(isa, "avx2");
-    __builtin_cpu_init();
-    if (allow512 && __builtin_cpu_supports("avx512f")) return nbits4_avx512;
-    if (allow2 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-        return nbits4_avx2;
-#endif
-    return NULL;
+static tm_nbits_weights nbits_weights_of(const tm_kcall *k, const nbits_weights *wt) {
+    tm_nbits_weights g;
+    memset(&g, 0, sizeof g);
+    g.n = k->a->i[1];
+    g.k = k->a->i[0];
+    g.block = k->a->i[3];
+    g.b = wt->b->data;
+    g.scales = wt->scales->data;
+    if (k->a->i[4] == 1) g.zp_packed = wt->zp->data;
+    if (k->a->i[4] == 2) g.zp_float = wt->zp->data;
+    return g;
 }
 
 tm_status tm__kernel_matmul_nbits(const tm_kcall *k) {
@@ -239,9 +200,13 @@ tm_status tm__kernel_matmul_nbits(const tm_kcall *k) {
     tm_tensor *Y = k->out[0];
     int64_t K = k->a->i[0], N = k->a->i[1];
     int64_t M = tm_numel(A->rank, A->dims) / K;
-    nbits_fn fast = nbits_pick(k);
-    if (fast) {
-        fast(k, A->data, Y->data, M);
+    nbits_weights wt = weights_of(k, 1);
+    if (k->a->i[6] && A->dtype == TM_FLOAT && tm_nbits_fast(k->a->i[3])) {
+        const tm_tensor *P = k->in[k->nin - 1];
+        if (!tm_nbits_packed_check(P->data, (size_t)P->dims[0], N, K, k->a->i[3]))
+            return tm__fail(k->err, TM_ERR_RUNTIME, "matmul_nbits: the repacked weights do not "
+                            "match (%lld, %lld)", (long long)N, (long long)K);
+        tm_nbits_matmul(P->data, M, A->data, Y->data, k->scratch, k->pool);
         return TM_OK;
     }
     float *w = k->scratch;
@@ -252,7 +217,7 @@ tm_status tm__kernel_matmul_nbits(const tm_kcall *k) {
         af = conv;
     }
     for (int64_t n = 0; n < N; n++) {
-        tm_status st = dequant_column(k, n, w);
+        tm_status st = dequant_column(k, &wt, n, w);
         if (st != TM_OK) return st;
         for (int64_t m = 0; m < M; m++) {
             const float *row = af + m * K;
@@ -260,6 +225,43 @@ tm_status tm__kernel_matmul_nbits(const tm_kcall *k) {
             for (int64_t i = 0; i < K; i++) acc += row[i] * w[i];
             if (Y->dtype == TM_FLOAT) ((float *)Y->data)[m * N + n] = acc;
             else tm_store_f64(Y->data, Y->dtype, (size_t)(m * N + n), acc);
+        }
+    }
+    return TM_OK;
+}
+
+tm_status tm__shape_dequantize_nbits(tm_ctx *c, int prim, const tm_args *a,
+                                     const tm_vinfo *const *in, int nin, tm_vinfo *out,
+                                     int nout, size_t *scratch) {
+    (void)prim;
+    (void)nout;
+    tm_dtype dt = check_nbits_weights(c, "dequantize_nbits", a, in, nin);
+    if (dt == TM_UNDEFINED) return c->status;
+    out[0].dtype = dt;
+    out[0].rank = 2;
+    out[0].dims[0] = a->i[0];
+    out[0].dims[1] = a->i[1];
+    *scratch = (size_t)a->i[0] * sizeof(float);
+    return TM_OK;
+}
+
+tm_status tm__kernel_dequantize_nbits(const tm_kcall *k) {
+    int64_t K = k->a->i[0], N = k->a->i[1];
+    nbits_weights wt = weights_of(k, 0);
+    tm_tensor *W = k->out[0];
+    tm_dtype wdt[3] = {wt.b->dtype, wt.scales->dtype, wt.zp ? wt.zp->dtype : TM_UNDEFINED};
+    if (W->dtype == TM_FLOAT && nbits_fast_weights(k->a, wdt) && tm_nbits_fast(k->a->i[3])) {
+        tm_nbits_weights g = nbits_weights_of(k, &wt);
+        tm_nbits_dequantize(&g, W->data, k->pool);
+        return TM_OK;
+    }
+    float *col = k->scratch;
+    for (int64_t n = 0; n < N; n++) {
+        tm_status st = dequant_column(k, &wt, n, col);
+        if (st != TM_OK) return st;
+        for (int64_t i = 0; i < K; i++) {
+            if (W->dtype == TM_FLOAT) ((float *)W->data)[i * N + n] = col[i];
+            else tm_store_f64(W->data, W->dtype, (size_t)(i * N + n), col[i]);
         }
     }
     return TM_OK;
@@ -596,5 +598,30 @@ tm_status tm__kernel_matmul_integer(const tm_kcall *k) {
         g.c_int = k->out[0]->data;
     }
     tm_qgemm(&g, k->scratch, k->pool);
+    return TM_OK;
+}
+
+/* ---- NBITS_PACK ------------------------------------------------------------------------ */
+
+tm_status tm__shape_nbits_pack(tm_ctx *c, int prim, const tm_args *a, const tm_vinfo *const *in,
+                               int nin, tm_vinfo *out, int nout, size_t *scratch) {
+    (void)prim;
+    (void)nout;
+    (void)scratch;
+    if (check_nbits_weights(c, "nbits_pack", a, in, nin) == TM_UNDEFINED) return c->status;
+    tm_dtype wdt[3] = {in[0]->dtype, in[1]->dtype, nin > 2 ? in[2]->dtype : TM_UNDEFINED};
+    if (!nbits_fast_weights(a, wdt) || a->i[3] < 16)
+        return tm_ctx_fail(c, TM_ERR_UNSUPPORTED, "nbits_pack: only 4-bit weights in blocks of "
+                           "16 or more with f32 scales and no g_idx are repacked");
+    out[0].dtype = TM_UINT8;
+    out[0].rank = 1;
+    out[0].dims[0] = (int64_t)tm_nbits_packed_size(a->i[1], a->i[0], a->i[3], a->i[4] == 2);
+    return TM_OK;
+}
+
+tm_status tm__kernel_nbits_pack(const tm_kcall *k) {
+    nbits_weights wt = weights_of(k, 0);
+    tm_nbits_weights g = nbits_weights_of(k, &wt);
+    tm_nbits_pack(&g, k->out[0]->data);
     return TM_OK;
 }

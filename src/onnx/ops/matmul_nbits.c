@@ -14,7 +14,7 @@ static tm_status lower_matmul_nbits(tm_lower *L) {
     a.i[1] = tm_attr_i(L, "N", 0);
     a.i[2] = tm_attr_i(L, "bits", 4);
     a.i[3] = tm_attr_i(L, "block_size", 0);
-    tm_val in[5];
+    tm_val in[6];
     int n = 0;
     in[n++] = tm_lin(L, 0);
     in[n++] = tm_lin(L, 1);
@@ -30,6 +30,15 @@ static tm_status lower_matmul_nbits(tm_lower *L) {
     }
     for (int i = 0; i < 3; i++)
         if (in[i] == TM_NONE) return tm_lfail(L, TM_ERR_NOT_FOUND, "input %d is required", i);
+    /* The fast kernels read the weights repacked once (folded at plan time when they are
+     * constants): 4-bit, f32 scales and zero points, blocks of 16 or more, no g_idx. */
+    int zp_ok = a.i[4] != 2 || tm_vdtype(c, in[3]) == TM_FLOAT;
+    if (a.i[2] == 4 && !a.i[5] && a.i[3] >= 16 && tm_vdtype(c, in[0]) == TM_FLOAT &&
+        tm_vdtype(c, in[2]) == TM_FLOAT && zp_ok) {
+        in[n] = tm_prim(c, TM_P_NBITS_PACK, in + 1, n - 1, &a);
+        n++;
+        a.i[6] = 1;
+    }
     tm_val y = tm_prim(c, TM_P_MATMUL_NBITS, in, n, &a);
     if (tm_lhas(L, 5)) y = tm_add(c, y, tm_lin(L, 5));
     tm_lout(L, 0, y);
