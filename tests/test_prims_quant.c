@@ -104,8 +104,8 @@ static void test_matmul_nbits_with(int bits, int64_t bs, int64_t K, int64_t N, i
     args.i[5] = with_g;
     /* The fast kernels read the weights repacked by NBITS_PACK (when they take them). */
     if (repack) {
-        in[nin] = tm_prim(&c, TM_P_NBITS_PACK, in + 1, nin - 1, &args);
-        nin++;
+        in[1] = tm_prim(&c, TM_P_NBITS_PACK, in + 1, nin - 1, &args);
+        nin = 2;
         args.i[6] = 1;
     }
     tm_val y = tm_prim(&c, TM_P_MATMUL_NBITS, in, nin, &args);

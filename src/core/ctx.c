@@ -381,6 +381,16 @@ tm_status tm_prim_n(tm_ctx *c, int prim, const tm_val *in, int nin, const tm_arg
     }
     for (int i = 0; i < nin; i++) tin[i] = vin[i]->data;
     if (vin != vin_small) free(vin);
+    if ((p->flags & TM_PF_SHARED_FOLD) && c->fold_cache && nout == 1) {
+        const tm_tensor *shared = c->fold_cache->fold(c->fold_cache, c, prim, a, tin, nin,
+                                                      &vout[0], scratch);
+        if (shared || !tm_ctx_ok(c)) {
+            if (tin != tin_small) free(tin);
+            if (!shared) return c->status;
+            out[0] = import_tensor(c, (tm_tensor *)shared, 1, 0);
+            return out[0] == TM_NONE ? c->status : TM_OK;
+        }
+    }
     for (int i = 0; i < nout; i++) {
         tout[i] = tm_tensor_alloc(vout[i].dtype, vout[i].rank, vout[i].dims, c->allocator);
         if (!tout[i]) {

@@ -39,7 +39,13 @@ struct tm_model {
     tm_pool *pool;                 /* opts.threads threads for kernels; NULL: one thread */
     tm_plan_cache_entry *cache;    /* most recently used first */
     size_t n_cache;
+    tm_fold_cache *fold_cache;     /* packed weights shared by plans and runs; NULL: none */
 };
+
+/* The model's shared folds (fold_cache.c): create (NULL when out of memory: each trace
+ * then folds for itself) and free (before the model's mappings go). */
+tm_fold_cache *tm__fold_cache_create(const tm_onnx_model *onnx);
+void tm__fold_cache_free(tm_fold_cache *fc);
 
 /* Matches named inputs to graph inputs: fills ovals (one per graph input) in ctx, after
  * checking dtypes and ranks against the model's declarations. */

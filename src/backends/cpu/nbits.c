@@ -323,7 +323,12 @@ static int threads_for(int64_t units, int64_t n, int64_t k, tm_pool *pool) {
 void tm_nbits_matmul(const void *packed, int64_t m, const float *a, float *y, void *scratch,
                      tm_pool *pool) {
     kernels kr;
-    if (!pick(&kr) || m <= 0) return;
+    if (m <= 0) return;
+    if (!pick(&kr)) {
+        /* The reference: portable C, one pass over the weights per 4 rows. */
+        kr.arch = NULL;
+        kr.tile = NULL;
+    }
     tm__nbits_packed h;
     memcpy(&h, packed, sizeof h);
     const uint8_t *data = (const uint8_t *)packed + h.data_offset;

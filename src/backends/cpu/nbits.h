@@ -37,7 +37,8 @@ int tm_nbits_packed_check(const void *p, size_t bytes, int64_t n, int64_t k, int
 size_t tm_nbits_scratch(int64_t m, int64_t k, int64_t block);
 
 /* y (m, n) = a (m, k) . W^T with W the repacked weights. Allocates nothing; the result does
- * not depend on the thread count. */
+ * not depend on the thread count. Under TM_REFERENCE_KERNELS=1 (or TM_KERNEL_ISA=scalar)
+ * the portable C GEMV runs for every row. */
 void tm_nbits_matmul(const void *packed, int64_t m, const float *a, float *y, void *scratch,
                      tm_pool *pool);
 

@@ -69,14 +69,40 @@ void tm_qgemm_pack_b(const void *b, int b_signed, int64_t ldb, int64_t k, int64_
         zbc[j] = load8(zb, b_signed, zb_count == 1 ? 0 : j) - shift;
         if (zbc[j]) h.zb_any = 1;
     }
-    /* Row by row, so that B is read in order however large it is. */
-    for (int64_t p = 0; p < k; p++) {
-        int8_t *quad = panels + (p / TM_QGEMM_KQ) * TM_QGEMM_NR * TM_QGEMM_KQ + p % TM_QGEMM_KQ;
-        for (int64_t j = 0; j < n; j++) {
-            int32_t v = load8(b, b_signed, p * ldb + j) - shift;
-            sums[j] += (uint32_t)v;
-            quad[(j / TM_QGEMM_NR) * PANEL_BYTES(h.quads) + (j % TM_QGEMM_NR) * TM_QGEMM_KQ] =
-                (int8_t)v;
+    /* Four rows (one group of k) at a time, so that B is read in order however large it
+     * is and each packed column's 4 bytes are written together. Re-centring uint8 is
+     * flipping the top bit: b - 128 as int8. */
+    const uint8_t flip = b_signed ? 0 : 0x80;
+    for (int64_t p0 = 0; p0 < k; p0 += TM_QGEMM_KQ) {
+        int rows = (int)(k - p0 < TM_QGEMM_KQ ? k - p0 : TM_QGEMM_KQ);
+        const uint8_t *src[TM_QGEMM_KQ];
+        for (int r = 0; r < TM_QGEMM_KQ; r++) src[r] = (const uint8_t *)b + (p0 + (r < rows ? r : 0)) * ldb;
+        int8_t *quad = panels + (p0 / TM_QGEMM_KQ) * TM_QGEMM_NR * TM_QGEMM_KQ;
+        for (int64_t j0 = 0; j0 < n; j0 += TM_QGEMM_NR) {
+            int8_t *dst = quad + (j0 / TM_QGEMM_NR) * PANEL_BYTES(h.quads);
+            int64_t cols = n - j0 < TM_QGEMM_NR ? n - j0 : TM_QGEMM_NR;
+            if (rows == TM_QGEMM_KQ) {
+                const uint8_t *restrict s0 = src[0] + j0, *restrict s1 = src[1] + j0;
+                const uint8_t *restrict s2 = src[2] + j0, *restrict s3 = src[3] + j0;
+                uint32_t *restrict sum = sums + j0;
+                uint8_t *restrict d = (uint8_t *)dst;
+                for (int64_t c = 0; c < cols; c++) {
+                    d[4 * c] = s0[c] ^ flip;
+                    d[4 * c + 1] = s1[c] ^ flip;
+                    d[4 * c + 2] = s2[c] ^ flip;
+                    d[4 * c + 3] = s3[c] ^ flip;
+                }
+                for (int64_t c = 0; c < cols; c++)
+                    sum[c] += (uint32_t)((int32_t)(int8_t)(s0[c] ^ flip) + (int8_t)(s1[c] ^ flip) +
+                                         (int8_t)(s2[c] ^ flip) + (int8_t)(s3[c] ^ flip));
+                continue;
+            }
+            for (int64_t c = 0; c < cols; c++)   /* the last group: rows past k stay zero */
+                for (int r = 0; r < rows; r++) {
+                    int8_t v = (int8_t)(src[r][j0 + c] ^ flip);
+                    dst[c * TM_QGEMM_KQ + r] = v;
+                    sums[j0 + c] += (uint32_t)(int32_t)v;
+                }
         }
     }
     for (int64_t j = 0; j < n; j++) sums[j] -= (uint32_t)k * (uint32_t)zbc[j];

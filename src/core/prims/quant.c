@@ -106,19 +106,22 @@ tm_status tm__shape_matmul_nbits(tm_ctx *c, int prim, const tm_args *a,
     (void)prim;
     (void)nout;
     int64_t K = a->i[0], N = a->i[1];
-    if (nin < 3)
-        return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_nbits: expected at least 3 inputs, got %d", nin);
+    if (nin < (a->i[6] ? 2 : 3))
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_nbits: expected at least %d inputs, got %d",
+                           a->i[6] ? 2 : 3, nin);
     const tm_vinfo *A = in[0];
     int packed = a->i[6] != 0;
-    if (check_nbits_weights(c, "matmul_nbits", a, in + 1, nin - 1 - packed) == TM_UNDEFINED)
-        return c->status;
     if (packed) {
-        const tm_vinfo *P = in[nin - 1];
-        if (P->dtype != TM_UINT8 || P->rank != 1 || a->i[2] != 4 || a->i[5] ||
+        /* Only the repacked weights: 4-bit, f32, no g_idx (nbits_pack checked the rest). */
+        const tm_vinfo *P = nin == 2 ? in[1] : NULL;
+        if (!P || P->dtype != TM_UINT8 || P->rank != 1 || a->i[2] != 4 || a->i[5] ||
+            A->dtype != TM_FLOAT || a->i[3] < 16 || (a->i[3] & (a->i[3] - 1)) ||
             (P->dims[0] != (int64_t)tm_nbits_packed_size(N, K, a->i[3], 0) &&
              P->dims[0] != (int64_t)tm_nbits_packed_size(N, K, a->i[3], 1)))
-            return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_nbits: the last input is not weights "
+            return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_nbits: expected f32 A and the weights "
                                "repacked by nbits_pack");
+    } else if (check_nbits_weights(c, "matmul_nbits", a, in + 1, nin - 1) == TM_UNDEFINED) {
+        return c->status;
     }
     if (!is_half_or_float(A->dtype))
         return tm_ctx_fail(c, TM_ERR_DTYPE, "matmul_nbits: A must be float, float16 or "
@@ -126,7 +129,7 @@ tm_status tm__shape_matmul_nbits(tm_ctx *c, int prim, const tm_args *a,
     if (A->rank < 1 || A->dims[A->rank - 1] != K)
         return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_nbits: A's last dim must be K=%lld",
                            (long long)K);
-    if (in[2]->dtype != A->dtype)
+    if (!packed && in[2]->dtype != A->dtype)
         return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_nbits: scales must be %s like A",
                            tm_dtype_name(A->dtype));
     out[0].dtype = A->dtype;
@@ -134,10 +137,12 @@ tm_status tm__shape_matmul_nbits(tm_ctx *c, int prim, const tm_args *a,
     memcpy(out[0].dims, A->dims, sizeof out[0].dims);
     out[0].dims[A->rank - 1] = N;
     int64_t M = tm_numel(A->rank, A->dims) / K;
-    size_t ref = (size_t)K * sizeof(float);
-    if (A->dtype != TM_FLOAT) ref += (size_t)(M * K) * sizeof(float);
-    size_t fast = A->dtype == TM_FLOAT && packed ? tm_nbits_scratch(M, K, a->i[3]) : 0;
-    *scratch = ref > fast ? ref : fast;
+    if (packed) {
+        *scratch = tm_nbits_scratch(M, K, a->i[3]);
+        return TM_OK;
+    }
+    *scratch = (size_t)K * sizeof(float);
+    if (A->dtype != TM_FLOAT) *scratch += (size_t)(M * K) * sizeof(float);
     return TM_OK;
 }
 
@@ -200,15 +205,16 @@ tm_status tm__kernel_matmul_nbits(const tm_kcall *k) {
     tm_tensor *Y = k->out[0];
     int64_t K = k->a->i[0], N = k->a->i[1];
     int64_t M = tm_numel(A->rank, A->dims) / K;
-    nbits_weights wt = weights_of(k, 1);
-    if (k->a->i[6] && A->dtype == TM_FLOAT && tm_nbits_fast(k->a->i[3])) {
-        const tm_tensor *P = k->in[k->nin - 1];
+    if (k->a->i[6]) {
+        /* Repacked weights: the fast kernels, or their portable C under TM_REFERENCE_KERNELS. */
+        const tm_tensor *P = k->in[1];
         if (!tm_nbits_packed_check(P->data, (size_t)P->dims[0], N, K, k->a->i[3]))
             return tm__fail(k->err, TM_ERR_RUNTIME, "matmul_nbits: the repacked weights do not "
                             "match (%lld, %lld)", (long long)N, (long long)K);
         tm_nbits_matmul(P->data, M, A->data, Y->data, k->scratch, k->pool);
         return TM_OK;
     }
+    nbits_weights wt = weights_of(k, 1);
     float *w = k->scratch;
     const float *af = A->data;
     if (A->dtype != TM_FLOAT) {
