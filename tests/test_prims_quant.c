@@ -437,6 +437,10 @@ int main(void) {
     unsetenv("TM_KERNEL_ISA");
     test_gather_bq(TM_UINT8, 0);
     test_gather_bq(TM_UINT8, 1);
+    setenv("TM_KERNEL_ISA", "scalar", 1);   /* the reference, beside the 4-bit row path */
+    test_gather_bq(TM_UINT8, 0);
+    test_gather_bq(TM_UINT8, 1);
+    unsetenv("TM_KERNEL_ISA");
     test_gather_bq(TM_INT4, 0);
     test_gather_bq(TM_INT4, 1);
     test_gather_bq(TM_UINT4, 1);

@@ -241,6 +241,8 @@ typedef struct tile_job {
     const uint8_t *data;
     const tm__sgemm_arch *ar;
     tm__nbits_dequant_fn dequant;
+    tm__nbits_pack_fn pack;
+    tm__nbits_store_fn store;
     int64_t m;
     const float *a;
     float *y;
@@ -248,20 +250,38 @@ typedef struct tile_job {
     int64_t k_pad, row_panels;
 } tile_job;
 
+/* Portable tm__nbits_pack_fn: chunk by chunk, so that the 32 x nr floats being written stay
+ * in L1 while each row's 32 values are read in order. */
+static void pack_portable(const float *a, int64_t k, int64_t k_pad, int rows, int nr,
+                          float *panel) {
+    for (int64_t c = 0; c < k_pad; c += TM_NBITS_CHUNK) {
+        float *dst = panel + c * nr;
+        for (int lane = 0; lane < nr; lane++) {
+            if (lane >= rows) {
+                for (int p = 0; p < TM_NBITS_CHUNK; p++) dst[p * nr + lane] = 0.0f;
+                continue;
+            }
+            const float *src = a + lane * k;
+            for (int p = 0; p < 16; p++) {
+                int64_t even = c + 2 * p, odd = even + 1;
+                dst[p * nr + lane] = even < k ? src[even] : 0.0f;
+                dst[(16 + p) * nr + lane] = odd < k ? src[odd] : 0.0f;
+            }
+        }
+    }
+}
+
+static void store_portable(const float *acc, int nr, int rows, int cols, float *y, int64_t ldy) {
+    for (int r = 0; r < rows; r++)
+        for (int j = 0; j < cols; j++) y[r * ldy + j] = acc[j * nr + r];
+}
+
 static void pack_slice(void *arg, int ith, int nth) {
     const tile_job *jb = arg;
     int nr = jb->ar->nr;
-    for (int64_t rp = jb->row_panels * ith / nth; rp < jb->row_panels * (ith + 1) / nth; rp++) {
-        float *panel = jb->panels + rp * jb->k_pad * nr;
-        for (int lane = 0; lane < nr; lane++) {
-            int64_t row = rp * nr + lane;
-            if (row < jb->m) {
-                reorder_row(jb->a + row * jb->h->k, jb->h->k, jb->k_pad, panel + lane, nr);
-                continue;
-            }
-            for (int64_t p = 0; p < jb->k_pad; p++) panel[p * nr + lane] = 0.0f;
-        }
-    }
+    for (int64_t rp = jb->row_panels * ith / nth; rp < jb->row_panels * (ith + 1) / nth; rp++)
+        jb->pack(jb->a + rp * nr * jb->h->k, jb->h->k, jb->k_pad, (int)min64(nr, jb->m - rp * nr),
+                 nr, jb->panels + rp * jb->k_pad * nr);
 }
 
 /* The columns of groups [g0, g0 + groups) for every row. The weights are the tile's A
@@ -277,8 +297,10 @@ static void column_step(const tile_job *jb, int64_t g0, int groups) {
     _Alignas(64) float w[(STEP_COLUMNS + 16) * SLICE_K];
     _Alignas(64) float acc[ROW_PANELS][STEP_COLUMNS * 32];   /* (columns, nr <= 32) */
     if (mr > 16 || nr > 32) abort();   /* an arch table out of step with this file */
-    memset(w + groups * TM_NBITS_GROUP * SLICE_K, 0,
-           sizeof(float) * (size_t)((STEP_COLUMNS + 16 - groups * TM_NBITS_GROUP) * SLICE_K));
+    /* Rows the last tile call reads past the dequantized ones: zeros (no garbage floats). */
+    int dequantized = groups * TM_NBITS_GROUP, read = (cols + mr - 1) / mr * mr;
+    if (read > dequantized)
+        memset(w + dequantized * SLICE_K, 0, sizeof(float) * (size_t)((read - dequantized) * SLICE_K));
     for (int64_t rp0 = 0; rp0 < jb->row_panels; rp0 += ROW_PANELS) {
         int64_t rps = min64(ROW_PANELS, jb->row_panels - rp0);
         for (int64_t k0 = 0; k0 < jb->k_pad; k0 += SLICE_K) {
@@ -294,9 +316,7 @@ static void column_step(const tile_job *jb, int64_t g0, int groups) {
         }
         for (int64_t rp = 0; rp < rps; rp++) {
             int64_t row0 = (rp0 + rp) * nr;
-            int rows = (int)min64(nr, jb->m - row0);
-            for (int r = 0; r < rows; r++)
-                for (int j = 0; j < cols; j++) jb->y[(row0 + r) * h->n + n0 + j] = acc[rp][j * nr + r];
+            jb->store(acc[rp], nr, (int)min64(nr, jb->m - row0), cols, jb->y + row0 * h->n + n0, h->n);
         }
     }
 }
@@ -340,7 +360,9 @@ void tm_nbits_matmul(const void *packed, int64_t m, const float *a, float *y, vo
         run(pool, threads_for(h.groups, h.n, h.k, pool), gemv_slice, &jb);
         return;
     }
-    tile_job jb = {&h, data, kr.tile, dequant_of(&kr, &h), m, a, y, buf, k_pad,
+    int simd = kr.arch && kr.tile->nr % 16 == 0;
+    tile_job jb = {&h, data, kr.tile, dequant_of(&kr, &h), simd ? kr.arch->pack : pack_portable,
+                   simd ? kr.arch->store : store_portable, m, a, y, buf, k_pad,
                    (m + kr.tile->nr - 1) / kr.tile->nr};
     run(pool, threads_for(jb.row_panels, h.n, h.k, pool), pack_slice, &jb);
     int64_t steps = (h.groups + STEP_GROUPS - 1) / STEP_GROUPS;

@@ -85,10 +85,22 @@ typedef void (*tm__nbits_dequant_fn)(const tm__nbits_packed *h, const uint8_t *d
                                      int groups, int64_t c0, int64_t chunks, float *w,
                                      int64_t ldw);
 
+/* Rows [0, rows) (rows <= nr) of a (row stride k) into one row panel of the tile path:
+ * (k_pad, nr) floats, lane r holding row r in the kernels' k order; zeros past k and in
+ * lanes from rows on. */
+typedef void (*tm__nbits_pack_fn)(const float *a, int64_t k, int64_t k_pad, int rows, int nr,
+                                  float *panel);
+/* The tile path's transposed store: y[r * ldy + j] = acc[j * nr + r] for r < rows, j < cols
+ * (cols <= 16). */
+typedef void (*tm__nbits_store_fn)(const float *acc, int nr, int rows, int cols, float *y,
+                                   int64_t ldy);
+
 typedef struct tm__nbits_arch {
     const char *name;
     tm__nbits_gemv_fn gemv;
     tm__nbits_dequant_fn dequant;
+    tm__nbits_pack_fn pack;      /* for nr a multiple of 16 */
+    tm__nbits_store_fn store;    /* likewise */
 } tm__nbits_arch;
 
 /* NULL where the compiler or the CPU lacks AVX-512. Blocks of 32 or more. */

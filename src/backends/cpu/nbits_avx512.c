@@ -117,7 +117,84 @@ static void dequant(const tm__nbits_packed *h, const uint8_t *data, int64_t g0, 
     }
 }
 
-static const tm__nbits_arch avx512 = {"avx512", gemv, dequant};
+/* out[j] lane i = in[i] lane j: unpack within 128-bit lanes, then 4 x 4 blocks of them. */
+static inline __attribute__((always_inline)) void transpose16(const __m512 in[16],
+                                                              __m512 out[16]) {
+    __m512 t[16], u[16];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(in[2 * i], in[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(in[2 * i], in[2 * i + 1]);
+    }
+    /* u[4G + q], 128-bit lane L: column 4L + q of rows 4G..4G+3. */
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; g++) {
+        u[4 * g] = _mm512_shuffle_ps(t[4 * g], t[4 * g + 2], 0x44);
+        u[4 * g + 1] = _mm512_shuffle_ps(t[4 * g], t[4 * g + 2], 0xEE);
+        u[4 * g + 2] = _mm512_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0x44);
+        u[4 * g + 3] = _mm512_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0xEE);
+    }
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; q++) {
+        __m512 v0 = _mm512_shuffle_f32x4(u[q], u[4 + q], 0x44);
+        __m512 v1 = _mm512_shuffle_f32x4(u[q], u[4 + q], 0xEE);
+        __m512 v2 = _mm512_shuffle_f32x4(u[8 + q], u[12 + q], 0x44);
+        __m512 v3 = _mm512_shuffle_f32x4(u[8 + q], u[12 + q], 0xEE);
+        out[q] = _mm512_shuffle_f32x4(v0, v2, 0x88);
+        out[4 + q] = _mm512_shuffle_f32x4(v0, v2, 0xDD);
+        out[8 + q] = _mm512_shuffle_f32x4(v1, v3, 0x88);
+        out[12 + q] = _mm512_shuffle_f32x4(v1, v3, 0xDD);
+    }
+}
+
+static inline __mmask16 lanes(int64_t count) {
+    return count >= 16 ? (__mmask16)0xffff : count <= 0 ? 0 : (__mmask16)((1u << count) - 1);
+}
+
+/* 16 rows at a time: each row's chunk of 32 split into its even and odd k (two vpermt2ps),
+ * then each 16 x 16 block transposed, so the panel is written a full vector at a time. The
+ * loops are unrolled so that the blocks stay in registers. */
+static void pack(const float *a, int64_t k, int64_t k_pad, int rows, int nr, float *panel) {
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+    for (int h = 0; h < nr; h += 16)
+        for (int64_t c = 0; c < k_pad; c += TM_NBITS_CHUNK) {
+            __mmask16 m0 = lanes(k - c), m1 = lanes(k - c - 16);
+            for (int half = 0; half < 2; half++) {
+                __m512i idx = half ? odd : even;
+                __m512 in[16], out[16];
+#pragma GCC unroll 16
+                for (int r = 0; r < 16; r++) {
+                    const float *src = a + (int64_t)(h + r) * k + c;
+                    __mmask16 live = h + r < rows ? 0xffff : 0;
+                    __m512 lo = _mm512_maskz_loadu_ps(m0 & live, src);
+                    __m512 hi = _mm512_maskz_loadu_ps(m1 & live, src + 16);
+                    in[r] = _mm512_permutex2var_ps(lo, idx, hi);
+                }
+                transpose16(in, out);
+                float *dst = panel + (c + 16 * half) * nr + h;
+#pragma GCC unroll 16
+                for (int p = 0; p < 16; p++) _mm512_storeu_ps(dst + p * nr, out[p]);
+            }
+        }
+}
+
+static void store(const float *acc, int nr, int rows, int cols, float *y, int64_t ldy) {
+    __mmask16 m = lanes(cols);
+    for (int h = 0; h < rows; h += 16) {
+        __m512 in[16], out[16];
+#pragma GCC unroll 16
+        for (int j = 0; j < 16; j++)
+            in[j] = _mm512_maskz_loadu_ps(j < cols ? 0xffff : 0, acc + j * nr + h);
+        transpose16(in, out);
+        int n = rows - h < 16 ? rows - h : 16;
+#pragma GCC unroll 16
+        for (int r = 0; r < 16; r++)
+            if (r < n) _mm512_mask_storeu_ps(y + (h + r) * ldy, m, out[r]);
+    }
+}
+
+static const tm__nbits_arch avx512 = {"avx512", gemv, dequant, pack, store};
 
 const tm__nbits_arch *tm__nbits_arch_avx512(void) {
     __builtin_cpu_init();

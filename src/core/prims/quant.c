@@ -350,6 +350,44 @@ static int64_t packed_at(const tm_tensor *t, int64_t flat, int64_t cols, int com
     return (byte >> ((col % comp) * bits)) & ((1 << bits) - 1);
 }
 
+/* 1 when the reference kernels were asked for (TM_REFERENCE_KERNELS=1, or
+ * TM_KERNEL_ISA=scalar as the tests set it). */
+static int reference_only(void) {
+    const char *isa = getenv("TM_KERNEL_ISA");
+    return tm_use_reference_kernels() || (isa && !strcmp(isa, "scalar"));
+}
+
+/* The embedding case: rows of 4-bit values two per byte, blocks along the row, f32 scales
+ * and output. Each value is (q - zp) * scale rounded once, as the reference's double
+ * product rounded to float is (the exact product fits a double). */
+static tm_status gather_rows_4bit(const tm_kcall *k, int64_t rows, int64_t cols) {
+    const tm_tensor *D = k->in[0], *I = k->in[1], *S = k->in[2];
+    const tm_tensor *Z = k->a->i[4] ? k->in[3] : NULL;
+    int64_t bs = k->a->i[2], nblk = (cols + bs - 1) / bs, zrow = (nblk + 1) / 2;
+    int64_t n_idx = tm_numel(I->rank, I->dims);
+    const uint8_t *data = D->data, *zps = Z ? Z->data : NULL;
+    const float *scales = S->data;
+    float *y = k->out[0]->data;
+    for (int64_t i = 0; i < n_idx; i++) {
+        int64_t idx = I->dtype == TM_INT64 ? ((const int64_t *)I->data)[i]
+                                           : ((const int32_t *)I->data)[i];
+        if (idx < 0) idx += rows;
+        if (idx < 0 || idx >= rows)
+            return tm__fail(k->err, TM_ERR_RUNTIME, "index %lld is out of range for axis 0 of "
+                            "size %lld", (long long)(idx < 0 ? idx - rows : idx), (long long)rows);
+        const uint8_t *row = data + idx * ((cols + 1) / 2);
+        float *out = y + i * cols;
+        for (int64_t b = 0; b < nblk; b++) {
+            float scale = scales[idx * nblk + b], zp = 8.0f;
+            if (zps) zp = (float)((zps[idx * zrow + b / 2] >> ((b & 1) * 4)) & 15);
+            int64_t end = (b + 1) * bs < cols ? (b + 1) * bs : cols;
+            for (int64_t c = b * bs; c < end; c++)
+                out[c] = ((float)((row[c / 2] >> ((c & 1) * 4)) & 15) - zp) * scale;
+        }
+    }
+    return TM_OK;
+}
+
 tm_status tm__kernel_gather_block_quantized(const tm_kcall *k) {
     const tm_tensor *D = k->in[0], *I = k->in[1], *S = k->in[2];
     const tm_tensor *Z = k->a->i[4] ? k->in[3] : NULL;
@@ -360,6 +398,9 @@ tm_status tm__kernel_gather_block_quantized(const tm_kcall *k) {
     int64_t logical[TM_MAX_RANK];
     memcpy(logical, D->dims, sizeof logical);
     logical[r - 1] *= comp;
+    if (r == 2 && ga == 0 && qa == 1 && comp == 2 && S->dtype == TM_FLOAT &&
+        Y->dtype == TM_FLOAT && !reference_only())
+        return gather_rows_4bit(k, logical[0], logical[1]);
     int64_t outer = 1, inner = 1, g = logical[ga];
     for (int d = 0; d < ga; d++) outer *= logical[d];
     for (int d = ga + 1; d < r; d++) inner *= logical[d];
