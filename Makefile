@@ -105,6 +105,15 @@ gemm-lab: $(BUILD)/gemm_lab
 $(BUILD)/gemm_lab: bench/gemm_lab.c $(BUILD)/libtransmuter.a
 	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(BUILD)/libtransmuter.a $(LDLIBS) -ldl
 
+# Memory read bandwidth (1 and 2 threads), the yardstick of a decode step. Not part of `all`.
+.PHONY: bandwidth
+bandwidth: $(BUILD)/bandwidth
+	$(BUILD)/bandwidth
+
+$(BUILD)/bandwidth: bench/bandwidth.c
+	@mkdir -p $(BUILD)
+	$(CC) $(CFLAGS) -O2 -o $@ $< -pthread
+
 install: all
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/bin \
 	    $(DESTDIR)$(PREFIX)/lib/pkgconfig

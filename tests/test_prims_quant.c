@@ -31,10 +31,14 @@ static tm_val make(tm_ctx *c, tm_dtype dt, int rank, const int64_t *dims, tm_ten
     return tm_val_tensor(c, t, 0);
 }
 
+/* When set, the 4-bit tests run their kernels on these threads. */
+static tm_pool *nbits_pool;
+
 static void test_matmul_nbits_with(int bits, int64_t bs, int64_t K, int64_t N, int64_t M,
                                    int zp_kind, int with_g, tm_dtype adt, int repack) {
     tm_ctx c;
     tm_ctx_init(&c, TM_MODE_EAGER, NULL);
+    c.pool = nbits_pool;
     int64_t kb = (K + bs - 1) / bs, blob = bs * bits / 8, zp_row = (kb * bits + 7) / 8;
     float *a = malloc(sizeof(float) * (size_t)(M * K));
     unsigned *q = calloc((size_t)(N * kb * bs), sizeof *q);
@@ -433,6 +437,12 @@ int main(void) {
         test_matmul_nbits(4, 16, 16 * 7, 30, 40, 1, 0, TM_FLOAT);   /* 7 blocks of 16 */
         test_matmul_nbits(4, 32, 300, 50, 200, 2, 0, TM_FLOAT);
         test_matmul_nbits(4, 32, 96, 7, 530, 1, 0, TM_FLOAT);       /* beyond 16 row panels */
+        /* Large enough to be split over threads: results as on one thread. */
+        nbits_pool = tm_pool_create(3);
+        test_matmul_nbits(4, 32, 512, 301, 1, 1, 0, TM_FLOAT);
+        test_matmul_nbits(4, 64, 512, 301, 40, 0, 0, TM_FLOAT);
+        tm_pool_free(nbits_pool);
+        nbits_pool = NULL;
     }
     unsetenv("TM_KERNEL_ISA");
     test_gather_bq(TM_UINT8, 0);

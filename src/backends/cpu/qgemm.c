@@ -2,6 +2,7 @@
  * constant-folded primitive), re-centres A when it is signed, computes the row sums the
  * zero points need, and runs a micro-kernel (qgemm_avx512.c, qgemm_avx2.c) over column
  * panels split across the pool; or the plain C reference on the same packed B. */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include "gemm.h"   /* tm_use_reference_kernels */
@@ -12,6 +13,9 @@
 #define PANEL_BYTES(quads) ((quads) * TM_QGEMM_NR * TM_QGEMM_KQ)
 /* Below this many multiply-adds a product runs on the calling thread. */
 #define PARALLEL_MIN_MACS (1 << 16)
+/* Panels are claimed in about this many pieces per thread, so that a thread the OS holds
+ * back leaves its share to the others. */
+#define PIECES_PER_THREAD 4
 
 static int64_t round_up(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
 
@@ -175,14 +179,15 @@ typedef struct qgemm_job {
     const uint8_t *a;          /* uint8 form */
     int64_t lda;
     const int32_t *za, *rowsum;
+    int64_t piece;             /* panels per claim */
+    _Atomic int64_t next;      /* first unclaimed panel */
 } qgemm_job;
 
-static void panel_slice(void *arg, int ith, int nth) {
-    const qgemm_job *jb = arg;
+/* Panels [p0, p1): every row of them. */
+static void panels(const qgemm_job *jb, int64_t p0, int64_t p1) {
     const tm_qgemm_args *g = jb->g;
     const tm__qgemm_packed *h = jb->h;
     const uint8_t *base = g->b_packed;
-    int64_t p0 = h->panels * ith / nth, p1 = h->panels * (ith + 1) / nth;
     for (int64_t p = p0; p < p1; p++) {
         int64_t j = p * TM_QGEMM_NR;
         int nr = (int)(g->n - j < TM_QGEMM_NR ? g->n - j : TM_QGEMM_NR);
@@ -204,6 +209,17 @@ static void panel_slice(void *arg, int ith, int nth) {
             };
             jb->ar->tile(g->k, jb->a + i * jb->lda, jb->lda, mr, panel, nr, &e);
         }
+    }
+}
+
+static void panel_slice(void *arg, int ith, int nth) {
+    qgemm_job *jb = arg;
+    (void)ith;
+    (void)nth;
+    for (;;) {
+        int64_t p0 = atomic_fetch_add(&jb->next, jb->piece);
+        if (p0 >= jb->h->panels) return;
+        panels(jb, p0, p0 + jb->piece < jb->h->panels ? p0 + jb->piece : jb->h->panels);
     }
 }
 
@@ -238,10 +254,15 @@ void tm_qgemm(const tm_qgemm_args *g, void *scratch, tm_pool *pool) {
             for (int64_t p = 0; p < g->k; p++) s += a[i * lda + p];
             rowsum[i] = (int32_t)s;
         }
-    qgemm_job jb = {g, ar, &h, a, lda, za, h.zb_any ? rowsum : NULL};
     double macs = (double)g->m * (double)g->n * (double)g->k;
     int nth = macs < PARALLEL_MIN_MACS ? 1 : tm_pool_threads(pool);
     if (nth > h.panels) nth = (int)h.panels;
-    if (nth <= 1) panel_slice(&jb, 0, 1);
-    else tm_pool_run(pool, nth, panel_slice, &jb);
+    if (nth <= 1) {
+        qgemm_job jb = {g, ar, &h, a, lda, za, h.zb_any ? rowsum : NULL, h.panels, 0};
+        panels(&jb, 0, h.panels);
+        return;
+    }
+    int64_t piece = h.panels / ((int64_t)nth * PIECES_PER_THREAD);
+    qgemm_job jb = {g, ar, &h, a, lda, za, h.zb_any ? rowsum : NULL, piece < 1 ? 1 : piece, 0};
+    tm_pool_run(pool, nth, panel_slice, &jb);
 }
