@@ -405,6 +405,101 @@ static void test_dynamic_quantize(void) {
     unsetenv("TM_KERNEL_ISA");
 }
 
+/* ---- CONV_INTEGER ----------------------------------------------------------------------- */
+
+/* One convolution against a naive loop over (x - xzp)(w - wzp) with zero padding of the
+ * centred x. n spatial dims of size `size`, kernel `ker`, stride, dilation, pads. */
+static void test_conv_integer_case(tm_dtype xdt, tm_dtype wdt, int n, int64_t size, int64_t ker,
+                                   int64_t stride, int64_t dil, int64_t pad, int per_channel) {
+    tm_ctx c;
+    tm_ctx_init(&c, TM_MODE_EAGER, NULL);
+    const int64_t B = 2, C = 3, M = 5;
+    int64_t xd[5] = {B, C, size, size, size}, wd[5] = {M, C, ker, ker, ker}, zd[1] = {per_channel ? M : 1};
+    tm_tensor *tx, *tw, *txz, *twz;
+    tm_val vx = make(&c, xdt, 2 + n, xd, &tx), vw = make(&c, wdt, 2 + n, wd, &tw);
+    tm_val vxz = make(&c, xdt, 0, NULL, &txz), vwz = make(&c, wdt, 1, zd, &twz);
+    int64_t nx = tm_numel(2 + n, xd), nw = tm_numel(2 + n, wd);
+    int32_t *x = malloc(sizeof(int32_t) * (size_t)nx), *w = malloc(sizeof(int32_t) * (size_t)nw), xz, wz[5];
+    for (int64_t i = 0; i < nx; i++) put8(tx, i, x[i] = q8_value(xdt, 2));
+    for (int64_t i = 0; i < nw; i++) put8(tw, i, w[i] = q8_value(wdt, 2));
+    put8(txz, 0, xz = q8_value(xdt, 2));
+    for (int64_t i = 0; i < zd[0]; i++) put8(twz, i, wz[i] = q8_value(wdt, 2));
+    int64_t span = (ker - 1) * dil + 1, out = (size + 2 * pad - span) / stride + 1;
+    int64_t kdim = C, positions = 1;
+    tm_args a, pack;
+    memset(&a, 0, sizeof a);
+    memset(&pack, 0, sizeof pack);
+    a.i[0] = n;
+    a.i[1] = 1;
+    for (int d = 0; d < n; d++) {
+        a.i[2 + d] = stride;
+        a.i[2 + n + d] = pad;
+        a.i[2 + 2 * n + d] = pad;
+        a.i[2 + 3 * n + d] = dil;
+        a.i[2 + 4 * n + d] = ker;
+        kdim *= ker;
+        positions *= out;
+    }
+    a.i[2 + 5 * n] = M;
+    pack.i[0] = kdim;
+    pack.i[1] = M;
+    pack.i[2] = 1;
+    tm_val pin[2] = {vw, vwz};
+    tm_val in[3] = {vx, tm_prim(&c, TM_P_QGEMM_PACK_B, pin, 2, &pack), vxz};
+    tm_val y = tm_prim(&c, TM_P_CONV_INTEGER, in, 3, &a);
+    CHECK(tm_ctx_ok(&c), "conv_integer: %s", c.err.message);
+    if (tm_ctx_ok(&c)) {
+        const int32_t *got = tm_vdata(&c, y)->data;
+        int64_t bad = 0;
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t m = 0; m < M; m++)
+                for (int64_t p = 0; p < positions; p++) {
+                    int64_t o[3] = {p, 0, 0}, rest = p;
+                    for (int d = n - 1; d >= 0; d--) {
+                        o[d] = rest % out;
+                        rest /= out;
+                    }
+                    int64_t sum = 0;
+                    for (int64_t ch = 0; ch < C; ch++)
+                        for (int64_t kk = 0; kk < kdim / C; kk++) {
+                            int64_t kq[3] = {kk, 0, 0}, kr = kk, idx = 0, inside = 1;
+                            for (int d = n - 1; d >= 0; d--) {
+                                kq[d] = kr % ker;
+                                kr /= ker;
+                            }
+                            for (int d = 0; d < n; d++) {
+                                int64_t pos = o[d] * stride - pad + kq[d] * dil;
+                                inside &= pos >= 0 && pos < size;
+                                idx = idx * size + pos;
+                            }
+                            if (!inside) continue;
+                            int32_t xv = x[(b * C + ch) * (nx / (B * C)) + idx] - xz;
+                            int32_t wv = w[(m * C + ch) * (kdim / C) + kk] - wz[per_channel ? m : 0];
+                            sum += (int64_t)xv * wv;
+                        }
+                    if (got[(b * M + m) * positions + p] != (int32_t)sum) bad++;
+                }
+        CHECK(bad == 0, "conv_integer %s x %s n %d size %lld kernel %lld stride %lld dilation "
+              "%lld pad %lld per-channel %d: %lld wrong", tm_dtype_name(xdt), tm_dtype_name(wdt),
+              n, (long long)size, (long long)ker, (long long)stride, (long long)dil,
+              (long long)pad, per_channel, (long long)bad);
+    }
+    free(x);
+    free(w);
+    tm_ctx_destroy(&c);
+}
+
+static void test_conv_integer(void) {
+    const tm_dtype dts[2] = {TM_UINT8, TM_INT8};
+    for (int i = 0; i < 4; i++) {
+        tm_dtype xd = dts[i % 2], wd = dts[i / 2];
+        test_conv_integer_case(xd, wd, 2, 7, 3, 1, 1, 1, i % 2);
+        test_conv_integer_case(xd, wd, 2, 9, 3, 2, 2, 2, 1);
+        test_conv_integer_case(xd, wd, 1, 11, 4, 3, 1, 0, 0);
+        test_conv_integer_case(xd, wd, 3, 5, 2, 1, 2, 1, 1);
+    }
+}
+
 int main(void) {
     int bits_list[] = {2, 3, 4, 5, 8};
     for (int b = 0; b < 5; b++)
@@ -456,6 +551,7 @@ int main(void) {
     test_gather_bq(TM_UINT4, 1);
     test_qgemm();
     test_dynamic_quantize();
+    test_conv_integer();
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;
 }

@@ -56,7 +56,7 @@ static int32_t load8(const void *p, int is_signed, int64_t i) {
     return is_signed ? ((const int8_t *)p)[i] : ((const uint8_t *)p)[i];
 }
 
-void tm_qgemm_pack_b(const void *b, int b_signed, int64_t ldb, int64_t k, int64_t n,
+void tm_qgemm_pack_b(const void *b, int b_signed, int b_trans, int64_t ldb, int64_t k, int64_t n,
                      const void *zb, int64_t zb_count, void *dst) {
     tm__qgemm_packed h;
     layout(k, n, &h);
@@ -73,11 +73,24 @@ void tm_qgemm_pack_b(const void *b, int b_signed, int64_t ldb, int64_t k, int64_
         zbc[j] = load8(zb, b_signed, zb_count == 1 ? 0 : j) - shift;
         if (zbc[j]) h.zb_any = 1;
     }
-    /* Four rows (one group of k) at a time, so that B is read in order however large it
-     * is and each packed column's 4 bytes are written together. Re-centring uint8 is
-     * flipping the top bit: b - 128 as int8. */
+    /* Re-centring uint8 is flipping the top bit: b - 128 as int8. */
     const uint8_t flip = b_signed ? 0 : 0x80;
-    for (int64_t p0 = 0; p0 < k; p0 += TM_QGEMM_KQ) {
+    if (b_trans) {
+        /* Column by column: each is a row of the given matrix, read in order. */
+        for (int64_t j = 0; j < n; j++) {
+            const uint8_t *src = (const uint8_t *)b + j * ldb;
+            int8_t *col = panels + (j / TM_QGEMM_NR) * PANEL_BYTES(h.quads) +
+                          (j % TM_QGEMM_NR) * TM_QGEMM_KQ;
+            for (int64_t p = 0; p < k; p++) {
+                int8_t v = (int8_t)(src[p] ^ flip);
+                col[(p / TM_QGEMM_KQ) * TM_QGEMM_NR * TM_QGEMM_KQ + p % TM_QGEMM_KQ] = v;
+                sums[j] += (uint32_t)(int32_t)v;
+            }
+        }
+    }
+    /* Four rows (one group of k) at a time, so that B is read in order however large it
+     * is and each packed column's 4 bytes are written together. */
+    for (int64_t p0 = 0; !b_trans && p0 < k; p0 += TM_QGEMM_KQ) {
         int rows = (int)(k - p0 < TM_QGEMM_KQ ? k - p0 : TM_QGEMM_KQ);
         const uint8_t *src[TM_QGEMM_KQ];
         for (int r = 0; r < TM_QGEMM_KQ; r++) src[r] = (const uint8_t *)b + (p0 + (r < rows ? r : 0)) * ldb;

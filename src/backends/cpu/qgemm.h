@@ -21,8 +21,9 @@ size_t tm_qgemm_packed_size(int64_t k, int64_t n);
  * zero point (zb_count 1: one for all columns, else n values, each of B's dtype) into
  * dst (tm_qgemm_packed_size bytes, any alignment). Stored: B re-centred to int8
  * (uint8 minus 128), in panels of TM_QGEMM_NR columns by groups of 4 rows (zero-padded),
- * each column's zero point in that form, and sum_k B - k * zero point per column. */
-void tm_qgemm_pack_b(const void *b, int b_signed, int64_t ldb, int64_t k, int64_t n,
+ * each column's zero point in that form, and sum_k B - k * zero point per column.
+ * b_trans: b holds B transposed, (n, k) with row stride ldb (a convolution's weights). */
+void tm_qgemm_pack_b(const void *b, int b_signed, int b_trans, int64_t ldb, int64_t k, int64_t n,
                      const void *zb, int64_t zb_count, void *dst);
 
 /* 1 when p (of `bytes` bytes) is a packed B of k rows and n columns. */

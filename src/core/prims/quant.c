@@ -560,10 +560,11 @@ tm_status tm__shape_qgemm_pack_b(tm_ctx *c, int prim, const tm_args *a,
     (void)scratch;
     const tm_vinfo *B = in[0], *Z = in[1];
     int64_t K = a->i[0], N = a->i[1];
-    if (!is_q8(B->dtype) || B->rank != 2 || B->dims[0] != K || B->dims[1] != N || K <= 0 ||
-        N <= 0)
-        return tm_ctx_fail(c, TM_ERR_SHAPE, "qgemm_pack_b: b must be int8 or uint8 (%lld, %lld)",
-                           (long long)K, (long long)N);
+    int shape_ok = a->i[2] ? B->rank >= 2 && B->dims[0] == N && tm_numel(B->rank, B->dims) == N * K
+                           : B->rank == 2 && B->dims[0] == K && B->dims[1] == N;
+    if (!is_q8(B->dtype) || !shape_ok || K <= 0 || N <= 0)
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "qgemm_pack_b: b must be int8 or uint8 (%lld, %lld)%s",
+                           (long long)K, (long long)N, a->i[2] ? " transposed" : "");
     int64_t nz = tm_numel(Z->rank, Z->dims);
     if (Z->dtype != B->dtype || (nz != 1 && nz != N))
         return tm_ctx_fail(c, TM_ERR_SHAPE, "qgemm_pack_b: the zero point must be %s with 1 or "
@@ -576,8 +577,9 @@ tm_status tm__shape_qgemm_pack_b(tm_ctx *c, int prim, const tm_args *a,
 
 tm_status tm__kernel_qgemm_pack_b(const tm_kcall *k) {
     const tm_tensor *B = k->in[0], *Z = k->in[1];
-    tm_qgemm_pack_b(B->data, B->dtype == TM_INT8, B->dims[1], B->dims[0], B->dims[1], Z->data,
-                    tm_numel(Z->rank, Z->dims), k->out[0]->data);
+    int64_t K = k->a->i[0], N = k->a->i[1];
+    tm_qgemm_pack_b(B->data, B->dtype == TM_INT8, (int)k->a->i[2], k->a->i[2] ? K : N, K, N,
+                    Z->data, tm_numel(Z->rank, Z->dims), k->out[0]->data);
     return TM_OK;
 }
 
@@ -670,5 +672,139 @@ tm_status tm__kernel_nbits_pack(const tm_kcall *k) {
     nbits_weights wt = weights_of(k, 0);
     tm_nbits_weights g = nbits_weights_of(k, &wt);
     tm_nbits_pack(&g, k->out[0]->data);
+    return TM_OK;
+}
+
+/* ---- CONV_INTEGER ------------------------------------------------------------------------ */
+
+/* The convolution's geometry from i[] (see quant.def). */
+typedef struct conv_geom {
+    int n;
+    int64_t batch, channels, m, kdim, positions;
+    int64_t in[3], out[3], kernel[3], stride[3], pad[3], dilation[3];
+} conv_geom;
+
+static int conv_geom_of(const tm_args *a, const int64_t *x_dims, conv_geom *g) {
+    int n = (int)a->i[0];
+    if (n < 1 || n > 3 || a->i[1] != 1) return 0;
+    g->n = n;
+    g->batch = x_dims[0];
+    g->channels = x_dims[1];
+    g->m = a->i[2 + 5 * n];
+    g->kdim = g->channels;
+    g->positions = 1;
+    for (int d = 0; d < n; d++) {
+        g->in[d] = x_dims[2 + d];
+        g->stride[d] = a->i[2 + d];
+        g->pad[d] = a->i[2 + n + d];
+        g->dilation[d] = a->i[2 + 3 * n + d];
+        g->kernel[d] = a->i[2 + 4 * n + d];
+        int64_t span = (g->kernel[d] - 1) * g->dilation[d] + 1;
+        int64_t padded = g->in[d] + g->pad[d] + a->i[2 + 2 * n + d];
+        if (g->stride[d] < 1 || g->dilation[d] < 1 || g->kernel[d] < 1 || g->pad[d] < 0 ||
+            padded < span)
+            return 0;
+        g->out[d] = (padded - span) / g->stride[d] + 1;
+        g->kdim *= g->kernel[d];
+        g->positions *= g->out[d];
+    }
+    return g->m > 0;
+}
+
+tm_status tm__shape_conv_integer(tm_ctx *c, int prim, const tm_args *a,
+                                 const tm_vinfo *const *in, int nin, tm_vinfo *out, int nout,
+                                 size_t *scratch) {
+    (void)prim;
+    (void)nin;
+    (void)nout;
+    const tm_vinfo *X = in[0], *P = in[1], *Z = in[2];
+    conv_geom g;
+    if (!is_q8(X->dtype) || X->rank != 2 + (int)a->i[0] || !conv_geom_of(a, X->dims, &g))
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "conv_integer: x must be int8 or uint8 (N, C, "
+                           "spatial...) with a group-1 window of 1 to 3 dims");
+    if (P->dtype != TM_UINT8 || P->rank != 1 ||
+        P->dims[0] != (int64_t)tm_qgemm_packed_size(g.kdim, g.m))
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "conv_integer: the weights must be packed for "
+                           "(%lld, %lld)", (long long)g.kdim, (long long)g.m);
+    if (Z->dtype != X->dtype || tm_numel(Z->rank, Z->dims) != 1)
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "conv_integer: x's zero point must be one %s",
+                           tm_dtype_name(X->dtype));
+    out[0].dtype = TM_INT32;
+    out[0].rank = X->rank;
+    out[0].dims[0] = g.batch;
+    out[0].dims[1] = g.m;
+    for (int d = 0; d < g.n; d++) out[0].dims[2 + d] = g.out[d];
+    /* Patches (positions, kdim) as bytes, their product (positions, m) as int32, and the
+     * product's own scratch, for one image at a time. */
+    *scratch = (size_t)(g.positions * g.kdim) + 64 + (size_t)(g.positions * g.m) * 4 + 64 +
+               tm_qgemm_scratch(g.positions, g.kdim, X->dtype == TM_INT8);
+    return TM_OK;
+}
+
+/* Row p of the patch matrix for output position p: every (channel, kernel offset), x's
+ * value there or its zero point in the padding. */
+static void im2col(const conv_geom *g, const uint8_t *x, uint8_t zp, uint8_t *cols) {
+    int64_t in_h = g->n >= 2 ? g->in[1] : 1, in_d = g->n >= 3 ? g->in[2] : 1;
+    int64_t plane = 1;
+    for (int d = 0; d < g->n; d++) plane *= g->in[d];
+    int64_t o[3] = {0, 0, 0};
+    for (int64_t p = 0; p < g->positions; p++) {
+        uint8_t *row = cols + p * g->kdim;
+        int64_t at = 0;
+        for (int64_t ch = 0; ch < g->channels; ch++) {
+            const uint8_t *src = x + ch * plane;
+            int64_t k[3] = {0, 0, 0};
+            for (;;) {
+                int inside = 1;
+                int64_t idx = 0;
+                for (int d = 0; d < g->n; d++) {
+                    int64_t pos = o[d] * g->stride[d] - g->pad[d] + k[d] * g->dilation[d];
+                    inside &= pos >= 0 && pos < g->in[d];
+                    idx = d == 0 ? pos : idx * (d == 1 ? in_h : in_d) + pos;
+                }
+                row[at++] = inside ? src[idx] : zp;
+                int d = g->n - 1;   /* next kernel offset, last dim fastest */
+                while (d >= 0 && ++k[d] == g->kernel[d]) k[d--] = 0;
+                if (d < 0) break;
+            }
+        }
+        int d = g->n - 1;   /* next output position */
+        while (d >= 0 && ++o[d] == g->out[d]) o[d--] = 0;
+    }
+}
+
+tm_status tm__kernel_conv_integer(const tm_kcall *k) {
+    const tm_tensor *X = k->in[0], *P = k->in[1], *Z = k->in[2];
+    conv_geom g;
+    if (!conv_geom_of(k->a, X->dims, &g) ||
+        !tm_qgemm_packed_check(P->data, (size_t)P->dims[0], g.kdim, g.m))
+        return tm__fail(k->err, TM_ERR_RUNTIME, "conv_integer: the packed weights do not match");
+    uintptr_t at = ((uintptr_t)k->scratch + 63) & ~(uintptr_t)63;
+    uint8_t *cols = (uint8_t *)at;
+    at = ((uintptr_t)(cols + g.positions * g.kdim) + 63) & ~(uintptr_t)63;
+    int32_t *prod = (int32_t *)at;
+    void *inner = prod + g.positions * g.m;
+    int64_t plane_in = X->dims[1];
+    for (int d = 0; d < g.n; d++) plane_in *= g.in[d];
+    for (int64_t b = 0; b < g.batch; b++) {
+        im2col(&g, (const uint8_t *)X->data + b * plane_in, *(const uint8_t *)Z->data, cols);
+        tm_qgemm_args q;
+        memset(&q, 0, sizeof q);
+        q.m = g.positions;
+        q.n = g.m;
+        q.k = g.kdim;
+        q.a = cols;
+        q.a_signed = X->dtype == TM_INT8;
+        q.lda = g.kdim;
+        q.za = Z->data;
+        q.za_count = 1;
+        q.b_packed = P->data;
+        q.c_int = prod;
+        q.ldc = g.m;
+        tm_qgemm(&q, inner, k->pool);
+        int32_t *y = (int32_t *)k->out[0]->data + b * g.m * g.positions;
+        for (int64_t p = 0; p < g.positions; p++)
+            for (int64_t m = 0; m < g.m; m++) y[m * g.positions + p] = prod[p * g.m + m];
+    }
     return TM_OK;
 }
