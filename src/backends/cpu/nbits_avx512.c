@@ -106,6 +106,12 @@ static void dequant(const tm__nbits_packed *h, const uint8_t *data, int64_t g0, 
         for (int64_t c = c0; c < c0 + chunks; c++) {
             int64_t blk = c / per_block, j = (c % per_block) * 16;
             const uint8_t *rec = group + blk * h->record;
+            /* The next call's records (the next slice of K), while the tile computes. */
+            if (j == 0) {
+                const char *ahead = (const char *)rec + chunks / per_block * h->record;
+                _mm_prefetch(ahead, _MM_HINT_T0);
+                _mm_prefetch(ahead + 64, _MM_HINT_T0);
+            }
             for (int col = 0; col < TM_NBITS_GROUP; col++) {
                 __m512 tab = table(h, rec, col);
                 __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(rec + col * half + j)));
