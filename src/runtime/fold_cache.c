@@ -29,6 +29,7 @@ typedef struct model_fold_cache {
     tm_fold_cache base;   /* first: the core sees only this */
     pthread_mutex_t lock;
     const tm_onnx_model *onnx;
+    const tm_allocator *allocator;   /* the model's, for the folded tensors */
     entry *entries;
     int n, cap;
 } model_fold_cache;
@@ -151,7 +152,7 @@ static const tm_tensor *fold(tm_fold_cache *base, tm_ctx *c, int prim, const tm_
             fc->cap = cap;
         }
     }
-    if (fc->n < fc->cap) t = tm_tensor_alloc(out->dtype, out->rank, out->dims, NULL);
+    if (fc->n < fc->cap) t = tm_tensor_alloc(out->dtype, out->rank, out->dims, fc->allocator);
     if (!t) {
         pthread_mutex_unlock(&fc->lock);
         free(k.p);
@@ -179,11 +180,12 @@ static const tm_tensor *fold(tm_fold_cache *base, tm_ctx *c, int prim, const tm_
     return t;
 }
 
-tm_fold_cache *tm__fold_cache_create(const tm_onnx_model *onnx) {
+tm_fold_cache *tm__fold_cache_create(const tm_onnx_model *onnx, const tm_allocator *allocator) {
     model_fold_cache *fc = calloc(1, sizeof *fc);
     if (!fc) return NULL;
     fc->base.fold = fold;
     fc->onnx = onnx;
+    fc->allocator = allocator;
     pthread_mutex_init(&fc->lock, NULL);
     return &fc->base;
 }

@@ -134,7 +134,7 @@ static tm_status finish_load(tm_onnx_model *om, const char *src, const tm_load_o
     /* Started once per model, shared by its sessions; without it kernels run on the
      * caller's thread, so a failure here only costs speed. */
     m->pool = tm_pool_create(m->opts.threads);
-    m->fold_cache = tm__fold_cache_create(om);
+    m->fold_cache = tm__fold_cache_create(om, m->opts.allocator);
     const tm_graph *g = om->graph;
     m->in_graph_index = calloc((size_t)g->n_inputs + 1, sizeof *m->in_graph_index);
     m->in_desc = calloc((size_t)g->n_inputs + 1, sizeof *m->in_desc);

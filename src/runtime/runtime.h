@@ -43,8 +43,9 @@ struct tm_model {
 };
 
 /* The model's shared folds (fold_cache.c): create (NULL when out of memory: each trace
- * then folds for itself) and free (before the model's mappings go). */
-tm_fold_cache *tm__fold_cache_create(const tm_onnx_model *onnx);
+ * then folds for itself; the folded tensors come from `allocator`, the model's) and free
+ * (before the model's mappings go). */
+tm_fold_cache *tm__fold_cache_create(const tm_onnx_model *onnx, const tm_allocator *allocator);
 void tm__fold_cache_free(tm_fold_cache *fc);
 
 /* Matches named inputs to graph inputs: fills ovals (one per graph input) in ctx, after

@@ -509,7 +509,7 @@ static void dynamic_range_avx512(const float *x, size_t n, float *lo, float *hi)
     *hi = _mm512_reduce_max_ps(h);
 }
 
-__attribute__((target("avx512f,avx512bw")))
+__attribute__((target("avx512f,avx512bw,avx512vl")))
 static void dynamic_store_avx512(const float *x, size_t n, float scale, float zp, uint8_t *y) {
     __m512 vs = _mm512_set1_ps(scale), vz = _mm512_set1_ps(zp);
     __m512 zero = _mm512_setzero_ps(), top = _mm512_set1_ps(255.0f);
@@ -533,7 +533,8 @@ tm_status tm__kernel_dynamic_quantize(const tm_kcall *k) {
     const char *isa = getenv("TM_KERNEL_ISA");
     __builtin_cpu_init();
     fast = !tm_use_reference_kernels() && (!isa || !strcmp(isa, "avx512")) &&
-           __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+           __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl");
     if (fast) dynamic_range_avx512(x, n, &lo, &hi);
 #endif
     if (!fast) dynamic_range_ref(x, n, &lo, &hi);
