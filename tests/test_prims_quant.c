@@ -316,6 +316,39 @@ static void test_qgemm_case(tm_dtype adt, tm_dtype bdt, int64_t m, int64_t k, in
     tm_ctx_destroy(&c);
 }
 
+/* a (2, 3, K) with a zero point per row of every batch (6 values) and per column of B. */
+static void test_qgemm_batched(void) {
+    tm_ctx c;
+    tm_ctx_init(&c, TM_MODE_EAGER, NULL);
+    enum { BATCH = 2, ROWS = 3, KK = 9, NN = 5 };
+    int64_t ad[3] = {BATCH, ROWS, KK}, bd[2] = {KK, NN}, zad[1] = {BATCH * ROWS}, zbd[1] = {NN};
+    tm_tensor *ta, *tb, *tza, *tzb;
+    tm_val va = make(&c, TM_UINT8, 3, ad, &ta), vb = make(&c, TM_INT8, 2, bd, &tb);
+    tm_val vza = make(&c, TM_UINT8, 1, zad, &tza), vzb = make(&c, TM_INT8, 1, zbd, &tzb);
+    int32_t a[BATCH * ROWS * KK], b[KK * NN], za[BATCH * ROWS], zb[NN];
+    for (int i = 0; i < BATCH * ROWS * KK; i++) put8(ta, i, a[i] = q8_value(TM_UINT8, 2));
+    for (int i = 0; i < KK * NN; i++) put8(tb, i, b[i] = q8_value(TM_INT8, 2));
+    for (int i = 0; i < BATCH * ROWS; i++) put8(tza, i, za[i] = q8_value(TM_UINT8, 2));
+    for (int i = 0; i < NN; i++) put8(tzb, i, zb[i] = q8_value(TM_INT8, 2));
+    tm_args args;
+    memset(&args, 0, sizeof args);
+    args.i[0] = KK;
+    args.i[1] = NN;
+    tm_val pin[2] = {vb, vzb};
+    tm_val in[3] = {va, tm_prim(&c, TM_P_QGEMM_PACK_B, pin, 2, &args), vza};
+    tm_val y = tm_prim(&c, TM_P_MATMUL_INTEGER, in, 3, &args);
+    CHECK(tm_ctx_ok(&c), "batched qgemm: %s", c.err.message);
+    int bad = 0;
+    for (int r = 0; tm_ctx_ok(&c) && r < BATCH * ROWS; r++)
+        for (int j = 0; j < NN; j++) {
+            int32_t want = 0;
+            for (int p = 0; p < KK; p++) want += (a[r * KK + p] - za[r]) * (b[p * NN + j] - zb[j]);
+            if (((const int32_t *)tm_vdata(&c, y)->data)[r * NN + j] != want) bad++;
+        }
+    CHECK(bad == 0, "batched qgemm with a zero point per row of every batch: %d wrong", bad);
+    tm_ctx_destroy(&c);
+}
+
 static void test_qgemm(void) {
     const tm_dtype dts[2] = {TM_UINT8, TM_INT8};
     /* Rows around the AVX-512 tile (6), depths around the group of 4 and longer,
@@ -550,6 +583,7 @@ int main(void) {
     test_gather_bq(TM_INT4, 1);
     test_gather_bq(TM_UINT4, 1);
     test_qgemm();
+    test_qgemm_batched();
     test_dynamic_quantize();
     test_conv_integer();
     printf("%d passed, %d failed\n", passed, failed);

@@ -601,10 +601,14 @@ tm_status tm__shape_matmul_integer(tm_ctx *c, int prim, const tm_args *a,
         B->dims[0] != (int64_t)tm_qgemm_packed_size(K, N))
         return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_integer: b must be packed by qgemm_pack_b "
                            "for (%lld, %lld)", (long long)K, (long long)N);
+    /* One zero point, one per row of a's matrices (repeated over its batch), or one per
+     * row of all of them. */
     int64_t rows = A->rank >= 2 ? A->dims[A->rank - 2] : 1, nz = tm_numel(Z->rank, Z->dims);
-    if (Z->dtype != A->dtype || (nz != 1 && nz != rows))
-        return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_integer: a's zero point must be %s with 1 "
-                           "or %lld values", tm_dtype_name(A->dtype), (long long)rows);
+    int64_t all_rows = tm_numel(A->rank, A->dims) / K;
+    if (Z->dtype != A->dtype || (nz != 1 && nz != rows && nz != all_rows))
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_integer: a's zero point must be %s with 1, "
+                           "%lld or %lld values", tm_dtype_name(A->dtype), (long long)rows,
+                           (long long)all_rows);
     for (int i = 3; i < nin; i++) {
         int64_t ns = tm_numel(in[i]->rank, in[i]->dims);
         if (in[i]->dtype != TM_FLOAT || (ns != 1 && ns != N))
