@@ -16,6 +16,8 @@
 /* Panels are claimed in about this many pieces per thread, so that a thread the OS holds
  * back leaves its share to the others. */
 #define PIECES_PER_THREAD 4
+/* Rows of A per pass over a piece's panels: this many bytes of A (L2 holds them). */
+#define ROW_BLOCK_BYTES (256 << 10)
 
 static int64_t round_up(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
 
@@ -196,31 +198,37 @@ typedef struct qgemm_job {
     _Atomic int64_t next;      /* first unclaimed panel */
 } qgemm_job;
 
-/* Panels [p0, p1): every row of them. */
+/* Panels [p0, p1): every row of them, in blocks of rows whose A stays in L2 while it
+ * meets each of the panels (a panel alone stays in L1 for the tiles of one block). */
 static void panels(const qgemm_job *jb, int64_t p0, int64_t p1) {
     const tm_qgemm_args *g = jb->g;
     const tm__qgemm_packed *h = jb->h;
     const uint8_t *base = g->b_packed;
-    for (int64_t p = p0; p < p1; p++) {
-        int64_t j = p * TM_QGEMM_NR;
-        int nr = (int)(g->n - j < TM_QGEMM_NR ? g->n - j : TM_QGEMM_NR);
-        const int8_t *panel = (const int8_t *)(base + h->panel_offset) + p * PANEL_BYTES(h->quads);
-        for (int64_t i = 0; i < g->m; i += jb->ar->mr) {
-            int mr = (int)(g->m - i < jb->ar->mr ? g->m - i : jb->ar->mr);
-            tm__qgemm_epilogue e = {
-                jb->za + i,
-                jb->rowsum ? jb->rowsum + i : NULL,
-                (const int32_t *)(base + h->zb_offset) + j,
-                (const int32_t *)(base + h->colterm_offset) + j,
-                g->c_int ? g->c_int + i * g->ldc + j : NULL,
-                g->c_float ? g->c_float + i * g->ldc + j : NULL,
-                g->ldc,
-                g->scale ? g->scale + (g->scale_count == 1 ? 0 : j) : NULL,
-                g->bias ? g->bias + (g->bias_count == 1 ? 0 : j) : NULL,
-                g->scale_count != 1,
-                g->bias_count != 1,
-            };
-            jb->ar->tile(g->k, jb->a + i * jb->lda, jb->lda, mr, panel, nr, &e);
+    int64_t step = jb->ar->mr, block = ROW_BLOCK_BYTES / (g->k > 0 ? g->k : 1) / step * step;
+    if (block < step) block = step;
+    for (int64_t i0 = 0; i0 < g->m; i0 += block) {
+        int64_t i1 = g->m - i0 < block ? g->m : i0 + block;
+        for (int64_t p = p0; p < p1; p++) {
+            int64_t j = p * TM_QGEMM_NR;
+            int nr = (int)(g->n - j < TM_QGEMM_NR ? g->n - j : TM_QGEMM_NR);
+            const int8_t *panel = (const int8_t *)(base + h->panel_offset) + p * PANEL_BYTES(h->quads);
+            for (int64_t i = i0; i < i1; i += step) {
+                int mr = (int)(i1 - i < step ? i1 - i : step);
+                tm__qgemm_epilogue e = {
+                    jb->za + i,
+                    jb->rowsum ? jb->rowsum + i : NULL,
+                    (const int32_t *)(base + h->zb_offset) + j,
+                    (const int32_t *)(base + h->colterm_offset) + j,
+                    g->c_int ? g->c_int + i * g->ldc + j : NULL,
+                    g->c_float ? g->c_float + i * g->ldc + j : NULL,
+                    g->ldc,
+                    g->scale ? g->scale + (g->scale_count == 1 ? 0 : j) : NULL,
+                    g->bias ? g->bias + (g->bias_count == 1 ? 0 : j) : NULL,
+                    g->scale_count != 1,
+                    g->bias_count != 1,
+                };
+                jb->ar->tile(g->k, jb->a + i * jb->lda, jb->lda, mr, panel, nr, &e);
+            }
         }
     }
 }
