@@ -5,9 +5,9 @@
  * GEMM tile (gemm.h) against the activations packed as the tile's B panel (more rows: the
  * dequantization is shared by all of them). Portable C stands in for the AVX-512 kernels
  * (nbits_avx512.c) elsewhere; the reference lives in core/prims/quant.c. */
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include "claim.h"
 #include "gemm.h"
 #include "nbits.h"
 
@@ -20,15 +20,7 @@
 #define ROW_PANELS 16
 /* Below this many weights a call runs on the calling thread. */
 #define PARALLEL_MIN_WEIGHTS (1 << 15)
-/* Work is claimed in about this many pieces per thread, so that a thread the OS holds
- * back (a busy machine) leaves its share to the others instead of delaying the call. */
-#define PIECES_PER_THREAD 4
 
-/* Pieces of `units` units for nth threads: a piece size of at least one unit. */
-static int64_t piece_of(int64_t units, int nth) {
-    int64_t piece = units / ((int64_t)nth * PIECES_PER_THREAD);
-    return piece < 1 ? 1 : piece;
-}
 
 static int64_t round_up(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -228,18 +220,14 @@ typedef struct gemv_job {
     const float *a;       /* re-ordered rows, k_pad apart */
     int64_t k_pad;
     float *y;
-    int64_t piece;        /* column groups per claim */
-    _Atomic int64_t next; /* first unclaimed group */
+    _Atomic int64_t next; /* first unclaimed column group (claim.h) */
 } gemv_job;
 
 static void gemv_slice(void *arg, int ith, int nth) {
     gemv_job *jb = arg;
     (void)ith;
-    (void)nth;
-    for (;;) {
-        int64_t g0 = atomic_fetch_add(&jb->next, jb->piece);
-        if (g0 >= jb->h->groups) return;
-        int64_t g1 = min64(g0 + jb->piece, jb->h->groups);
+    int64_t g0, g1;
+    while ((g0 = tm__claim(&jb->next, jb->h->groups, nth, 4, &g1)) < jb->h->groups) {
         for (int64_t r = 0; r < jb->m; r += 4) {
             int rows = (int)min64(4, jb->m - r);
             jb->gemv(jb->h, jb->data, jb->a + r * jb->k_pad, jb->k_pad, rows, g0, g1,
@@ -266,8 +254,7 @@ typedef struct tile_job {
     float *y;
     float *panels;        /* row panels: (k_pad, ar->nr) each, ar->nr rows of a */
     int64_t k_pad, row_panels;
-    int64_t piece;        /* column steps per claim */
-    _Atomic int64_t next; /* first unclaimed column step */
+    _Atomic int64_t next; /* first unclaimed column step (claim.h) */
 } tile_job;
 
 /* Portable tm__nbits_pack_fn: chunk by chunk, so that the 32 x nr floats being written stay
@@ -344,16 +331,12 @@ static void column_step(const tile_job *jb, int64_t g0, int groups) {
 static void tile_slice(void *arg, int ith, int nth) {
     tile_job *jb = arg;
     (void)ith;
-    (void)nth;
-    int64_t steps = (jb->h->groups + STEP_GROUPS - 1) / STEP_GROUPS;
-    for (;;) {
-        int64_t t0 = atomic_fetch_add(&jb->next, jb->piece);
-        if (t0 >= steps) return;
-        for (int64_t t = t0; t < min64(t0 + jb->piece, steps); t++) {
+    int64_t steps = (jb->h->groups + STEP_GROUPS - 1) / STEP_GROUPS, t0, t1;
+    while ((t0 = tm__claim(&jb->next, steps, nth, 1, &t1)) < steps)
+        for (int64_t t = t0; t < t1; t++) {
             int64_t g0 = t * STEP_GROUPS;
             column_step(jb, g0, (int)min64(STEP_GROUPS, jb->h->groups - g0));
         }
-    }
 }
 
 static void run(tm_pool *pool, int nth, tm_pool_fn fn, void *arg) {
@@ -383,19 +366,17 @@ void tm_nbits_matmul(const void *packed, int64_t m, const float *a, float *y, vo
     if (m <= GEMV_MAX_ROWS || !kr.tile) {
         for (int64_t r = 0; r < m; r++) reorder_row(a + r * h.k, h.k, k_pad, buf + r * k_pad, 1);
         int nth = threads_for(h.groups, h.n, h.k, pool);
-        gemv_job jb = {&h, data, gemv_of(&kr, &h), m, buf, k_pad, y, piece_of(h.groups, nth), 0};
+        gemv_job jb = {&h, data, gemv_of(&kr, &h), m, buf, k_pad, y, 0};
         run(pool, nth, gemv_slice, &jb);
         return;
     }
     int simd = kr.arch && kr.tile->nr % 16 == 0;
     tile_job jb = {&h, data, kr.tile, dequant_of(&kr, &h), simd ? kr.arch->pack : pack_portable,
                    simd ? kr.arch->store : store_portable, m, a, y, buf, k_pad,
-                   (m + kr.tile->nr - 1) / kr.tile->nr, 1, 0};
+                   (m + kr.tile->nr - 1) / kr.tile->nr, 0};
     run(pool, threads_for(jb.row_panels, h.n, h.k, pool), pack_slice, &jb);
     int64_t steps = (h.groups + STEP_GROUPS - 1) / STEP_GROUPS;
-    int nth = threads_for(steps, h.n, h.k, pool);
-    jb.piece = piece_of(steps, nth);
-    run(pool, nth, tile_slice, &jb);
+    run(pool, threads_for(steps, h.n, h.k, pool), tile_slice, &jb);
 }
 
 /* ---- The per-run dequantization ------------------------------------------------------- */

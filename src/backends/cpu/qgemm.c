@@ -2,9 +2,9 @@
  * constant-folded primitive), re-centres A when it is signed, computes the row sums the
  * zero points need, and runs a micro-kernel (qgemm_avx512.c, qgemm_avx2.c) over column
  * panels split across the pool; or the plain C reference on the same packed B. */
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include "claim.h"
 #include "gemm.h"   /* tm_use_reference_kernels */
 #include "qgemm.h"
 
@@ -13,9 +13,6 @@
 #define PANEL_BYTES(quads) ((quads) * TM_QGEMM_NR * TM_QGEMM_KQ)
 /* Below this many multiply-adds a product runs on the calling thread. */
 #define PARALLEL_MIN_MACS (1 << 16)
-/* Panels are claimed in about this many pieces per thread, so that a thread the OS holds
- * back leaves its share to the others. */
-#define PIECES_PER_THREAD 4
 /* Rows of A per pass over a piece's panels: this many bytes of A (L2 holds them). */
 #define ROW_BLOCK_BYTES (256 << 10)
 
@@ -194,8 +191,7 @@ typedef struct qgemm_job {
     const uint8_t *a;          /* uint8 form */
     int64_t lda;
     const int32_t *za, *rowsum;
-    int64_t piece;             /* panels per claim */
-    _Atomic int64_t next;      /* first unclaimed panel */
+    _Atomic int64_t next;      /* first unclaimed panel (claim.h) */
 } qgemm_job;
 
 /* Panels [p0, p1): every row of them, in blocks of rows whose A stays in L2 while it
@@ -236,12 +232,9 @@ static void panels(const qgemm_job *jb, int64_t p0, int64_t p1) {
 static void panel_slice(void *arg, int ith, int nth) {
     qgemm_job *jb = arg;
     (void)ith;
-    (void)nth;
-    for (;;) {
-        int64_t p0 = atomic_fetch_add(&jb->next, jb->piece);
-        if (p0 >= jb->h->panels) return;
-        panels(jb, p0, p0 + jb->piece < jb->h->panels ? p0 + jb->piece : jb->h->panels);
-    }
+    int64_t p0, p1;
+    while ((p0 = tm__claim(&jb->next, jb->h->panels, nth, 1, &p1)) < jb->h->panels)
+        panels(jb, p0, p1);
 }
 
 void tm_qgemm(const tm_qgemm_args *g, void *scratch, tm_pool *pool) {
@@ -278,12 +271,7 @@ void tm_qgemm(const tm_qgemm_args *g, void *scratch, tm_pool *pool) {
     double macs = (double)g->m * (double)g->n * (double)g->k;
     int nth = macs < PARALLEL_MIN_MACS ? 1 : tm_pool_threads(pool);
     if (nth > h.panels) nth = (int)h.panels;
-    if (nth <= 1) {
-        qgemm_job jb = {g, ar, &h, a, lda, za, h.zb_any ? rowsum : NULL, h.panels, 0};
-        panels(&jb, 0, h.panels);
-        return;
-    }
-    int64_t piece = h.panels / ((int64_t)nth * PIECES_PER_THREAD);
-    qgemm_job jb = {g, ar, &h, a, lda, za, h.zb_any ? rowsum : NULL, piece < 1 ? 1 : piece, 0};
-    tm_pool_run(pool, nth, panel_slice, &jb);
+    qgemm_job jb = {g, ar, &h, a, lda, za, h.zb_any ? rowsum : NULL, 0};
+    if (nth <= 1) panels(&jb, 0, h.panels);
+    else tm_pool_run(pool, nth, panel_slice, &jb);
 }
