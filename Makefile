@@ -46,9 +46,13 @@ $(BUILD)/%.o: %.c
 	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -MT $@ -MF $(@:.o=.d) -c $< -o $@.$$$$.tmp && mv -f $@.$$$$.tmp $@
 
 # The GEMM micro-kernels are the only files built for specific instruction sets; the
-# CPU check at run time (gemm.c) decides whether they are called.
+# CPU check at run time (gemm.c, qgemm.c) decides whether they are called.
 $(BUILD)/src/backends/cpu/sgemm_avx2.o: CFLAGS += -mavx2 -mfma
 $(BUILD)/src/backends/cpu/sgemm_avx512.o: CFLAGS += -mavx2 -mfma -mavx512f
+$(BUILD)/src/backends/cpu/nbits_avx512.o: CFLAGS += -mavx2 -mfma -mavx512f
+$(BUILD)/src/backends/cpu/qgemm_avx2.o: CFLAGS += -mavx2 -mfma
+$(BUILD)/src/backends/cpu/qgemm_avx512.o: CFLAGS += -mavx2 -mfma -mavx512f -mavx512bw -mavx512vl \
+    -mavx512vnni
 
 # The optimizer loops vectorise only with these (sqrt never sees a negative there);
 # -fvect-cost-model is GCC's (at -O2 it is "very cheap"), clang vectorises them anyway.
@@ -127,6 +131,15 @@ grad-bench: $(BUILD)/grad_bench
 
 $(BUILD)/grad_bench: bench/grad_bench.c $(BUILD)/libtransmuter.a
 	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(BUILD)/libtransmuter.a $(LDLIBS)
+
+# Memory read bandwidth (1 and 2 threads), the yardstick of a decode step. Not part of `all`.
+.PHONY: bandwidth
+bandwidth: $(BUILD)/bandwidth
+	$(BUILD)/bandwidth
+
+$(BUILD)/bandwidth: bench/bandwidth.c
+	@mkdir -p $(BUILD)
+	$(CC) $(CFLAGS) -O2 -o $@ $< -pthread
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/bin \

@@ -124,6 +124,11 @@ typedef struct tm_load_options {
     int trainable;
     int n_trainable_names;
     const char *const *trainable_names;
+    /* com.microsoft MatMulNBits: 0 (default) multiplies with the 4-bit weights as they are
+     * (repacked once per model, still 4-bit); 1 dequantizes them to float in every run and
+     * multiplies with MatMul, as runtimes without a packed 4-bit kernel do (slower, and a
+     * layer's f32 weights live in the arena while it runs): for comparisons. */
+    int dequantize_nbits;
 } tm_load_options;
 
 void tm_load_options_default(tm_load_options *opts);

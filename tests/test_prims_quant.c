@@ -7,6 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/ctx.h"
+#include "backends/cpu/nbits.h"
+#include "backends/cpu/pool.h"
+#include "backends/cpu/qgemm.h"
 
 #define CHECK_RNG_SEED 88172645463325252ULL
 #include "check.h"
@@ -28,10 +31,14 @@ static tm_val make(tm_ctx *c, tm_dtype dt, int rank, const int64_t *dims, tm_ten
     return tm_val_tensor(c, t, 0);
 }
 
-static void test_matmul_nbits(int bits, int64_t bs, int64_t K, int64_t N, int64_t M, int zp_kind,
-                              int with_g, tm_dtype adt) {
+/* When set, the 4-bit tests run their kernels on these threads. */
+static tm_pool *nbits_pool;
+
+static void test_matmul_nbits_with(int bits, int64_t bs, int64_t K, int64_t N, int64_t M,
+                                   int zp_kind, int with_g, tm_dtype adt, int repack) {
     tm_ctx c;
     tm_ctx_init(&c, TM_MODE_EAGER, NULL);
+    c.pool = nbits_pool;
     int64_t kb = (K + bs - 1) / bs, blob = bs * bits / 8, zp_row = (kb * bits + 7) / 8;
     float *a = malloc(sizeof(float) * (size_t)(M * K));
     unsigned *q = calloc((size_t)(N * kb * bs), sizeof *q);
@@ -99,6 +106,12 @@ static void test_matmul_nbits(int bits, int64_t bs, int64_t K, int64_t N, int64_
     args.i[3] = bs;
     args.i[4] = zp_kind;
     args.i[5] = with_g;
+    /* The fast kernels read the weights repacked by NBITS_PACK (when they take them). */
+    if (repack) {
+        in[1] = tm_prim(&c, TM_P_NBITS_PACK, in + 1, nin - 1, &args);
+        nin = 2;
+        args.i[6] = 1;
+    }
     tm_val y = tm_prim(&c, TM_P_MATMUL_NBITS, in, nin, &args);
     CHECK(tm_ctx_ok(&c), "bits %d bs %lld: %s", bits, (long long)bs, c.err.message);
     if (tm_ctx_ok(&c)) {
@@ -120,8 +133,9 @@ static void test_matmul_nbits(int bits, int64_t bs, int64_t K, int64_t N, int64_
                 if (err > worst) worst = err;
             }
         CHECK(worst < (adt == TM_FLOAT16 ? 2e-3 : 1e-5),
-              "bits %d bs %lld K %lld zp %d g %d %s: rel err %g", bits, (long long)bs, (long long)K,
-              zp_kind, with_g, tm_dtype_name(adt), worst);
+              "bits %d bs %lld M %lld K %lld N %lld zp %d g %d %s repacked %d (%s): rel err %g",
+              bits, (long long)bs, (long long)M, (long long)K, (long long)N, zp_kind, with_g,
+              tm_dtype_name(adt), repack, tm_nbits_kernel_name(), worst);
     }
     free(a);
     free(q);
@@ -129,6 +143,14 @@ static void test_matmul_nbits(int bits, int64_t bs, int64_t K, int64_t N, int64_
     free(zp);
     free(g);
     tm_ctx_destroy(&c);
+}
+
+/* The reference, and where the fast kernels take the weights, the repacked path too. */
+static void test_matmul_nbits(int bits, int64_t bs, int64_t K, int64_t N, int64_t M, int zp_kind,
+                              int with_g, tm_dtype adt) {
+    test_matmul_nbits_with(bits, bs, K, N, M, zp_kind, with_g, adt, 0);
+    if (bits == 4 && !with_g && bs >= 16 && adt == TM_FLOAT)
+        test_matmul_nbits_with(bits, bs, K, N, M, zp_kind, with_g, adt, 1);
 }
 
 static void test_gather_bq(tm_dtype dt, int with_zp) {
@@ -210,6 +232,307 @@ static void test_gather_bq(tm_dtype dt, int with_zp) {
     tm_ctx_destroy(&c);
 }
 
+/* ---- The exact 8-bit product: QGEMM_PACK_B + MATMUL_INTEGER --------------------------- */
+
+/* A value of an 8-bit dtype: extremes first, then random. */
+static int32_t q8_value(tm_dtype dt, int pick) {
+    int lo = dt == TM_INT8 ? -128 : 0, hi = dt == TM_INT8 ? 127 : 255;
+    if (pick == 0) return lo;
+    if (pick == 1) return hi;
+    return lo + (int32_t)(next_u32() % (uint32_t)(hi - lo + 1));
+}
+
+static void put8(tm_tensor *t, int64_t i, int32_t v) {
+    if (t->dtype == TM_INT8) ((int8_t *)t->data)[i] = (int8_t)v;
+    else ((uint8_t *)t->data)[i] = (uint8_t)v;
+}
+
+/* One product (m, k) x (k, n) against a naive int64 loop wrapped to int32; zp_mode 0:
+ * scalar zero points at their extremes (lo for A, hi for B), 1: random scalars, 2: per
+ * row of A and per column of B. out_f32: also scale (per column when n_scale > 1) and
+ * bias, compared bit for bit with the two float operations. */
+static void test_qgemm_case(tm_dtype adt, tm_dtype bdt, int64_t m, int64_t k, int64_t n,
+                            int zp_mode, int out_f32, int values, tm_pool *pool) {
+    tm_ctx c;
+    tm_ctx_init(&c, TM_MODE_EAGER, NULL);
+    c.pool = pool;
+    int64_t ad[2] = {m, k}, bd[2] = {k, n}, zad[1] = {zp_mode == 2 ? m : 1},
+            zbd[1] = {zp_mode == 2 ? n : 1}, sd[1] = {out_f32 == 2 ? n : 1}, bsd[1] = {n};
+    tm_tensor *ta, *tb, *tza, *tzb, *ts = NULL, *tbias = NULL;
+    tm_val va = make(&c, adt, 2, ad, &ta), vb = make(&c, bdt, 2, bd, &tb);
+    tm_val vza = make(&c, adt, 1, zad, &tza), vzb = make(&c, bdt, 1, zbd, &tzb);
+    int32_t *a = malloc(sizeof(int32_t) * (size_t)(m * k)), *b = malloc(sizeof(int32_t) * (size_t)(k * n));
+    int32_t *za = malloc(sizeof(int32_t) * (size_t)zad[0]), *zb = malloc(sizeof(int32_t) * (size_t)zbd[0]);
+    for (int64_t i = 0; i < m * k; i++) put8(ta, i, a[i] = q8_value(adt, values == 0 ? (int)(i % 2) : 2));
+    for (int64_t i = 0; i < k * n; i++) put8(tb, i, b[i] = q8_value(bdt, values == 0 ? (int)(i % 3 == 0) : 2));
+    for (int64_t i = 0; i < zad[0]; i++) put8(tza, i, za[i] = q8_value(adt, zp_mode == 0 ? 1 : 2));
+    for (int64_t i = 0; i < zbd[0]; i++) put8(tzb, i, zb[i] = q8_value(bdt, zp_mode == 0 ? 0 : 2));
+    tm_args args;
+    memset(&args, 0, sizeof args);
+    args.i[0] = k;
+    args.i[1] = n;
+    tm_val pin[2] = {vb, vzb};
+    tm_val packed = tm_prim(&c, TM_P_QGEMM_PACK_B, pin, 2, &args);
+    tm_val in[5] = {va, packed, vza, TM_NONE, TM_NONE};
+    int nin = 3;
+    if (out_f32) {
+        args.i[2] = 1;
+        args.i[3] = 1;
+        in[nin++] = make(&c, TM_FLOAT, 1, sd, &ts);
+        in[nin++] = make(&c, TM_FLOAT, 1, bsd, &tbias);
+        for (int64_t i = 0; i < sd[0]; i++) ((float *)ts->data)[i] = next_f() * 1e-3f;
+        for (int64_t i = 0; i < n; i++) ((float *)tbias->data)[i] = next_f();
+    }
+    tm_val y = tm_prim(&c, TM_P_MATMUL_INTEGER, in, nin, &args);
+    CHECK(tm_ctx_ok(&c), "qgemm %s x %s: %s", tm_dtype_name(adt), tm_dtype_name(bdt), c.err.message);
+    if (tm_ctx_ok(&c)) {
+        const tm_tensor *t = tm_vdata(&c, y);
+        int64_t bad = 0;
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) {
+                int64_t sum = 0;
+                for (int64_t p = 0; p < k; p++)
+                    sum += (int64_t)(a[i * k + p] - za[zp_mode == 2 ? i : 0]) *
+                           (b[p * n + j] - zb[zp_mode == 2 ? j : 0]);
+                uint32_t bits = (uint32_t)(uint64_t)sum;
+                int32_t want;
+                memcpy(&want, &bits, sizeof want);
+                if (!out_f32) {
+                    if (((const int32_t *)t->data)[i * n + j] != want) bad++;
+                    continue;
+                }
+                float f = (float)want * ((float *)ts->data)[out_f32 == 2 ? j : 0];
+                f = f + ((float *)tbias->data)[j];
+                if (memcmp(&f, (const float *)t->data + i * n + j, sizeof f)) bad++;
+            }
+        CHECK(bad == 0, "qgemm %s x %s (%s) m %lld k %lld n %lld zp %d f32 %d values %d: %lld wrong",
+              tm_dtype_name(adt), tm_dtype_name(bdt), tm_qgemm_kernel_name(), (long long)m,
+              (long long)k, (long long)n, zp_mode, out_f32, values, (long long)bad);
+    }
+    free(a);
+    free(b);
+    free(za);
+    free(zb);
+    tm_ctx_destroy(&c);
+}
+
+/* a (2, 3, K) with a zero point per row of every batch (6 values) and per column of B. */
+static void test_qgemm_batched(void) {
+    tm_ctx c;
+    tm_ctx_init(&c, TM_MODE_EAGER, NULL);
+    enum { BATCH = 2, ROWS = 3, KK = 9, NN = 5 };
+    int64_t ad[3] = {BATCH, ROWS, KK}, bd[2] = {KK, NN}, zad[1] = {BATCH * ROWS}, zbd[1] = {NN};
+    tm_tensor *ta, *tb, *tza, *tzb;
+    tm_val va = make(&c, TM_UINT8, 3, ad, &ta), vb = make(&c, TM_INT8, 2, bd, &tb);
+    tm_val vza = make(&c, TM_UINT8, 1, zad, &tza), vzb = make(&c, TM_INT8, 1, zbd, &tzb);
+    int32_t a[BATCH * ROWS * KK], b[KK * NN], za[BATCH * ROWS], zb[NN];
+    for (int i = 0; i < BATCH * ROWS * KK; i++) put8(ta, i, a[i] = q8_value(TM_UINT8, 2));
+    for (int i = 0; i < KK * NN; i++) put8(tb, i, b[i] = q8_value(TM_INT8, 2));
+    for (int i = 0; i < BATCH * ROWS; i++) put8(tza, i, za[i] = q8_value(TM_UINT8, 2));
+    for (int i = 0; i < NN; i++) put8(tzb, i, zb[i] = q8_value(TM_INT8, 2));
+    tm_args args;
+    memset(&args, 0, sizeof args);
+    args.i[0] = KK;
+    args.i[1] = NN;
+    tm_val pin[2] = {vb, vzb};
+    tm_val in[3] = {va, tm_prim(&c, TM_P_QGEMM_PACK_B, pin, 2, &args), vza};
+    tm_val y = tm_prim(&c, TM_P_MATMUL_INTEGER, in, 3, &args);
+    CHECK(tm_ctx_ok(&c), "batched qgemm: %s", c.err.message);
+    int bad = 0;
+    for (int r = 0; tm_ctx_ok(&c) && r < BATCH * ROWS; r++)
+        for (int j = 0; j < NN; j++) {
+            int32_t want = 0;
+            for (int p = 0; p < KK; p++) want += (a[r * KK + p] - za[r]) * (b[p * NN + j] - zb[j]);
+            if (((const int32_t *)tm_vdata(&c, y)->data)[r * NN + j] != want) bad++;
+        }
+    CHECK(bad == 0, "batched qgemm with a zero point per row of every batch: %d wrong", bad);
+    tm_ctx_destroy(&c);
+}
+
+static void test_qgemm(void) {
+    const tm_dtype dts[2] = {TM_UINT8, TM_INT8};
+    /* Rows around the AVX-512 tile (6), depths around the group of 4 and longer,
+     * columns around the 64-column panel and its 16-lane vectors. */
+    const int64_t ms[] = {1, 5, 6, 7, 13}, ks[] = {1, 3, 4, 5, 17, 64, 131},
+                  ns[] = {1, 15, 16, 63, 64, 65, 130};
+    const char *isas[] = {"avx512", "avx2", "scalar"};
+    tm_pool *pool = tm_pool_create(3);
+    for (int is = 0; is < 3; is++) {
+        setenv("TM_KERNEL_ISA", isas[is], 1);
+        for (int da = 0; da < 2; da++)
+            for (int db = 0; db < 2; db++) {
+                int v = 0;
+                for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++)
+                    for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
+                        size_t ni = (mi + ki) % (sizeof ns / sizeof ns[0]);
+                        test_qgemm_case(dts[da], dts[db], ms[mi], ks[ki], ns[ni], v % 3, 0,
+                                        v % 4 == 0 ? 0 : 1, NULL);
+                        v++;
+                    }
+                /* f32 epilogue with a scalar and a per-column scale; threads. */
+                test_qgemm_case(dts[da], dts[db], 9, 37, 70, 2, 1, 1, pool);
+                test_qgemm_case(dts[da], dts[db], 2, 64, 129, 1, 2, 1, pool);
+                test_qgemm_case(dts[da], dts[db], 30, 100, 200, 2, 2, 1, pool);
+            }
+        /* Sums that wrap around int32: (255 - 0) * (-128 - 127) summed 40000 times. */
+        test_qgemm_case(TM_UINT8, TM_INT8, 2, 40000, 17, 0, 0, 0, NULL);
+    }
+    unsetenv("TM_KERNEL_ISA");
+    tm_pool_free(pool);
+}
+
+/* ---- DYNAMIC_QUANTIZE ----------------------------------------------------------------- */
+
+static void run_dynamic_quantize(const float *x, int64_t n, uint8_t *y, float *scale, uint8_t *zp) {
+    tm_ctx c;
+    tm_ctx_init(&c, TM_MODE_EAGER, NULL);
+    tm_tensor *tx;
+    tm_val vx = make(&c, TM_FLOAT, 1, &n, &tx);
+    memcpy(tx->data, x, sizeof(float) * (size_t)n);
+    tm_val out[3];
+    tm_status st = tm_prim_n(&c, TM_P_DYNAMIC_QUANTIZE, &vx, 1, NULL, out, 3);
+    CHECK(st == TM_OK, "dynamic_quantize: %s", c.err.message);
+    if (st == TM_OK) {
+        memcpy(y, tm_vdata(&c, out[0])->data, (size_t)n);
+        *scale = *(const float *)tm_vdata(&c, out[1])->data;
+        *zp = *(const uint8_t *)tm_vdata(&c, out[2])->data;
+    }
+    tm_ctx_destroy(&c);
+}
+
+static void test_dynamic_quantize(void) {
+    /* Known values: range [-1, 2] gives scale 3/255 and zero point 85. */
+    const float x0[4] = {-1.0f, 0.0f, 1.0f, 2.0f};
+    uint8_t y[200], y2[200];
+    float s, s2;
+    uint8_t z, z2;
+    run_dynamic_quantize(x0, 4, y, &s, &z);
+    CHECK(s == 3.0f / 255.0f && z == 85 && y[0] == 0 && y[1] == 85 && y[2] == 170 && y[3] == 255,
+          "dynamic_quantize [-1 0 1 2]: scale %g zp %u y %u %u %u %u", s, z, y[0], y[1], y[2], y[3]);
+    const float zeros[3] = {0, 0, 0};
+    run_dynamic_quantize(zeros, 3, y, &s, &z);
+    CHECK(s == 1.0f && z == 0 && y[0] == 0, "dynamic_quantize of zeros: scale %g zp %u", s, z);
+    /* Halves round to even: with range [0, 255] the scale is 1. */
+    const float ties[5] = {0.5f, 1.5f, 2.5f, 254.5f, 255.0f};
+    run_dynamic_quantize(ties, 5, y, &s, &z);
+    CHECK(s == 1.0f && z == 0 && y[0] == 0 && y[1] == 2 && y[2] == 2 && y[3] == 254,
+          "dynamic_quantize ties: %u %u %u %u", y[0], y[1], y[2], y[3]);
+    /* The AVX-512 kernel against the reference, lengths around its 16 lanes, NaN inside. */
+    float x[200];
+    for (int64_t n = 1; n <= 200; n += 13) {
+        for (int64_t i = 0; i < n; i++) x[i] = next_f() * 3.0f + 0.5f;
+        if (n > 20) x[7] = NAN;
+        setenv("TM_KERNEL_ISA", "avx512", 1);
+        run_dynamic_quantize(x, n, y, &s, &z);
+        setenv("TM_KERNEL_ISA", "scalar", 1);
+        run_dynamic_quantize(x, n, y2, &s2, &z2);
+        CHECK(s == s2 && z == z2 && !memcmp(y, y2, (size_t)n), "dynamic_quantize n %lld: fast and "
+              "reference differ (scale %g/%g zp %u/%u)", (long long)n, s, s2, z, z2);
+        /* Each value is the nearest step: |(y - zp) * scale - x| <= scale / 2. */
+        int bad = 0;
+        for (int64_t i = 0; i < n; i++)
+            if (x[i] == x[i] && fabsf(((float)y2[i] - z2) * s2 - x[i]) > s2 * 0.5001f) bad++;
+        CHECK(bad == 0 && (n <= 20 || y2[7] == 0), "dynamic_quantize n %lld: %d values off",
+              (long long)n, bad);
+    }
+    unsetenv("TM_KERNEL_ISA");
+}
+
+/* ---- CONV_INTEGER ----------------------------------------------------------------------- */
+
+/* One convolution against a naive loop over (x - xzp)(w - wzp) with zero padding of the
+ * centred x. n spatial dims of size `size`, kernel `ker`, stride, dilation, pads. */
+static void test_conv_integer_case(tm_dtype xdt, tm_dtype wdt, int n, int64_t size, int64_t ker,
+                                   int64_t stride, int64_t dil, int64_t pad, int per_channel) {
+    tm_ctx c;
+    tm_ctx_init(&c, TM_MODE_EAGER, NULL);
+    const int64_t B = 2, C = 3, M = 5;
+    int64_t xd[5] = {B, C, size, size, size}, wd[5] = {M, C, ker, ker, ker}, zd[1] = {per_channel ? M : 1};
+    tm_tensor *tx, *tw, *txz, *twz;
+    tm_val vx = make(&c, xdt, 2 + n, xd, &tx), vw = make(&c, wdt, 2 + n, wd, &tw);
+    tm_val vxz = make(&c, xdt, 0, NULL, &txz), vwz = make(&c, wdt, 1, zd, &twz);
+    int64_t nx = tm_numel(2 + n, xd), nw = tm_numel(2 + n, wd);
+    int32_t *x = malloc(sizeof(int32_t) * (size_t)nx), *w = malloc(sizeof(int32_t) * (size_t)nw), xz, wz[5];
+    for (int64_t i = 0; i < nx; i++) put8(tx, i, x[i] = q8_value(xdt, 2));
+    for (int64_t i = 0; i < nw; i++) put8(tw, i, w[i] = q8_value(wdt, 2));
+    put8(txz, 0, xz = q8_value(xdt, 2));
+    for (int64_t i = 0; i < zd[0]; i++) put8(twz, i, wz[i] = q8_value(wdt, 2));
+    int64_t span = (ker - 1) * dil + 1, out = (size + 2 * pad - span) / stride + 1;
+    int64_t kdim = C, positions = 1;
+    tm_args a, pack;
+    memset(&a, 0, sizeof a);
+    memset(&pack, 0, sizeof pack);
+    a.i[0] = n;
+    a.i[1] = 1;
+    for (int d = 0; d < n; d++) {
+        a.i[2 + d] = stride;
+        a.i[2 + n + d] = pad;
+        a.i[2 + 2 * n + d] = pad;
+        a.i[2 + 3 * n + d] = dil;
+        a.i[2 + 4 * n + d] = ker;
+        kdim *= ker;
+        positions *= out;
+    }
+    a.i[2 + 5 * n] = M;
+    pack.i[0] = kdim;
+    pack.i[1] = M;
+    pack.i[2] = 1;
+    tm_val pin[2] = {vw, vwz};
+    tm_val in[3] = {vx, tm_prim(&c, TM_P_QGEMM_PACK_B, pin, 2, &pack), vxz};
+    tm_val y = tm_prim(&c, TM_P_CONV_INTEGER, in, 3, &a);
+    CHECK(tm_ctx_ok(&c), "conv_integer: %s", c.err.message);
+    if (tm_ctx_ok(&c)) {
+        const int32_t *got = tm_vdata(&c, y)->data;
+        int64_t bad = 0;
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t m = 0; m < M; m++)
+                for (int64_t p = 0; p < positions; p++) {
+                    int64_t o[3] = {p, 0, 0}, rest = p;
+                    for (int d = n - 1; d >= 0; d--) {
+                        o[d] = rest % out;
+                        rest /= out;
+                    }
+                    int64_t sum = 0;
+                    for (int64_t ch = 0; ch < C; ch++)
+                        for (int64_t kk = 0; kk < kdim / C; kk++) {
+                            int64_t kq[3] = {kk, 0, 0}, kr = kk, idx = 0, inside = 1;
+                            for (int d = n - 1; d >= 0; d--) {
+                                kq[d] = kr % ker;
+                                kr /= ker;
+                            }
+                            for (int d = 0; d < n; d++) {
+                                int64_t pos = o[d] * stride - pad + kq[d] * dil;
+                                inside &= pos >= 0 && pos < size;
+                                idx = idx * size + pos;
+                            }
+                            if (!inside) continue;
+                            int32_t xv = x[(b * C + ch) * (nx / (B * C)) + idx] - xz;
+                            int32_t wv = w[(m * C + ch) * (kdim / C) + kk] - wz[per_channel ? m : 0];
+                            sum += (int64_t)xv * wv;
+                        }
+                    if (got[(b * M + m) * positions + p] != (int32_t)sum) bad++;
+                }
+        CHECK(bad == 0, "conv_integer %s x %s n %d size %lld kernel %lld stride %lld dilation "
+              "%lld pad %lld per-channel %d: %lld wrong", tm_dtype_name(xdt), tm_dtype_name(wdt),
+              n, (long long)size, (long long)ker, (long long)stride, (long long)dil,
+              (long long)pad, per_channel, (long long)bad);
+    }
+    free(x);
+    free(w);
+    tm_ctx_destroy(&c);
+}
+
+static void test_conv_integer(void) {
+    const tm_dtype dts[2] = {TM_UINT8, TM_INT8};
+    for (int i = 0; i < 4; i++) {
+        tm_dtype xd = dts[i % 2], wd = dts[i / 2];
+        test_conv_integer_case(xd, wd, 2, 7, 3, 1, 1, 1, i % 2);
+        test_conv_integer_case(xd, wd, 2, 9, 3, 2, 2, 2, 1);
+        test_conv_integer_case(xd, wd, 1, 11, 4, 3, 1, 0, 0);
+        test_conv_integer_case(xd, wd, 3, 5, 2, 1, 2, 1, 1);
+    }
+}
+
 int main(void) {
     int bits_list[] = {2, 3, 4, 5, 8};
     for (int b = 0; b < 5; b++)
@@ -218,8 +541,11 @@ int main(void) {
     test_matmul_nbits(4, 128, 256, 9, 4, 1, 0, TM_FLOAT);
     test_matmul_nbits(4, 32, 64, 6, 2, 1, 1, TM_FLOAT);   /* g_idx */
     test_matmul_nbits(4, 32, 64, 6, 5, 2, 0, TM_FLOAT16);
-    /* The 4-bit fast paths (f32, whole blocks), on every ISA this CPU has: rows in groups
-     * of 4 and a remainder, each block size, each kind of zero point. */
+    /* The 4-bit fast paths on every ISA this CPU has: the GEMV (rows 1-8: groups of 4
+     * rows and a remainder) and the tile path (more rows: row panels of the f32 tile and
+     * a remainder), each block size, each kind of zero point, K a whole number of blocks
+     * or not (an odd number of blocks of 16 leaves half a chunk), N around the groups of
+     * 4 columns and the 12-column steps. */
     const char *isas[] = {"avx512", "avx2", "scalar"};
     for (int i = 0; i < 3; i++) {
         setenv("TM_KERNEL_ISA", isas[i], 1);
@@ -229,13 +555,37 @@ int main(void) {
                 for (int64_t m = 1; m <= 6; m += 5)
                     test_matmul_nbits(4, sizes[b], sizes[b] * 3, 5, m, zp, 0, TM_FLOAT);
         test_matmul_nbits(4, 32, 512, 17, 9, 1, 0, TM_FLOAT);
+        const int64_t ms[] = {1, 3, 8, 9, 33, 70}, ns[] = {1, 4, 13, 25};
+        for (int b = 0; b < 4; b++)
+            for (int mi = 0; mi < 6; mi++) {
+                int64_t k = sizes[b] * 5 - (mi % 2 ? 3 : 0);
+                test_matmul_nbits(4, sizes[b], k, ns[(b + mi) % 4], ms[mi], (b + mi) % 3, 0,
+                                  TM_FLOAT);
+            }
+        test_matmul_nbits(4, 16, 16 * 7, 30, 40, 1, 0, TM_FLOAT);   /* 7 blocks of 16 */
+        test_matmul_nbits(4, 32, 300, 50, 200, 2, 0, TM_FLOAT);
+        test_matmul_nbits(4, 32, 96, 7, 530, 1, 0, TM_FLOAT);       /* beyond 16 row panels */
+        /* Large enough to be split over threads: results as on one thread. */
+        nbits_pool = tm_pool_create(3);
+        test_matmul_nbits(4, 32, 512, 301, 1, 1, 0, TM_FLOAT);
+        test_matmul_nbits(4, 64, 512, 301, 40, 0, 0, TM_FLOAT);
+        tm_pool_free(nbits_pool);
+        nbits_pool = NULL;
     }
     unsetenv("TM_KERNEL_ISA");
     test_gather_bq(TM_UINT8, 0);
     test_gather_bq(TM_UINT8, 1);
+    setenv("TM_KERNEL_ISA", "scalar", 1);   /* the reference, beside the 4-bit row path */
+    test_gather_bq(TM_UINT8, 0);
+    test_gather_bq(TM_UINT8, 1);
+    unsetenv("TM_KERNEL_ISA");
     test_gather_bq(TM_INT4, 0);
     test_gather_bq(TM_INT4, 1);
     test_gather_bq(TM_UINT4, 1);
+    test_qgemm();
+    test_qgemm_batched();
+    test_dynamic_quantize();
+    test_conv_integer();
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;
 }

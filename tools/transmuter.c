@@ -26,13 +26,16 @@ static void usage(FILE *f) {
             "  transmuter run MODEL --inputs DIR --out DIR [--eager] [--static NAME ...]\n"
             "                 [--quiet]\n"
             "                 [--threads N] [--compute-type f32] [--dump DIR]\n"
+            "                 [--dequantize-nbits]\n"
             "  transmuter test-onnx DIR... [--mode eager|plan|both] [--expected-failures FILE]\n"
             "                 [--quiet]\n"
             "  transmuter compare OUT_DIR REF_DIR [--rtol R] [--atol A]\n"
             "  transmuter bench MODEL --inputs DIR [--static NAME ...] [--threads N]\n"
-            "                 [--repeat N] [--warmup W] [--out DIR]   (prints one JSON line)\n"
+            "                 [--repeat N] [--warmup W] [--out DIR] [--dequantize-nbits]\n"
+            "                 (prints one JSON line)\n"
             "  transmuter ls hf://OWNER/REPO[@REVISION]   (.onnx files: sizes, variants)\n"
             "  transmuter generate MODEL --prompt-ids 1,2,3 --max-new N [--eager] [--threads N]\n"
+            "                 [--dequantize-nbits]\n"
             "                 (greedy decoding with a merged decoder; ids to stdout)\n"
             "MODEL is a file or hf://OWNER/REPO/PATH[@REVISION], fetched into the Hugging Face\n"
             "cache with a progress bar (--quiet: none) and used from there afterwards.\n"
@@ -199,6 +202,7 @@ static int cmd_run(int argc, char **argv) {
             eager = 1;
         }
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--dequantize-nbits")) lo.dequantize_nbits = 1;
         else if (!strcmp(argv[i], "--compute-type") && i + 1 < argc) {
             const char *t = argv[++i];
             if (!strcmp(t, "f32") || !strcmp(t, "float32")) lo.compute_type = TM_FLOAT;
@@ -916,7 +920,7 @@ static int cmp_double(const void *a, const void *b) {
  * caller-owned output buffers (so a run allocates nothing of ours). */
 static int cmd_bench(int argc, char **argv) {
     const char *model_path = NULL, *in_dir = NULL, *out_dir = NULL;
-    int threads = 0, repeat = 20, warmup = 3, n_static = 0;
+    int threads = 0, repeat = 20, warmup = 3, n_static = 0, dequantize_nbits = 0;
     const char *static_names[64];
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--inputs") && i + 1 < argc) in_dir = argv[++i];
@@ -924,6 +928,7 @@ static int cmd_bench(int argc, char **argv) {
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--repeat") && i + 1 < argc) repeat = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--warmup") && i + 1 < argc) warmup = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--dequantize-nbits")) dequantize_nbits = 1;
         else if (!strcmp(argv[i], "--static") && i + 1 < argc && n_static < 64) static_names[n_static++] = argv[++i];
         else if (argv[i][0] != '-' && !model_path) model_path = argv[i];
         else {
@@ -938,6 +943,7 @@ static int cmd_bench(int argc, char **argv) {
     tm_load_options lo;
     tm_load_options_default(&lo);
     lo.threads = threads;
+    lo.dequantize_nbits = dequantize_nbits;
     tm_error err = {0};
     tm_model *m = NULL;
     double t0 = now_ms();

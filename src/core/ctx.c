@@ -393,7 +393,7 @@ tm_status tm_prim_n(tm_ctx *c, int prim, const tm_val *in, int nin, const tm_arg
         vin = malloc((size_t)nin * sizeof *vin);
         if (!vin) return tm_ctx_fail(c, TM_ERR_NO_MEMORY, "out of memory");
     }
-    int known = !(c->mode == TM_MODE_TRACE && (p->flags & TM_PF_RANDOM));
+    int known = !(c->mode == TM_MODE_TRACE && (p->flags & (TM_PF_RANDOM | TM_PF_NO_FOLD)));
     int taped = 0, cut = 0;
     for (int i = 0; i < nin; i++) {
         if (in[i] == TM_NONE || in[i] < 0 || in[i] >= c->n_vals) {
@@ -447,6 +447,16 @@ tm_status tm_prim_n(tm_ctx *c, int prim, const tm_val *in, int nin, const tm_arg
     }
     for (int i = 0; i < nin; i++) tin[i] = vin[i]->data;
     if (vin != vin_small) free(vin);
+    if ((p->flags & TM_PF_SHARED_FOLD) && c->fold_cache && nout == 1) {
+        const tm_tensor *shared = c->fold_cache->fold(c->fold_cache, c, prim, a, tin, nin,
+                                                      &vout[0], scratch);
+        if (shared || !tm_ctx_ok(c)) {
+            if (tin != tin_small) free(tin);
+            if (!shared) return c->status;
+            out[0] = import_tensor(c, (tm_tensor *)shared, 1, 0);
+            return out[0] == TM_NONE ? c->status : TM_OK;
+        }
+    }
     for (int i = 0; i < nout; i++) {
         tout[i] = tm_tensor_alloc(vout[i].dtype, vout[i].rank, vout[i].dims, c->allocator);
         if (!tout[i]) {

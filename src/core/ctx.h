@@ -32,6 +32,8 @@ enum {
 #define TM_PF_VIEW 1u        /* output 0 may share input 0's buffer (reshape); kernel copies otherwise */
 #define TM_PF_ELEMWISE 2u    /* same-shape elementwise (fusion candidate) */
 #define TM_PF_RANDOM 4u      /* not folded as a constant (random draws) */
+#define TM_PF_NO_FOLD 8u     /* not folded as a constant: it must run every time (per-run work) */
+#define TM_PF_SHARED_FOLD 16u /* folded once per model through tm_fold_cache (weight packing) */
 
 #define TM_ARGS_MAX_I 64
 /* Non-tensor parameters of a primitive call (axes, perms, pads, dtypes, scalars).
@@ -77,6 +79,19 @@ typedef struct tm_kcall {
 } tm_kcall;
 
 typedef struct tm_ctx tm_ctx;
+
+/* Folds that outlive one trace: a TM_PF_SHARED_FOLD primitive whose inputs are all known
+ * asks the context's cache (the model's, runtime/fold_cache.c) for its result, so that
+ * every plan and eager run of a model shares one packed copy of each weight. */
+typedef struct tm_fold_cache tm_fold_cache;
+struct tm_fold_cache {
+    /* The result of prim on these inputs (output info out), made with tm_run_kernel on c
+     * when absent; it belongs to the cache. NULL without an error when the inputs cannot
+     * be keyed (the caller folds as usual); NULL with c's error set on failure. */
+    const tm_tensor *(*fold)(tm_fold_cache *fc, tm_ctx *c, int prim, const struct tm_args *a,
+                             const tm_tensor *const *in, int nin, const struct tm_vinfo *out,
+                             size_t scratch);
+};
 
 /* Shape rule: fill out[0..nout) dtype/rank/dims from the inputs and args; set *scratch to
  * the bytes of temporary memory the kernel needs. Report errors with tm_ctx_fail. */
@@ -135,6 +150,8 @@ struct tm_ctx {
      * tm_val_param instead of as constants; track_params[i] set: parameter i is tracked. */
     const struct tm_param_table *params;
     const uint8_t *track_params;
+    tm_fold_cache *fold_cache; /* the model's shared folds, or NULL (fold per trace) */
+    int dequantize_nbits; /* tm_load_options.dequantize_nbits */
 };
 
 /* Where a model's parameters live: one tensor per parameter (the store an optimizer

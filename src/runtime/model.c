@@ -134,6 +134,7 @@ static tm_status finish_load(tm_onnx_model *om, const char *src, const tm_load_o
     /* Started once per model, shared by its sessions; without it kernels run on the
      * caller's thread, so a failure here only costs speed. */
     m->pool = tm_pool_create(m->opts.threads);
+    m->fold_cache = tm__fold_cache_create(om, m->opts.allocator);
     const tm_graph *g = om->graph;
     m->in_graph_index = calloc((size_t)g->n_inputs + 1, sizeof *m->in_graph_index);
     m->in_desc = calloc((size_t)g->n_inputs + 1, sizeof *m->in_desc);
@@ -198,6 +199,7 @@ void tm_model_free(tm_model *m) {
     tm__params_free(m);
     pthread_mutex_destroy(&m->cache_lock);
     tm_pool_free(m->pool);
+    tm__fold_cache_free(m->fold_cache);
     free_descs(m->in_desc, m->n_in);
     free_descs(m->out_desc, m->n_out);
     free(m->in_graph_index);
@@ -430,6 +432,8 @@ tm_status tm__run_eager_x(tm_model *m, int n, const char *const *names, const tm
     tm_ctx c;
     tm_ctx_init(&c, TM_MODE_EAGER, m->opts.allocator);
     c.compute_type = m->opts.compute_type;
+    c.fold_cache = m->fold_cache;
+    c.dequantize_nbits = m->opts.dequantize_nbits;
     c.pool = m->pool;
     c.params = tm__params_table(m);
     tm_oval *ovals = calloc((size_t)g->n_inputs + 1, sizeof *ovals);

@@ -44,5 +44,6 @@ tm_status tm__pass_rewrite(tm_ctx *c, int32_t node, int prim, const tm_val *in, 
 /* The passes (one file each in passes/). */
 tm_status tm__pass_layernorm(tm_ctx *c, const tm_pass_roots *roots);
 tm_status tm__pass_gelu(tm_ctx *c, const tm_pass_roots *roots);
+tm_status tm__pass_matmul_integer(tm_ctx *c, const tm_pass_roots *roots);
 
 #endif

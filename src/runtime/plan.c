@@ -557,6 +557,8 @@ static tm_status create(tm_model *m, int n, const char *const *names, const tm_x
     tm_ctx_init(&c, TM_MODE_TRACE, m->opts.allocator);
     c.compute_type = m->opts.compute_type;
     c.params = tm__params_table(m);
+    c.fold_cache = m->fold_cache;
+    c.dequantize_nbits = m->opts.dequantize_nbits;
     tm_live live = {0};
     tm_val target = TM_NONE;
     tm_status st = TM_OK;
@@ -920,6 +922,8 @@ static tm_status run_eager_tail(tm_session *s, tm_error *err) {
     tm_ctx_init(&c, TM_MODE_EAGER, m->opts.allocator);
     c.compute_type = m->opts.compute_type;
     c.params = tm__params_table(m);
+    c.fold_cache = m->fold_cache;
+    c.dequantize_nbits = m->opts.dequantize_nbits;
     tm_live live = {0};
     tm_oval *outs = calloc((size_t)g->n_outputs + 1, sizeof *outs);
     live.names = calloc((size_t)p->n_live + 1, sizeof *live.names);
@@ -993,6 +997,8 @@ static tm_status create_tail(tm_plan *parent, const tm_session *ps, tm_plan **ou
     tm_ctx_init(&c, TM_MODE_TRACE, m->opts.allocator);
     c.compute_type = m->opts.compute_type;
     c.params = tm__params_table(m);
+    c.fold_cache = m->fold_cache;
+    c.dequantize_nbits = m->opts.dequantize_nbits;
     tm_status st = TM_OK;
     if (!p->input_pv || !p->input_dtype || !p->input_rank || !p->input_dims ||
         !p->input_static || !p->output_pv || !outs || !in.names || !in.vals) {

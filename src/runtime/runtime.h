@@ -92,6 +92,14 @@ tm_status tm__plan_create_grad(tm_model *m, int n, const char *const *names,
  * first when passes is set (a trace). Errors go to c. */
 tm_status tm__grad_build(tm_ctx *c, const tm_model *m, const tm_grad_spec *spec,
                          const tm_oval *outs, tm_val target, int passes, tm_val *results);
+    tm_fold_cache *fold_cache;     /* packed weights shared by plans and runs; NULL: none */
+};
+
+/* The model's shared folds (fold_cache.c): create (NULL when out of memory: each trace
+ * then folds for itself; the folded tensors come from `allocator`, the model's) and free
+ * (before the model's mappings go). */
+tm_fold_cache *tm__fold_cache_create(const tm_onnx_model *onnx, const tm_allocator *allocator);
+void tm__fold_cache_free(tm_fold_cache *fc);
 
 /* Matches named inputs to graph inputs: fills ovals (one per graph input) in ctx, after
  * checking dtypes and ranks against the model's declarations. */

@@ -1,10 +1,15 @@
-/* Block-quantized weight primitives (quant.def): MatMulNBits and GatherBlockQuantized,
- * reading packed weights as they sit in the file and dequantizing inside the kernel.
- * Reference kernels; not the int8 activation paths (those are casts + MATMUL). */
+/* The quantization primitives (quant.def): MatMulNBits and GatherBlockQuantized, reading
+ * packed weights as they sit in the file and dequantizing inside the kernel (4-bit fast
+ * paths in backends/cpu/nbits.c), DEQUANTIZE_NBITS, DYNAMIC_QUANTIZE, and the exact 8-bit
+ * product (packing and kernels in backends/cpu/qgemm.c). Shape rules, reference kernels
+ * and dispatch; not the lowerings (onnx/ops). */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "../ctx.h"
 #include "../../backends/cpu/gemm.h" /* tm_use_reference_kernels */
+#include "../../backends/cpu/nbits.h"
+#include "../../backends/cpu/qgemm.h"
 
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
 #define QUANT_X86 1
@@ -32,72 +37,136 @@ static unsigned get_bits(const uint8_t *stream, size_t j, int bits) {
     return (v >> shift) & ((1u << bits) - 1u);
 }
 
-/* ---- MATMUL_NBITS ------------------------------------------------------------------ */
+/* ---- MATMUL_NBITS, DEQUANTIZE_NBITS ----------------------------------------------------- */
+
+/* Checks the weight inputs w[0..] = b, scales, [zero points], [g_idx] against i[] and
+ * returns the dtype of the scales (TM_UNDEFINED after a failure). */
+static tm_dtype check_nbits_weights(tm_ctx *c, const char *name, const tm_args *a,
+                                    const tm_vinfo *const *w, int nw) {
+    int64_t K = a->i[0], N = a->i[1], bits = a->i[2], bs = a->i[3], zp_kind = a->i[4];
+    int has_g = (int)a->i[5];
+    int want = 2 + (zp_kind != 0) + has_g;
+    if (nw != want) {
+        tm_ctx_fail(c, TM_ERR_SHAPE, "%s: expected %d weight inputs, got %d", name, want, nw);
+        return TM_UNDEFINED;
+    }
+    if (K <= 0 || N <= 0 || bits < 2 || bits > 8 || bs < 2 || (bs & (bs - 1))) {
+        tm_ctx_fail(c, TM_ERR_SHAPE, "%s: invalid K=%lld N=%lld bits=%lld block_size=%lld",
+                    name, (long long)K, (long long)N, (long long)bits, (long long)bs);
+        return TM_UNDEFINED;
+    }
+    const tm_vinfo *B = w[0], *S = w[1];
+    int64_t kb = (K + bs - 1) / bs, blob = bs * bits / 8;
+    if (B->dtype != TM_UINT8 || tm_numel(B->rank, B->dims) != N * kb * blob) {
+        tm_ctx_fail(c, TM_ERR_SHAPE, "%s: B must be uint8 (N=%lld, %lld blocks, %lld bytes)",
+                    name, (long long)N, (long long)kb, (long long)blob);
+        return TM_UNDEFINED;
+    }
+    if (!is_half_or_float(S->dtype) || tm_numel(S->rank, S->dims) != N * kb) {
+        tm_ctx_fail(c, TM_ERR_SHAPE, "%s: scales must be float, float16 or bfloat16 with %lld "
+                    "values", name, (long long)(N * kb));
+        return TM_UNDEFINED;
+    }
+    int next = 2;
+    if (zp_kind == 1) {
+        const tm_vinfo *Z = w[next++];
+        if (Z->dtype != TM_UINT8 || tm_numel(Z->rank, Z->dims) != N * ((kb * bits + 7) / 8)) {
+            tm_ctx_fail(c, TM_ERR_SHAPE, "%s: packed zero_points must be uint8 (N, %lld)", name,
+                        (long long)((kb * bits + 7) / 8));
+            return TM_UNDEFINED;
+        }
+    } else if (zp_kind == 2) {
+        const tm_vinfo *Z = w[next++];
+        if (!is_half_or_float(Z->dtype) || tm_numel(Z->rank, Z->dims) != N * kb) {
+            tm_ctx_fail(c, TM_ERR_SHAPE, "%s: zero_points must be uint8 or float with %lld "
+                        "values", name, (long long)(N * kb));
+            return TM_UNDEFINED;
+        }
+    }
+    if (has_g) {
+        const tm_vinfo *G = w[next];
+        if (G->dtype != TM_INT32 || tm_numel(G->rank, G->dims) != K) {
+            tm_ctx_fail(c, TM_ERR_SHAPE, "%s: g_idx must be int32 with K values", name);
+            return TM_UNDEFINED;
+        }
+    }
+    return S->dtype;
+}
+
+/* 1 when the 4-bit fast kernels (backends/cpu/nbits.h) take these weights: f32 scales
+ * (and zero points), no g_idx. */
+static int nbits_fast_weights(const tm_args *a, const tm_dtype *w_dtypes) {
+    return a->i[2] == 4 && !a->i[5] && w_dtypes[1] == TM_FLOAT &&
+           (a->i[4] != 2 || w_dtypes[2] == TM_FLOAT);
+}
 
 tm_status tm__shape_matmul_nbits(tm_ctx *c, int prim, const tm_args *a,
                                  const tm_vinfo *const *in, int nin, tm_vinfo *out, int nout,
                                  size_t *scratch) {
     (void)prim;
     (void)nout;
-    int64_t K = a->i[0], N = a->i[1], bits = a->i[2], bs = a->i[3], zp_kind = a->i[4];
-    int has_g = (int)a->i[5];
-    int want = 3 + (zp_kind != 0) + has_g;
-    if (nin != want)
-        return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_nbits: expected %d inputs, got %d", want, nin);
-    if (K <= 0 || N <= 0 || bits < 2 || bits > 8 || bs < 2 || (bs & (bs - 1)))
-        return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_nbits: invalid K=%lld N=%lld bits=%lld "
-                           "block_size=%lld", (long long)K, (long long)N, (long long)bits,
-                           (long long)bs);
-    const tm_vinfo *A = in[0], *B = in[1], *S = in[2];
+    int64_t K = a->i[0], N = a->i[1];
+    if (nin < (a->i[6] ? 2 : 3))
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_nbits: expected at least %d inputs, got %d",
+                           a->i[6] ? 2 : 3, nin);
+    const tm_vinfo *A = in[0];
+    int packed = a->i[6] != 0;
+    if (packed) {
+        /* Only the repacked weights: 4-bit, f32, no g_idx (nbits_pack checked the rest). */
+        const tm_vinfo *P = nin == 2 ? in[1] : NULL;
+        if (!P || P->dtype != TM_UINT8 || P->rank != 1 || a->i[2] != 4 || a->i[5] ||
+            A->dtype != TM_FLOAT || a->i[3] < 16 || (a->i[3] & (a->i[3] - 1)) ||
+            (P->dims[0] != (int64_t)tm_nbits_packed_size(N, K, a->i[3], 0) &&
+             P->dims[0] != (int64_t)tm_nbits_packed_size(N, K, a->i[3], 1)))
+            return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_nbits: expected f32 A and the weights "
+                               "repacked by nbits_pack");
+    } else if (check_nbits_weights(c, "matmul_nbits", a, in + 1, nin - 1) == TM_UNDEFINED) {
+        return c->status;
+    }
     if (!is_half_or_float(A->dtype))
         return tm_ctx_fail(c, TM_ERR_DTYPE, "matmul_nbits: A must be float, float16 or "
                            "bfloat16, got %s", tm_dtype_name(A->dtype));
     if (A->rank < 1 || A->dims[A->rank - 1] != K)
         return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_nbits: A's last dim must be K=%lld",
                            (long long)K);
-    int64_t kb = (K + bs - 1) / bs, blob = bs * bits / 8;
-    if (B->dtype != TM_UINT8 || tm_numel(B->rank, B->dims) != N * kb * blob)
-        return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_nbits: B must be uint8 (N=%lld, %lld "
-                           "blocks, %lld bytes)", (long long)N, (long long)kb, (long long)blob);
-    if (S->dtype != A->dtype || tm_numel(S->rank, S->dims) != N * kb)
-        return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_nbits: scales must be %s with %lld values",
-                           tm_dtype_name(A->dtype), (long long)(N * kb));
-    int next = 3;
-    if (zp_kind == 1) {
-        const tm_vinfo *Z = in[next++];
-        if (Z->dtype != TM_UINT8 || tm_numel(Z->rank, Z->dims) != N * ((kb * bits + 7) / 8))
-            return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_nbits: packed zero_points must be "
-                               "uint8 (N, %lld)", (long long)((kb * bits + 7) / 8));
-    } else if (zp_kind == 2) {
-        const tm_vinfo *Z = in[next++];
-        if (!is_half_or_float(Z->dtype) || tm_numel(Z->rank, Z->dims) != N * kb)
-            return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_nbits: zero_points must be uint8 or "
-                               "float with %lld values", (long long)(N * kb));
-    }
-    if (has_g) {
-        const tm_vinfo *G = in[next];
-        if (G->dtype != TM_INT32 || tm_numel(G->rank, G->dims) != K)
-            return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_nbits: g_idx must be int32 with K values");
-    }
+    if (!packed && in[2]->dtype != A->dtype)
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_nbits: scales must be %s like A",
+                           tm_dtype_name(A->dtype));
     out[0].dtype = A->dtype;
     out[0].rank = A->rank;
     memcpy(out[0].dims, A->dims, sizeof out[0].dims);
     out[0].dims[A->rank - 1] = N;
     int64_t M = tm_numel(A->rank, A->dims) / K;
+    if (packed) {
+        *scratch = tm_nbits_scratch(M, K, a->i[3]);
+        return TM_OK;
+    }
     *scratch = (size_t)K * sizeof(float);
     if (A->dtype != TM_FLOAT) *scratch += (size_t)(M * K) * sizeof(float);
     return TM_OK;
 }
 
-/* Column n of the dequantized weight matrix, w[K]. */
-static tm_status dequant_column(const tm_kcall *k, int64_t n, float *w) {
+/* The weight inputs of a MATMUL_NBITS or DEQUANTIZE_NBITS call, from index `first`. */
+typedef struct nbits_weights {
+    const tm_tensor *b, *scales, *zp, *g;
+} nbits_weights;
+
+static nbits_weights weights_of(const tm_kcall *k, int first) {
+    nbits_weights w = {k->in[first], k->in[first + 1], NULL, NULL};
+    int next = first + 2;
+    if (k->a->i[4]) w.zp = k->in[next++];
+    if (k->a->i[5]) w.g = k->in[next];
+    return w;
+}
+
+/* Column n of the dequantized weight matrix, w[K] (the reference, every bit width). */
+static tm_status dequant_column(const tm_kcall *k, const nbits_weights *wt, int64_t n, float *w) {
     const tm_args *a = k->a;
     int64_t K = a->i[0], bits = a->i[2], bs = a->i[3], zp_kind = a->i[4];
     int64_t kb = (K + bs - 1) / bs, blob = bs * bits / 8;
-    const uint8_t *b = (const uint8_t *)k->in[1]->data + n * kb * blob;
-    const tm_tensor *S = k->in[2];
-    const tm_tensor *Z = zp_kind ? k->in[3] : NULL;
-    const int32_t *g = a->i[5] ? (const int32_t *)k->in[zp_kind ? 4 : 3]->data : NULL;
+    const uint8_t *b = (const uint8_t *)wt->b->data + n * kb * blob;
+    const tm_tensor *S = wt->scales, *Z = wt->zp;
+    const int32_t *g = wt->g ? (const int32_t *)wt->g->data : NULL;
     int64_t zp_row = (kb * bits + 7) / 8;
     float default_zp = (float)(1 << (bits - 1));
     for (int64_t i = 0; i < K; i++) {
@@ -118,118 +187,17 @@ static tm_status dequant_column(const tm_kcall *k, int64_t n, float *w) {
     return TM_OK;
 }
 
-/* ---- 4-bit fast paths: f32 activations, power-of-two blocks >= 16, K a whole number of
- * blocks, no g_idx. The weights stay packed: each 16 values (8 bytes) are unpacked with
- * shifts and masks, converted, scaled (q*s - z*s) and multiplied into up to ROWS rows of
- * activations at once, so one unpacking serves ROWS rows. */
-#define NBITS_ROWS 4
-
-/* Scale and zero point of block `group` of column n. */
-static void block_params(const tm_kcall *k, int64_t n, int64_t kb, int64_t group, float *scale,
-                         float *zp) {
-    int64_t zp_kind = k->a->i[4];
-    const tm_tensor *S = k->in[2];
-    *scale = S->dtype == TM_FLOAT ? ((const float *)S->data)[n * kb + group]
-                                  : load_f(S->data, S->dtype, (size_t)(n * kb + group));
-    *zp = 8.0f;
-    if (zp_kind == 1)
-        *zp = (float)get_bits((const uint8_t *)k->in[3]->data + n * ((kb * 4 + 7) / 8),
-                              (size_t)group, 4);
-    if (zp_kind == 2) *zp = load_f(k->in[3]->data, k->in[3]->dtype, (size_t)(n * kb + group));
-}
-
-#ifdef QUANT_X86
-/* 8 packed bytes into their 16 4-bit values in order (low nibble first), as bytes. */
-__attribute__((target("avx2,fma"))) static inline __m128i unpack16(const uint8_t *p) {
-    __m128i v = _mm_loadl_epi64((const __m128i *)p);
-    __m128i mask = _mm_set1_epi8(0x0F);
-    __m128i lo = _mm_and_si128(v, mask), hi = _mm_and_si128(_mm_srli_epi16(v, 4), mask);
-    return _mm_unpacklo_epi8(lo, hi);
-}
-
-__attribute__((target("avx2,fma")))
-static void nbits4_avx2(const tm_kcall *k, const float *af, float *y, int64_t M) {
-    int64_t K = k->a->i[0], N = k->a->i[1], bs = k->a->i[3], kb = K / bs, blob = bs / 2;
-    const uint8_t *B = k->in[1]->data;
-    for (int64_t m0 = 0; m0 < M; m0 += NBITS_ROWS) {
-        int rows = M - m0 < NBITS_ROWS ? (int)(M - m0) : NBITS_ROWS;
-        for (int64_t n = 0; n < N; n++) {
-            __m256 acc[NBITS_ROWS];
-            for (int r = 0; r < NBITS_ROWS; r++) acc[r] = _mm256_setzero_ps();
-            const uint8_t *col = B + n * kb * blob;
-            for (int64_t blk = 0; blk < kb; blk++) {
-                float scale, zp;
-                block_params(k, n, kb, blk, &scale, &zp);
-                __m256 vs = _mm256_set1_ps(scale), vzs = _mm256_set1_ps(zp * scale);
-                for (int64_t j = 0; j < bs; j += 16) {
-                    __m128i q = unpack16(col + blk * blob + j / 2);
-                    __m256 w0 = _mm256_fmsub_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(q)), vs, vzs);
-                    __m256 w1 = _mm256_fmsub_ps(
-                        _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(q, 8))), vs, vzs);
-                    const float *a = af + m0 * K + blk * bs + j;
-                    for (int r = 0; r < rows; r++) {
-                        acc[r] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(a + r * K), acc[r]);
-                        acc[r] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(a + r * K + 8), acc[r]);
-                    }
-                }
-            }
-            for (int r = 0; r < rows; r++) {
-                __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc[r]), _mm256_extractf128_ps(acc[r], 1));
-                h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-                h = _mm_add_ss(h, _mm_movehdup_ps(h));
-                y[(m0 + r) * N + n] = _mm_cvtss_f32(h);
-            }
-        }
-    }
-}
-
-__attribute__((target("avx512f,avx2,fma")))
-static void nbits4_avx512(const tm_kcall *k, const float *af, float *y, int64_t M) {
-    int64_t K = k->a->i[0], N = k->a->i[1], bs = k->a->i[3], kb = K / bs, blob = bs / 2;
-    const uint8_t *B = k->in[1]->data;
-    for (int64_t m0 = 0; m0 < M; m0 += NBITS_ROWS) {
-        int rows = M - m0 < NBITS_ROWS ? (int)(M - m0) : NBITS_ROWS;
-        for (int64_t n = 0; n < N; n++) {
-            __m512 acc[NBITS_ROWS];
-            for (int r = 0; r < NBITS_ROWS; r++) acc[r] = _mm512_setzero_ps();
-            const uint8_t *col = B + n * kb * blob;
-            for (int64_t blk = 0; blk < kb; blk++) {
-                float scale, zp;
-                block_params(k, n, kb, blk, &scale, &zp);
-                __m512 vs = _mm512_set1_ps(scale), vzs = _mm512_set1_ps(zp * scale);
-                for (int64_t j = 0; j < bs; j += 16) {
-                    __m128i q = unpack16(col + blk * blob + j / 2);
-                    __m512 w = _mm512_fmsub_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(q)), vs, vzs);
-                    const float *a = af + m0 * K + blk * bs + j;
-                    for (int r = 0; r < rows; r++)
-                        acc[r] = _mm512_fmadd_ps(w, _mm512_loadu_ps(a + r * K), acc[r]);
-                }
-            }
-            for (int r = 0; r < rows; r++) y[(m0 + r) * N + n] = _mm512_reduce_add_ps(acc[r]);
-        }
-    }
-}
-#endif
-
-typedef void (*nbits_fn)(const tm_kcall *k, const float *af, float *y, int64_t M);
-
-/* The fast kernel for this call and CPU, or NULL (TM_KERNEL_ISA=avx2|scalar forces a
- * lesser one, for tests and comparisons). */
-static nbits_fn nbits_pick(const tm_kcall *k) {
-    const tm_args *a = k->a;
-    int64_t K = a->i[0], bs = a->i[3];
-    if (tm_use_reference_kernels() || k->in[0]->dtype != TM_FLOAT || k->out[0]->dtype != TM_FLOAT ||
-        a->i[2] != 4 || a->i[5] || bs < 16 || (bs & (bs - 1)) || K % bs)
-        return NULL;
-#ifdef QUANT_X86
-    const char *isa = getenv("TM_KERNEL_ISA");
-    int allow512 = !isa || !strcmp(isa, "avx512"), allow2 = allow512 || !strcmp(isa, "avx2");
-    __builtin_cpu_init();
-    if (allow512 && __builtin_cpu_supports("avx512f")) return nbits4_avx512;
-    if (allow2 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-        return nbits4_avx2;
-#endif
-    return NULL;
+static tm_nbits_weights nbits_weights_of(const tm_kcall *k, const nbits_weights *wt) {
+    tm_nbits_weights g;
+    memset(&g, 0, sizeof g);
+    g.n = k->a->i[1];
+    g.k = k->a->i[0];
+    g.block = k->a->i[3];
+    g.b = wt->b->data;
+    g.scales = wt->scales->data;
+    if (k->a->i[4] == 1) g.zp_packed = wt->zp->data;
+    if (k->a->i[4] == 2) g.zp_float = wt->zp->data;
+    return g;
 }
 
 tm_status tm__kernel_matmul_nbits(const tm_kcall *k) {
@@ -237,11 +205,16 @@ tm_status tm__kernel_matmul_nbits(const tm_kcall *k) {
     tm_tensor *Y = k->out[0];
     int64_t K = k->a->i[0], N = k->a->i[1];
     int64_t M = tm_numel(A->rank, A->dims) / K;
-    nbits_fn fast = nbits_pick(k);
-    if (fast) {
-        fast(k, A->data, Y->data, M);
+    if (k->a->i[6]) {
+        /* Repacked weights: the fast kernels, or their portable C under TM_REFERENCE_KERNELS. */
+        const tm_tensor *P = k->in[1];
+        if (!tm_nbits_packed_check(P->data, (size_t)P->dims[0], N, K, k->a->i[3]))
+            return tm__fail(k->err, TM_ERR_RUNTIME, "matmul_nbits: the repacked weights do not "
+                            "match (%lld, %lld)", (long long)N, (long long)K);
+        tm_nbits_matmul(P->data, M, A->data, Y->data, k->scratch, k->pool);
         return TM_OK;
     }
+    nbits_weights wt = weights_of(k, 1);
     float *w = k->scratch;
     const float *af = A->data;
     if (A->dtype != TM_FLOAT) {
@@ -250,7 +223,7 @@ tm_status tm__kernel_matmul_nbits(const tm_kcall *k) {
         af = conv;
     }
     for (int64_t n = 0; n < N; n++) {
-        tm_status st = dequant_column(k, n, w);
+        tm_status st = dequant_column(k, &wt, n, w);
         if (st != TM_OK) return st;
         for (int64_t m = 0; m < M; m++) {
             const float *row = af + m * K;
@@ -258,6 +231,43 @@ tm_status tm__kernel_matmul_nbits(const tm_kcall *k) {
             for (int64_t i = 0; i < K; i++) acc += row[i] * w[i];
             if (Y->dtype == TM_FLOAT) ((float *)Y->data)[m * N + n] = acc;
             else tm_store_f64(Y->data, Y->dtype, (size_t)(m * N + n), acc);
+        }
+    }
+    return TM_OK;
+}
+
+tm_status tm__shape_dequantize_nbits(tm_ctx *c, int prim, const tm_args *a,
+                                     const tm_vinfo *const *in, int nin, tm_vinfo *out,
+                                     int nout, size_t *scratch) {
+    (void)prim;
+    (void)nout;
+    tm_dtype dt = check_nbits_weights(c, "dequantize_nbits", a, in, nin);
+    if (dt == TM_UNDEFINED) return c->status;
+    out[0].dtype = dt;
+    out[0].rank = 2;
+    out[0].dims[0] = a->i[0];
+    out[0].dims[1] = a->i[1];
+    *scratch = (size_t)a->i[0] * sizeof(float);
+    return TM_OK;
+}
+
+tm_status tm__kernel_dequantize_nbits(const tm_kcall *k) {
+    int64_t K = k->a->i[0], N = k->a->i[1];
+    nbits_weights wt = weights_of(k, 0);
+    tm_tensor *W = k->out[0];
+    tm_dtype wdt[3] = {wt.b->dtype, wt.scales->dtype, wt.zp ? wt.zp->dtype : TM_UNDEFINED};
+    if (W->dtype == TM_FLOAT && nbits_fast_weights(k->a, wdt) && tm_nbits_fast(k->a->i[3])) {
+        tm_nbits_weights g = nbits_weights_of(k, &wt);
+        tm_nbits_dequantize(&g, W->data, k->pool);
+        return TM_OK;
+    }
+    float *col = k->scratch;
+    for (int64_t n = 0; n < N; n++) {
+        tm_status st = dequant_column(k, &wt, n, col);
+        if (st != TM_OK) return st;
+        for (int64_t i = 0; i < K; i++) {
+            if (W->dtype == TM_FLOAT) ((float *)W->data)[i * N + n] = col[i];
+            else tm_store_f64(W->data, W->dtype, (size_t)(i * N + n), col[i]);
         }
     }
     return TM_OK;
@@ -340,6 +350,44 @@ static int64_t packed_at(const tm_tensor *t, int64_t flat, int64_t cols, int com
     return (byte >> ((col % comp) * bits)) & ((1 << bits) - 1);
 }
 
+/* 1 when the reference kernels were asked for (TM_REFERENCE_KERNELS=1, or
+ * TM_KERNEL_ISA=scalar as the tests set it). */
+static int reference_only(void) {
+    const char *isa = getenv("TM_KERNEL_ISA");
+    return tm_use_reference_kernels() || (isa && !strcmp(isa, "scalar"));
+}
+
+/* The embedding case: rows of 4-bit values two per byte, blocks along the row, f32 scales
+ * and output. Each value is (q - zp) * scale rounded once, as the reference's double
+ * product rounded to float is (the exact product fits a double). */
+static tm_status gather_rows_4bit(const tm_kcall *k, int64_t rows, int64_t cols) {
+    const tm_tensor *D = k->in[0], *I = k->in[1], *S = k->in[2];
+    const tm_tensor *Z = k->a->i[4] ? k->in[3] : NULL;
+    int64_t bs = k->a->i[2], nblk = (cols + bs - 1) / bs, zrow = (nblk + 1) / 2;
+    int64_t n_idx = tm_numel(I->rank, I->dims);
+    const uint8_t *data = D->data, *zps = Z ? Z->data : NULL;
+    const float *scales = S->data;
+    float *y = k->out[0]->data;
+    for (int64_t i = 0; i < n_idx; i++) {
+        int64_t idx = I->dtype == TM_INT64 ? ((const int64_t *)I->data)[i]
+                                           : ((const int32_t *)I->data)[i];
+        if (idx < 0) idx += rows;
+        if (idx < 0 || idx >= rows)
+            return tm__fail(k->err, TM_ERR_RUNTIME, "index %lld is out of range for axis 0 of "
+                            "size %lld", (long long)(idx < 0 ? idx - rows : idx), (long long)rows);
+        const uint8_t *row = data + idx * ((cols + 1) / 2);
+        float *out = y + i * cols;
+        for (int64_t b = 0; b < nblk; b++) {
+            float scale = scales[idx * nblk + b], zp = 8.0f;
+            if (zps) zp = (float)((zps[idx * zrow + b / 2] >> ((b & 1) * 4)) & 15);
+            int64_t end = (b + 1) * bs < cols ? (b + 1) * bs : cols;
+            for (int64_t c = b * bs; c < end; c++)
+                out[c] = ((float)((row[c / 2] >> ((c & 1) * 4)) & 15) - zp) * scale;
+        }
+    }
+    return TM_OK;
+}
+
 tm_status tm__kernel_gather_block_quantized(const tm_kcall *k) {
     const tm_tensor *D = k->in[0], *I = k->in[1], *S = k->in[2];
     const tm_tensor *Z = k->a->i[4] ? k->in[3] : NULL;
@@ -350,6 +398,9 @@ tm_status tm__kernel_gather_block_quantized(const tm_kcall *k) {
     int64_t logical[TM_MAX_RANK];
     memcpy(logical, D->dims, sizeof logical);
     logical[r - 1] *= comp;
+    if (r == 2 && ga == 0 && qa == 1 && comp == 2 && S->dtype == TM_FLOAT &&
+        Y->dtype == TM_FLOAT && !reference_only())
+        return gather_rows_4bit(k, logical[0], logical[1]);
     int64_t outer = 1, inner = 1, g = logical[ga];
     for (int d = 0; d < ga; d++) outer *= logical[d];
     for (int d = ga + 1; d < r; d++) inner *= logical[d];
@@ -385,5 +436,380 @@ tm_status tm__kernel_gather_block_quantized(const tm_kcall *k) {
                 else tm_store_f64(Y->data, Y->dtype, at, v);
             }
         }
+    return TM_OK;
+}
+
+/* ---- DYNAMIC_QUANTIZE -------------------------------------------------------------- */
+
+tm_status tm__shape_dynamic_quantize(tm_ctx *c, int prim, const tm_args *a,
+                                     const tm_vinfo *const *in, int nin, tm_vinfo *out,
+                                     int nout, size_t *scratch) {
+    (void)prim;
+    (void)a;
+    (void)nin;
+    (void)nout;
+    (void)scratch;
+    if (in[0]->dtype != TM_FLOAT)
+        return tm_ctx_fail(c, TM_ERR_DTYPE, "dynamic_quantize: x must be float, got %s",
+                           tm_dtype_name(in[0]->dtype));
+    out[0] = *in[0];
+    out[0].dtype = TM_UINT8;
+    out[1].dtype = TM_FLOAT;
+    out[1].rank = 0;
+    out[2].dtype = TM_UINT8;
+    out[2].rank = 0;
+    return TM_OK;
+}
+
+/* Scale and zero point from the range [lo, hi] (lo <= 0 <= hi). */
+static void dynamic_params(float lo, float hi, float *scale, float *zp) {
+    float range = hi - lo;
+    *scale = range == 0.0f ? 1.0f : range / 255.0f;
+    float z = nearbyintf(0.0f - lo / *scale);
+    *zp = fminf(fmaxf(z, 0.0f), 255.0f);
+}
+
+static void dynamic_range_ref(const float *x, size_t n, float *lo, float *hi) {
+    float l = 0.0f, h = 0.0f;
+    for (size_t i = 0; i < n; i++) {
+        if (x[i] < l) l = x[i];   /* NaN compares false: skipped */
+        if (x[i] > h) h = x[i];
+    }
+    *lo = l;
+    *hi = h;
+}
+
+static void dynamic_store_ref(const float *x, size_t n, float scale, float zp, uint8_t *y) {
+    for (size_t i = 0; i < n; i++) {
+        float v = nearbyintf(x[i] / scale) + zp;
+        v = fminf(fmaxf(v, 0.0f), 255.0f);   /* fmaxf turns NaN into 0 */
+        y[i] = (uint8_t)v;
+    }
+}
+
+#ifdef QUANT_X86
+/* Same results as the reference: max/min take the accumulator when x is NaN, the
+ * division is IEEE's, roundscale rounds half to even, and max(v, 0) turns NaN into 0. */
+__attribute__((target("avx512f")))
+static void dynamic_range_avx512(const float *x, size_t n, float *lo, float *hi) {
+    __m512 l = _mm512_setzero_ps(), h = l;
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 v = _mm512_loadu_ps(x + i);
+        l = _mm512_min_ps(v, l);
+        h = _mm512_max_ps(v, h);
+    }
+    if (i < n) {
+        __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        __m512 v = _mm512_maskz_loadu_ps(m, x + i);   /* zeros outside: within [lo, hi] */
+        l = _mm512_min_ps(v, l);
+        h = _mm512_max_ps(v, h);
+    }
+    *lo = _mm512_reduce_min_ps(l);
+    *hi = _mm512_reduce_max_ps(h);
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl")))
+static void dynamic_store_avx512(const float *x, size_t n, float scale, float zp, uint8_t *y) {
+    __m512 vs = _mm512_set1_ps(scale), vz = _mm512_set1_ps(zp);
+    __m512 zero = _mm512_setzero_ps(), top = _mm512_set1_ps(255.0f);
+    for (size_t i = 0; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
+        __m512 v = _mm512_div_ps(_mm512_maskz_loadu_ps(m, x + i), vs);
+        v = _mm512_add_ps(_mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), vz);
+        v = _mm512_min_ps(_mm512_max_ps(v, zero), top);
+        _mm_mask_storeu_epi8(y + i, m, _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(v)));
+    }
+}
+#endif
+
+tm_status tm__kernel_dynamic_quantize(const tm_kcall *k) {
+    const tm_tensor *X = k->in[0];
+    size_t n = (size_t)tm_numel(X->rank, X->dims);
+    const float *x = X->data;
+    float lo, hi, scale, zp;
+    int fast = 0;
+#ifdef QUANT_X86
+    const char *isa = getenv("TM_KERNEL_ISA");
+    __builtin_cpu_init();
+    fast = !tm_use_reference_kernels() && (!isa || !strcmp(isa, "avx512")) &&
+           __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl");
+    if (fast) dynamic_range_avx512(x, n, &lo, &hi);
+#endif
+    if (!fast) dynamic_range_ref(x, n, &lo, &hi);
+    dynamic_params(lo, hi, &scale, &zp);
+#ifdef QUANT_X86
+    if (fast) dynamic_store_avx512(x, n, scale, zp, k->out[0]->data);
+#endif
+    if (!fast) dynamic_store_ref(x, n, scale, zp, k->out[0]->data);
+    *(float *)k->out[1]->data = scale;
+    *(uint8_t *)k->out[2]->data = (uint8_t)zp;
+    return TM_OK;
+}
+
+/* ---- QGEMM_PACK_B, MATMUL_INTEGER ------------------------------------------------- */
+
+static int is_q8(tm_dtype dt) { return dt == TM_INT8 || dt == TM_UINT8; }
+
+tm_status tm__shape_qgemm_pack_b(tm_ctx *c, int prim, const tm_args *a,
+                                 const tm_vinfo *const *in, int nin, tm_vinfo *out, int nout,
+                                 size_t *scratch) {
+    (void)prim;
+    (void)nin;
+    (void)nout;
+    (void)scratch;
+    const tm_vinfo *B = in[0], *Z = in[1];
+    int64_t K = a->i[0], N = a->i[1];
+    int shape_ok = a->i[2] ? B->rank >= 2 && B->dims[0] == N && tm_numel(B->rank, B->dims) == N * K
+                           : B->rank == 2 && B->dims[0] == K && B->dims[1] == N;
+    if (!is_q8(B->dtype) || !shape_ok || K <= 0 || N <= 0)
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "qgemm_pack_b: b must be int8 or uint8 (%lld, %lld)%s",
+                           (long long)K, (long long)N, a->i[2] ? " transposed" : "");
+    int64_t nz = tm_numel(Z->rank, Z->dims);
+    if (Z->dtype != B->dtype || (nz != 1 && nz != N))
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "qgemm_pack_b: the zero point must be %s with 1 or "
+                           "%lld values", tm_dtype_name(B->dtype), (long long)N);
+    out[0].dtype = TM_UINT8;
+    out[0].rank = 1;
+    out[0].dims[0] = (int64_t)tm_qgemm_packed_size(K, N);
+    return TM_OK;
+}
+
+tm_status tm__kernel_qgemm_pack_b(const tm_kcall *k) {
+    const tm_tensor *B = k->in[0], *Z = k->in[1];
+    int64_t K = k->a->i[0], N = k->a->i[1];
+    tm_qgemm_pack_b(B->data, B->dtype == TM_INT8, (int)k->a->i[2], k->a->i[2] ? K : N, K, N,
+                    Z->data, tm_numel(Z->rank, Z->dims), k->out[0]->data);
+    return TM_OK;
+}
+
+tm_status tm__shape_matmul_integer(tm_ctx *c, int prim, const tm_args *a,
+                                   const tm_vinfo *const *in, int nin, tm_vinfo *out, int nout,
+                                   size_t *scratch) {
+    (void)prim;
+    (void)nout;
+    int64_t K = a->i[0], N = a->i[1];
+    int has_scale = a->i[2] != 0, has_bias = a->i[3] != 0;
+    if (nin != 3 + has_scale + has_bias || (has_bias && !has_scale))
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_integer: wrong input count %d", nin);
+    const tm_vinfo *A = in[0], *B = in[1], *Z = in[2];
+    if (!is_q8(A->dtype) || A->rank < 1 || A->dims[A->rank - 1] != K)
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_integer: a must be int8 or uint8 with last "
+                           "dim K=%lld", (long long)K);
+    if (B->dtype != TM_UINT8 || B->rank != 1 ||
+        B->dims[0] != (int64_t)tm_qgemm_packed_size(K, N))
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_integer: b must be packed by qgemm_pack_b "
+                           "for (%lld, %lld)", (long long)K, (long long)N);
+    /* One zero point, one per row of a's matrices (repeated over its batch), or one per
+     * row of all of them. */
+    int64_t rows = A->rank >= 2 ? A->dims[A->rank - 2] : 1, nz = tm_numel(Z->rank, Z->dims);
+    int64_t all_rows = tm_numel(A->rank, A->dims) / K;
+    if (Z->dtype != A->dtype || (nz != 1 && nz != rows && nz != all_rows))
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_integer: a's zero point must be %s with 1, "
+                           "%lld or %lld values", tm_dtype_name(A->dtype), (long long)rows,
+                           (long long)all_rows);
+    for (int i = 3; i < nin; i++) {
+        int64_t ns = tm_numel(in[i]->rank, in[i]->dims);
+        if (in[i]->dtype != TM_FLOAT || (ns != 1 && ns != N))
+            return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_integer: %s must be float with 1 or "
+                               "%lld values", i == 3 ? "scale" : "bias", (long long)N);
+    }
+    out[0] = *A;
+    out[0].dims[A->rank - 1] = N;
+    out[0].dtype = has_scale ? TM_FLOAT : TM_INT32;
+    *scratch = tm_qgemm_scratch(tm_numel(A->rank, A->dims) / K, K, A->dtype == TM_INT8);
+    return TM_OK;
+}
+
+tm_status tm__kernel_matmul_integer(const tm_kcall *k) {
+    const tm_tensor *A = k->in[0], *B = k->in[1], *Z = k->in[2];
+    int64_t K = k->a->i[0], N = k->a->i[1];
+    if (!tm_qgemm_packed_check(B->data, (size_t)B->dims[0], K, N))
+        return tm__fail(k->err, TM_ERR_RUNTIME, "matmul_integer: b is not a packed (%lld, %lld) "
+                        "matrix", (long long)K, (long long)N);
+    tm_qgemm_args g;
+    memset(&g, 0, sizeof g);
+    g.m = tm_numel(A->rank, A->dims) / K;
+    g.n = N;
+    g.k = K;
+    g.a = A->data;
+    g.a_signed = A->dtype == TM_INT8;
+    g.lda = K;
+    g.za = Z->data;
+    g.za_count = tm_numel(Z->rank, Z->dims);
+    g.b_packed = B->data;
+    g.ldc = N;
+    if (k->a->i[2]) {
+        g.c_float = k->out[0]->data;
+        g.scale = k->in[3]->data;
+        g.scale_count = tm_numel(k->in[3]->rank, k->in[3]->dims);
+        if (k->a->i[3]) {
+            g.bias = k->in[4]->data;
+            g.bias_count = tm_numel(k->in[4]->rank, k->in[4]->dims);
+        }
+    } else {
+        g.c_int = k->out[0]->data;
+    }
+    tm_qgemm(&g, k->scratch, k->pool);
+    return TM_OK;
+}
+
+/* ---- NBITS_PACK ------------------------------------------------------------------------ */
+
+tm_status tm__shape_nbits_pack(tm_ctx *c, int prim, const tm_args *a, const tm_vinfo *const *in,
+                               int nin, tm_vinfo *out, int nout, size_t *scratch) {
+    (void)prim;
+    (void)nout;
+    (void)scratch;
+    if (check_nbits_weights(c, "nbits_pack", a, in, nin) == TM_UNDEFINED) return c->status;
+    tm_dtype wdt[3] = {in[0]->dtype, in[1]->dtype, nin > 2 ? in[2]->dtype : TM_UNDEFINED};
+    if (!nbits_fast_weights(a, wdt) || a->i[3] < 16)
+        return tm_ctx_fail(c, TM_ERR_UNSUPPORTED, "nbits_pack: only 4-bit weights in blocks of "
+                           "16 or more with f32 scales and no g_idx are repacked");
+    out[0].dtype = TM_UINT8;
+    out[0].rank = 1;
+    out[0].dims[0] = (int64_t)tm_nbits_packed_size(a->i[1], a->i[0], a->i[3], a->i[4] == 2);
+    return TM_OK;
+}
+
+tm_status tm__kernel_nbits_pack(const tm_kcall *k) {
+    nbits_weights wt = weights_of(k, 0);
+    tm_nbits_weights g = nbits_weights_of(k, &wt);
+    tm_nbits_pack(&g, k->out[0]->data);
+    return TM_OK;
+}
+
+/* ---- CONV_INTEGER ------------------------------------------------------------------------ */
+
+/* The convolution's geometry from i[] (see quant.def). */
+typedef struct conv_geom {
+    int n;
+    int64_t batch, channels, m, kdim, positions;
+    int64_t in[3], out[3], kernel[3], stride[3], pad[3], dilation[3];
+} conv_geom;
+
+static int conv_geom_of(const tm_args *a, const int64_t *x_dims, conv_geom *g) {
+    int n = (int)a->i[0];
+    if (n < 1 || n > 3 || a->i[1] != 1) return 0;
+    g->n = n;
+    g->batch = x_dims[0];
+    g->channels = x_dims[1];
+    g->m = a->i[2 + 5 * n];
+    g->kdim = g->channels;
+    g->positions = 1;
+    for (int d = 0; d < n; d++) {
+        g->in[d] = x_dims[2 + d];
+        g->stride[d] = a->i[2 + d];
+        g->pad[d] = a->i[2 + n + d];
+        g->dilation[d] = a->i[2 + 3 * n + d];
+        g->kernel[d] = a->i[2 + 4 * n + d];
+        int64_t span = (g->kernel[d] - 1) * g->dilation[d] + 1;
+        int64_t padded = g->in[d] + g->pad[d] + a->i[2 + 2 * n + d];
+        if (g->stride[d] < 1 || g->dilation[d] < 1 || g->kernel[d] < 1 || g->pad[d] < 0 ||
+            padded < span)
+            return 0;
+        g->out[d] = (padded - span) / g->stride[d] + 1;
+        g->kdim *= g->kernel[d];
+        g->positions *= g->out[d];
+    }
+    return g->m > 0;
+}
+
+tm_status tm__shape_conv_integer(tm_ctx *c, int prim, const tm_args *a,
+                                 const tm_vinfo *const *in, int nin, tm_vinfo *out, int nout,
+                                 size_t *scratch) {
+    (void)prim;
+    (void)nin;
+    (void)nout;
+    const tm_vinfo *X = in[0], *P = in[1], *Z = in[2];
+    conv_geom g;
+    if (!is_q8(X->dtype) || X->rank != 2 + (int)a->i[0] || !conv_geom_of(a, X->dims, &g))
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "conv_integer: x must be int8 or uint8 (N, C, "
+                           "spatial...) with a group-1 window of 1 to 3 dims");
+    if (P->dtype != TM_UINT8 || P->rank != 1 ||
+        P->dims[0] != (int64_t)tm_qgemm_packed_size(g.kdim, g.m))
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "conv_integer: the weights must be packed for "
+                           "(%lld, %lld)", (long long)g.kdim, (long long)g.m);
+    if (Z->dtype != X->dtype || tm_numel(Z->rank, Z->dims) != 1)
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "conv_integer: x's zero point must be one %s",
+                           tm_dtype_name(X->dtype));
+    out[0].dtype = TM_INT32;
+    out[0].rank = X->rank;
+    out[0].dims[0] = g.batch;
+    out[0].dims[1] = g.m;
+    for (int d = 0; d < g.n; d++) out[0].dims[2 + d] = g.out[d];
+    /* Patches (positions, kdim) as bytes, their product (positions, m) as int32, and the
+     * product's own scratch, for one image at a time. */
+    *scratch = (size_t)(g.positions * g.kdim) + 64 + (size_t)(g.positions * g.m) * 4 + 64 +
+               tm_qgemm_scratch(g.positions, g.kdim, X->dtype == TM_INT8);
+    return TM_OK;
+}
+
+/* Row p of the patch matrix for output position p: every (channel, kernel offset), x's
+ * value there or its zero point in the padding. */
+static void im2col(const conv_geom *g, const uint8_t *x, uint8_t zp, uint8_t *cols) {
+    int64_t in_h = g->n >= 2 ? g->in[1] : 1, in_d = g->n >= 3 ? g->in[2] : 1;
+    int64_t plane = 1;
+    for (int d = 0; d < g->n; d++) plane *= g->in[d];
+    int64_t o[3] = {0, 0, 0};
+    for (int64_t p = 0; p < g->positions; p++) {
+        uint8_t *row = cols + p * g->kdim;
+        int64_t at = 0;
+        for (int64_t ch = 0; ch < g->channels; ch++) {
+            const uint8_t *src = x + ch * plane;
+            int64_t k[3] = {0, 0, 0};
+            for (;;) {
+                int inside = 1;
+                int64_t idx = 0;
+                for (int d = 0; d < g->n; d++) {
+                    int64_t pos = o[d] * g->stride[d] - g->pad[d] + k[d] * g->dilation[d];
+                    inside &= pos >= 0 && pos < g->in[d];
+                    idx = d == 0 ? pos : idx * (d == 1 ? in_h : in_d) + pos;
+                }
+                row[at++] = inside ? src[idx] : zp;
+                int d = g->n - 1;   /* next kernel offset, last dim fastest */
+                while (d >= 0 && ++k[d] == g->kernel[d]) k[d--] = 0;
+                if (d < 0) break;
+            }
+        }
+        int d = g->n - 1;   /* next output position */
+        while (d >= 0 && ++o[d] == g->out[d]) o[d--] = 0;
+    }
+}
+
+tm_status tm__kernel_conv_integer(const tm_kcall *k) {
+    const tm_tensor *X = k->in[0], *P = k->in[1], *Z = k->in[2];
+    conv_geom g;
+    if (!conv_geom_of(k->a, X->dims, &g) ||
+        !tm_qgemm_packed_check(P->data, (size_t)P->dims[0], g.kdim, g.m))
+        return tm__fail(k->err, TM_ERR_RUNTIME, "conv_integer: the packed weights do not match");
+    uintptr_t at = ((uintptr_t)k->scratch + 63) & ~(uintptr_t)63;
+    uint8_t *cols = (uint8_t *)at;
+    at = ((uintptr_t)(cols + g.positions * g.kdim) + 63) & ~(uintptr_t)63;
+    int32_t *prod = (int32_t *)at;
+    void *inner = prod + g.positions * g.m;
+    int64_t plane_in = X->dims[1];
+    for (int d = 0; d < g.n; d++) plane_in *= g.in[d];
+    for (int64_t b = 0; b < g.batch; b++) {
+        im2col(&g, (const uint8_t *)X->data + b * plane_in, *(const uint8_t *)Z->data, cols);
+        tm_qgemm_args q;
+        memset(&q, 0, sizeof q);
+        q.m = g.positions;
+        q.n = g.m;
+        q.k = g.kdim;
+        q.a = cols;
+        q.a_signed = X->dtype == TM_INT8;
+        q.lda = g.kdim;
+        q.za = Z->data;
+        q.za_count = 1;
+        q.b_packed = P->data;
+        q.c_int = prod;
+        q.ldc = g.m;
+        tm_qgemm(&q, inner, k->pool);
+        int32_t *y = (int32_t *)k->out[0]->data + b * g.m * g.positions;
+        for (int64_t p = 0; p < g.positions; p++)
+            for (int64_t m = 0; m < g.m; m++) y[m * g.positions + p] = prod[p * g.m + m];
+    }
     return TM_OK;
 }

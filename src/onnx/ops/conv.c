@@ -149,6 +149,44 @@ static tm_val centered(tm_lower *L, int index, tm_val v, int zp_index, int chann
     return tm_sub(c, out, zp);
 }
 
+/* The exact int32 convolution of x - xzp and w - wzp through CONV_INTEGER (im2col and the
+ * 8-bit GEMM, the weights packed once): group 1, 1 to 3 spatial dims, x's zero point one
+ * value and w's one or one per output channel, both of their operand's dtype. TM_NONE with
+ * the context still ok when the node is outside that (the caller takes the general path). */
+static tm_val conv_integer_fast(tm_lower *L, tm_val x, tm_val w, tm_val xzp, tm_val wzp) {
+    tm_ctx *c = tm_lctx(L);
+    if (!tm_ctx_ok(c) || x == TM_NONE || w == TM_NONE || tm_attr_i(L, "group", 1) != 1)
+        return TM_NONE;
+    int r = tm_vrank(c, x), n = r - 2;
+    if (n < 1 || n > 3 || tm_vrank(c, w) != r || tm_vdims(c, w)[1] != tm_vdims(c, x)[1])
+        return TM_NONE;
+    int64_t m = tm_vdims(c, w)[0];
+    if ((xzp != TM_NONE && (tm_vdtype(c, xzp) != tm_vdtype(c, x) || tm_vnumel(c, xzp) != 1)) ||
+        (wzp != TM_NONE && (tm_vdtype(c, wzp) != tm_vdtype(c, w) || tm_vrank(c, wzp) > 1 ||
+                            (tm_vnumel(c, wzp) != 1 && tm_vnumel(c, wzp) != m))))
+        return TM_NONE;
+    tm_window win;
+    if (tm_win_read(L, n, tm_vdims(c, x) + 2, tm_vdims(c, w) + 2, &win)) return TM_NONE;
+    tm_args a;
+    conv_args(&win, 1, &a);
+    int64_t kdim = tm_vdims(c, x)[1];
+    for (int d = 0; d < n; d++) {
+        a.i[2 + 4 * n + d] = win.kernel[d];
+        kdim *= win.kernel[d];
+    }
+    a.i[2 + 5 * n] = m;
+    tm_args pack;
+    memset(&pack, 0, sizeof pack);
+    pack.i[0] = kdim;
+    pack.i[1] = m;
+    pack.i[2] = 1;   /* w is (M, C, k...): B transposed */
+    tm_val pin[2] = {w, wzp != TM_NONE ? wzp : tm_const_scalar(c, tm_vdtype(c, w), 0.0)};
+    tm_val in[3] = {x, tm_prim(c, TM_P_QGEMM_PACK_B, pin, 2, &pack),
+                    xzp != TM_NONE ? tm_reshape(c, xzp, 0, NULL)
+                                   : tm_const_scalar(c, tm_vdtype(c, x), 0.0)};
+    return tm_prim(c, TM_P_CONV_INTEGER, in, 3, &a);
+}
+
 static tm_status lower_conv_integer(tm_lower *L) {
     tm_ctx *c = tm_lctx(L);
     tm_val x = tm_lin(L, 0), w = tm_lin(L, 1);
@@ -156,6 +194,11 @@ static tm_status lower_conv_integer(tm_lower *L) {
     if (tm_lhas(L, 2) && tm_vnumel(c, tm_lin(L, 2)) != 1)
         return tm_lfail(L, TM_ERR_SHAPE, "input 2 ('%s') must hold one zero point",
                         tm_lnode(L)->inputs[2]);
+    tm_val fast = conv_integer_fast(L, x, w, tm_lin(L, 2), tm_lin(L, 3));
+    if (fast != TM_NONE || !tm_ctx_ok(c)) {
+        tm_lout(L, 0, fast);
+        return c->status;
+    }
     tm_val cx = centered(L, 0, x, 2, 1), cw = centered(L, 1, w, 3, 0);
     tm_lout(L, 0, conv_forward(L, cx, cw, TM_NONE));
     return c->status;
@@ -177,8 +220,13 @@ static tm_status lower_qlinear_conv(tm_lower *L) {
         (b != TM_NONE && tm_ew_check(L, 8, b, TM_DT(TM_INT32))))
         return c->status;
     int r = tm_vrank(c, x);
-    tm_val cx = centered(L, 0, x, 2, 1), cw = centered(L, 3, w, 5, 0);
-    tm_val acc = tm_cast(c, conv_forward(L, cx, cw, b), TM_DOUBLE);
+    tm_val acc = conv_integer_fast(L, x, w, tm_lin(L, 2), tm_lin(L, 5));
+    if (acc != TM_NONE && b != TM_NONE) acc = tm_add(c, acc, per_channel(c, b, r, 1));
+    if (acc == TM_NONE && tm_ctx_ok(c)) {
+        tm_val cx = centered(L, 0, x, 2, 1), cw = centered(L, 3, w, 5, 0);
+        acc = conv_forward(L, cx, cw, b);
+    }
+    acc = tm_cast(c, acc, TM_DOUBLE);
     tm_dtype sdt = tm_vdtype(c, tm_lin(L, 1));
     tm_val xs = tm_reshape(c, tm_lin(L, 1), 0, NULL);
     tm_val ws = per_channel(c, tm_cast(c, tm_lin(L, 4), sdt), r, 1);

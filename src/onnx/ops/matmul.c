@@ -78,6 +78,12 @@ static tm_status lower_matmul_integer(tm_lower *L) {
     tm_ctx *c = tm_lctx(L);
     tm_val a = tm_lin(L, 0), b = tm_lin(L, 1);
     if (tm_ew_check(L, 0, a, QUANT8_DTS) || tm_ew_check(L, 1, b, QUANT8_DTS)) return c->status;
+    tm_val fast = tm_q_matmul_integer(c, a, b, tm_lin(L, 2), tm_lin(L, 3), TM_NONE, TM_NONE);
+    if (fast != TM_NONE || !tm_ctx_ok(c)) {
+        tm_lout(L, 0, fast);
+        return c->status;
+    }
+    /* Batched B, or zero points of other shapes: the general int32 MATMUL. */
     tm_val ca = centered(L, 0, a, tm_lin(L, 2), 1);
     tm_val cb = centered(L, 1, b, tm_lin(L, 3), 0);
     tm_lout(L, 0, tm_matmul(c, ca, cb));
@@ -110,11 +116,15 @@ static tm_status lower_qlinear_matmul(tm_lower *L) {
     static const int scales[3] = {1, 4, 6};
     for (int i = 0; i < 3; i++)
         if (tm_ew_check(L, scales[i], tm_lin(L, scales[i]), TM_DTS_FLOAT)) return c->status;
-    tm_val ca = tm_sub(c, tm_cast(c, a, TM_INT32),
-                       shaped_scale(c, tm_cast(c, tm_lin(L, 2), TM_INT32), 1));
-    tm_val cb = tm_sub(c, tm_cast(c, b, TM_INT32),
-                       shaped_scale(c, tm_cast(c, tm_lin(L, 5), TM_INT32), 0));
-    tm_val acc = tm_cast(c, tm_matmul(c, ca, cb), TM_DOUBLE);
+    tm_val acc = tm_q_matmul_integer(c, a, b, tm_lin(L, 2), tm_lin(L, 5), TM_NONE, TM_NONE);
+    if (acc == TM_NONE && tm_ctx_ok(c)) {
+        tm_val ca = tm_sub(c, tm_cast(c, a, TM_INT32),
+                           shaped_scale(c, tm_cast(c, tm_lin(L, 2), TM_INT32), 1));
+        tm_val cb = tm_sub(c, tm_cast(c, b, TM_INT32),
+                           shaped_scale(c, tm_cast(c, tm_lin(L, 5), TM_INT32), 0));
+        acc = tm_matmul(c, ca, cb);
+    }
+    acc = tm_cast(c, acc, TM_DOUBLE);
     tm_dtype sdt = tm_vdtype(c, tm_lin(L, 1));
     tm_val as = shaped_scale(c, tm_cast(c, tm_lin(L, 1), sdt), 1);
     tm_val bs = shaped_scale(c, tm_cast(c, tm_lin(L, 4), sdt), 0);

@@ -1,5 +1,6 @@
 /* com.microsoft DynamicQuantizeMatMul, MatMulIntegerToFloat, MatMulBnb4 (FP4/NF4) and
- * QuantizeLinear/DequantizeLinear; integer products accumulate exactly through MATMUL.
+ * QuantizeLinear/DequantizeLinear; integer products are exact (MATMUL_INTEGER for a 2-D
+ * B, else MATMUL on int32).
  * Not MatMulNBits (matmul_nbits.c) nor the QLinear elementwise ops (ms_qlinear.c). */
 #include "quant.h"
 
@@ -49,15 +50,17 @@ static tm_status lower_dynamic_quantize_matmul(tm_lower *L) {
     if (b_scale == TM_NONE)
         return tm_lfail(L, TM_ERR_INVALID_ARGUMENT, "inputs 0 (A), 1 (B) and 2 (b_scale) are "
                         "required");
-    tm_val zero = tm_const_scalar(c, TM_FLOAT, 0.0);
-    tm_val lo = tm_binary(c, TM_P_MIN, tm_reduce(c, TM_P_REDUCE_MIN, a, NULL, 0, 0), zero);
-    tm_val hi = tm_binary(c, TM_P_MAX, tm_reduce(c, TM_P_REDUCE_MAX, a, NULL, 0, 0), zero);
-    tm_val range = tm_sub(c, hi, lo);
-    tm_val scale = tm_div(c, range, tm_const_scalar(c, TM_FLOAT, 255.0));
-    scale = tm_where(c, tm_binary(c, TM_P_EQ, range, zero), tm_const_scalar(c, TM_FLOAT, 1.0),
-                     scale);
-    tm_val zp = tm_q_store(c, tm_sub(c, zero, tm_div(c, lo, scale)), TM_NONE, TM_UINT8, 1);
-    tm_val qa = tm_q_store(c, tm_div(c, a, scale), zp, TM_UINT8, 1);
+    tm_val q[3];
+    if (tm_prim_n(c, TM_P_DYNAMIC_QUANTIZE, &a, 1, NULL, q, 3) != TM_OK) return c->status;
+    tm_val scale = q[1], zp = q[2], qa = q[0];
+    tm_val mult = tm_mul(c, scale, column_scale(c, b_scale));
+    tm_val bias = tm_lin(L, 4);
+    if (bias != TM_NONE && tm_ew_check(L, 4, bias, TM_DT(TM_FLOAT))) return c->status;
+    tm_val fast = tm_q_matmul_integer(c, qa, b, zp, tm_lin(L, 3), mult, bias);
+    if (fast != TM_NONE || !tm_ctx_ok(c)) {
+        tm_lout(L, 0, fast);
+        return c->status;
+    }
     tm_val ca = tm_sub(c, tm_cast(c, qa, TM_INT32), tm_cast(c, zp, TM_INT32));
     tm_val cb = centered(L, 1, b, 3);
     tm_val acc = tm_matmul(c, ca, cb);
@@ -76,6 +79,16 @@ static tm_status lower_matmul_integer_to_float(tm_lower *L) {
     if (as == TM_NONE || bs == TM_NONE)
         return tm_lfail(L, TM_ERR_INVALID_ARGUMENT, "inputs 2 (a_scale) and 3 (b_scale) are "
                         "required");
+    if (tm_vdtype(c, as) == TM_FLOAT && tm_vdtype(c, bs) == TM_FLOAT) {
+        tm_val bias = tm_lin(L, 6);
+        if (bias != TM_NONE && tm_ew_check(L, 6, bias, TM_DT(TM_FLOAT))) return c->status;
+        tm_val mult = tm_mul(c, column_scale(c, as), column_scale(c, bs));
+        tm_val fast = tm_q_matmul_integer(c, a, b, tm_lin(L, 4), tm_lin(L, 5), mult, bias);
+        if (fast != TM_NONE || !tm_ctx_ok(c)) {
+            tm_lout(L, 0, fast);
+            return c->status;
+        }
+    }
     tm_val acc = tm_matmul(c, centered(L, 0, a, 4), centered(L, 1, b, 5));
     tm_lout(L, 0, rescale(L, acc, column_scale(c, as), column_scale(c, bs), 6, tm_vdtype(c, as)));
     return c->status;

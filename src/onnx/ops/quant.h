@@ -1,6 +1,7 @@
-/* Helpers shared by the quantization lowerings (quantize.c, matmul.c, conv.c): quantized
- * dtype ranges, the round-half-to-even saturating store, and shaping a scale/zero point
- * for per-tensor, per-axis or blocked granularity. Not a lowering itself. */
+/* Helpers shared by the quantization lowerings (quantize.c, matmul.c, conv.c, ms_quant.c):
+ * quantized dtype ranges, the round-half-to-even saturating store, shaping a scale/zero
+ * point for per-tensor, per-axis or blocked granularity, and the exact 8-bit product.
+ * Not a lowering itself. */
 #ifndef TM_ONNX_OPS_QUANT_H
 #define TM_ONNX_OPS_QUANT_H
 
@@ -104,6 +105,69 @@ static inline tm_val tm_q_granular(tm_lower *L, int index, tm_val p, tm_val x, i
     tm_val v = tm_expand(c, tm_reshape(c, p, r + 1, split), r + 1, wide);
     v = tm_reshape(c, v, r, merged);
     return tm_slice_axis(c, v, (int)axis, 0, xd[axis]);
+}
+
+/* 1 when v holds one value, or n values along its last dim (every other dim 1). */
+static inline int tm_q_is_vector(tm_ctx *c, tm_val v, int64_t n) {
+    int r = tm_vrank(c, v);
+    int64_t count = tm_vnumel(c, v);
+    if (count == 1) return 1;
+    if (r < 1 || count != n || tm_vdims(c, v)[r - 1] != n) return 0;
+    return 1;
+}
+
+/* a (..., M, K) times b (K, N), both int8/uint8, minus their zero points (za: TM_NONE, one
+ * value, or one per row of a as (M) or a's shape with last dim 1; zb: TM_NONE, one value or
+ * one per column) through MATMUL_INTEGER, with B packed by QGEMM_PACK_B (folded at plan
+ * time when b and zb are constants, so a weight is packed once). With scale (f32, one or N
+ * values) the result is f32: (float)acc * scale (+ bias, f32, one or N values); else
+ * int32. Returns TM_NONE, with the context still ok, for operands of other shapes (the
+ * caller then takes the general path). */
+static inline tm_val tm_q_matmul_integer(tm_ctx *c, tm_val a, tm_val b, tm_val za, tm_val zb,
+                                         tm_val scale, tm_val bias) {
+    if (!tm_ctx_ok(c) || a == TM_NONE || b == TM_NONE) return TM_NONE;
+    tm_dtype adt = tm_vdtype(c, a), bdt = tm_vdtype(c, b);
+    int ra = tm_vrank(c, a);
+    if ((adt != TM_INT8 && adt != TM_UINT8) || (bdt != TM_INT8 && bdt != TM_UINT8) || ra < 1 ||
+        tm_vrank(c, b) != 2)
+        return TM_NONE;
+    const int64_t *ad = tm_vdims(c, a), *bd = tm_vdims(c, b);
+    int64_t K = bd[0], N = bd[1], M = ra >= 2 ? ad[ra - 2] : 1;
+    if (ad[ra - 1] != K || K <= 0 || N <= 0) return TM_NONE;
+    if (za != TM_NONE) {
+        int64_t nz = tm_vnumel(c, za);
+        int rz = tm_vrank(c, za);
+        int per_row = rz == 1 && nz == M;
+        if (rz == ra && ra >= 2 && tm_vdims(c, za)[ra - 1] == 1) {
+            per_row = 1;
+            for (int d = 0; d < ra - 1; d++) per_row &= tm_vdims(c, za)[d] == ad[d];
+        }
+        if (tm_vdtype(c, za) != adt || (nz != 1 && !per_row)) return TM_NONE;
+    }
+    if (zb != TM_NONE && (tm_vdtype(c, zb) != bdt || !tm_q_is_vector(c, zb, N) ||
+                          tm_vrank(c, zb) > 2))
+        return TM_NONE;
+    if (scale != TM_NONE && (tm_vdtype(c, scale) != TM_FLOAT || !tm_q_is_vector(c, scale, N)))
+        return TM_NONE;
+    if (bias != TM_NONE && (tm_vdtype(c, bias) != TM_FLOAT || !tm_q_is_vector(c, bias, N)))
+        return TM_NONE;
+    tm_args args;
+    memset(&args, 0, sizeof args);
+    args.i[0] = K;
+    args.i[1] = N;
+    tm_val pack_in[2] = {b, zb != TM_NONE ? zb : tm_const_scalar(c, bdt, 0.0)};
+    tm_val packed = tm_prim(c, TM_P_QGEMM_PACK_B, pack_in, 2, &args);
+    tm_val in[5] = {a, packed, za != TM_NONE ? za : tm_const_scalar(c, adt, 0.0), scale, bias};
+    int n = 3;
+    if (scale != TM_NONE) {
+        args.i[2] = 1;
+        n++;
+        if (bias != TM_NONE) {
+            args.i[3] = 1;
+            n++;
+        }
+    }
+    return tm_prim(c, TM_P_MATMUL_INTEGER, in, n, &args);
 }
 
 #endif

@@ -1,6 +1,7 @@
 /* QuantizeLinear, DequantizeLinear (per-tensor, per-axis, blocked; integer, float8, float4)
- * and DynamicQuantizeLinear from elementwise primitives: divide in f32, round half to even,
- * add the zero point, saturate. The QLinear/Integer matmul and conv are elsewhere. */
+ * from elementwise primitives: divide in f32, round half to even, add the zero point,
+ * saturate; DynamicQuantizeLinear as one DYNAMIC_QUANTIZE primitive. The QLinear/Integer
+ * matmul and conv are elsewhere. */
 #include "quant.h"
 
 /* The quantized dtype: the zero point's, else output_dtype, else uint8. */
@@ -73,23 +74,15 @@ static tm_status lower_dequantize_linear(tm_lower *L) {
 }
 
 /* DynamicQuantizeLinear: uint8 with scale and zero point chosen from the data's range
- * (widened to include 0). An all-zero input gets scale 1, as ONNX Runtime does, rather
- * than the 0 that would quantize to NaN. */
+ * (widened to include 0), in one DYNAMIC_QUANTIZE call. An all-zero input gets scale 1,
+ * as ONNX Runtime does, rather than the 0 that would quantize to NaN. */
 static tm_status lower_dynamic_quantize_linear(tm_lower *L) {
     tm_ctx *c = tm_lctx(L);
     tm_val x = tm_lin(L, 0);
     if (tm_ew_check(L, 0, x, TM_DT(TM_FLOAT))) return c->status;
-    tm_val zero = tm_const_scalar(c, TM_FLOAT, 0.0);
-    tm_val lo = tm_binary(c, TM_P_MIN, tm_reduce(c, TM_P_REDUCE_MIN, x, NULL, 0, 0), zero);
-    tm_val hi = tm_binary(c, TM_P_MAX, tm_reduce(c, TM_P_REDUCE_MAX, x, NULL, 0, 0), zero);
-    tm_val range = tm_sub(c, hi, lo);
-    tm_val scale = tm_div(c, range, tm_const_scalar(c, TM_FLOAT, 255.0));
-    scale = tm_where(c, tm_binary(c, TM_P_EQ, range, zero), tm_const_scalar(c, TM_FLOAT, 1.0),
-                     scale);
-    tm_val zp = tm_q_store(c, tm_sub(c, zero, tm_div(c, lo, scale)), TM_NONE, TM_UINT8, 1);
-    tm_lout(L, 0, tm_q_store(c, tm_div(c, x, scale), zp, TM_UINT8, 1));
-    tm_lout(L, 1, scale);
-    tm_lout(L, 2, zp);
+    tm_val out[3];
+    if (tm_prim_n(c, TM_P_DYNAMIC_QUANTIZE, &x, 1, NULL, out, 3) != TM_OK) return c->status;
+    for (int i = 0; i < 3; i++) tm_lout(L, i, out[i]);
     return c->status;
 }
 
