@@ -51,6 +51,7 @@ struct tm_model {
     tm_tensor **param_values;      /* param_table's arrays */
     int *init_param;
     tm_param_table param_table;
+    tm_fold_cache *fold_cache;     /* packed weights shared by plans and runs; NULL: none */
 };
 
 /* ---- Parameters (params.c) ---------------------------------------------------------- */
@@ -92,8 +93,6 @@ tm_status tm__plan_create_grad(tm_model *m, int n, const char *const *names,
  * first when passes is set (a trace). Errors go to c. */
 tm_status tm__grad_build(tm_ctx *c, const tm_model *m, const tm_grad_spec *spec,
                          const tm_oval *outs, tm_val target, int passes, tm_val *results);
-    tm_fold_cache *fold_cache;     /* packed weights shared by plans and runs; NULL: none */
-};
 
 /* The model's shared folds (fold_cache.c): create (NULL when out of memory: each trace
  * then folds for itself; the folded tensors come from `allocator`, the model's) and free
