@@ -364,13 +364,16 @@ static tm_status record(tm_ctx *c, int prim, const tm_val *in, int nin, const tm
  * value the call read or wrote until the backward. */
 static void mark_taped(tm_ctx *c, int prim, const tm_val *in, int nin, const tm_val *out,
                        int nout, int taped, int cut) {
+    /* A cast to a non-float type, or a quantizing primitive (all of whose outputs, its
+     * float scale too, describe the quantized value), cuts what it reads from the tape. */
+    int quantizes = (tm_prims[prim].flags & TM_PF_QUANTIZE) != 0;
     for (int i = 0; i < nout; i++) {
         tm_vinfo *vi = &c->vals[out[i]];
         int diff = tm_dtype_is_differentiable(vi->dtype);
-        vi->tracked = taped && diff;
-        vi->cut = cut || (taped && !diff && prim == TM_P_CAST);
-        if (taped && !diff && prim == TM_P_CAST && !c->cut_where)
-            c->cut_where = strdup(c->nodes[c->n_nodes - 1].where);
+        int cuts = taped && (quantizes || (!diff && prim == TM_P_CAST));
+        vi->tracked = taped && diff && !quantizes;
+        vi->cut = cut || cuts;
+        if (cuts && !c->cut_where) c->cut_where = strdup(c->nodes[c->n_nodes - 1].where);
         if (taped && c->mode == TM_MODE_EAGER) vi->kept = 1;
     }
     for (int i = 0; taped && c->mode == TM_MODE_EAGER && i < nin; i++) c->vals[in[i]].kept = 1;

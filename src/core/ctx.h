@@ -34,6 +34,7 @@ enum {
 #define TM_PF_RANDOM 4u      /* not folded as a constant (random draws) */
 #define TM_PF_NO_FOLD 8u     /* not folded as a constant: it must run every time (per-run work) */
 #define TM_PF_SHARED_FOLD 16u /* folded once per model through tm_fold_cache (weight packing) */
+#define TM_PF_QUANTIZE 32u   /* quantizes its float input: every output is cut from the gradient */
 
 #define TM_ARGS_MAX_I 64
 /* Non-tensor parameters of a primitive call (axes, perms, pads, dtypes, scalars).
