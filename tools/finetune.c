@@ -110,6 +110,18 @@ static void defaults(ft_args *a) {
     a->external = TM_EXTERNAL_AUTO;
 }
 
+static int takes_value(const char *o) {
+    static const char *const with_value[] = {
+        "--data", "--out", "--logits", "--dump", "--resume", "--save-state", "--steps",
+        "--stop-after", "--epochs", "--batch-size", "--warmup", "--max-length", "--pad-multiple",
+        "--pad-id", "--seed", "--threads", "--plan-cache", "--lr", "--weight-decay", "--beta1",
+        "--beta2", "--eps", "--momentum", "--max-grad-norm", "--optimizer", "--schedule",
+        "--compute-type", "--external-data", "--trainable", "--no-decay"};
+    for (size_t i = 0; i < sizeof with_value / sizeof *with_value; i++)
+        if (!strcmp(o, with_value[i])) return 1;
+    return 0;
+}
+
 static int parse_args(int argc, char **argv, ft_args *a) {
     defaults(a);
     for (int i = 0; i < argc; i++) {
@@ -120,7 +132,7 @@ static int parse_args(int argc, char **argv, ft_args *a) {
         if (IS("--shuffle")) a->shuffle = 1, takes = 0;
         else if (IS("--drop-last")) a->drop_last = 1, takes = 0;
         else if (IS("--quiet")) a->quiet = 1, takes = 0;
-        else if (o[0] == '-' && !v) return fail("%s needs a value", o);
+        else if (!v && takes_value(o)) return fail("%s needs a value", o);
         else if (IS("--data")) a->data = v;
         else if (IS("--out")) a->out = v;
         else if (IS("--logits")) a->logits = v;
