@@ -1,4 +1,4 @@
-/* Datasets for sequence-classification fine-tuning (the coming `transmuter finetune`):
+/* Datasets for sequence-classification fine-tuning (`transmuter finetune`, tools/finetune.c):
  * token ids with labels read from a JSONL file or a folder of .npy files, and a batcher
  * that pads them into (batch, length) tensors in a fixed or seeded-shuffled order.
  * Internal API (tm__): not tokenisation, not the training loop.
