@@ -55,6 +55,7 @@ expect finetune-no-out "MODEL, --data and --out are required" $TM finetune tests
 expect finetune-trainable "the pattern 'nothing.*' selects no float initializer" $FT --data $FD --trainable 'nothing.*'
 expect finetune-no-decay "\-\-no-decay 'nothing.\*' matches no parameter" $FT --data $FD --no-decay 'nothing.*'
 expect finetune-out-folder "is not a folder" $FT --data $FD --out $D/add.onnx/ft.onnx
+expect finetune-out-is-folder "is a folder: give the file to write" $FT --data $FD --out $out
 # A state saved over the classifier alone does not fit an optimizer over every parameter.
 $FT --data $FD --trainable 'model.classifier.*' --save-state $out/cls.state > /dev/null 2>&1
 expect finetune-resume-mismatch "cls.state" $FT --data $FD --resume $out/cls.state

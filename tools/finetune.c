@@ -463,6 +463,9 @@ static void run_free(ft_run *r) {
 
 /* The folder OUT goes in is made before training (not found only when saving, after it). */
 static int make_out_folder(const char *out) {
+    struct stat st;
+    if (stat(out, &st) == 0 && S_ISDIR(st.st_mode))
+        return fail("--out '%s' is a folder: give the file to write, e.g. %s/model.onnx", out, out);
     char dir[4096];
     const char *slash = strrchr(out, '/');
     if (!slash) return 0;
@@ -478,7 +481,6 @@ static int make_out_folder(const char *out) {
     }
     if (dir[0] && mkdir(dir, 0777) != 0 && errno != EEXIST)
         return fail("cannot create '%s' for --out: %s", dir, strerror(errno));
-    struct stat st;
     if (dir[0] && (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)))
         return fail("--out '%s': '%s' is not a folder", out, dir);
     return 0;

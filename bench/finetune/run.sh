@@ -27,7 +27,8 @@ check() {
 set -e
 # The hyperparameters README.md states; torch_ref.py's defaults are the same.
 HP="--steps 30 --batch-size 4 --lr 1e-3 --beta1 0.9 --beta2 0.999 --eps 1e-6 --weight-decay 0.01"
-echo "## PyTorch (bench/finetune/torch_ref.py $HP)"
+echo "## PyTorch"
+echo "\$ /usr/bin/python3 bench/finetune/torch_ref.py --model $MODEL --data $DATA --out $OUT/torch $HP"
 /usr/bin/python3 bench/finetune/torch_ref.py --model "$MODEL" --data "$DATA" --out "$OUT/torch" $HP \
     | grep -v '^step'
 /usr/bin/python3 bench/finetune/torch_ref.py --model "$MODEL" --data "$DATA" --out "$OUT/torch64" \
@@ -37,8 +38,9 @@ echo "## transmuter finetune"
 rm -rf "$OUT/ours"
 # Constant schedule, no clipping, file order: what torch_ref.py does (the command's own
 # defaults are Hugging Face Trainer's).
-"$BUILD/transmuter" finetune "$MODEL" --data "$DATA" --out "$OUT/ours/model.onnx" $HP \
-    --schedule constant --max-grad-norm 0 --threads 1 --dump "$OUT/ours" --quiet | tail -2
+FT="$BUILD/transmuter finetune $MODEL --data $DATA --out $OUT/ours/model.onnx $HP --schedule constant --max-grad-norm 0 --threads 1 --dump $OUT/ours --quiet"
+echo "\$ $FT"
+$FT | tail -2
 echo
 echo "## Our AdamW on PyTorch's gradients (finetune_replay)"
 "$BUILD/finetune_replay" "$MODEL" "$OUT/torch" "$OUT/replay"
