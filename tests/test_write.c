@@ -542,6 +542,13 @@ static uint16_t f16_reference(float x) {
 /* tm_load_options.compute_type f32 stores float16 parameters in float32; tm_model_save
  * takes them so and writes float16 again, rounded to nearest even, and the saved model
  * computes what the trained one does with those rounded weights. */
+/* Element k of 16-bit data that may lie unaligned in the mapped file. */
+static uint16_t u16_at(const void *data, int64_t k) {
+    uint16_t v;
+    memcpy(&v, (const char *)data + 2 * k, 2);
+    return v;
+}
+
 static void test_half_params(void) {
     const char *src = TINY "/bert/model_fp16.onnx";
     tm_load_options lo;
@@ -587,17 +594,18 @@ static void test_half_params(void) {
             check(0, "saved '%s' is not float16", names[i]);
             continue;
         }
-        const uint16_t *h = in->tensor->data;
+        const void *h = in->tensor->data;
         const float *x = values[i]->data;
         for (int64_t k = 0; k < tm_tensor_numel(values[i]); k++)
-            if (h[k] != (x[k] == 0 || fabsf(x[k]) < 0x1p-14f ? tm_f32_to_f16(x[k]) : f16_reference(x[k])))
+            if (u16_at(h, k) != (x[k] == 0 || fabsf(x[k]) < 0x1p-14f ? tm_f32_to_f16(x[k]) : f16_reference(x[k])))
                 wrong++;
     }
     CHECK(saved && wrong == 0, "%d saved float16 elements are not the float32 values rounded "
           "to nearest even", wrong);
     if (saved) {
-        const uint16_t *h = init_of(saved, names[0])->tensor->data;
-        CHECK(h[0] == 0x3C00 && h[1] == 0x3C02, "ties: 0x%04x 0x%04x, want 0x3c00 0x3c02", h[0], h[1]);
+        const void *h = init_of(saved, names[0])->tensor->data;
+        CHECK(u16_at(h, 0) == 0x3C00 && u16_at(h, 1) == 0x3C02, "ties: 0x%04x 0x%04x, want "
+              "0x3c00 0x3c02", u16_at(h, 0), u16_at(h, 1));
     }
     /* Run: the saved file (computed in f32) against the trained model with the rounded
      * weights put into its store. */
@@ -607,9 +615,9 @@ static void test_half_params(void) {
     lo32.compute_type = TM_FLOAT;
     CHECK(tm_model_load(dst, &lo32, &saved32, &err) == TM_OK, "loading %s: %s", dst, err.message);
     for (int i = 0; saved && i < n; i++) {
-        const uint16_t *h = init_of(saved, names[i])->tensor->data;
+        const void *h = init_of(saved, names[i])->tensor->data;
         float *x = ((tm_tensor *)values[i])->data;
-        for (int64_t k = 0; k < tm_tensor_numel(values[i]); k++) x[k] = tm_f16_to_f32(h[k]);
+        for (int64_t k = 0; k < tm_tensor_numel(values[i]); k++) x[k] = tm_f16_to_f32(u16_at(h, k));
     }
     inputs in;
     load_inputs(TINY "/bert/model_fp16.cases/default/inputs", &in, BERT_INPUTS, 3);
