@@ -66,7 +66,8 @@ $(BUILD)/libtransmuter.a: $(LIB_OBJ)
 $(BUILD)/libtransmuter.so: $(LIB_OBJ)
 	$(CC) -shared $(LDFLAGS) -o $@.$$$$.tmp $^ $(LDLIBS) && mv -f $@.$$$$.tmp $@
 
-$(BUILD)/transmuter: $(BUILD)/tools/transmuter.o $(BUILD)/tools/generate.o $(BUILD)/libtransmuter.a
+$(BUILD)/transmuter: $(BUILD)/tools/transmuter.o $(BUILD)/tools/generate.o $(BUILD)/tools/finetune.o \
+                     $(BUILD)/libtransmuter.a
 	$(CC) $(LDFLAGS) -o $@.$$$$.tmp $^ $(LDLIBS) && mv -f $@.$$$$.tmp $@
 
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libtransmuter.a
@@ -111,10 +112,11 @@ gemm-lab: $(BUILD)/gemm_lab
 $(BUILD)/gemm_lab: bench/gemm_lab.c $(BUILD)/libtransmuter.a
 	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(BUILD)/libtransmuter.a $(LDLIBS) -ldl
 
-# The fine-tuning reference (bench/finetune/README.md): PyTorch's run, our AdamW replaying
-# its gradients, the saved model's logits. Needs python3-torch; not a test.
+# The fine-tuning check (bench/finetune/README.md): PyTorch's run against `transmuter
+# finetune` (loss curve, gradients per parameter), our AdamW replaying PyTorch's gradients,
+# the saved model in ONNX Runtime; writes bench/finetune/RESULTS.md. Needs python3-torch.
 .PHONY: finetune-check
-finetune-check: $(BUILD)/finetune_replay
+finetune-check: $(BUILD)/finetune_replay $(BUILD)/transmuter
 	sh bench/finetune/run.sh $(BUILD)
 
 $(BUILD)/finetune_replay: bench/finetune/replay.c $(BUILD)/libtransmuter.a
@@ -182,5 +184,5 @@ $(FUZZ_BUILD)/fuzz_%: fuzz/fuzz_%.c $(FUZZ_BUILD)/libtransmuter.a
 fuzz-clean:
 	rm -rf $(FUZZ_BUILD) build-tsan
 
--include $(LIB_OBJ:.o=.d) $(BUILD)/tools/transmuter.d $(BUILD)/tools/generate.d \
+-include $(LIB_OBJ:.o=.d) $(BUILD)/tools/transmuter.d $(BUILD)/tools/generate.d $(BUILD)/tools/finetune.d \
          $(TEST_SRC:tests/%.c=$(BUILD)/tests/%.d)

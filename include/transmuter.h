@@ -183,7 +183,7 @@ tm_status tm_model_op_type(const tm_model *model, int i, const char **domain,
  * an optimizer may write its data in place between runs (never while a run that reads
  * it is in progress); plans and eager runs see the new values at once. dims, name and
  * tensor belong to the model. With compute_type f32, half-precision parameters are
- * stored in float32. */
+ * stored in float32 (tm_model_save takes them so and rounds them back). */
 typedef struct tm_param_desc {
     const char *name;            /* the initializer's name */
     tm_tensor *tensor;
@@ -309,7 +309,9 @@ void tm_save_options_default(tm_save_options *opts);
 /* Writes the model to `path` as it was loaded, except that the main-graph initializers
  * names[0..n) receive tensors[0..n) (each of the initializer's dtype and shape). Every
  * other byte of the model is kept: graph, opsets, metadata, functions, other initializers
- * (their data bytes too, wherever they are). The files are written under temporary names
+ * (their data bytes too, wherever they are). A float16 or bfloat16 initializer also takes
+ * a float32 value (a parameter trained under compute_type f32), rounded to nearest even
+ * into the initializer's dtype. The files are written under temporary names
  * and renamed at the end, so `path` may be the file the model was loaded from. Errors name
  * the initializer: one that does not exist (TM_ERR_NOT_FOUND), is sparse or a string
  * (TM_ERR_UNSUPPORTED), or whose new value has another dtype or shape. */

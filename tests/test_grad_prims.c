@@ -414,6 +414,15 @@ static void test_elementwise(void) {
     run_case(&ca);
 }
 
+static tm_val b_index_add(tm_ctx *c, const gcase *k, const tm_val *x, tm_dtype dt) {
+    int64_t v[4] = {2, -1, 2, 0}, dims[1] = {4};
+    tm_args a = args0();
+    a.i[0] = 5;
+    tm_val in[2] = {i64s(c, 1, dims, v), x[0]};
+    tm_val y = P(c, TM_P_INDEX_ADD, in, 2, &a);
+    return tm_mul(c, y, y);
+}
+
 static void test_movement(void) {
     gcase k1 = {"reshape", b_reshape, 1, {3}, {{2, 3, 4}}, -1, 1, 0, 0, {0}, 0, 0, 0};
     run_case(&k1);
@@ -472,6 +481,9 @@ static void test_movement(void) {
     gcase k16 = {"scatter_nd add", b_scatter_nd, 2, {2, 2}, {{4, 3}, {2, 3}}, -1, 1, 0, 0,
                  {1}, 0, 0, 0};
     run_case(&k16);
+    gcase k17 = {"index_add repeated and negative indices", b_index_add, 1, {3}, {{4, 2, 3}},
+                 -1, 1, 0, 0, {0}, 0, 0, 0};
+    run_case(&k17);
 }
 
 static void test_reduce(void) {
@@ -603,6 +615,17 @@ static void test_nn(void) {
     gcase l4 = {"rms norm with inv_std read", b_layernorm, 2, {2, 1}, {{3, 5}, {5}}, -2, 2, 0,
                 0, {1, 1, 1}, 0, 3e-3, 5e-4};
     run_case(&l4);
+    /* Full-size float32 scale and bias: the float32 gradient comes from LAYERNORM_GRAD,
+     * checked against the double one (the rule in primitives). */
+    gcase l5 = {"layernorm scale and bias (4)", b_layernorm, 3, {3, 1, 1},
+                {{2, 3, 4}, {4}, {4}}, -2, 2, 0, 0, {2, 0, 0}, 0, 0, 0};
+    run_case(&l5);
+    gcase l6 = {"layernorm scale (3, 4), no bias", b_layernorm, 2, {3, 2},
+                {{2, 3, 4}, {3, 4}}, -2, 2, 0, 0, {1, 0, 0}, 0, 0, 0};
+    run_case(&l6);
+    gcase l7 = {"rms norm scale (3, 4)", b_layernorm, 2, {3, 2}, {{2, 3, 4}, {3, 4}}, -2, 2, 0,
+                0, {1, 1, 0}, 0, 0, 0};
+    run_case(&l7);
     gcase t1 = {"topk largest", b_topk, 1, {2}, {{3, 5}}, -2, 2, 0, 0, {1}, 0, 0, 0};
     run_case(&t1);
     gcase t2 = {"topk smallest", b_topk, 1, {2}, {{3, 5}}, -2, 2, 0, 0, {0}, 0, 0, 0};

@@ -981,6 +981,85 @@ static void report_speed(void) {
     free(v);
 }
 
+/* GELU's derivatives in double, differentiated here from the definitions: Phi(x) + x phi(x)
+ * and, for the tanh form, 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) du/dx. *terms gets the
+ * sum of the two terms' magnitudes: near x = -0.75 they cancel, and any float32
+ * evaluation is then accurate relative to them, not to the small difference. */
+static double ref_gelu_derivative(double x, double *terms) {
+    double cdf = 0.5 * erfc(-x / sqrt(2.0)), rest = x * exp(-0.5 * x * x) / sqrt(2.0 * M_PI);
+    *terms = fabs(cdf) + fabs(rest);
+    return cdf + rest;
+}
+
+static double ref_tanh_gelu_derivative(double x, double *terms) {
+    double u = sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x), t = tanh(u);
+    double first = 0.5 * (1.0 + t);
+    double rest = 0.5 * x * (1.0 - t * t) * sqrt(2.0 / M_PI) * (1.0 + 3 * 0.044715 * x * x);
+    *terms = fabs(first) + fabs(rest);
+    return first + rest;
+}
+
+/* GELU_GRAD: gy times GELU's derivative against the references above, f32 over many
+ * magnitudes and in double and float16; then its dtype and shape errors. */
+static void test_gelu_grad(void) {
+    enum { N = 20000 };
+    double (*refs[2])(double, double *) = {ref_gelu_derivative, ref_tanh_gelu_derivative};
+    const tm_dtype dts[3] = {TM_FLOAT, TM_DOUBLE, TM_FLOAT16};
+    static double xv[N], gv[N];
+    for (int form = 0; form < 2; form++)
+        for (int d = 0; d < 3; d++) {
+            tm_dtype dt = dts[d];
+            for (int i = 0; i < N; i++) {
+                double m = pow(10, uniform(-6, 1));
+                xv[i] = as_dtype(i % 2 ? uniform(-12, 12) : (i % 4 ? m : -m), dt);
+                gv[i] = as_dtype(uniform(-2, 2), dt);
+            }
+            tm_ctx c;
+            tm_ctx_init(&c, TM_MODE_EAGER, NULL);
+            int64_t dims[2] = {N / 4, 4};
+            tm_val in[2] = {tm_val_tensor(&c, tensor_of(dt, 2, dims, xv), 0),
+                            tm_val_tensor(&c, tensor_of(dt, 2, dims, gv), 0)};
+            tm_args a;
+            memset(&a, 0, sizeof a);
+            a.i[0] = form;
+            tm_val y = tm_prim(&c, TM_P_GELU_GRAD, in, 2, &a);
+            const tm_tensor *r = tm_vdata(&c, y);
+            double worst = INFINITY, at = 0;
+            if (r && r->dtype == dt) {
+                worst = 0;
+                for (int i = 0; i < N; i++) {
+                    double terms, want = gv[i] * refs[form](xv[i], &terms);
+                    double err = fabs(tm_load_f64(r->data, dt, (size_t)i) - want) /
+                                 fmax(fabs(gv[i]) * terms, 1e-4);
+                    if (err > worst) worst = err, at = xv[i];
+                }
+            }
+            /* double: 1 + tanh(u) in the reference loses its digits in the far negative
+             * tail (1e-14 absolute there), which the kernel's sigmoid form does not */
+            double tol = dt == TM_FLOAT ? 4e-6 : dt == TM_DOUBLE ? 1e-10 : 2e-3;
+            CHECK(worst <= tol, "gelu_grad %s%s: relative error %.3g > %.1g at x = %.9g",
+                  tm_dtype_name(dt), form ? " (tanh)" : "", worst, tol, at);
+            tm_ctx_destroy(&c);
+        }
+    tm_ctx c;
+    tm_ctx_init(&c, TM_MODE_EAGER, NULL);
+    int64_t d2[1] = {2}, d3[1] = {3};
+    tm_val xi = tm_val_tensor(&c, tensor_of(TM_INT32, 1, d2, (double[]){1, 2}), 0);
+    tm_val xf = tm_val_tensor(&c, tensor_of(TM_FLOAT, 1, d2, (double[]){1, 2}), 0);
+    tm_val g3 = tm_val_tensor(&c, tensor_of(TM_FLOAT, 1, d3, (double[]){1, 2, 3}), 0);
+    tm_val bad = tm_prim(&c, TM_P_GELU_GRAD, (tm_val[2]){xi, xi}, 2, NULL);
+    CHECK(bad == TM_NONE && c.status == TM_ERR_DTYPE && strstr(c.err.message, "one float dtype"),
+          "gelu_grad of int32: %s", c.err.message);
+    tm_ctx_destroy(&c);
+    tm_ctx_init(&c, TM_MODE_EAGER, NULL);
+    xf = tm_val_tensor(&c, tensor_of(TM_FLOAT, 1, d2, (double[]){1, 2}), 0);
+    g3 = tm_val_tensor(&c, tensor_of(TM_FLOAT, 1, d3, (double[]){1, 2, 3}), 0);
+    bad = tm_prim(&c, TM_P_GELU_GRAD, (tm_val[2]){xf, g3}, 2, NULL);
+    CHECK(bad == TM_NONE && c.status == TM_ERR_SHAPE && strstr(c.err.message, "x's dims"),
+          "gelu_grad of mismatched dims: %s", c.err.message);
+    tm_ctx_destroy(&c);
+}
+
 int main(void) {
     test_unary_float(TM_FLOAT, 2e-6);
     test_unary_float(TM_DOUBLE, 1e-12);
@@ -988,6 +1067,7 @@ int main(void) {
     test_unary_float(TM_BFLOAT16, 1e-2);
     test_unary_special();
     test_f32_math_sweep();
+    test_gelu_grad();
     test_unary_errors();
     test_binary_float(TM_FLOAT, 2e-6);
     test_binary_float(TM_DOUBLE, 1e-12);

@@ -1,12 +1,14 @@
 /* Tests of the movement primitives (src/core/prims/movement.c) through an eager context:
  * every output is checked element by element against an index mapping computed here
- * independently, on dtypes of every size, strings and sub-byte types included.
+ * independently, on dtypes of every size, strings and sub-byte types included (INDEX_ADD,
+ * which only adds floats, on the float dtypes and on threads).
  * Not a test of the ONNX lowerings that call these primitives. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "../src/core/ctx.h"
+#include "../src/backends/cpu/pool.h"
 
 #include "check.h"
 
@@ -211,6 +213,7 @@ typedef struct transpose_case {
 
 static const transpose_case transpose_cases[] = {
     {2, {70, 45}, {1, 0}},                 /* tiles with ragged edges */
+    {2, {136, 64}, {1, 0}},                /* only full 8 x 8 tiles (the vector path) */
     {3, {3, 33, 40}, {0, 2, 1}},           /* batched last-two swap */
     {4, {2, 3, 4, 5}, {0, 2, 1, 3}},       /* keeps the last axis: row copies */
     {4, {2, 3, 4, 5}, {3, 1, 0, 2}},       /* general */
@@ -863,6 +866,77 @@ static void test_scatter_nd(void) {
     for (int i = 0; i < 3; i++) tm_tensor_free(bad[i]);
 }
 
+/* ---- INDEX_ADD -------------------------------------------------------------------------- */
+
+static void test_index_add(void) {
+    /* 5 update rows of (2, 3) into 4 rows: row 1 twice, row -1 (3), row 0; row 2 none. */
+    const int64_t rows[5] = {1, -1, 1, 0, 3}, udims[3] = {5, 2, 3};
+    double updates[30];
+    for (int i = 0; i < 30; i++) updates[i] = 0.37 * ((i * 7) % 11) - 1.6;
+    const tm_dtype dtypes[] = {TM_FLOAT, TM_DOUBLE, TM_FLOAT16, TM_BFLOAT16};
+    for (int t = 0; t < 4; t++) {
+        tm_dtype dt = dtypes[t];
+        tm_ctx c;
+        tm_ctx_init(&c, TM_MODE_EAGER, NULL);
+        tm_tensor *in[2] = {indices_of(t % 2 ? TM_INT32 : TM_INT64, 1, (int64_t[]){5}, rows),
+                            tensor_of(dt, 3, udims, updates)};
+        tm_args a = args_of((int64_t[]){4}, 1);
+        const tm_tensor *y = run(&c, TM_P_INDEX_ADD, in, 2, &a);
+        /* Added in order of the updates, each sum rounded to the dtype. */
+        double want[24] = {0};
+        for (int k = 0; k < 5; k++) {
+            int64_t row = rows[k] < 0 ? rows[k] + 4 : rows[k];
+            for (int j = 0; j < 6; j++) {
+                double w = want[row * 6 + j] + element(in[1], k * 6 + j);
+                tm_tensor *cell = tensor_of(dt, 0, NULL, &w);
+                want[row * 6 + j] = element(cell, 0);
+                tm_tensor_free(cell);
+            }
+        }
+        int bad = !y || y->dtype != dt;
+        check_dims("index_add", y, 3, (int64_t[]){4, 2, 3});
+        for (int i = 0; y && i < 24; i++) bad += element(y, i) != want[i];
+        CHECK(!bad, "index_add %s", tm_dtype_name(dt));
+        tm_ctx_destroy(&c);
+    }
+    /* Big enough to be split over threads: the same bytes as on one thread. */
+    tm_pool *pool = tm_pool_create(3);
+    const int64_t n = 300, big[2] = {n, 256};
+    int64_t *idx = malloc((size_t)n * sizeof *idx);
+    for (int64_t i = 0; i < n; i++) idx[i] = (i * 37) % 1500 - (i % 3 ? 0 : 1500);
+    const tm_tensor *ys[2] = {NULL, NULL};
+    tm_ctx cs[2];
+    for (int p = 0; p < 2; p++) {
+        tm_ctx_init(&cs[p], TM_MODE_EAGER, NULL);
+        cs[p].pool = p ? pool : NULL;
+        tm_tensor *in[2] = {indices_of(TM_INT64, 1, &n, idx), patterned(TM_FLOAT, 2, big, 5)};
+        float *u = in[1]->data;
+        for (int64_t i = 0; i < n * 256; i++) u[i] = (float)((i % 13) - 6) * 0.25f;
+        tm_args a = args_of((int64_t[]){1500}, 1);
+        ys[p] = run(&cs[p], TM_P_INDEX_ADD, in, 2, &a);
+    }
+    CHECK(ys[0] && ys[1] && ys[0]->nbytes == ys[1]->nbytes &&
+          !memcmp(ys[0]->data, ys[1]->data, ys[0]->nbytes), "index_add on 3 threads");
+    for (int p = 0; p < 2; p++) tm_ctx_destroy(&cs[p]);
+    tm_pool_free(pool);
+    free(idx);
+
+    tm_tensor *bad[2] = {indices_of(TM_INT64, 1, (int64_t[]){2}, (int64_t[]){0, -5}),
+                         patterned(TM_FLOAT, 2, (int64_t[]){2, 3}, 1)};
+    tm_args a = args_of((int64_t[]){4}, 1);
+    expect_error("index_add range", TM_P_INDEX_ADD, bad, 2, &a, TM_ERR_RUNTIME,
+                 "index -5 is out of range for axis 0 of size 4");
+    tm_tensor_free(bad[1]);
+    bad[1] = patterned(TM_FLOAT, 2, (int64_t[]){3, 3}, 1);
+    expect_error("index_add updates", TM_P_INDEX_ADD, bad, 2, &a, TM_ERR_SHAPE,
+                 "updates (3, 3) must hold one row per index");
+    tm_tensor_free(bad[1]);
+    bad[1] = patterned(TM_INT32, 2, (int64_t[]){2, 3}, 1);
+    expect_error("index_add dtype", TM_P_INDEX_ADD, bad, 2, &a, TM_ERR_DTYPE,
+                 "updates must be float32, float64, float16 or bfloat16, not int32");
+    for (int i = 0; i < 2; i++) tm_tensor_free(bad[i]);
+}
+
 /* ---- Trace mode: shape rules must not read data ----------------------------------------- */
 
 static void test_trace_shapes(void) {
@@ -898,6 +972,7 @@ int main(void) {
     test_gather_nd();
     test_scatter_elements();
     test_scatter_nd();
+    test_index_add();
     test_trace_shapes();
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;

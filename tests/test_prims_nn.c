@@ -1,4 +1,5 @@
-/* Tests of the fused nn primitives (SOFTMAX, LAYERNORM): against naive loops in double
+/* Tests of the fused nn primitives (SOFTMAX, LAYERNORM and their gradients SOFTMAX_GRAD,
+ * LAYERNORM_GRAD): against naive loops in double
  * written here, and against the ONNX backend test data when /work/shared/onnx-backend
  * is present. Not a test of the ONNX lowerings: attributes become args by hand. */
 #include <math.h>
@@ -491,12 +492,155 @@ static void test_backend_data(void) {
     check(ran > 50 || ran == 0, "backend data: only %d cases found", ran);
 }
 
+/* ---- SOFTMAX_GRAD and LAYERNORM_GRAD ------------------------------------------------------ */
+
+/* The cotangent of softmax's input from its output y and cotangent g, in double:
+ * sum_k d y_k / d x_j g_k = y_j (g_j - sum_k g_k y_k), log-softmax g_j - e^{y_j} sum_k g_k. */
+static void naive_softmax_grad(int rank, const int64_t *dims, int axis, int log_form,
+                               const double *y, const double *g, double *gx) {
+    int64_t outer = numel(axis, dims), length = dims[axis];
+    int64_t inner = numel(rank - axis - 1, dims + axis + 1);
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < inner; i++) {
+            int64_t first = o * length * inner + i;
+            double dot = 0.0;
+            for (int64_t j = 0; j < length; j++) {
+                int64_t at = first + j * inner;
+                dot += log_form ? g[at] : g[at] * y[at];
+            }
+            for (int64_t j = 0; j < length; j++) {
+                int64_t at = first + j * inner;
+                gx[at] = log_form ? g[at] - exp(y[at]) * dot : y[at] * (g[at] - dot);
+            }
+        }
+}
+
+static void test_softmax_grad(void) {
+    const tm_dtype dts[3] = {TM_FLOAT, TM_DOUBLE, TM_FLOAT16};
+    const int64_t dims[3] = {3, 37, 5};
+    int64_t n = numel(3, dims);
+    for (int d = 0; d < 3; d++)
+        for (int axis = 0; axis < 3; axis++)
+            for (int log_form = 0; log_form < 2; log_form++) {
+                /* y from a real softmax (what the primitive is fed), g anything */
+                double *x = random_values(n, 3.0), *y = malloc((size_t)n * sizeof *y);
+                double *g = random_values(n, 2.0), *want = malloc((size_t)n * sizeof *want);
+                naive_softmax(3, dims, axis, log_form, x, y);
+                tm_ctx c;
+                tm_ctx_init(&c, TM_MODE_EAGER, NULL);
+                tm_val in[2] = {make(&c, dts[d], 3, dims, y), make(&c, dts[d], 3, dims, g)};
+                tm_args a;
+                memset(&a, 0, sizeof a);
+                a.i[0] = axis;
+                a.i[1] = log_form;
+                tm_val out = tm_prim(&c, TM_P_SOFTMAX_GRAD, in, 2, &a);
+                naive_softmax_grad(3, dims, axis, log_form, y, g, want);
+                char label[128];
+                snprintf(label, sizeof label, "%s_grad %s axis %d", log_form ? "log_softmax" :
+                         "softmax", tm_dtype_name(dts[d]), axis);
+                expect_values(&c, out, 3, dims, want, tolerance(dts[d]) * (log_form ? 4 : 1), label);
+                tm_ctx_destroy(&c);
+                free(x);
+                free(y);
+                free(g);
+                free(want);
+            }
+    tm_ctx c;
+    tm_ctx_init(&c, TM_MODE_EAGER, NULL);
+    double v[6] = {0};
+    tm_val y = make(&c, TM_FLOAT, 2, (int64_t[]){2, 3}, v), g = make(&c, TM_DOUBLE, 2, (int64_t[]){2, 3}, v);
+    tm_prim(&c, TM_P_SOFTMAX_GRAD, (tm_val[2]){y, g}, 2, NULL);
+    expect_failure(&c, TM_ERR_DTYPE, "one float dtype", "softmax_grad of mixed dtypes");
+    tm_ctx_destroy(&c);
+}
+
+/* Layer norm's cotangents in double from the definitions, with the statistics as the
+ * forward kernel saved them (float32). */
+static void naive_layernorm_grad(int64_t rows, int64_t n, int rms, const double *x,
+                                 const double *scale, const double *mean, const double *inv,
+                                 const double *g, double *dx, double *dscale, double *dbias) {
+    for (int64_t j = 0; j < n; j++) dscale[j] = dbias[j] = 0.0;
+    for (int64_t r = 0; r < rows; r++) {
+        double m = rms ? 0.0 : mean[r], s = inv[r], sum_g = 0.0, sum_gx = 0.0;
+        for (int64_t j = 0; j < n; j++) {
+            double xhat = (x[r * n + j] - m) * s, gh = g[r * n + j] * scale[j];
+            sum_g += gh;
+            sum_gx += gh * xhat;
+            dscale[j] += g[r * n + j] * xhat;
+            dbias[j] += g[r * n + j];
+        }
+        for (int64_t j = 0; j < n; j++) {
+            double xhat = (x[r * n + j] - m) * s, gh = g[r * n + j] * scale[j];
+            dx[r * n + j] = s * (gh - (rms ? 0.0 : sum_g / (double)n) - xhat * sum_gx / (double)n);
+        }
+    }
+}
+
+static void test_layernorm_grad(void) {
+    const int64_t dims[3] = {3, 7, 48};
+    for (int axis = 1; axis < 3; axis++)
+        for (int rms = 0; rms < 2; rms++) {
+            int64_t rows = numel(axis, dims), n = numel(3 - axis, dims + axis), total = rows * n;
+            double *x = random_values(total, 2.0), *scale = random_values(n, 1.5);
+            double *g = random_values(total, 1.0), *mean = malloc((size_t)rows * sizeof *mean);
+            double *inv = malloc((size_t)rows * sizeof *inv);
+            double *dx = malloc((size_t)total * sizeof *dx), *ds = malloc((size_t)n * sizeof *ds);
+            double *db = malloc((size_t)n * sizeof *db);
+            for (int64_t i = 0; i < total; i++) x[i] += 0.5;  /* a mean to subtract */
+            tm_ctx c;
+            tm_ctx_init(&c, TM_MODE_EAGER, NULL);
+            tm_val xv = make(&c, TM_FLOAT, 3, dims, x), sv = make(&c, TM_FLOAT, 3 - axis, dims + axis, scale);
+            tm_args a;
+            memset(&a, 0, sizeof a);
+            a.i[0] = axis;
+            a.i[1] = rms;
+            a.f[0] = 1e-5;
+            tm_val fwd[3];
+            tm_prim_n(&c, TM_P_LAYERNORM, (tm_val[2]){xv, sv}, 2, &a, fwd, 3);
+            const tm_tensor *mt = tm_vdata(&c, fwd[1]), *it = tm_vdata(&c, fwd[2]);
+            for (int64_t r = 0; mt && it && r < rows; r++) {
+                mean[r] = ((const float *)mt->data)[r];
+                inv[r] = ((const float *)it->data)[r];
+            }
+            tm_val in[5] = {xv, sv, fwd[1], fwd[2], make(&c, TM_FLOAT, 3, dims, g)}, out[3];
+            tm_prim_n(&c, TM_P_LAYERNORM_GRAD, in, 5, &a, out, 3);
+            naive_layernorm_grad(rows, n, rms, x, scale, mean, inv, g, dx, ds, db);
+            char label[128];
+            snprintf(label, sizeof label, "%s_grad axis %d", rms ? "rms_norm" : "layernorm", axis);
+            expect_values(&c, out[0], 3, dims, dx, 2e-6, label);
+            expect_values(&c, out[1], 3 - axis, dims + axis, ds, 2e-6, label);
+            expect_values(&c, out[2], 3 - axis, dims + axis, db, 2e-6, label);
+            tm_ctx_destroy(&c);
+            free(x);
+            free(scale);
+            free(g);
+            free(mean);
+            free(inv);
+            free(dx);
+            free(ds);
+            free(db);
+        }
+    tm_ctx c;
+    tm_ctx_init(&c, TM_MODE_EAGER, NULL);
+    double v[12] = {0};
+    tm_val x = make(&c, TM_FLOAT, 2, (int64_t[]){3, 4}, v), s = make(&c, TM_FLOAT, 1, (int64_t[]){3}, v);
+    tm_val st = make(&c, TM_FLOAT, 2, (int64_t[]){3, 1}, v), out[3];
+    tm_args a;
+    memset(&a, 0, sizeof a);
+    a.i[0] = 1;
+    tm_prim_n(&c, TM_P_LAYERNORM_GRAD, (tm_val[5]){x, s, st, st, x}, 5, &a, out, 3);
+    expect_failure(&c, TM_ERR_SHAPE, "scale 4 elements", "layernorm_grad of a short scale");
+    tm_ctx_destroy(&c);
+}
+
 int main(void) {
     test_softmax();
     test_softmax_errors();
     test_layernorm();
     test_layernorm_ill_conditioned();
     test_layernorm_errors();
+    test_softmax_grad();
+    test_layernorm_grad();
     test_trace_shapes();
     test_backend_data();
     printf("reference kernels: %s\n", tm_use_reference_kernels() ? "on" : "off");

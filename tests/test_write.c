@@ -3,7 +3,8 @@
  * initializers load back with their new values while every other initializer keeps its
  * bytes; a saved model runs exactly like the loaded one with the same weights substituted
  * in memory; external data in every mode (offsets aligned, nested tensors rewritten);
- * sub-byte packing; saving over the loaded file; every error, with no file left behind.
+ * sub-byte packing; saving over the loaded file; every error, with no file left behind;
+ * float32 parameters of a float16 model (compute_type f32) saved back as float16.
  * TM_WRITE_TEST_OUT=DIR keeps the saved models for tests/write_ort.sh (ONNX Runtime). */
 #define _POSIX_C_SOURCE 200809L
 #include <dirent.h>
@@ -525,6 +526,127 @@ static void test_errors(void) {
     tm_model_free(m);
 }
 
+/* ---- Half-precision parameters trained in float32 ---------------------------------------- */
+
+/* float16 bits of x, computed here from the definition (round to nearest, ties to even;
+ * normal range only), not by the converter under test. */
+static uint16_t f16_reference(float x) {
+    double a = fabs((double)x);
+    int e = (int)floor(log2(a));
+    double ulp = ldexp(1.0, e - 10), q = a / ulp, r = floor(q);
+    if (q - r > 0.5 || (q - r == 0.5 && fmod(r, 2.0) != 0)) r += 1;
+    if (r == 2048) r = 1024, e++;
+    return (uint16_t)((x < 0 ? 0x8000 : 0) | ((e + 15) << 10) | ((int)r - 1024));
+}
+
+/* tm_load_options.compute_type f32 stores float16 parameters in float32; tm_model_save
+ * takes them so and writes float16 again, rounded to nearest even, and the saved model
+ * computes what the trained one does with those rounded weights. */
+/* Element k of 16-bit data that may lie unaligned in the mapped file. */
+static uint16_t u16_at(const void *data, int64_t k) {
+    uint16_t v;
+    memcpy(&v, (const char *)data + 2 * k, 2);
+    return v;
+}
+
+static void test_half_params(void) {
+    const char *src = TINY "/bert/model_fp16.onnx";
+    tm_load_options lo;
+    tm_load_options_default(&lo);
+    lo.compute_type = TM_FLOAT;
+    lo.trainable = 1;
+    tm_model *m = NULL;
+    tm_error err;
+    if (tm_model_load(src, &lo, &m, &err) != TM_OK) {
+        check(0, "loading %s: %s", src, err.message);
+        return;
+    }
+    int n = tm_model_n_params(m), halves = 0;
+    const char **names = calloc((size_t)n + 1, sizeof *names);
+    const tm_tensor **values = calloc((size_t)n + 1, sizeof *values);
+    for (int i = 0; i < n; i++) {
+        tm_param_desc d;
+        tm_model_param(m, i, &d);
+        names[i] = d.name;
+        values[i] = d.tensor;
+        halves += init_of(m, d.name)->tensor->dtype == TM_FLOAT16;
+        CHECK(d.dtype == TM_FLOAT, "parameter '%s' is stored as %s, not float32", d.name,
+              tm_dtype_name(d.dtype));
+        /* moves no float16 can hold: every element needs rounding */
+        float *x = d.tensor->data;
+        for (int64_t k = 0; k < tm_tensor_numel(d.tensor); k++)
+            x[k] = x[k] * (1.0f + 1e-4f * (float)((k % 5) - 2)) + 3e-4f;
+    }
+    CHECK(n > 0 && halves == n, "%d of %d parameters are float16 initializers", halves, n);
+    /* Ties go to even: 1 + 2^-11 lies halfway between 1 and 1 + 2^-10, 1 + 3 * 2^-11
+     * halfway between 1 + 2^-10 and 1 + 2^-9. */
+    float *first = ((tm_tensor *)values[0])->data;
+    first[0] = 1.0f + 0x1p-11f;
+    first[1] = 1.0f + 3 * 0x1p-11f;
+    char dst[600];
+    out_path(dst, sizeof dst, "half_params.onnx");
+    CHECK(tm_model_save(m, dst, n, names, values, NULL, &err) == TM_OK, "save: %s", err.message);
+    tm_model *saved = load(dst);
+    int wrong = 0;
+    for (int i = 0; saved && i < n; i++) {
+        const tm_initializer *in = init_of(saved, names[i]);
+        if (!in || in->tensor->dtype != TM_FLOAT16) {
+            check(0, "saved '%s' is not float16", names[i]);
+            continue;
+        }
+        const void *h = in->tensor->data;
+        const float *x = values[i]->data;
+        for (int64_t k = 0; k < tm_tensor_numel(values[i]); k++)
+            if (u16_at(h, k) != (x[k] == 0 || fabsf(x[k]) < 0x1p-14f ? tm_f32_to_f16(x[k]) : f16_reference(x[k])))
+                wrong++;
+    }
+    CHECK(saved && wrong == 0, "%d saved float16 elements are not the float32 values rounded "
+          "to nearest even", wrong);
+    if (saved) {
+        const void *h = init_of(saved, names[0])->tensor->data;
+        CHECK(u16_at(h, 0) == 0x3C00 && u16_at(h, 1) == 0x3C02, "ties: 0x%04x 0x%04x, want "
+              "0x3c00 0x3c02", u16_at(h, 0), u16_at(h, 1));
+    }
+    /* Run: the saved file (computed in f32) against the trained model with the rounded
+     * weights put into its store. */
+    tm_model *saved32 = NULL;
+    tm_load_options lo32;
+    tm_load_options_default(&lo32);
+    lo32.compute_type = TM_FLOAT;
+    CHECK(tm_model_load(dst, &lo32, &saved32, &err) == TM_OK, "loading %s: %s", dst, err.message);
+    for (int i = 0; saved && i < n; i++) {
+        const void *h = init_of(saved, names[i])->tensor->data;
+        float *x = ((tm_tensor *)values[i])->data;
+        for (int64_t k = 0; k < tm_tensor_numel(values[i]); k++) x[k] = tm_f16_to_f32(u16_at(h, k));
+    }
+    inputs in;
+    load_inputs(TINY "/bert/model_fp16.cases/default/inputs", &in, BERT_INPUTS, 3);
+    tm_tensor *want = run(m, &in), *have = saved32 ? run(saved32, &in) : NULL;
+    double diff = 0;
+    for (int64_t k = 0; want && have && k < tm_tensor_numel(want); k++)
+        diff = fmax(diff, fabs(tm_load_f64(want->data, want->dtype, (size_t)k) -
+                               tm_load_f64(have->data, have->dtype, (size_t)k)));
+    CHECK(want && have && tm_same_shape(want, have) && diff == 0, "the saved half model "
+          "differs from the trained one by %.3g", diff);
+    tm_tensor_free(want);
+    tm_tensor_free(have);
+    free_inputs(&in);
+    /* A float64 value for a float16 initializer is still refused. */
+    tm_tensor *wide = tm_tensor_alloc(TM_DOUBLE, values[0]->rank, values[0]->dims, NULL);
+    memset(wide->data, 0, wide->nbytes);
+    const tm_tensor *w[1] = {wide};
+    out_path(dst, sizeof dst, "half_refused.onnx");
+    CHECK(tm_model_save(m, dst, 1, names, w, NULL, &err) == TM_ERR_DTYPE &&
+          strstr(err.message, "float16"), "a float64 value for a float16 initializer: %s",
+          err.message);
+    tm_tensor_free(wide);
+    tm_model_free(saved32);
+    tm_model_free(saved);
+    tm_model_free(m);
+    free(names);
+    free(values);
+}
+
 static void remove_outputs(void) {
     DIR *d = opendir(out_dir);
     if (!d) return;
@@ -558,6 +680,7 @@ int main(void) {
     test_int4();
     test_overwrite();
     test_errors();
+    test_half_params();
     if (!(keep && *keep)) remove_outputs();
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;

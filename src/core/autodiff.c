@@ -87,23 +87,23 @@ tm_val tm_grad_scatter_add(tm_ctx *c, tm_val g, tm_val indices, int axis, int ra
     int64_t pre = tm_numel(axis, dd), size = dd[axis];
     int64_t post = tm_numel(rank - axis - 1, dd + axis + 1);
     int64_t count = tm_vnumel(c, indices);
-    /* (pre, count, post) -> (count, pre, post): SCATTER_ND adds whole slices along the
-     * leading axis, one per index. */
+    /* (pre, count, post) -> (count, pre, post): INDEX_ADD adds whole rows along the
+     * leading axis, one per index, into zeros it makes itself (an embedding table's
+     * gradient is otherwise a copy of a table-sized zero constant every run). */
     int64_t g3[3] = {pre, count, post};
     tm_val x = tm_reshape(c, g, 3, g3);
     if (pre > 1) {
         static const int64_t swap[3] = {1, 0, 2};
         x = tm_transpose(c, x, swap);
     }
-    int64_t x3[3] = {count, pre, post}, i2[2] = {count, 1}, z3[3] = {size, pre, post};
+    int64_t x3[3] = {count, pre, post}, i1[1] = {count};
     x = tm_reshape(c, x, 3, x3);
-    tm_val idx = tm_reshape(c, indices, 2, i2);
-    tm_val zeros = tm_const_fill(c, tm_vdtype(c, g), 3, z3, 0.0);
+    tm_val idx = tm_reshape(c, indices, 1, i1);
     tm_args a;
     memset(&a, 0, sizeof a);
-    a.i[0] = 1;  /* reduction: add */
-    tm_val in[3] = {zeros, idx, x};
-    tm_val y = tm_ctx_ok(c) ? tm_prim(c, TM_P_SCATTER_ND, in, 3, &a) : TM_NONE;
+    a.i[0] = size;
+    tm_val in[2] = {idx, x};
+    tm_val y = tm_ctx_ok(c) ? tm_prim(c, TM_P_INDEX_ADD, in, 2, &a) : TM_NONE;
     if (pre > 1) {
         static const int64_t swap[3] = {1, 0, 2};
         y = tm_transpose(c, y, swap);

@@ -62,6 +62,7 @@ typedef struct saver {
     placement place;
     replacement *repl;           /* sorted by name */
     int n_repl;
+    tm_tensor **rounded;         /* per replacement: its value rounded to a half type, or NULL */
     ext_entry *ext;              /* in file order */
     size_t n_ext, cap_ext;
     uint64_t data_size;
@@ -641,6 +642,24 @@ static int cmp_replacement(const void *a, const void *b) {
     return cmp_name(x->name, x->name_len, y->name, y->name_len);
 }
 
+/* A half-precision initializer may be given a float32 value: a parameter trained under
+ * compute_type f32 is stored in float32, and the file keeps the initializer's own dtype.
+ * Rounded to nearest even, as the optimizer rounds its master copies. */
+static const tm_tensor *rounded_to(saver *s, int i, const tm_tensor *t, tm_dtype dt) {
+    tm_tensor *h = tm_tensor_alloc(dt, t->rank, t->dims, NULL);
+    if (!h) {
+        fail(s, TM_ERR_NO_MEMORY, "out of memory rounding '%s' to %s", s->repl[i].name,
+             tm_dtype_name(dt));
+        return NULL;
+    }
+    const float *x = t->data;
+    uint16_t *y = h->data;
+    int64_t n = tm_numel(t->rank, t->dims);
+    for (int64_t k = 0; k < n; k++) y[k] = dt == TM_FLOAT16 ? tm_f32_to_f16(x[k]) : tm_f32_to_bf16(x[k]);
+    s->rounded[i] = h;
+    return h;
+}
+
 static tm_status check_replacements(saver *s, int n, const char *const *names,
                                     const tm_tensor *const *tensors) {
     for (int i = 0; i < n; i++) {
@@ -659,14 +678,16 @@ static tm_status check_replacements(saver *s, int n, const char *const *names,
         if (old->dtype == TM_STRING)
             return fail_at(s, TM_ERR_UNSUPPORTED, name, "initializer '%s' holds strings; "
                            "replacing string initializers is not supported", name);
-        if (t->dtype != old->dtype || !tm_same_shape(t, old))
-            return fail_at(s, t->dtype != old->dtype ? TM_ERR_DTYPE : TM_ERR_SHAPE, name,
-                           "initializer '%s' is %s; its new value is %s", name, want, have);
+        int to_half = t->dtype == TM_FLOAT && (old->dtype == TM_FLOAT16 || old->dtype == TM_BFLOAT16);
+        if ((t->dtype != old->dtype && !to_half) || !tm_same_shape(t, old))
+            return fail_at(s, t->dtype != old->dtype && !to_half ? TM_ERR_DTYPE : TM_ERR_SHAPE,
+                           name, "initializer '%s' is %s; its new value is %s", name, want, have);
         if (t->nbytes && !t->data)
             return fail(s, TM_ERR_INVALID_ARGUMENT, "the new value of '%s' has no data", name);
         s->repl[i].name = name;
         s->repl[i].name_len = strlen(name);
-        s->repl[i].tensor = t;
+        s->repl[i].tensor = to_half ? rounded_to(s, i, t, old->dtype) : t;
+        if (!s->repl[i].tensor) return s->status;
     }
     qsort(s->repl, (size_t)n, sizeof *s->repl, cmp_replacement);
     for (int i = 1; i < n; i++)
@@ -724,7 +745,12 @@ tm_status tm__onnx_save(const tm_onnx_model *m, const char *path, int n,
     s.o.size = sizeof s.o;
     char *data_name = NULL, *data_path = NULL, *tmp_model = NULL, *tmp_data = NULL;
     s.repl = calloc((size_t)n + 1, sizeof *s.repl);
-    if (!s.repl) return tm__fail(err, TM_ERR_NO_MEMORY, "saving the model: out of memory");
+    s.rounded = calloc((size_t)n + 1, sizeof *s.rounded);
+    if (!s.repl || !s.rounded) {
+        free(s.repl);
+        free(s.rounded);
+        return tm__fail(err, TM_ERR_NO_MEMORY, "saving the model: out of memory");
+    }
     s.n_repl = n;
     if (check_options(&s, path, &data_name) || check_replacements(&s, n, names, tensors))
         goto done;
@@ -791,6 +817,8 @@ done:
     free(tmp_data);
     free(data_path);
     free(data_name);
+    for (int i = 0; i < n; i++) tm_tensor_free(s.rounded[i]);
+    free(s.rounded);
     free(s.repl);
     free(s.ext);
     return s.status;

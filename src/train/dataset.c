@@ -503,6 +503,9 @@ tm_status tm__batcher_create(const tm__dataset *d, const tm__batch_options *opts
     if (opts->batch_size <= 0)
         return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "batcher: batch_size must be > 0, not %lld",
                         (long long)opts->batch_size);
+    if (opts->pad_multiple < 0 || (opts->pad_multiple > 0 && opts->max_length > 0))
+        return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "batcher: pad_multiple %lld must be > 0 "
+                        "and without a fixed max_length", (long long)opts->pad_multiple);
     if (opts->id_dtype != TM_INT64 && opts->id_dtype != TM_INT32)
         return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "batcher: ids are int64 or int32, not %s",
                         tm_dtype_name(opts->id_dtype));
@@ -550,6 +553,8 @@ tm_status tm__batcher_next(tm__batcher *b, tm__batch *out, tm_error *err) {
             const tm__example *e = &b->d->examples[b->order[b->pos + i]];
             if (e->len > len) len = e->len;
         }
+    if (b->o.max_length <= 0 && b->o.pad_multiple > 1)
+        len = (len + b->o.pad_multiple - 1) / b->o.pad_multiple * b->o.pad_multiple;
     int64_t dims[2] = {count, len};
     out->input_ids = tm_tensor_alloc(b->o.id_dtype, 2, dims, NULL);
     out->attention_mask = tm_tensor_alloc(b->o.id_dtype, 2, dims, NULL);

@@ -1,4 +1,4 @@
-/* Datasets for sequence-classification fine-tuning (the coming `transmuter finetune`):
+/* Datasets for sequence-classification fine-tuning (`transmuter finetune`, tools/finetune.c):
  * token ids with labels read from a JSONL file or a folder of .npy files, and a batcher
  * that pads them into (batch, length) tensors in a fixed or seeded-shuffled order.
  * Internal API (tm__): not tokenisation, not the training loop.
@@ -52,6 +52,9 @@ typedef struct tm__batch_options {
     int64_t type_vocab_size;     /* > 0: token_type_ids must be below it */
     int64_t num_labels;          /* > 0: labels must be in [0, num_labels) */
     tm_dtype id_dtype;           /* TM_INT64 (default) or TM_INT32: the dtype of the id tensors */
+    /* > 0 (with max_length 0): a batch's length is its longest example rounded up to a
+     * multiple of this, so that fewer distinct shapes (compiled plans) occur. */
+    int64_t pad_multiple;
 } tm__batch_options;
 
 void tm__batch_options_default(tm__batch_options *o);

@@ -1,16 +1,11 @@
 /* The pieces of `transmuter finetune` that do not need gradients of the graph: the loss
- * on the logits (mean cross-entropy and its gradient, which seeds the backward pass) and
+ * on the logits (mean cross-entropy and its gradient, as PyTorch computes them) and
  * the run dump that bench/finetune/compare.py compares with PyTorch's. Internal (tm__).
  *
- * How the command is meant to be wired (the gradient API comes from the autodiff work):
- *   tm__dataset_load(data) -> tm__batcher_create(batch_size, shuffle, seed, vocab and
- *   label counts from the model) -> the model's float initializers become the trainable
- *   parameters (owned copies: the loaded ones are read-only mappings) ->
- *   tm_optimizer_create(AdamW, lr, schedule, ...) -> per step: tm__batcher_next, a
- *   value-and-gradient run giving the logits, tm__cross_entropy (loss printed per step,
- *   dlogits fed back), the parameters' gradients, tm_optimizer_step, and with --dump DIR
- *   tm__dump_step -> after the last step tm__dump_finish and tm_model_save(the new
- *   weights) and, when asked, tm_optimizer_save_state. */
+ * The command (tools/finetune.c) trains on the value-and-gradient plans' own loss
+ * (TM_LOSS_CROSS_ENTROPY); tm__cross_entropy computes the same in double (for
+ * bench/finetune/replay.c and the tests). With
+ * --dump it calls tm__dump_step before each update and tm__dump_finish at the end. */
 #ifndef TM_TRAIN_FINETUNE_H
 #define TM_TRAIN_FINETUNE_H
 

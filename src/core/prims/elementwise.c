@@ -1283,3 +1283,68 @@ tm_status tm__kernel_cast(const tm_kcall *k) {
     for (int64_t i = 0; i < n; i++) cast_element(x, y, (size_t)i, &rules);
     return TM_OK;
 }
+
+/* ---- GELU_GRAD ----------------------------------------------------------------------------
+ * The cotangent of GELU in one pass over x and gy (its decomposition into primitives made
+ * about ten passes over activations of a transformer's widest layer). Same maths as the
+ * GELU kernels: the erf form's Phi(x) from erfc, the tanh form through sigmoid. */
+
+tm_status tm__shape_gelu_grad(tm_ctx *c, int prim, const tm_args *a, const tm_vinfo *const *in,
+                              int nin, tm_vinfo *out, int nout, size_t *scratch) {
+    (void)prim; (void)a; (void)nin; (void)nout;
+    const tm_vinfo *x = in[0], *gy = in[1];
+    if (domain_of(x->dtype) != DOMAIN_FLOAT || gy->dtype != x->dtype)
+        return tm_ctx_fail(c, TM_ERR_DTYPE, "gelu_grad: x and gy must be of one float dtype, "
+                           "not %s and %s", tm_dtype_name(x->dtype), tm_dtype_name(gy->dtype));
+    if (gy->rank != x->rank || memcmp(gy->dims, x->dims, (size_t)x->rank * sizeof x->dims[0]))
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "gelu_grad: gy must have x's dims");
+    out->dtype = x->dtype;
+    out->rank = x->rank;
+    memcpy(out->dims, x->dims, sizeof out->dims);
+    *scratch = 0;
+    return TM_OK;
+}
+
+#define INV_SQRT_2PI 0.39894228040143267794
+
+static double gelu_derivative_f64(double x, int tanh_form) {
+    if (tanh_form) {
+        double s = sigmoid_f64(2.0 * SQRT_2_OVER_PI * (x + 0.044715 * x * x * x));
+        double du = SQRT_2_OVER_PI * (1.0 + 3 * 0.044715 * x * x);
+        return s + 2.0 * x * s * (1.0 - s) * du;
+    }
+    return 0.5 * erfc(-x * SQRT_HALF) + x * INV_SQRT_2PI * exp(-0.5 * x * x);
+}
+
+static inline float gelu_erf_derivative_f32(float x) {
+    float e = erfc_nonnegative_f32(fabsf(x) * (float)SQRT_HALF);
+    float cdf = 0.5f * (x >= 0 ? 2.0f - e : e);
+    return cdf + x * (float)INV_SQRT_2PI * exp_f32(-0.5f * x * x);
+}
+
+static inline float gelu_tanh_derivative_f32(float x) {
+    float s = sigmoid_f32(2.0f * (float)SQRT_2_OVER_PI * (x + 0.044715f * x * x * x));
+    float du = (float)SQRT_2_OVER_PI * (1.0f + 3 * 0.044715f * x * x);
+    return s + 2.0f * x * s * (1.0f - s) * du;
+}
+
+tm_status tm__kernel_gelu_grad(const tm_kcall *k) {
+    const tm_tensor *x = k->in[0], *gy = k->in[1];
+    tm_tensor *y = k->out[0];
+    int64_t n = tm_tensor_numel_(x);
+    int tanh_form = k->a->i[0] == 1;
+    if (x->dtype == TM_FLOAT && !tm_use_reference_kernels()) {
+        const float *restrict xs = x->data, *restrict gs = gy->data;
+        float *restrict ys = y->data;
+        if (tanh_form)
+            for (int64_t i = 0; i < n; i++) ys[i] = gs[i] * gelu_tanh_derivative_f32(xs[i]);
+        else
+            for (int64_t i = 0; i < n; i++) ys[i] = gs[i] * gelu_erf_derivative_f32(xs[i]);
+        return TM_OK;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        double d = gelu_derivative_f64(tm_load_f64(x->data, x->dtype, (size_t)i), tanh_form);
+        tm_store_f64(y->data, y->dtype, (size_t)i, tm_load_f64(gy->data, gy->dtype, (size_t)i) * d);
+    }
+    return TM_OK;
+}

@@ -4,12 +4,10 @@
  * gradient; comparisons and logic have bool outputs, which are never differentiated.
  * Kept apart from elementwise.c (shape rules and kernels) so the two can change alone. */
 #include <math.h>
+#include <string.h>
 #include "../autodiff.h"
 
-#define SQRT_HALF 0.70710678118654752440
 #define TWO_OVER_SQRT_PI 1.12837916709551257390
-#define INV_SQRT_2PI 0.39894228040143267794
-#define SQRT_2_OVER_PI 0.79788456080286535588
 
 /* Binary primitives with rank alignment (constants are rank 0). */
 static tm_val bin(tm_ctx *c, int prim, tm_val a, tm_val b) { return tm_binary(c, prim, a, b); }
@@ -49,29 +47,6 @@ static tm_val unary_derivative(tm_ctx *c, int prim, const tm_args *a, tm_val x, 
                    un(c, TM_P_EXP, un(c, TM_P_NEG, bin(c, TM_P_MUL, x, x))));
     case TM_P_SIGMOID: return bin(c, TM_P_MUL, y, bin(c, TM_P_SUB, one, y));
     case TM_P_RELU: return tm_grad_mask(c, bin(c, TM_P_GT, x, k(c, x, 0.0)), x);
-    case TM_P_GELU:
-        if (a->i[0] == 1) {
-            /* y = x sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3):
-             * dy/dx = s + 2 x s (1 - s) du/dx, s = sigmoid(2u). */
-            tm_val x2 = bin(c, TM_P_MUL, x, x);
-            tm_val u = bin(c, TM_P_MUL, k(c, x, SQRT_2_OVER_PI),
-                           bin(c, TM_P_ADD, x, bin(c, TM_P_MUL, k(c, x, 0.044715),
-                                                   bin(c, TM_P_MUL, x2, x))));
-            tm_val s = un(c, TM_P_SIGMOID, bin(c, TM_P_MUL, k(c, x, 2.0), u));
-            tm_val du = bin(c, TM_P_MUL, k(c, x, SQRT_2_OVER_PI),
-                            bin(c, TM_P_ADD, one, bin(c, TM_P_MUL, k(c, x, 3 * 0.044715), x2)));
-            tm_val ds = bin(c, TM_P_MUL, bin(c, TM_P_MUL, s, bin(c, TM_P_SUB, one, s)), du);
-            return bin(c, TM_P_ADD, s, bin(c, TM_P_MUL, bin(c, TM_P_MUL, k(c, x, 2.0), x), ds));
-        } else {
-            /* y = x Phi(x): dy/dx = Phi(x) + x phi(x). */
-            tm_val phi_cdf = bin(c, TM_P_MUL, k(c, x, 0.5),
-                                 bin(c, TM_P_ADD, one,
-                                     un(c, TM_P_ERF, bin(c, TM_P_MUL, x, k(c, x, SQRT_HALF)))));
-            tm_val pdf = bin(c, TM_P_MUL, k(c, x, INV_SQRT_2PI),
-                             un(c, TM_P_EXP, bin(c, TM_P_MUL, k(c, x, -0.5),
-                                                 bin(c, TM_P_MUL, x, x))));
-            return bin(c, TM_P_ADD, phi_cdf, bin(c, TM_P_MUL, x, pdf));
-        }
     case TM_P_SIGN: case TM_P_FLOOR: case TM_P_CEIL: case TM_P_ROUND:
         *zero = 1;  /* piecewise constant */
         return TM_NONE;
@@ -84,6 +59,14 @@ tm_status tm__grad_unary(tm_ctx *c, const tm_grad_call *g) {
     tm_val x = g->in[0], y = g->out[0], gy = g->gout[0];
     if (g->prim == TM_P_NEG) {
         g->gin[0] = un(c, TM_P_NEG, gy);
+        return c->status;
+    }
+    if (g->prim == TM_P_GELU) {
+        /* One pass (GELU_GRAD) rather than the derivative's ten primitives below. */
+        tm_args a;
+        memset(&a, 0, sizeof a);
+        a.i[0] = g->a->i[0];
+        g->gin[0] = tm_prim(c, TM_P_GELU_GRAD, (tm_val[2]){x, gy}, 2, &a);
         return c->status;
     }
     int zero = 0;

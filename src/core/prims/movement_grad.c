@@ -246,3 +246,13 @@ tm_status tm__grad_scatter_nd(tm_ctx *c, const tm_grad_call *g) {
     }
     return c->status;
 }
+
+/* INDEX_ADD: each update row receives its output row's cotangent. */
+tm_status tm__grad_index_add(tm_ctx *c, const tm_grad_call *g) {
+    if (g->want[1]) {
+        tm_args a;
+        memset(&a, 0, sizeof a);
+        g->gin[1] = tm_prim(c, TM_P_GATHER, (tm_val[2]){g->gout[0], g->in[0]}, 2, &a);
+    }
+    return c->status;
+}

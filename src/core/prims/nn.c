@@ -16,6 +16,15 @@
 #include <immintrin.h>
 #endif
 
+/* The build's -O2 keeps loops that need a scalar epilogue scalar (GCC's very-cheap vector
+ * cost model): the gradient kernels' row loops ask for the full vectorizer, as
+ * elementwise.c does for its whole file. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define NN_VECTORIZE __attribute__((optimize("O3")))
+#else
+#define NN_VECTORIZE
+#endif
+
 /* "(2, 3, 4)" into buf, for error messages. */
 static const char *dims_text(char *buf, size_t cap, int rank, const int64_t *dims) {
     size_t used = (size_t)snprintf(buf, cap, "(");
@@ -515,6 +524,182 @@ tm_status tm__kernel_layernorm(const tm_kcall *kc) {
         else
             layernorm_row_generic(x, y, r * count, count, scale, bias, rms, epsilon, &mean[r],
                                   &inv_std[r]);
+    }
+    return TM_OK;
+}
+
+/* ---- SOFTMAX_GRAD ------------------------------------------------------------------------
+ * The backward of SOFTMAX in one pass per row (its rule in primitives was a product, a
+ * reduction, a difference and a product over the whole attention matrix). */
+
+tm_status tm__shape_softmax_grad(tm_ctx *c, int prim, const tm_args *a,
+                                 const tm_vinfo *const *in, int nin, tm_vinfo *out, int nout,
+                                 size_t *scratch) {
+    (void)prim; (void)nin; (void)nout;
+    const tm_vinfo *y = in[0], *gy = in[1];
+    char ty[160], tg[160];
+    if (!tm_dtype_is_float(y->dtype) || y->dtype == TM_STRING || gy->dtype != y->dtype)
+        return tm_ctx_fail(c, TM_ERR_DTYPE, "softmax_grad: y and gy must be of one float "
+                           "dtype, not %s and %s", tm_dtype_name(y->dtype), tm_dtype_name(gy->dtype));
+    if (gy->rank != y->rank || memcmp(gy->dims, y->dims, (size_t)y->rank * sizeof y->dims[0]))
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "softmax_grad: gy %s must have y's dims %s",
+                           dims_text(tg, sizeof tg, gy->rank, gy->dims),
+                           dims_text(ty, sizeof ty, y->rank, y->dims));
+    if (a->i[0] < 0 || a->i[0] >= y->rank || (a->i[1] != 0 && a->i[1] != 1))
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "softmax_grad: axis %lld (rank %d) or form %lld "
+                           "is invalid", (long long)a->i[0], y->rank, (long long)a->i[1]);
+    out->dtype = y->dtype;
+    out->rank = y->rank;
+    memcpy(out->dims, y->dims, sizeof out->dims);
+    *scratch = 0;
+    return TM_OK;
+}
+
+/* One contiguous float32 row: the sum in double partial sums (vectorized), the rest in
+ * float32 as the primitives it replaces computed it. */
+NN_VECTORIZE
+static void softmax_grad_row_f32(const float *restrict y, const float *restrict gy,
+                                 float *restrict gx, int64_t n, int log_form) {
+    double part[PARTIALS] = {0}, dot = 0.0;
+    int64_t j = 0;
+    if (log_form) {
+        for (; j + PARTIALS <= n; j += PARTIALS)
+            for (int q = 0; q < PARTIALS; q++) part[q] += gy[j + q];
+        for (; j < n; j++) dot += gy[j];
+    } else {
+        for (; j + PARTIALS <= n; j += PARTIALS)
+            for (int q = 0; q < PARTIALS; q++) part[q] += (double)gy[j + q] * y[j + q];
+        for (; j < n; j++) dot += (double)gy[j] * y[j];
+    }
+    for (int q = 0; q < PARTIALS; q++) dot += part[q];
+    float d = (float)dot;
+    if (log_form)
+        for (j = 0; j < n; j++) gx[j] = gy[j] - expf(y[j]) * d;
+    else
+        for (j = 0; j < n; j++) gx[j] = y[j] * (gy[j] - d);
+}
+
+tm_status tm__kernel_softmax_grad(const tm_kcall *kc) {
+    const tm_tensor *y = kc->in[0], *gy = kc->in[1];
+    tm_tensor *gx = kc->out[0];
+    int log_form = kc->a->i[1] == 1;
+    int64_t outer, length, inner;
+    softmax_split(y->rank, y->dims, (int)kc->a->i[0], &outer, &length, &inner);
+    if (y->dtype == TM_FLOAT && inner == 1 && !tm_use_reference_kernels()) {
+        for (int64_t o = 0; o < outer; o++)
+            softmax_grad_row_f32((const float *)y->data + o * length,
+                                 (const float *)gy->data + o * length,
+                                 (float *)gx->data + o * length, length, log_form);
+        return TM_OK;
+    }
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < inner; i++) {
+            size_t first = (size_t)(o * length * inner + i), step = (size_t)inner;
+            double dot = 0.0;
+            for (int64_t j = 0; j < length; j++) {
+                size_t at = first + (size_t)j * step;
+                double g = tm_load_f64(gy->data, gy->dtype, at);
+                dot += log_form ? g : g * tm_load_f64(y->data, y->dtype, at);
+            }
+            for (int64_t j = 0; j < length; j++) {
+                size_t at = first + (size_t)j * step;
+                double g = tm_load_f64(gy->data, gy->dtype, at), v = tm_load_f64(y->data, y->dtype, at);
+                tm_store_f64(gx->data, gx->dtype, at, log_form ? g - exp(v) * dot : v * (g - dot));
+            }
+        }
+    return TM_OK;
+}
+
+/* ---- LAYERNORM_GRAD ----------------------------------------------------------------------
+ * The backward of a float32 layer or RMS norm from the statistics its forward saved, in
+ * two passes per row (the rule in primitives took about fifteen kernels per norm), in
+ * float32 arithmetic as those were, with every sum in double:
+ *   xhat = (x - mean) inv,  gxhat = gy scale,
+ *   dx = inv (gxhat - mean(gxhat) - xhat mean(gxhat xhat))   (RMS: without mean(gxhat)),
+ *   dscale = sum over rows of gy xhat,  dbias = sum over rows of gy. */
+
+tm_status tm__shape_layernorm_grad(tm_ctx *c, int prim, const tm_args *a,
+                                   const tm_vinfo *const *in, int nin, tm_vinfo *out, int nout,
+                                   size_t *scratch) {
+    (void)prim; (void)nin; (void)nout;
+    const tm_vinfo *x = in[0], *scale = in[1], *mean = in[2], *inv = in[3], *gy = in[4];
+    char tx[160];
+    dims_text(tx, sizeof tx, x->rank, x->dims);
+    if (x->dtype != TM_FLOAT || scale->dtype != TM_FLOAT || gy->dtype != TM_FLOAT ||
+        mean->dtype != TM_FLOAT || inv->dtype != TM_FLOAT)
+        return tm_ctx_fail(c, TM_ERR_DTYPE, "layernorm_grad: every input must be float32");
+    int axis = (int)a->i[0];
+    if (axis < 0 || axis >= x->rank || (a->i[1] != 0 && a->i[1] != 1))
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "layernorm_grad: axis %d or form %lld is invalid "
+                           "for x %s", axis, (long long)a->i[1], tx);
+    int64_t count = tm_numel(x->rank - axis, x->dims + axis), rows = tm_numel(axis, x->dims);
+    int same = gy->rank == x->rank && !memcmp(gy->dims, x->dims, (size_t)x->rank * sizeof x->dims[0]);
+    if (!same || tm_numel(scale->rank, scale->dims) != count ||
+        tm_numel(mean->rank, mean->dims) != rows || tm_numel(inv->rank, inv->dims) != rows)
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "layernorm_grad: gy must have x's dims %s, scale "
+                           "%lld elements and the statistics %lld", tx, (long long)count,
+                           (long long)rows);
+    out[0].dtype = TM_FLOAT;
+    out[0].rank = x->rank;
+    memcpy(out[0].dims, x->dims, sizeof out[0].dims);
+    for (int i = 1; i < 3; i++) {
+        out[i].dtype = TM_FLOAT;
+        out[i].rank = scale->rank;
+        memcpy(out[i].dims, scale->dims, sizeof out[i].dims);
+    }
+    *scratch = (size_t)count * 2 * sizeof(double);
+    return TM_OK;
+}
+
+/* One row (restrict parameters spare the vectorizer run-time alias checks). xhat goes
+ * into dx first; the row sums run in float partial
+ * sums (vector lanes) added up in double, the column sums (scale's and bias's cotangents)
+ * in double. */
+NN_VECTORIZE
+static void layernorm_grad_row_f32(const float *restrict x, const float *restrict gy,
+                                   const float *restrict scale, float *restrict dx,
+                                   double *restrict acc_scale, double *restrict acc_bias,
+                                   int64_t n, float m, float s, int rms) {
+    float part_g[PARTIALS] = {0}, part_gx[PARTIALS] = {0};
+    double sum_g = 0.0, sum_gx = 0.0;
+    int64_t j = 0;
+    for (; j + PARTIALS <= n; j += PARTIALS)
+        for (int q = 0; q < PARTIALS; q++) {
+            float xhat = (x[j + q] - m) * s, g = gy[j + q] * scale[j + q];
+            dx[j + q] = xhat;
+            part_g[q] += g;
+            part_gx[q] += g * xhat;
+        }
+    for (; j < n; j++) {
+        float xhat = (x[j] - m) * s, g = gy[j] * scale[j];
+        dx[j] = xhat;
+        sum_g += g;
+        sum_gx += g * xhat;
+    }
+    for (int q = 0; q < PARTIALS; q++) sum_g += part_g[q], sum_gx += part_gx[q];
+    for (j = 0; j < n; j++) {
+        acc_scale[j] += (double)(gy[j] * dx[j]);
+        acc_bias[j] += gy[j];
+    }
+    float mean_g = rms ? 0.0f : (float)(sum_g / (double)n), mean_gx = (float)(sum_gx / (double)n);
+    for (j = 0; j < n; j++) dx[j] = s * (gy[j] * scale[j] - mean_g - dx[j] * mean_gx);
+}
+
+tm_status tm__kernel_layernorm_grad(const tm_kcall *kc) {
+    const tm_tensor *x = kc->in[0];
+    const float *scale = kc->in[1]->data, *mean = kc->in[2]->data, *inv = kc->in[3]->data;
+    const float *gy = kc->in[4]->data, *xs = x->data;
+    float *dx = kc->out[0]->data, *dscale = kc->out[1]->data, *dbias = kc->out[2]->data;
+    int axis = (int)kc->a->i[0], rms = kc->a->i[1] == 1;
+    int64_t n = tm_numel(x->rank - axis, x->dims + axis), rows = tm_numel(axis, x->dims);
+    double *acc_scale = kc->scratch, *acc_bias = acc_scale + n;
+    memset(acc_scale, 0, (size_t)n * 2 * sizeof(double));
+    for (int64_t r = 0; r < rows; r++)
+        layernorm_grad_row_f32(xs + r * n, gy + r * n, scale, dx + r * n, acc_scale, acc_bias, n,
+                               rms ? 0.0f : mean[r], inv[r], rms);
+    for (int64_t j = 0; j < n; j++) {
+        dscale[j] = (float)acc_scale[j];
+        dbias[j] = (float)acc_bias[j];
     }
     return TM_OK;
 }

@@ -1,22 +1,20 @@
 /* Gradient rules of the fused nn primitives (rows in nn.def), as fused rules rather than
- * the gradient of a decomposition: softmax y (g - sum(g y)), log-softmax g - e^y sum(g),
- * and layer/RMS norm from the normalised input and the saved statistics (the f32 mean
- * and inverse deviation outputs; recomputed in double for double inputs). Not kernels. */
+ * the gradient of a decomposition: softmax y (g - sum(g y)), log-softmax g - e^y sum(g)
+ * (one SOFTMAX_GRAD), and layer/RMS norm from the normalised input and the saved
+ * statistics (the f32 mean and inverse deviation outputs; recomputed in double for double
+ * inputs): one LAYERNORM_GRAD in the float32 case, primitives otherwise. Not kernels. */
 #include <string.h>
 #include "../autodiff.h"
 
 static tm_val bin(tm_ctx *c, int prim, tm_val a, tm_val b) { return tm_binary(c, prim, a, b); }
 
 tm_status tm__grad_softmax(tm_ctx *c, const tm_grad_call *g) {
-    tm_val y = g->out[0], gy = g->gout[0];
-    int64_t mask = (int64_t)1 << g->a->i[0];
-    if (g->a->i[1]) {
-        tm_val total = tm_grad_reduce_sum(c, gy, mask);
-        g->gin[0] = bin(c, TM_P_SUB, gy, bin(c, TM_P_MUL, tm_unary(c, TM_P_EXP, y), total));
-    } else {
-        tm_val dot = tm_grad_reduce_sum(c, bin(c, TM_P_MUL, gy, y), mask);
-        g->gin[0] = bin(c, TM_P_MUL, y, bin(c, TM_P_SUB, gy, dot));
-    }
+    /* SOFTMAX_GRAD: y (g - sum(g y)), or g - e^y sum(g) for log-softmax, in one pass. */
+    tm_args a;
+    memset(&a, 0, sizeof a);
+    a.i[0] = g->a->i[0];
+    a.i[1] = g->a->i[1];
+    g->gin[0] = tm_prim(c, TM_P_SOFTMAX_GRAD, (tm_val[2]){g->out[0], g->gout[0]}, 2, &a);
     return c->status;
 }
 
@@ -41,6 +39,31 @@ static void layernorm_stats(tm_ctx *c, const tm_grad_call *g, int64_t mask, doub
                     tm_unary(c, TM_P_SQRT, bin(c, TM_P_ADD, var, tm_grad_scalar(c, x, g->a->f[0]))));
 }
 
+/* The common case in one primitive (LAYERNORM_GRAD): float32 throughout, scale and bias
+ * of the full normalised size, and nothing downstream reading the statistics. */
+static int layernorm_grad_fused(tm_ctx *c, const tm_grad_call *g, tm_val x, tm_val scale,
+                                tm_val bias, double count) {
+    int full = tm_vdtype(c, x) == TM_FLOAT && tm_vdtype(c, scale) == TM_FLOAT &&
+               (double)tm_vnumel(c, scale) == count &&
+               (bias == TM_NONE || (tm_vdtype(c, bias) == TM_FLOAT && tm_vnumel(c, bias) == tm_vnumel(c, scale) &&
+                                    tm_vrank(c, bias) == tm_vrank(c, scale)));
+    if (!full || g->gout[0] == TM_NONE || g->gout[1] != TM_NONE || g->gout[2] != TM_NONE) return 0;
+    tm_args a;
+    memset(&a, 0, sizeof a);
+    a.i[0] = g->a->i[0];
+    a.i[1] = g->a->i[1];
+    tm_val in[5] = {x, scale, g->out[1], g->out[2], g->gout[0]}, out[3];
+    if (tm_prim_n(c, TM_P_LAYERNORM_GRAD, in, 5, &a, out, 3) != TM_OK) return 1;
+    if (g->want[0]) g->gin[0] = out[0];
+    if (g->want[1]) g->gin[1] = out[1];
+    if (bias != TM_NONE && g->want[2]) {
+        int64_t dims[TM_MAX_RANK];
+        memcpy(dims, tm_vdims(c, bias), sizeof dims);
+        g->gin[2] = tm_reshape(c, out[2], tm_vrank(c, bias), dims);
+    }
+    return 1;
+}
+
 tm_status tm__grad_layernorm(tm_ctx *c, const tm_grad_call *g) {
     tm_val x = g->in[0], scale = g->in[1], bias = g->nin > 2 ? g->in[2] : TM_NONE;
     tm_dtype dt = tm_vdtype(c, x);
@@ -48,6 +71,7 @@ tm_status tm__grad_layernorm(tm_ctx *c, const tm_grad_call *g) {
     int64_t mask = 0;
     for (int d = axis; d < rank; d++) mask |= (int64_t)1 << d;
     double count = (double)tm_numel(rank - axis, tm_vdims(c, x) + axis);
+    if (layernorm_grad_fused(c, g, x, scale, bias, count)) return c->status;
     tm_val mean, inv;
     layernorm_stats(c, g, mask, count, &mean, &inv);
     tm_val centred = rms ? x : bin(c, TM_P_SUB, x, mean);
