@@ -84,8 +84,13 @@ check-asan:
 	    $(MAKE) BUILD=build-asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer" test
 
 # Side by side with ONNX Runtime (not a test); see bench/run.py. BENCH_ARGS=--large etc.
-bench: $(BUILD)/transmuter
+bench: $(BUILD)/transmuter $(BUILD)/bench_probe
 	/usr/bin/python3 bench/run.py $(BENCH_ARGS)
+
+# FMA peak and memory bandwidth of this machine, for the bench's efficiency figures.
+$(BUILD)/bench_probe: bench/probe.c bench/peak.h
+	@mkdir -p $(BUILD)
+	$(CC) $(CFLAGS) -o $@ bench/probe.c -pthread
 
 # Every shared model against ONNX Runtime, eager and compiled (not a test); writes
 # bench/coverage/RESULTS.md. See bench/coverage/README.md. COVERAGE_ARGS=--debug etc.
@@ -98,7 +103,7 @@ coverage: $(BUILD)/transmuter
 gemm-lab: $(BUILD)/gemm_lab
 	$(BUILD)/gemm_lab $(GEMM_LAB_ARGS)
 
-$(BUILD)/gemm_lab: bench/gemm_lab.c $(BUILD)/libtransmuter.a
+$(BUILD)/gemm_lab: bench/gemm_lab.c bench/peak.h $(BUILD)/libtransmuter.a
 	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(BUILD)/libtransmuter.a $(LDLIBS) -ldl
 
 install: all

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 #include "backends/cpu/gemm.h"
+#include "peak.h"
 
 typedef int (*dnnl_sgemm_fn)(char, char, int64_t, int64_t, int64_t, float, const float *,
                              int64_t, const float *, int64_t, float, float *, int64_t);
@@ -20,40 +21,6 @@ static double now_s(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-/* Peak: independent FMA chains, as many as the FMA units' latency needs. The vector
- * width follows the compiler's target (-march=native): 8 or 16 floats. */
-#if defined(__AVX512F__)
-#define PEAK_WIDTH 16
-#else
-#define PEAK_WIDTH 8
-#endif
-typedef float vec __attribute__((vector_size(PEAK_WIDTH * 4)));
-
-/* -std=c11 turns floating-point contraction off; the peak needs a * x + y fused. */
-__attribute__((optimize("fp-contract=fast"), noinline))
-static double measure_peak(void) {
-    vec x, y, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11;
-    for (int i = 0; i < PEAK_WIDTH; i++) x[i] = 1.0f - 1e-7f * (float)i, y[i] = 1e-7f;
-    a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = a8 = a9 = a10 = a11 = y;
-    const long iters = 10000000;
-    double best = 0.0;
-    for (int rep = 0; rep < 7; rep++) {
-        double t0 = now_s();
-        for (long it = 0; it < iters; it++) {
-            a0 = a0 * x + y; a1 = a1 * x + y; a2 = a2 * x + y; a3 = a3 * x + y;
-            a4 = a4 * x + y; a5 = a5 * x + y; a6 = a6 * x + y; a7 = a7 * x + y;
-            a8 = a8 * x + y; a9 = a9 * x + y; a10 = a10 * x + y; a11 = a11 * x + y;
-        }
-        double dt = now_s() - t0;
-        double gflops = 2.0 * PEAK_WIDTH * 12 * (double)iters / dt * 1e-9;
-        if (gflops > best) best = gflops;
-    }
-    vec sum = a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7 + a8 + a9 + a10 + a11;
-    volatile float sink = sum[0];
-    (void)sink;
-    return best;
 }
 
 typedef struct shape { int64_t m, n, k; } shape;
@@ -124,7 +91,7 @@ int main(int argc, char **argv) {
     double peak = 0.0, best[N_SHAPES][3] = {{0}};
     int wrong[N_SHAPES] = {0};
     for (int round = 0; round < rounds; round++) {
-        double p = measure_peak();
+        double p = tm_bench_fma_peak();
         if (p > peak) peak = p;
         for (int i = 0; i < N_SHAPES; i++) {
             const shape *s = &shapes[i];
@@ -145,7 +112,8 @@ int main(int argc, char **argv) {
     }
     printf("tm_sgemm kernel: %s, threads: %d, best of %d rounds\n", tm_sgemm_kernel_name(),
            threads, rounds);
-    printf("measured single-core FMA peak: %.1f GFLOP/s (%d-wide vectors)\n", peak, PEAK_WIDTH);
+    printf("measured single-core FMA peak: %.1f GFLOP/s (%s vectors)\n", peak,
+           tm_bench_fma_vector());
     printf("%-16s %10s %7s %10s %10s\n", "m x n x k", "ours", "%peak", "oneDNN", "OpenBLAS");
     for (int i = 0; i < N_SHAPES; i++) {
         const shape *s = &shapes[i];

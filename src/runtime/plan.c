@@ -585,6 +585,35 @@ int tm_plan_n_kernels(const tm_plan *p) { return p ? p->n_kernels : 0; }
 int tm_plan_n_breaks(const tm_plan *p) { return p && p->break_at >= 0 ? 1 : 0; }
 size_t tm_plan_arena_bytes(const tm_plan *p) { return p ? p->arena_bytes : 0; }
 
+size_t tm_plan_weight_bytes(const tm_plan *p) {
+    if (!p) return 0;
+    uint8_t *seen = calloc((size_t)p->n_values + 1, 1);
+    if (!seen) return 0;
+    size_t total = 0;
+    for (int k = 0; k < p->n_kernels; k++) {
+        const plan_kernel *pk = &p->kernels[k];
+        int gather = pk->prim == TM_P_GATHER || pk->prim == TM_P_GATHER_BLOCK_QUANTIZED;
+        for (int j = 0; j < pk->nin; j++) {
+            const plan_value *v = &p->values[pk->in[j]];
+            if (v->kind != PV_CONST || seen[pk->in[j]]) continue;
+            seen[pk->in[j]] = 1;
+            size_t bytes = v->nbytes;
+            /* A table is read a row per index: its share is indices / rows along the axis. */
+            if (gather && j != 1 && pk->nin > 1 && v->rank > 0) {
+                int axis = (int)pk->args.i[0];
+                if (axis < 0) axis += v->rank;
+                const plan_value *idx = &p->values[pk->in[1]];
+                int64_t rows = axis >= 0 && axis < v->rank ? v->dims[axis] : 1;
+                int64_t used = tm_numel(idx->rank, idx->dims);
+                if (rows > 0 && used < rows) bytes = bytes / (size_t)rows * (size_t)used;
+            }
+            total += bytes;
+        }
+    }
+    free(seen);
+    return total;
+}
+
 tm_status tm_plan_output(const tm_plan *p, int i, tm_value_desc *d) {
     if (!p || !d || i < 0 || i >= p->n_outputs) return TM_ERR_INVALID_ARGUMENT;
     memset(d, 0, sizeof *d);
@@ -718,6 +747,55 @@ static double now_s(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* (batch, M, N, K) of a kernel that is a matrix product, else 0. */
+static int gemm_dims(const tm_plan *p, const plan_kernel *pk, int64_t d[4]) {
+    if (pk->prim != TM_P_MATMUL || pk->nin < 2) return 0;
+    const plan_value *a = &p->values[pk->in[0]], *b = &p->values[pk->in[1]];
+    const plan_value *y = &p->values[pk->out[0]];
+    if (a->rank < 2 || b->rank < 2) return 0;
+    d[1] = a->dims[a->rank - 2];
+    d[3] = a->dims[a->rank - 1];
+    d[2] = b->dims[b->rank - 1];
+    int64_t mn = d[1] * d[2];
+    d[0] = mn > 0 ? tm_numel(y->rank, y->dims) / mn : 0;
+    return 1;
+}
+
+/* Matrix products by shape, with their GFLOP/s: what the bench compares with the
+ * machine's FMA peak. */
+static void print_gemm_profile(const tm_session *s) {
+    const tm_plan *p = s->plan;
+    int n = 0;
+    struct { int64_t d[4]; int count; double seconds; } *shapes = calloc((size_t)p->n_kernels + 1,
+                                                                         sizeof *shapes);
+    if (!shapes) return;
+    for (int k = 0; k < p->n_kernels; k++) {
+        int64_t d[4];
+        if (!gemm_dims(p, &p->kernels[k], d)) continue;
+        int i = 0;
+        while (i < n && memcmp(shapes[i].d, d, sizeof d)) i++;
+        if (i == n) memcpy(shapes[n++].d, d, sizeof d);
+        shapes[i].count++;
+        shapes[i].seconds += s->profile[k];
+    }
+    if (n) fprintf(stderr, "matrix products by shape (M x N x K, batch):\n");
+    for (;;) {
+        int best = -1;
+        for (int i = 0; i < n; i++)
+            if (shapes[i].count && (best < 0 || shapes[i].seconds > shapes[best].seconds)) best = i;
+        if (best < 0) break;
+        const int64_t *d = shapes[best].d;
+        double runs = (double)s->profile_runs, sec = shapes[best].seconds / runs;
+        double flops = 2.0 * (double)d[0] * (double)d[1] * (double)d[2] * (double)d[3];
+        fprintf(stderr, "  gemm %lldx%lldx%lld x%lld %4d kernels %9.3f ms %7.1f GFLOP/s\n",
+                (long long)d[1], (long long)d[2], (long long)d[3], (long long)d[0],
+                shapes[best].count, sec * 1e3,
+                sec > 0 ? flops * shapes[best].count / sec * 1e-9 : 0.0);
+        shapes[best].count = 0;
+    }
+    free(shapes);
+}
+
 /* TM_PROFILE=1: time per primitive, summed over a session's runs and printed to stderr
  * when the session is freed (a diagnostic; it costs two clock reads per kernel). */
 static void print_profile(const tm_session *s) {
@@ -740,6 +818,7 @@ static void print_profile(const tm_session *s) {
                 per_prim[best] * 1e3 / (double)s->profile_runs, 100.0 * per_prim[best] / total);
         per_prim[best] = 0;
     }
+    print_gemm_profile(s);
 }
 
 static tm_status run_kernels(tm_session *s, tm_error *err) {
