@@ -148,4 +148,5 @@ $(FUZZ_BUILD)/fuzz_%: fuzz/fuzz_%.c $(FUZZ_BUILD)/libtransmuter.a
 fuzz-clean:
 	rm -rf $(FUZZ_BUILD) build-tsan
 
--include $(LIB_OBJ:.o=.d) $(BUILD)/tools/transmuter.d $(BUILD)/tools/generate.d
+-include $(LIB_OBJ:.o=.d) $(BUILD)/tools/transmuter.d $(BUILD)/tools/generate.d \
+         $(TEST_SRC:tests/%.c=$(BUILD)/tests/%.d)

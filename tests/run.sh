@@ -37,6 +37,7 @@ for t in "$BUILD"/tests/test_*; do
     suite "$(basename "$t")" "$t"
 done
 suite test_api-reference-gemm env TM_REFERENCE_KERNELS=1 "$BUILD/tests/test_api"
+suite test_fusion-reference env TM_REFERENCE_KERNELS=1 "$BUILD/tests/test_fusion"
 suite onnx-backend "$TM" test-onnx tests/data/onnx-backend --mode both --quiet \
     --expected-failures tests/expected_failures.txt
 suite tiny-models sh tests/models.sh "$TM" tests/data/tiny

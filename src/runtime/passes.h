@@ -27,6 +27,10 @@ int tm__pass_uses(const tm_ctx *c, tm_val v);
 
 /* Readers of every value: a calloc'ed array of c->n_vals counts (NULL when out of memory). */
 int *tm__pass_use_counts(const tm_ctx *c);
+/* The same, counting only the nodes the roots still need: earlier passes leave the nodes
+ * they swallowed in place (the plan drops them), and those must not count as readers.
+ * With live_out, also a calloc'ed flag per node: 1 when the roots need it. */
+int *tm__pass_live_use_counts(const tm_ctx *c, const tm_pass_roots *roots, uint8_t **live_out);
 /* 1 when v is one of the roots. */
 int tm__pass_is_root(const tm_pass_roots *roots, tm_val v);
 /* The recorded node producing v when it is primitive prim, else NULL. */
@@ -44,5 +48,6 @@ tm_status tm__pass_rewrite(tm_ctx *c, int32_t node, int prim, const tm_val *in, 
 /* The passes (one file each in passes/). */
 tm_status tm__pass_layernorm(tm_ctx *c, const tm_pass_roots *roots);
 tm_status tm__pass_gelu(tm_ctx *c, const tm_pass_roots *roots);
+tm_status tm__pass_linear(tm_ctx *c, const tm_pass_roots *roots);
 
 #endif

@@ -749,6 +749,14 @@ static double now_s(void) {
 
 /* (batch, M, N, K) of a kernel that is a matrix product, else 0. */
 static int gemm_dims(const tm_plan *p, const plan_kernel *pk, int64_t d[4]) {
+    if (pk->prim == TM_P_LINEAR) {
+        const plan_value *y = &p->values[pk->out[0]];
+        d[0] = 1;
+        d[2] = pk->args.i[0];
+        d[3] = pk->args.i[1];
+        d[1] = d[2] > 0 ? tm_numel(y->rank, y->dims) / d[2] : 0;
+        return 1;
+    }
     if (pk->prim != TM_P_MATMUL || pk->nin < 2) return 0;
     const plan_value *a = &p->values[pk->in[0]], *b = &p->values[pk->in[1]];
     const plan_value *y = &p->values[pk->out[0]];

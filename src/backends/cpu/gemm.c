@@ -41,6 +41,8 @@ static const tm__sgemm_arch *active_arch(void) {
     return arch;
 }
 
+const tm__sgemm_arch *tm__sgemm_active_arch(void) { return active_arch(); }
+
 const char *tm_sgemm_kernel_name(void) {
     const tm__sgemm_arch *ar = active_arch();
     return ar ? ar->name : "reference";

@@ -162,8 +162,13 @@ static void run_inline(int nth, tm_pool_fn fn, void *arg) {
 void tm_pool_run(tm_pool *p, int max_threads, tm_pool_fn fn, void *arg) {
     int nth = tm_pool_threads(p);
     if (max_threads > 0 && max_threads < nth) nth = max_threads;
-    if (!p || nth <= 1) {
-        fn(arg, 0, 1);
+    tm_pool_run_n(p, nth, fn, arg);
+}
+
+void tm_pool_run_n(tm_pool *p, int n_slices, tm_pool_fn fn, void *arg) {
+    int nth = n_slices < 1 ? 1 : n_slices;
+    if (!p || nth == 1) {
+        run_inline(nth, fn, arg);
         return;
     }
     if (pthread_mutex_trylock(&p->run_lock) != 0) {

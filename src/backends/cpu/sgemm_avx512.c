@@ -46,7 +46,7 @@ static void tile_12x32(int64_t k, const float *a, int64_t a_row, int64_t a_step,
     for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
 #pragma GCC unroll 2
     for (int64_t p = 0; p < k; p++) {
-        __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
+        __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
 #pragma GCC unroll 12
         for (int i = 0; i < MR; i++) {
             __m512 x = _mm512_set1_ps(a[i * a_row]);

@@ -16,6 +16,7 @@
 #include <immintrin.h>
 #endif
 #include "../ctx.h"
+#include "fused.h"
 #include "../../backends/cpu/gemm.h" /* tm_use_reference_kernels */
 
 /* ---- Dtype classes ------------------------------------------------------------------- */
@@ -435,6 +436,10 @@ static void unary_f32_math(int prim, const tm_args *a, const float *restrict x,
         for (int64_t i = 0; i < n; i++) y[i] = (float)unary_f64(prim, x[i], a);
         break;
     }
+}
+
+void tm__unary_f32_rows(int prim, const tm_args *a, const float *x, float *y, int64_t n) {
+    unary_f32_math(prim, a, x, y, n);
 }
 
 static void unary_f32(int prim, const tm_args *a, const float *x, void *out, int64_t n) {

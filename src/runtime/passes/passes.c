@@ -11,6 +11,7 @@ typedef tm_status (*tm_pass_fn)(tm_ctx *c, const tm_pass_roots *roots);
 static const tm_pass_fn passes[] = {
     tm__pass_layernorm,
     tm__pass_gelu,
+    tm__pass_linear,   /* after gelu: a fused GELU becomes a step of its chain */
 };
 
 int tm__pass_uses(const tm_ctx *c, tm_val v) {
@@ -27,6 +28,44 @@ int *tm__pass_use_counts(const tm_ctx *c) {
     for (int32_t i = 0; i < c->n_nodes; i++)
         for (int j = 0; j < c->nodes[i].nin; j++)
             if (c->nodes[i].in[j] >= 0 && c->nodes[i].in[j] < c->n_vals) uses[c->nodes[i].in[j]]++;
+    return uses;
+}
+
+int *tm__pass_live_use_counts(const tm_ctx *c, const tm_pass_roots *roots, uint8_t **live_out) {
+    int *uses = calloc((size_t)c->n_vals + 1, sizeof *uses);
+    uint8_t *live = calloc((size_t)c->n_nodes + 1, 1);
+    tm_val *stack = malloc(((size_t)c->n_vals + 1) * sizeof *stack);
+    uint8_t *pushed = calloc((size_t)c->n_vals + 1, 1);
+    if (!uses || !live || !stack || !pushed) {
+        free(uses), free(live), free(stack), free(pushed);
+        return NULL;
+    }
+    int32_t n = 0;
+    for (int i = 0; roots && i < roots->n; i++)
+        if (roots->vals[i] >= 0 && roots->vals[i] < c->n_vals && !pushed[roots->vals[i]]) {
+            pushed[roots->vals[i]] = 1;
+            stack[n++] = roots->vals[i];
+        }
+    /* Each value is pushed once, so the stack never holds more than n_vals. */
+    while (n) {
+        tm_val v = stack[--n];
+        int32_t p = c->vals[v].producer;
+        if (c->vals[v].data || p < 0 || p >= c->n_nodes || live[p]) continue;
+        live[p] = 1;
+        for (int j = 0; j < c->nodes[p].nin; j++) {
+            tm_val u = c->nodes[p].in[j];
+            if (u >= 0 && u < c->n_vals && !pushed[u]) {
+                pushed[u] = 1;
+                stack[n++] = u;
+            }
+        }
+    }
+    for (int32_t i = 0; i < c->n_nodes; i++)
+        for (int j = 0; live[i] && j < c->nodes[i].nin; j++)
+            if (c->nodes[i].in[j] >= 0 && c->nodes[i].in[j] < c->n_vals) uses[c->nodes[i].in[j]]++;
+    free(stack), free(pushed);
+    if (live_out) *live_out = live;
+    else free(live);
     return uses;
 }
 
