@@ -80,14 +80,91 @@ static tm_val lin_shared(tm_ctx *c, const tm_val *in, tm_val *extra) {
     *extra = un(c, TM_P_NEG, y);
     return un(c, TM_P_TANH, y);
 }
-static const int64_t W3[3] = {1, 16, 24};
+static const int64_t W3[3] = {1, 16, 24}, W4[3] = {2, 16, 24};
 static tm_val lin_few_rows(tm_ctx *c, const tm_val *in, tm_val *extra) {
     (void)extra;
     return bin(c, TM_P_MATMUL, in[0], weights(c, 3, W3, 5));
 }
+static tm_val lin_batched_w(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    (void)extra;
+    return bin(c, TM_P_MATMUL, in[0], weights(c, 3, W4, 6));
+}
 static tm_val lin_variable_w(tm_ctx *c, const tm_val *in, tm_val *extra) {
     (void)extra;
     return bin(c, TM_P_MATMUL, in[0], in[1]);
+}
+
+/* x * sigmoid(x): SiLU, the saved form of a chain. */
+static tm_val lin_silu(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    (void)extra;
+    tm_val g = bin(c, TM_P_MATMUL, in[0], weights(c, 2, W2, 7));
+    return bin(c, TM_P_MUL, g, un(c, TM_P_SIGMOID, g));
+}
+
+/* ---- CONV_PACKED patterns -------------------------------------------------------------- */
+
+static tm_val conv(tm_ctx *c, tm_val x, tm_val w, tm_val b, int group, int stride, int pad) {
+    tm_args a;
+    memset(&a, 0, sizeof a);
+    a.i[0] = 2;
+    a.i[1] = group;
+    for (int d = 0; d < 2; d++) {
+        a.i[2 + d] = stride;
+        a.i[4 + d] = pad;
+        a.i[6 + d] = pad;
+        a.i[8 + d] = 1;
+    }
+    tm_val in[3] = {x, w, b};
+    return tm_prim(c, TM_P_CONV, in, b == TM_NONE ? 2 : 3, &a);
+}
+static tm_val hardswish(tm_ctx *c, tm_val x) {
+    tm_val t = bin(c, TM_P_MIN, bin(c, TM_P_MAX, bin(c, TM_P_ADD, x, scalar(c, 4, 3.0)),
+                                     scalar(c, 4, 0.0)), scalar(c, 4, 6.0));
+    return bin(c, TM_P_DIV, bin(c, TM_P_MUL, x, t), scalar(c, 4, 6.0));
+}
+static const int64_t PW[4] = {20, 8, 1, 1}, CH20[4] = {1, 20, 1, 1};
+/* Pointwise, a lowered BatchNormalization, the affine scalars and hardswish, a residual. */
+static tm_val conv_pointwise_bn(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    (void)extra;
+    tm_val y = conv(c, in[0], weights(c, 4, PW, 11), TM_NONE, 1, 1, 0);
+    y = bin(c, TM_P_SUB, y, weights(c, 4, CH20, 12));
+    y = bin(c, TM_P_MUL, y, weights(c, 4, CH20, 13));
+    y = bin(c, TM_P_ADD, y, weights(c, 4, CH20, 14));
+    y = bin(c, TM_P_ADD, bin(c, TM_P_MUL, scalar(c, 4, 1.25), y), scalar(c, 4, -0.5));
+    return bin(c, TM_P_ADD, hardswish(c, y), in[1]);
+}
+static const int64_t K3[4] = {24, 12, 3, 3}, B24[1] = {24};
+static tm_val conv_3x3_relu(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    (void)extra;
+    return un(c, TM_P_RELU, conv(c, in[0], weights(c, 4, K3, 15), weights(c, 1, B24, 16), 1, 1, 1));
+}
+static tm_val conv_3x3_stride2(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    (void)extra;
+    return conv(c, in[0], weights(c, 4, K3, 17), weights(c, 1, B24, 18), 1, 2, 1);
+}
+static const int64_t DW3[4] = {12, 1, 3, 3}, DW5[4] = {12, 1, 5, 5}, B12[1] = {12};
+static tm_val conv_depthwise(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    (void)extra;
+    return hardswish(c, conv(c, in[0], weights(c, 4, DW3, 19), weights(c, 1, B12, 20), 12, 1, 1));
+}
+static tm_val conv_depthwise_stride2(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    (void)extra;
+    return conv(c, in[0], weights(c, 4, DW5, 21), weights(c, 1, B12, 22), 12, 2, 2);
+}
+static const int64_t G2[4] = {24, 6, 3, 3};
+static tm_val conv_grouped(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    (void)extra;
+    return un(c, TM_P_SIGMOID, conv(c, in[0], weights(c, 4, G2, 23), TM_NONE, 2, 1, 1));
+}
+/* The conv's output is read twice, not by a saved step: only the conv fuses. */
+static tm_val conv_shared(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    tm_val y = conv(c, in[0], weights(c, 4, K3, 24), TM_NONE, 1, 1, 1);
+    *extra = un(c, TM_P_NEG, y);
+    return un(c, TM_P_TANH, y);
+}
+static tm_val conv_variable_w(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    (void)extra;
+    return conv(c, in[0], in[1], TM_NONE, 1, 1, 1);
 }
 
 static const pattern patterns[] = {
@@ -95,8 +172,22 @@ static const pattern patterns[] = {
      TM_P_LINEAR, 1},
     {"matmul + relu, mul, rsub, max", 1, {2}, {{9, 33}}, lin_chain, TM_P_LINEAR, 1},
     {"bias sum read twice", 1, {2}, {{12, 33}}, lin_shared, TM_P_TANH, 1},
-    {"three rows", 1, {3}, {{1, 3, 16}}, lin_few_rows, TM_P_MATMUL, 0},
+    {"one row (a decode step)", 1, {3}, {{1, 1, 16}}, lin_few_rows, TM_P_LINEAR, 1},
+    {"three rows", 1, {3}, {{1, 3, 16}}, lin_few_rows, TM_P_LINEAR, 1},
+    {"weight with a batch dim", 1, {3}, {{2, 3, 16}}, lin_batched_w, TM_P_MATMUL, 0},
     {"weight not constant", 2, {2, 2}, {{8, 16}, {16, 8}}, lin_variable_w, TM_P_MATMUL, 0},
+    {"matmul + silu (saved chain)", 1, {2}, {{7, 33}}, lin_silu, TM_P_LINEAR, 1},
+    {"pointwise conv + batch norm + affine + hardswish + residual", 2, {4, 4},
+     {{2, 8, 9, 35}, {2, 20, 9, 35}}, conv_pointwise_bn, TM_P_CONV_PACKED, 1},
+    {"3x3 conv + bias + relu", 1, {4}, {{1, 12, 13, 37}}, conv_3x3_relu, TM_P_CONV_PACKED, 1},
+    {"3x3 conv, stride 2", 1, {4}, {{2, 12, 15, 18}}, conv_3x3_stride2, TM_P_CONV_PACKED, 1},
+    {"depthwise 3x3 + hardswish", 1, {4}, {{1, 12, 17, 40}}, conv_depthwise, TM_P_CONV_PACKED, 1},
+    {"depthwise 5x5, stride 2", 1, {4}, {{2, 12, 21, 23}}, conv_depthwise_stride2,
+     TM_P_CONV_PACKED, 1},
+    {"grouped 3x3 conv + sigmoid", 1, {4}, {{1, 12, 11, 30}}, conv_grouped, TM_P_CONV_PACKED, 1},
+    {"conv output read twice", 1, {4}, {{1, 12, 9, 9}}, conv_shared, TM_P_TANH, 1},
+    {"conv weight not constant", 2, {4, 4}, {{1, 12, 9, 9}, {24, 12, 3, 3}}, conv_variable_w,
+     TM_P_CONV, 0},
 };
 
 /* ---- The harness ---------------------------------------------------------------------- */
@@ -151,7 +242,8 @@ static void run_pattern(const pattern *p) {
     tm_pass_roots roots = {root_vals, extra == TM_NONE ? 1 : 2};
     CHECK(tm__run_passes(&t, &roots) == TM_OK && tm_ctx_ok(&t), "%s: passes failed", p->name);
     int got_prim = t.nodes[t.vals[y].producer].prim;
-    int fused = p->want_fused ? count_prim(&t, &roots, TM_P_LINEAR) : 0;
+    int fused = p->want_fused ? count_prim(&t, &roots, TM_P_LINEAR) +
+                                    count_prim(&t, &roots, TM_P_CONV_PACKED) : 0;
     CHECK(got_prim == p->want_prim && fused == p->want_fused,
           "%s: the result comes from %s (%d fused nodes), expected %s (%d)", p->name,
           tm_prims[got_prim].name, fused, tm_prims[p->want_prim].name, p->want_fused);

@@ -8,6 +8,7 @@
 #define TM_RUNTIME_PASSES_H
 
 #include "../core/ctx.h"
+#include "../core/prims/fused.h"
 
 /* Values the plan must keep (graph outputs or the values alive at a graph break): a pass
  * must not remove their producers, nor rewrite them away. */
@@ -45,9 +46,36 @@ int tm__pass_scalar_is(const tm_ctx *c, tm_val v, double want);
 tm_status tm__pass_rewrite(tm_ctx *c, int32_t node, int prim, const tm_val *in, int nin,
                            const tm_args *a);
 
+/* ---- Epilogues of fused primitives (epilogue.c) ----------------------------------- */
+
+/* What a pass scans with: the trace, live readers per value, the live nodes. */
+typedef struct tm_pass_scan {
+    tm_ctx *c;
+    int *uses;               /* live readers per value (tm__pass_live_use_counts) */
+    tm_val n_uses;           /* values counted; later ones are never swallowed */
+    const tm_pass_roots *roots;
+    uint8_t *live;           /* per node */
+} tm_pass_scan;
+
+/* The elementwise run after a fused primitive's output: chain steps, then an optional
+ * residual ADD; `last` is the node whose output (`out`) the primitive takes over. */
+typedef struct tm_pass_epilogue {
+    tm_chain chain;
+    tm_val residual;         /* TM_NONE */
+    int32_t last;
+    tm_val out;
+} tm_pass_epilogue;
+
+/* Matches the run after value `from` made by node `at` (nothing matched: last == at,
+ * out == from). Steps keep from's dtype (f32) and dims; swallowed values are read only
+ * inside the run and are not roots. */
+void tm__pass_match_epilogue(const tm_pass_scan *s, int32_t at, tm_val from,
+                             int allow_residual, tm_pass_epilogue *ep);
+
 /* The passes (one file each in passes/). */
 tm_status tm__pass_layernorm(tm_ctx *c, const tm_pass_roots *roots);
 tm_status tm__pass_gelu(tm_ctx *c, const tm_pass_roots *roots);
 tm_status tm__pass_linear(tm_ctx *c, const tm_pass_roots *roots);
+tm_status tm__pass_conv(tm_ctx *c, const tm_pass_roots *roots);
 
 #endif

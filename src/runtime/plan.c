@@ -93,6 +93,7 @@ struct tm_session {
     tm_session *last_tail;/* the tail that produced the last run's outputs */
     double *profile;      /* TM_PROFILE: seconds per kernel, summed over runs */
     long profile_runs;
+    int profile_detail;   /* TM_PROFILE=2: also every kernel */
     tm_xval *eager_out;   /* outputs of an eager tail (per graph output) */
 };
 
@@ -685,7 +686,9 @@ tm_status tm_session_create(tm_plan *p, tm_session **out, tm_error *err) {
     for (int i = 0; i < p->n_values; i++)
         if (p->values[i].kind == PV_ALIAS) s->tensors[i].data = s->tensors[root_of(p, i)].data;
     const char *prof = getenv("TM_PROFILE");
-    if (prof && prof[0] == '1') s->profile = calloc((size_t)p->n_kernels + 1, sizeof *s->profile);
+    if (prof && (prof[0] == '1' || prof[0] == '2'))
+        s->profile = calloc((size_t)p->n_kernels + 1, sizeof *s->profile);
+    s->profile_detail = prof && prof[0] == '2';
     for (int k = 0; k < p->n_kernels; k++) {
         const plan_kernel *pk = &p->kernels[k];
         s->kin[k] = calloc((size_t)pk->nin + 1, sizeof **s->kin);
@@ -747,6 +750,21 @@ static double now_s(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* TM_PROFILE_CLOCK=cpu: the calling thread's CPU time instead of wall time, so that a
+ * profile on a busy machine leaves out the time other processes took (workers' time is
+ * then not counted: use it with one thread). */
+static double profile_now_s(void) {
+    static int cpu = -1;
+    if (cpu < 0) {
+        const char *v = getenv("TM_PROFILE_CLOCK");
+        cpu = v && !strcmp(v, "cpu");
+    }
+    if (!cpu) return now_s();
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
 /* (batch, M, N, K) of a kernel that is a matrix product, else 0. */
 static int gemm_dims(const tm_plan *p, const plan_kernel *pk, int64_t d[4]) {
     if (pk->prim == TM_P_LINEAR) {
@@ -804,6 +822,29 @@ static void print_gemm_profile(const tm_session *s) {
     free(shapes);
 }
 
+/* TM_PROFILE=2: every kernel in plan order, with the node it came from and its shapes. */
+static void print_kernel_profile(const tm_session *s) {
+    const tm_plan *p = s->plan;
+    fprintf(stderr, "kernels in plan order (ms per run):\n");
+    for (int k = 0; k < p->n_kernels; k++) {
+        const plan_kernel *pk = &p->kernels[k];
+        char shapes[256];
+        size_t used = 0;
+        shapes[0] = 0;
+        for (int j = 0; j < pk->nin + 1 && used < sizeof shapes - 32; j++) {
+            const plan_value *v = &p->values[j < pk->nin ? pk->in[j] : pk->out[0]];
+            used += (size_t)snprintf(shapes + used, sizeof shapes - used, "%s%s(", j == pk->nin ? " -> " : j ? " " : "",
+                                     v->kind == PV_CONST ? "c" : "");
+            for (int d = 0; d < v->rank && used < sizeof shapes - 24; d++)
+                used += (size_t)snprintf(shapes + used, sizeof shapes - used, "%s%lld", d ? "," : "",
+                                         (long long)v->dims[d]);
+            used += (size_t)snprintf(shapes + used, sizeof shapes - used, ")");
+        }
+        fprintf(stderr, "  %4d %-18s %8.3f  %s  %s\n", k, tm_prims[pk->prim].name,
+                s->profile[k] * 1e3 / (double)s->profile_runs, shapes, pk->where);
+    }
+}
+
 /* TM_PROFILE=1: time per primitive, summed over a session's runs and printed to stderr
  * when the session is freed (a diagnostic; it costs two clock reads per kernel). */
 static void print_profile(const tm_session *s) {
@@ -827,6 +868,7 @@ static void print_profile(const tm_session *s) {
         per_prim[best] = 0;
     }
     print_gemm_profile(s);
+    if (s->profile_detail) print_kernel_profile(s);
 }
 
 static tm_status run_kernels(tm_session *s, tm_error *err) {
@@ -839,9 +881,9 @@ static tm_status run_kernels(tm_session *s, tm_error *err) {
         tm_kcall call = {pk->prim, &pk->args, s->kin[k], pk->nin, s->kout[k], pk->nout,
                          s->scratch, p->scratch_bytes, &kerr, p->model->opts.threads,
                          p->model->pool};
-        double t0 = s->profile ? now_s() : 0;
+        double t0 = s->profile ? profile_now_s() : 0;
         tm_status st = tm_prims[pk->prim].kernel(&call);
-        if (s->profile) s->profile[k] += now_s() - t0;
+        if (s->profile) s->profile[k] += profile_now_s() - t0;
         if (st != TM_OK)
             return tm__fail(err, st, "%s: %s: %s", pk->where, tm_prims[pk->prim].name,
                             kerr.message[0] ? kerr.message : tm_status_name(st));

@@ -48,6 +48,11 @@ int tm_use_reference_kernels(void);
 void tm_sgemm_pack_layout(int *panel, int *depth);
 void tm_sgemm_pack_a_layout(int *panel, int *depth);
 size_t tm_sgemm_packed_floats(int64_t width, int64_t k, int panel);
+/* Before a large packed operand is written: asks the OS for huge pages under it (where it
+ * has them, e.g. Linux THP in "madvise" mode). A decode step streams every weight once;
+ * with 2 MiB pages the stream takes far fewer TLB misses and page faults at plan time.
+ * Only advice: nothing changes where it is refused. */
+void tm_sgemm_advise_packed(void *p, size_t bytes);
 /* op(B) (k, n) into dst; op(A) (m, k) into dst (rows of A as the panels' columns). */
 void tm_sgemm_pack_b(int trans_b, int64_t n, int64_t k, const float *b, int64_t ldb,
                      int panel, int depth, float *dst);
@@ -106,12 +111,21 @@ typedef void (*tm__sgemm_small_fn)(int trans_a, int trans_b, int64_t m, int64_t 
                                    int64_t lda, const float *b, int64_t ldb, float beta,
                                    float *c, int64_t ldc);
 
+/* Rows [0, m) of c (m <= TM__SGEMM_ROWS_MAX, columns [0, nr)) = a (m, k, row stride lda)
+ * . b_packed (k, NR), plus c when beta != 0 (beta is 0 or 1): few rows against a packed
+ * panel, as a decode step has them, bound by reading the panel rather than by FMAs. */
+#define TM__SGEMM_ROWS_MAX 4
+typedef void (*tm__sgemm_rows_fn)(int64_t k, const float *a, int64_t lda, int m,
+                                  const float *b_packed, float *c, int64_t ldc, int nr,
+                                  float beta);
+
 typedef struct tm__sgemm_arch {
     const char *name;
     int mr, nr;                 /* register tile */
     int64_t kc, mc, nc;         /* cache blocks: a (mc, kc) in L2, b_packed (kc, nc) */
     tm__sgemm_tile_fn tile;
     tm__sgemm_small_fn small;
+    tm__sgemm_rows_fn rows;
 } tm__sgemm_arch;
 
 /* The arch tm_sgemm uses (NULL: the reference, TM_REFERENCE_KERNELS=1). */

@@ -68,6 +68,32 @@ static void tile_6x16(int64_t k, const float *a, int64_t a_row, int64_t a_step,
     if (mr > 5) store_row(c + 5 * ldc, c50, c51, nr, va, beta);
 }
 
+/* Few rows (m <= 4) against one packed panel, bound by reading the panel: as in
+ * sgemm_avx512.c, even and odd steps of k in separate accumulators. */
+static void rows(int64_t k, const float *a, int64_t lda, int m, const float *b, float *c,
+                 int64_t ldc, int nr, float beta) {
+    for (int i = 0; i < m; i++) {
+        const float *row = a + i * lda;
+        const float *bp = b;
+        __m256 e0 = _mm256_setzero_ps(), e1 = e0, o0 = e0, o1 = e0;
+        int64_t p = 0;
+        for (; p + 2 <= k; p += 2, bp += 2 * NR) {
+            __m256 x = _mm256_broadcast_ss(row + p), y = _mm256_broadcast_ss(row + p + 1);
+            e0 = _mm256_fmadd_ps(x, _mm256_loadu_ps(bp), e0);
+            e1 = _mm256_fmadd_ps(x, _mm256_loadu_ps(bp + 8), e1);
+            o0 = _mm256_fmadd_ps(y, _mm256_loadu_ps(bp + NR), o0);
+            o1 = _mm256_fmadd_ps(y, _mm256_loadu_ps(bp + NR + 8), o1);
+        }
+        if (p < k) {
+            __m256 x = _mm256_broadcast_ss(row + p);
+            e0 = _mm256_fmadd_ps(x, _mm256_loadu_ps(bp), e0);
+            e1 = _mm256_fmadd_ps(x, _mm256_loadu_ps(bp + 8), e1);
+        }
+        store_row(c + i * ldc, _mm256_add_ps(e0, o0), _mm256_add_ps(e1, o1), nr,
+                  _mm256_set1_ps(1.0f), beta);
+    }
+}
+
 static float hsum(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -154,7 +180,7 @@ static void small(int trans_a, int trans_b, int64_t m, int64_t n0, int64_t n1, i
     }
 }
 
-static const tm__sgemm_arch avx2 = {"avx2", MR, NR, 256, 96, 4080, tile_6x16, small};
+static const tm__sgemm_arch avx2 = {"avx2", MR, NR, 256, 96, 4080, tile_6x16, small, rows};
 
 const tm__sgemm_arch *tm__sgemm_arch_avx2(void) {
     __builtin_cpu_init();

@@ -62,6 +62,55 @@ static void tile_12x32(int64_t k, const float *a, int64_t a_row, int64_t a_step,
         if (i < mr) store_row(c + i * ldc, acc[i][0], acc[i][1], nr, va, beta);
 }
 
+/* Few rows (m <= 4, a decode step) against one packed panel: each row keeps two pairs of
+ * accumulators (even and odd steps of k), so even one row has four FMA chains in flight
+ * and the loop is bound by reading the panel. c = a . b_packed (+ c when beta != 0). */
+#define ROWS_KERNEL(M)                                                                      \
+    static void rows_##M(int64_t k, const float *a, int64_t lda, const float *b, float *c,   \
+                         int64_t ldc, int nr, float beta) {                                   \
+        __m512 even[M][2], odd[M][2];                                                        \
+        for (int i = 0; i < M; i++)                                                          \
+            even[i][0] = even[i][1] = odd[i][0] = odd[i][1] = _mm512_setzero_ps();           \
+        int64_t p = 0;                                                                       \
+        for (; p + 2 <= k; p += 2, b += 2 * NR) {                                            \
+            __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);                   \
+            __m512 b2 = _mm512_loadu_ps(b + NR), b3 = _mm512_loadu_ps(b + NR + 16);         \
+            for (int i = 0; i < M; i++) {                                                    \
+                __m512 x = _mm512_set1_ps(a[i * lda + p]), y = _mm512_set1_ps(a[i * lda + p + 1]); \
+                even[i][0] = _mm512_fmadd_ps(x, b0, even[i][0]);                             \
+                even[i][1] = _mm512_fmadd_ps(x, b1, even[i][1]);                             \
+                odd[i][0] = _mm512_fmadd_ps(y, b2, odd[i][0]);                               \
+                odd[i][1] = _mm512_fmadd_ps(y, b3, odd[i][1]);                               \
+            }                                                                                \
+        }                                                                                    \
+        if (p < k) {                                                                         \
+            __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);                   \
+            for (int i = 0; i < M; i++) {                                                    \
+                __m512 x = _mm512_set1_ps(a[i * lda + p]);                                   \
+                even[i][0] = _mm512_fmadd_ps(x, b0, even[i][0]);                             \
+                even[i][1] = _mm512_fmadd_ps(x, b1, even[i][1]);                             \
+            }                                                                                \
+        }                                                                                    \
+        __m512 one = _mm512_set1_ps(1.0f);                                                   \
+        for (int i = 0; i < M; i++)                                                          \
+            store_row(c + i * ldc, _mm512_add_ps(even[i][0], odd[i][0]),                     \
+                      _mm512_add_ps(even[i][1], odd[i][1]), nr, one, beta);                  \
+    }
+ROWS_KERNEL(1)
+ROWS_KERNEL(2)
+ROWS_KERNEL(3)
+ROWS_KERNEL(4)
+
+static void rows(int64_t k, const float *a, int64_t lda, int m, const float *b, float *c,
+                 int64_t ldc, int nr, float beta) {
+    switch (m) {
+    case 1: rows_1(k, a, lda, b, c, ldc, nr, beta); break;
+    case 2: rows_2(k, a, lda, b, c, ldc, nr, beta); break;
+    case 3: rows_3(k, a, lda, b, c, ldc, nr, beta); break;
+    default: rows_4(k, a, lda, b, c, ldc, nr, beta); break;
+    }
+}
+
 static inline float finish(float sum, float alpha, float beta, const float *c) {
     return beta != 0.0f ? alpha * sum + beta * *c : alpha * sum;
 }
@@ -130,7 +179,7 @@ static void small(int trans_a, int trans_b, int64_t m, int64_t n0, int64_t n1, i
     }
 }
 
-static const tm__sgemm_arch avx512 = {"avx512", MR, NR, 256, 96, 4096, tile_12x32, small};
+static const tm__sgemm_arch avx512 = {"avx512", MR, NR, 256, 96, 4096, tile_12x32, small, rows};
 
 const tm__sgemm_arch *tm__sgemm_arch_avx512(void) {
     __builtin_cpu_init();

@@ -3,8 +3,15 @@
  * (convolution weights: C = W X, X packed per call), each with an epilogue (bias,
  * activation, residual) applied to a tile while it is still in cache. Also the packing
  * and plain reference loops over the packed layouts. Not the per-call GEMM (gemm.c). */
+#if defined(__GNUC__) && !defined(__clang__)
+/* -O2 leaves plain loops scalar (GCC's very-cheap vector cost model); these loops run
+ * over every element they touch: the full vectorizer. No floating-point contraction:
+ * each step rounds as the unfused primitive does. */
+#pragma GCC optimize("O3", "no-trapping-math")
+#endif
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include "gemm.h"
 
 /* Layouts for the reference (no micro-kernel): any panel works for plain loops. */
@@ -39,6 +46,16 @@ void tm_sgemm_pack_a_layout(int *panel, int *depth) {
     *depth = ar ? (int)ar->kc : REFERENCE_DEPTH;
 }
 
+void tm_sgemm_advise_packed(void *p, size_t bytes) {
+#if defined(MADV_HUGEPAGE)
+    const uintptr_t huge = (uintptr_t)2 << 20;
+    uintptr_t begin = ((uintptr_t)p + huge - 1) & ~(huge - 1), end = ((uintptr_t)p + bytes) & ~(huge - 1);
+    if (end > begin) madvise((void *)begin, end - begin, MADV_HUGEPAGE);
+#else
+    (void)p, (void)bytes;
+#endif
+}
+
 size_t tm_sgemm_packed_floats(int64_t width, int64_t k, int panel) {
     return (size_t)k * (size_t)round_up(width, panel);
 }
@@ -54,19 +71,31 @@ static inline size_t packed_index(int64_t p, int64_t j, int64_t width, int64_t k
 
 void tm_sgemm_pack_b(int trans_b, int64_t n, int64_t k, const float *b, int64_t ldb,
                      int panel, int depth, float *dst) {
-    int64_t width = round_up(n, panel);
+    int64_t width = round_up(n, panel), full = n / panel * panel;
     for (int64_t pc = 0; pc < k; pc += depth) {
         int64_t kcb = min64(depth, k - pc);
         float *block = dst + pc * width;
-        for (int64_t j0 = 0; j0 < width; j0 += panel) {
-            float *d = block + j0 / panel * kcb * panel;
-            for (int64_t p = 0; p < kcb; p++)
-                for (int64_t t = 0; t < panel; t++) {
-                    int64_t j = j0 + t;
-                    float v = 0.0f;
-                    if (j < n) v = trans_b ? b[j * ldb + pc + p] : b[(pc + p) * ldb + j];
-                    d[p * panel + t] = v;
-                }
+        if (trans_b) {
+            /* Column j of op(B) is row j of B: read along it. */
+            for (int64_t j = 0; j < width; j++) {
+                float *d = block + j / panel * kcb * panel + j % panel;
+                const float *src = b + j * ldb + pc;
+                for (int64_t p = 0; p < kcb; p++) d[p * panel] = j < n ? src[p] : 0.0f;
+            }
+            continue;
+        }
+        /* Row by row of B, so that reads are sequential; a row's panels are kcb * panel
+         * floats apart. */
+        for (int64_t p = 0; p < kcb; p++) {
+            const float *src = b + (pc + p) * ldb;
+            float *d = block + p * panel;
+            int64_t j = 0;
+            for (; j < full; j += panel, d += kcb * panel)
+                memcpy(d, src + j, (size_t)panel * sizeof *d);
+            if (j == width) continue;
+            int64_t t = 0;
+            for (; j + t < n; t++) d[t] = src[j + t];
+            for (; t < panel; t++) d[t] = 0.0f;
         }
     }
 }
@@ -167,6 +196,15 @@ static void bpacked_task(const bpacked_job *g, int64_t i0, int64_t i1, int64_t j
         const float *block = g->bp + pc * width;
         int last = pc + kcb == g->k;
         float beta = pc == 0 ? 0.0f : 1.0f;
+        if (g->m <= TM__SGEMM_ROWS_MAX) {   /* by m, not the task: the same kernel for any split */
+            /* A decode step: its rows against each panel, straight from A. */
+            for (int64_t j = j0; j < j1; j += ar->nr)
+                ar->rows(kcb, g->a + i0 * g->lda + pc, g->lda, (int)(i1 - i0),
+                         block + j / ar->nr * kcb * ar->nr, g->c + i0 * g->ldc + j, g->ldc,
+                         (int)min64(ar->nr, j1 - j), beta);
+            if (last) epilogue(g->ep, g->c, g->ldc, i0, i1, j0, j1);
+            continue;
+        }
         for (int64_t i = i0; i < i1; i += ar->mr) {
             int mr = (int)min64(ar->mr, i1 - i);
             const float *a = g->a + i * g->lda + pc;

@@ -1,6 +1,12 @@
 /* Elementwise chains (fused.h): their encoding in primitive args and the interpreter that
  * runs one over a row of floats, chunk by chunk in L1, each step a vectorizable loop.
  * Used by the epilogues of LINEAR and CONV_PACKED; not a pass (passes/ make chains). */
+#if defined(__GNUC__) && !defined(__clang__)
+/* -O2 leaves plain loops scalar (GCC's very-cheap vector cost model); these loops run
+ * over every element they touch: the full vectorizer. No floating-point contraction:
+ * each step rounds as the unfused primitive does. */
+#pragma GCC optimize("O3", "no-trapping-math")
+#endif
 #include <string.h>
 #include "fused.h"
 
@@ -16,7 +22,8 @@ int tm__chain_step_ok(int prim, int operand) {
             return 0;
         }
     }
-    if (operand < TM_CHAIN_SCALAR_RIGHT || operand > TM_CHAIN_INPUT_LEFT) return 0;
+    if (operand == TM_CHAIN_SAVE) return 1;
+    if (operand < TM_CHAIN_SCALAR_RIGHT || operand > TM_CHAIN_SAVED_LEFT) return 0;
     switch (prim) {
     case TM_P_ADD: case TM_P_SUB: case TM_P_MUL: case TM_P_DIV: case TM_P_MAX: case TM_P_MIN:
         return 1;
@@ -86,39 +93,55 @@ int tm__chain_decode(const int64_t *args, int room, tm_chain *ch) {
     default: break;                                                              \
     }
 
-static void binary_step(int prim, int operand, float s, const float *restrict x,
-                        float *restrict t, int64_t n) {
+static void binary_step(int prim, int operand, float s, const float *x, const float *t_in,
+                        float *t, int64_t n) {
+    /* t may be t_in or x (in place); no restrict, so the compiler checks. */
     switch (operand) {
-    case TM_CHAIN_SCALAR_RIGHT: BINARY_CASES(t[i], s); break;
-    case TM_CHAIN_SCALAR_LEFT: BINARY_CASES(s, t[i]); break;
-    case TM_CHAIN_INPUT_RIGHT: BINARY_CASES(t[i], x[i]); break;
-    case TM_CHAIN_INPUT_LEFT: BINARY_CASES(x[i], t[i]); break;
+    case TM_CHAIN_SCALAR_RIGHT: BINARY_CASES(t_in[i], s); break;
+    case TM_CHAIN_SCALAR_LEFT: BINARY_CASES(s, t_in[i]); break;
+    case TM_CHAIN_SAVED_RIGHT: BINARY_CASES(t_in[i], x[i]); break;
+    case TM_CHAIN_SAVED_LEFT: BINARY_CASES(x[i], t_in[i]); break;
     default: break;
     }
 }
 
+/* Chunk by chunk (L1-sized): each step reads the previous one's buffer and writes the
+ * other, the last straight into y; u points at x itself until a SAVE copies t. */
 void tm__chain_apply(const void *chain, const float *x, float *y, int64_t n) {
     const tm_chain *ch = chain;
-    float in[CHUNK], a[CHUNK], b[CHUNK];
+    float a[CHUNK], b[CHUNK], saved[CHUNK];
+    if (ch->n == 0) {
+        if (y != x) memmove(y, x, (size_t)n * sizeof *y);
+        return;
+    }
     for (int64_t j = 0; j < n; j += CHUNK) {
         int64_t len = n - j < CHUNK ? n - j : CHUNK;
-        memcpy(in, x + j, (size_t)len * sizeof *in);
-        float *t = a, *spare = b;
-        memcpy(t, in, (size_t)len * sizeof *t);
+        const float *t = x + j, *u = x + j;
         for (int s = 0; s < ch->n; s++) {
             const tm_chain_step *st = &ch->step[s];
-            if (st->operand == TM_CHAIN_UNARY) {
-                tm_args ua;
-                memset(&ua, 0, sizeof ua);
-                ua.i[0] = st->value;
-                tm__unary_f32_rows(st->prim, &ua, t, spare, len);
-                float *swap = t;
-                t = spare;
-                spare = swap;
-            } else {
-                binary_step(st->prim, st->operand, st->scalar, in, t, len);
+            int last = s == ch->n - 1;
+            float *out = last ? y + j : t == a ? b : a;
+            if (st->operand == TM_CHAIN_SAVE) {
+                memcpy(saved, t, (size_t)len * sizeof *saved);
+                u = saved;
+                if (last && t != out) memmove(out, t, (size_t)len * sizeof *out);
+                continue;
             }
+            if (st->operand == TM_CHAIN_UNARY) {
+                /* The whitelisted unaries read no argument but GELU's i[0]. */
+                tm_args ua;
+                ua.i[0] = st->value;
+                if (out == t || out == u) {   /* in place at the end: through a buffer */
+                    float *tmp = t == a ? b : a;
+                    tm__unary_f32_rows(st->prim, &ua, t, tmp, len);
+                    memcpy(out, tmp, (size_t)len * sizeof *out);
+                } else {
+                    tm__unary_f32_rows(st->prim, &ua, t, out, len);
+                }
+            } else {
+                binary_step(st->prim, st->operand, st->scalar, u, t, out, len);
+            }
+            t = out;
         }
-        memcpy(y + j, t, (size_t)len * sizeof *t);
     }
 }

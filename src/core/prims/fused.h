@@ -12,17 +12,19 @@
  * kernel computes it; y must not alias x. */
 void tm__unary_f32_rows(int prim, const tm_args *a, const float *x, float *y, int64_t n);
 
-/* A chain: t = x, then each step t = op(t), f32 throughout. A step is a unary primitive
- * (with its i[0]), or a binary one (ADD SUB MUL DIV MAX MIN) with a scalar or with the
- * chain's input x, on either side. Each step rounds as the unfused primitive would, so a
- * chain gives the unfused graph's values. */
+/* A chain: t = x and u = x, then each step t = op(t), f32 throughout. A step is a unary
+ * primitive (with its i[0]), or a binary one (ADD SUB MUL DIV MAX MIN) with a scalar or
+ * with the saved value u, on either side; SAVE sets u = t (x * clip(x + 3, 0, 6) after
+ * an affine step saves, then multiplies by u). Each step rounds as the unfused primitive
+ * would, so a chain gives the unfused graph's values. */
 #define TM_CHAIN_MAX_STEPS 10
 enum {
     TM_CHAIN_UNARY = 0,        /* t = prim(t); value: the primitive's i[0] */
     TM_CHAIN_SCALAR_RIGHT = 1, /* t = prim(t, s) */
     TM_CHAIN_SCALAR_LEFT = 2,  /* t = prim(s, t) */
-    TM_CHAIN_INPUT_RIGHT = 3,  /* t = prim(t, x) */
-    TM_CHAIN_INPUT_LEFT = 4    /* t = prim(x, t) */
+    TM_CHAIN_SAVED_RIGHT = 3,  /* t = prim(t, u) */
+    TM_CHAIN_SAVED_LEFT = 4,   /* t = prim(u, t) */
+    TM_CHAIN_SAVE = 5          /* u = t (prim unused) */
 };
 
 typedef struct tm_chain_step {

@@ -3,11 +3,24 @@
  * dtype through plain loops that accumulate in double or in 64-bit integers.
  * Not the ONNX side: auto_pad, output_shape, MatMulInteger and 1-D matmul operands are
  * turned into these primitives' explicit arguments by the lowerings. */
+#if defined(__GNUC__) && !defined(__clang__)
+/* -O2 leaves plain loops scalar (GCC's very-cheap vector cost model); these loops run
+ * over every element they touch: the full vectorizer. No floating-point contraction:
+ * each step rounds as the unfused primitive does. */
+#pragma GCC optimize("O3", "no-trapping-math")
+#endif
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include "../ctx.h"
+#include "fused.h"
 #include "../../backends/cpu/gemm.h"
+
+/* CONV_PACKED's slices, each with its own piece of scratch: channels (depthwise) or
+ * panels of output positions (the implicit GEMM). */
+#define DEPTHWISE_SLICES 8
+#define CONV_GEMM_SLICES 16
+#define EPILOGUE_PANELS 8
 
 /* ---- Shared helpers ------------------------------------------------------------------ */
 
@@ -1037,5 +1050,407 @@ tm_status tm__kernel_pool(const tm_kcall *kc) {
             next_index(g.n, g.out, o);
         }
     }
+    return TM_OK;
+}
+
+/* ---- CONV_PACKED ------------------------------------------------------------------------
+ * A float32 convolution made by passes/conv.c: weights packed once into the GEMM
+ * micro-kernel's row panels and multiplied by panels packed straight from the image (an
+ * implicit GEMM: no im2col matrix), or a depthwise kernel computed directly row by row;
+ * bias, chain and residual in the epilogue. */
+
+enum { CP_WDIMS = 20, CP_KIND = 28, CP_PANEL = 29, CP_DEPTH = 30, CP_BIAS = 31,
+       CP_RESIDUAL = 32, CP_CHAIN = 33 };
+enum { CP_GEMM = 0, CP_DEPTHWISE = 1 };
+
+/* The geometry from the args (the weight's dims are kept there: w may be packed). */
+static tm_status conv_packed_geom(const tm_args *a, int rank_x, const int64_t *dims_x,
+                                  conv_geom *g, char *why, size_t cap) {
+    int64_t n = a->i[0];
+    if (n < 1 || n > TM_MAX_RANK - 2) {
+        snprintf(why, cap, "conv_packed: bad spatial rank %lld", (long long)n);
+        return TM_ERR_INVALID_ARGUMENT;
+    }
+    return conv_geom_read(a, 0, rank_x, dims_x, (int)n + 2, a->i + CP_WDIMS, g, why, cap);
+}
+
+static int conv_packed_depthwise_ok(const conv_geom *g) {
+    return g->group == g->in_channels && g->out_channels == g->in_channels;
+}
+
+tm_status tm__shape_conv_packed(tm_ctx *c, int prim, const tm_args *a,
+                                const tm_vinfo *const *in, int nin, tm_vinfo *out, int nout,
+                                size_t *scratch) {
+    (void)prim; (void)nout;
+    int with_bias = a->i[CP_BIAS] != 0, with_residual = a->i[CP_RESIDUAL] != 0;
+    int kind = (int)a->i[CP_KIND];
+    tm_chain ch;
+    if (!tm__chain_decode(a->i + CP_CHAIN, TM_ARGS_MAX_I - CP_CHAIN, &ch) ||
+        (kind != CP_GEMM && kind != CP_DEPTHWISE) || a->i[CP_PANEL] < 1 ||
+        a->i[CP_PANEL] > 64 || a->i[CP_DEPTH] < 1)
+        return tm_ctx_fail(c, TM_ERR_INVALID_ARGUMENT, "conv_packed: bad arguments");
+    if (nin != 2 + with_bias + with_residual)
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "conv_packed: expected %d inputs, got %d",
+                           2 + with_bias + with_residual, nin);
+    for (int i = 0; i < nin; i++)
+        if (in[i]->dtype != TM_FLOAT)
+            return tm_ctx_fail(c, TM_ERR_DTYPE, "conv_packed: input %d is %s, not float32", i,
+                               tm_dtype_name(in[i]->dtype));
+    conv_geom g;
+    char why[700];
+    tm_status s = conv_packed_geom(a, in[0]->rank, in[0]->dims, &g, why, sizeof why);
+    if (s != TM_OK) return tm_ctx_fail(c, s, "%s", why);
+    int64_t m_g = g.out_channels / g.group, k_g = g.in_channels / g.group * g.kernel_size;
+    int64_t want = kind == CP_GEMM
+                       ? g.group * (int64_t)tm_sgemm_packed_floats(m_g, k_g, (int)a->i[CP_PANEL])
+                       : g.out_channels * g.kernel_size;
+    if (tm_numel(in[1]->rank, in[1]->dims) != want || (kind == CP_DEPTHWISE && !conv_packed_depthwise_ok(&g)))
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "conv_packed: the weight does not fit the geometry");
+    if (with_bias && (in[2]->rank != 1 || in[2]->dims[0] != g.out_channels))
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "conv_packed: bias must be (%lld)",
+                           (long long)g.out_channels);
+    out->dtype = TM_FLOAT;
+    out->rank = g.n + 2;
+    out->dims[0] = g.batch;
+    out->dims[1] = g.out_channels;
+    for (int d = 0; d < g.n; d++) out->dims[2 + d] = g.out[d];
+    if (with_residual) {
+        const tm_vinfo *r = in[nin - 1];
+        if (r->rank != out->rank || memcmp(r->dims, out->dims, (size_t)r->rank * sizeof r->dims[0]))
+            return tm_ctx_fail(c, TM_ERR_SHAPE, "conv_packed: the residual must have the output's dims");
+    }
+    *scratch = 0;
+    if (kind == CP_GEMM) {
+        /* A packed panel block per slice (the micro-kernel's panel width at most 64). */
+        *scratch = (size_t)CONV_GEMM_SLICES * (size_t)min_i64(k_g, a->i[CP_DEPTH]) * 64 * sizeof(float);
+    } else {
+        /* A row of accumulators per slice, and room for one input row's stride phases. */
+        int64_t row = g.n == 2 ? g.out[1] : g.out_size;
+        int64_t in_row = g.n == 2 ? g.in[1] : g.in_size;
+        *scratch = (size_t)(DEPTHWISE_SLICES * (row + 2 * in_row + 32)) * sizeof(float);
+    }
+    return TM_OK;
+}
+
+typedef struct conv_packed_call {
+    const conv_geom *g;
+    const float *x, *w, *bias, *residual;
+    float *y;
+    const tm_chain *chain;
+    int panel, depth;
+    float *scratch;
+    size_t scratch_bytes;
+    tm_pool *pool;
+} conv_packed_call;
+
+/* y = chain(row + bias) + residual, over one output row of n values. */
+static void finish_row(const conv_packed_call *cp, float *acc, float bias, const float *res,
+                       float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) acc[i] += bias;
+    if (cp->chain->n) tm__chain_apply(cp->chain, acc, acc, n);
+    if (res)
+        for (int64_t i = 0; i < n; i++) y[i] = acc[i] + res[i];
+    else if (y != acc)
+        memcpy(y, acc, (size_t)n * sizeof *y);
+}
+
+/* Depthwise, two spatial dims: each output row of a channel sums kh input rows, each
+ * shifted once per kernel column; stride 2 reads the row's even and odd phases, which are
+ * contiguous, so every inner loop runs along memory. */
+static void depthwise_channel(const conv_packed_call *cp, int64_t b, int64_t ch, float *work) {
+    const conv_geom *g = cp->g;
+    int64_t ih = g->in[0], iw = g->in[1], oh = g->out[0], ow = g->out[1];
+    int64_t kh = g->kernel[0], kw = g->kernel[1], sy = g->stride[0], sx = g->stride[1];
+    int64_t dy = g->dilation[0], dx = g->dilation[1], py = g->pad_begin[0], px = g->pad_begin[1];
+    const float *x = cp->x + (b * g->in_channels + ch) * g->in_size;
+    const float *w = cp->w + ch * g->kernel_size;
+    float *y = cp->y + (b * g->out_channels + ch) * g->out_size;
+    const float *res = cp->residual ? cp->residual + (b * g->out_channels + ch) * g->out_size : NULL;
+    float bias = cp->bias ? cp->bias[ch] : 0.0f;
+    float *acc = work, *phase = work + ow + 16;
+    for (int64_t oy = 0; oy < oh; oy++) {
+        memset(acc, 0, (size_t)ow * sizeof *acc);
+        for (int64_t ky = 0; ky < kh; ky++) {
+            int64_t iy = oy * sy - py + ky * dy;
+            if (iy < 0 || iy >= ih) continue;
+            const float *row = x + iy * iw;
+            int64_t stride = sx;
+            const float *src = row;
+            if (sx == 2) {
+                /* phase[0..] = even columns, then the odd ones. */
+                int64_t half = (iw + 1) / 2;
+                for (int64_t i = 0; 2 * i < iw; i++) phase[i] = row[2 * i];
+                for (int64_t i = 0; 2 * i + 1 < iw; i++) phase[half + i] = row[2 * i + 1];
+                src = phase;
+                stride = 1;
+                for (int64_t kx = 0; kx < kw; kx++) {
+                    float wv = w[ky * kw + kx];
+                    int64_t start = -px + kx * dx;   /* input column of output column 0 */
+                    int64_t lo = start < 0 ? (-start + 1) / 2 : 0;
+                    int64_t hi = ow;
+                    while (hi > lo && 2 * (hi - 1) + start >= iw) hi--;
+                    if (hi <= lo) continue;
+                    int64_t first = 2 * lo + start;  /* its phase and index there */
+                    const float *p = src + (first & 1 ? half : 0) + first / 2 - lo;
+                    for (int64_t ox = lo; ox < hi; ox++) acc[ox] += wv * p[ox];
+                }
+                continue;
+            }
+            for (int64_t kx = 0; kx < kw; kx++) {
+                float wv = w[ky * kw + kx];
+                int64_t start = -px + kx * dx;
+                int64_t lo = 0, hi = ow;
+                while (lo < hi && lo * stride + start < 0) lo++;
+                while (hi > lo && (hi - 1) * stride + start >= iw) hi--;
+                if (stride == 1) {
+                    const float *p = src + start;
+                    for (int64_t ox = lo; ox < hi; ox++) acc[ox] += wv * p[ox];
+                } else {
+                    for (int64_t ox = lo; ox < hi; ox++) acc[ox] += wv * src[ox * stride + start];
+                }
+            }
+        }
+        finish_row(cp, acc, bias, res ? res + oy * ow : NULL, y + oy * ow, ow);
+    }
+}
+
+typedef struct depthwise_job {
+    const conv_packed_call *cp;
+} depthwise_job;
+
+static void depthwise_slice(void *arg, int ith, int nth) {
+    const conv_packed_call *cp = ((depthwise_job *)arg)->cp;
+    const conv_geom *g = cp->g;
+    int64_t total = g->batch * g->out_channels;
+    int64_t per = g->out[1] + 2 * g->in[1] + 32;
+    float *work = cp->scratch + (size_t)ith * (size_t)per;
+    for (int64_t t = total * ith / nth; t < total * (ith + 1) / nth; t++)
+        depthwise_channel(cp, t / g->out_channels, t % g->out_channels, work);
+}
+
+/* Plain loops over the packed layout (any kind): the reference kernel. */
+static void conv_packed_reference(const conv_packed_call *cp, int kind) {
+    const conv_geom *g = cp->g;
+    int64_t m_g = g->out_channels / g->group, c_g = g->in_channels / g->group;
+    int64_t k_g = c_g * g->kernel_size;
+    size_t group_floats = kind == CP_GEMM ? tm_sgemm_packed_floats(m_g, k_g, cp->panel) : 0;
+    float acc[1];
+    for (int64_t b = 0; b < g->batch; b++)
+        for (int64_t m = 0; m < g->out_channels; m++) {
+            int64_t grp = m / m_g, row = m % m_g;
+            int64_t o[TM_MAX_RANK] = {0};
+            for (int64_t p = 0; p < g->out_size; p++) {
+                double sum = 0.0;
+                for (int64_t ci = 0; ci < c_g; ci++) {
+                    const float *xp = cp->x + (b * g->in_channels + grp * c_g + ci) * g->in_size;
+                    int64_t offset[TM_MAX_RANK] = {0};
+                    for (int64_t kk = 0; kk < g->kernel_size; kk++) {
+                        int64_t s = conv_source(g, 0, o, offset);
+                        if (s >= 0) {
+                            float wv;
+                            if (kind == CP_GEMM) {
+                                /* Element (ci * K + kk, row) of the group's packed matrix. */
+                                int64_t q = ci * g->kernel_size + kk, pc = q / cp->depth * cp->depth;
+                                int64_t kcb = k_g - pc < cp->depth ? k_g - pc : cp->depth;
+                                int64_t height = (m_g + cp->panel - 1) / cp->panel * cp->panel;
+                                wv = cp->w[(size_t)grp * group_floats + (size_t)(pc * height
+                                           + row / cp->panel * kcb * cp->panel
+                                           + (q - pc) * cp->panel + row % cp->panel)];
+                            } else {
+                                wv = cp->w[m * g->kernel_size + kk];
+                            }
+                            sum += (double)xp[s] * wv;
+                        }
+                        next_index(g->n, g->kernel, offset);
+                    }
+                }
+                acc[0] = (float)sum;
+                int64_t at = (b * g->out_channels + m) * g->out_size + p;
+                finish_row(cp, acc, cp->bias ? cp->bias[m] : 0.0f,
+                           cp->residual ? cp->residual + at : NULL, cp->y + at, 1);
+                next_index(g->n, g->out, o);
+            }
+        }
+}
+
+/* Implicit GEMM: W (M_g, K_g) . im2col(x) without the im2col matrix. Each panel of nr
+ * output positions is packed straight from the image, block by block of depth (for a
+ * stride-1 kernel a row of the panel is a run of one input row, copied), then meets every
+ * row tile of the packed weights; the epilogue follows the last block. */
+typedef struct conv_gemm_job {
+    const conv_packed_call *cp;
+    const tm__sgemm_arch *ar;
+    int64_t b, grp, m_g, c_g, k_g;
+    int64_t panels;
+    size_t panel_floats;      /* per slice: one packed panel block */
+} conv_gemm_job;
+
+/* A panel's row is usually one run of a micro-kernel's width: copied with a size the
+ * compiler knows (two vector moves), not a memcpy call each. */
+static inline void copy_run(float *restrict d, const float *restrict s, int64_t n) {
+    if (n == 32) {
+        for (int i = 0; i < 32; i++) d[i] = s[i];
+    } else if (n == 16) {
+        for (int i = 0; i < 16; i++) d[i] = s[i];
+    } else {
+        memcpy(d, s, (size_t)n * sizeof *d);
+    }
+}
+
+/* Rows [pc, pc + kcb) of im2col(x) for output positions [j0, j0 + cols) into panel (kcb
+ * rows of nr floats, zero beyond cols). Row q of im2col is input channel q / K at kernel
+ * offset q % K. Two spatial dims take the fast walk; others go point by point. */
+static void pack_image_panel(const conv_geom *g, const float *x, int64_t pc, int64_t kcb,
+                             int64_t j0, int64_t cols, int nr, float *panel) {
+    int64_t ks = g->kernel_size;
+    for (int64_t q = pc; q < pc + kcb; q++) {
+        float *d = panel + (q - pc) * nr;
+        const float *plane = x + q / ks * g->in_size;
+        int64_t kk = q % ks;
+        if (g->n == 2) {
+            int64_t ky = kk / g->kernel[1], kx = kk % g->kernel[1];
+            int64_t ow = g->out[1], iw = g->in[1], sx = g->stride[1];
+            int64_t oy = j0 / ow, ox = j0 % ow;
+            for (int64_t t = 0; t < cols;) {
+                int64_t run = min_i64(cols - t, ow - ox);
+                int64_t iy = oy * g->stride[0] - g->pad_begin[0] + ky * g->dilation[0];
+                int64_t start = ox * sx - g->pad_begin[1] + kx * g->dilation[1];
+                if (iy < 0 || iy >= g->in[0]) {
+                    memset(d + t, 0, (size_t)run * sizeof *d);
+                } else {
+                    const float *row = plane + iy * iw;
+                    int64_t lo = min_i64(first_reaching(start, sx, 0), run);
+                    int64_t hi = max_i64(lo, min_i64(first_reaching(start, sx, iw), run));
+                    for (int64_t u = 0; u < lo; u++) d[t + u] = 0.0f;
+                    if (sx == 1) copy_run(d + t + lo, row + start + lo, hi - lo);
+                    else
+                        for (int64_t u = lo; u < hi; u++) d[t + u] = row[start + u * sx];
+                    for (int64_t u = hi; u < run; u++) d[t + u] = 0.0f;
+                }
+                t += run;
+                ox = 0;
+                oy++;
+            }
+        } else {
+            int64_t offset[TM_MAX_RANK], o[TM_MAX_RANK];
+            unravel(g->n, g->kernel, kk, offset);
+            unravel(g->n, g->out, j0, o);
+            for (int64_t t = 0; t < cols; t++) {
+                int64_t src = conv_source(g, 0, o, offset);
+                d[t] = src >= 0 ? plane[src] : 0.0f;
+                next_index(g->n, g->out, o);
+            }
+        }
+        for (int64_t t = cols; t < nr; t++) d[t] = 0.0f;
+    }
+}
+
+static void conv_gemm_slice(void *arg, int ith, int nth) {
+    const conv_gemm_job *job = arg;
+    const conv_packed_call *cp = job->cp;
+    const conv_geom *g = cp->g;
+    const tm__sgemm_arch *ar = job->ar;
+    float *panel = cp->scratch + (size_t)ith * job->panel_floats;
+    const float *x = cp->x + (job->b * g->in_channels + job->grp * job->c_g) * g->in_size;
+    size_t group_floats = tm_sgemm_packed_floats(job->m_g, job->k_g, cp->panel);
+    const float *w = cp->w + (size_t)job->grp * group_floats;
+    int64_t first = job->b * g->out_channels + job->grp * job->m_g;
+    float *y = cp->y + first * g->out_size;
+    int64_t height = (job->m_g + ar->mr - 1) / ar->mr * ar->mr;
+    int64_t p_end = job->panels * (ith + 1) / nth, group_start = job->panels * ith / nth;
+    for (int64_t pi = group_start; pi < p_end; pi++) {
+        int64_t j0 = pi * ar->nr, cols = min_i64(ar->nr, g->out_size - j0);
+        for (int64_t pc = 0; pc < job->k_g; pc += cp->depth) {
+            int64_t kcb = min_i64(cp->depth, job->k_g - pc);
+            pack_image_panel(g, x, pc, kcb, j0, cols, ar->nr, panel);
+            const float *block = w + pc * height;
+            for (int64_t i = 0; i < job->m_g; i += ar->mr) {
+                int mr = (int)min_i64(ar->mr, job->m_g - i);
+                ar->tile(kcb, block + i / ar->mr * kcb * ar->mr, 1, ar->mr, panel,
+                         y + i * g->out_size + j0, g->out_size, mr, (int)cols, 1.0f,
+                         pc == 0 ? 0.0f : 1.0f);
+            }
+        }
+        /* The epilogue a group of panels at a time: longer rows, less overhead per call,
+         * while the group's outputs are still in cache. */
+        if (pi + 1 - group_start < EPILOGUE_PANELS && pi + 1 < p_end) continue;
+        int64_t e0 = group_start * ar->nr, e1 = min_i64((pi + 1) * ar->nr, g->out_size);
+        for (int64_t i = 0; i < job->m_g; i++) {
+            float *row = y + i * g->out_size + e0;
+            const float *res = cp->residual ? cp->residual + (first + i) * g->out_size + e0 : NULL;
+            finish_row(cp, row, cp->bias ? cp->bias[job->grp * job->m_g + i] : 0.0f, res, row,
+                       e1 - e0);
+        }
+        group_start = pi + 1;
+    }
+}
+
+/* Floats of one slice's packed panel block, and the slices the kernel may use. */
+static size_t conv_gemm_panel_floats(const tm__sgemm_arch *ar, int64_t k_g, int64_t depth) {
+    return (size_t)(min_i64(k_g, depth) * ar->nr);
+}
+
+static void conv_packed_gemm(const conv_packed_call *cp, const tm__sgemm_arch *ar) {
+    const conv_geom *g = cp->g;
+    conv_gemm_job job = {cp, ar, 0, 0, g->out_channels / g->group, g->in_channels / g->group,
+                         0, (g->out_size + ar->nr - 1) / ar->nr, 0};
+    job.k_g = job.c_g * g->kernel_size;
+    job.panel_floats = conv_gemm_panel_floats(ar, job.k_g, cp->depth);
+    int slices = (int)min_i64(job.panels, CONV_GEMM_SLICES);
+    if (tm_pool_threads(cp->pool) == 1 ||
+        2.0 * (double)job.m_g * (double)g->out_size * (double)job.k_g < (1 << 17))
+        slices = 1;
+    for (job.b = 0; job.b < g->batch; job.b++)
+        for (job.grp = 0; job.grp < g->group; job.grp++) {
+            if (slices <= 1) conv_gemm_slice(&job, 0, 1);
+            else tm_pool_run_n(cp->pool, slices, conv_gemm_slice, &job);
+        }
+}
+
+tm_status tm__kernel_conv_packed(const tm_kcall *kc) {
+    const tm_args *a = kc->a;
+    int with_bias = a->i[CP_BIAS] != 0, with_residual = a->i[CP_RESIDUAL] != 0;
+    int kind = (int)a->i[CP_KIND];
+    const tm_tensor *x = kc->in[0];
+    conv_geom g;
+    char why[700];
+    tm_status s = conv_packed_geom(a, x->rank, x->dims, &g, why, sizeof why);
+    if (s != TM_OK) return tm__fail(kc->err, s, "%s", why);
+    tm_chain ch;
+    if (!tm__chain_decode(a->i + CP_CHAIN, TM_ARGS_MAX_I - CP_CHAIN, &ch))
+        return tm__fail(kc->err, TM_ERR_INVALID_ARGUMENT, "conv_packed: bad chain");
+    conv_packed_call cp = {&g, x->data, kc->in[1]->data, with_bias ? kc->in[2]->data : NULL,
+                           with_residual ? kc->in[kc->nin - 1]->data : NULL, kc->out[0]->data,
+                           &ch, (int)a->i[CP_PANEL], (int)a->i[CP_DEPTH], kc->scratch,
+                           kc->scratch_bytes, kc->pool};
+    if (tm_use_reference_kernels()) {
+        conv_packed_reference(&cp, kind);
+        return TM_OK;
+    }
+    if (kind == CP_DEPTHWISE) {
+        if (g.n != 2) {
+            conv_packed_reference(&cp, kind);
+            return TM_OK;
+        }
+        int64_t per = g.out[1] + 2 * g.in[1] + 32;
+        if (kc->scratch_bytes < (size_t)(DEPTHWISE_SLICES * per) * sizeof(float))
+            return tm__fail(kc->err, TM_ERR_RUNTIME, "internal: conv_packed scratch too small");
+        depthwise_job job = {&cp};
+        int64_t planes = g.batch * g.out_channels;
+        int slices = (int)min_i64(planes, DEPTHWISE_SLICES);
+        if (tm_pool_threads(kc->pool) == 1) slices = 1;
+        if (slices <= 1) depthwise_slice(&job, 0, 1);
+        else tm_pool_run_n(kc->pool, slices, depthwise_slice, &job);
+        return TM_OK;
+    }
+    const tm__sgemm_arch *ar = tm__sgemm_active_arch();
+    int64_t k_g = g.in_channels / g.group * g.kernel_size;
+    if (!ar || ar->mr != cp.panel) {   /* packed for another micro-kernel */
+        conv_packed_reference(&cp, kind);
+        return TM_OK;
+    }
+    if (kc->scratch_bytes < CONV_GEMM_SLICES * conv_gemm_panel_floats(ar, k_g, cp.depth) * sizeof(float))
+        return tm__fail(kc->err, TM_ERR_RUNTIME, "internal: conv_packed scratch too small");
+    conv_packed_gemm(&cp, ar);
     return TM_OK;
 }

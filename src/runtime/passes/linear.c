@@ -4,15 +4,15 @@
  * with W a constant (..., K, N) whose leading dims are 1, bias a constant of N values
  * along the last axis, each chain step a whitelisted unary or a binary with a scalar
  * constant, r a tensor of the output's shape. Every intermediate is read once and is not
- * a root. Products of fewer than MIN_ROWS rows (a decode step) keep MATMUL: reading W
- * unpacked costs them nothing, and packing would hold a second copy of every weight. */
+ * a root. Any number of rows: a decode step (one row) reads the packed panels as one
+ * sequential stream, which row-major W read column block by column block is not. */
 #include <stdlib.h>
 #include <string.h>
 #include "../passes.h"
 #include "../../core/prims/fused.h"
 #include "../../backends/cpu/gemm.h"
 
-#define MIN_ROWS 4
+#define MIN_ROWS 1
 #define ARG_CHAIN 6
 
 typedef struct packed_weight {
@@ -20,31 +20,10 @@ typedef struct packed_weight {
 } packed_weight;
 
 typedef struct matcher {
-    tm_ctx *c;
-    int *uses;
-    tm_val n_uses;
-    const tm_pass_roots *roots;
-    uint8_t *live;           /* per node at the start: needed by the roots */
+    tm_pass_scan scan;
     packed_weight *packed;   /* weights packed so far: each once per plan */
     int n_packed;
 } matcher;
-
-static int inner(const matcher *m, tm_val v) {
-    return v >= 0 && v < m->n_uses && m->uses[v] == 1 && !tm__pass_is_root(m->roots, v);
-}
-
-/* The one live node reading v (v inner), at or after node `from`, or -1. */
-static int32_t reader(const matcher *m, tm_val v, int32_t from) {
-    if (!inner(m, v)) return -1;
-    for (int32_t i = from; i < m->c->n_nodes; i++)
-        for (int j = 0; m->live[i] && j < m->c->nodes[i].nin; j++)
-            if (m->c->nodes[i].in[j] == v) return i;
-    return -1;
-}
-
-static int same_dims(const tm_vinfo *a, const tm_vinfo *b) {
-    return a->rank == b->rank && !memcmp(a->dims, b->dims, (size_t)a->rank * sizeof a->dims[0]);
-}
 
 /* A known f32 tensor of n values laid along the last of `rank` dims (the others 1). */
 static int is_row_vector(const tm_ctx *c, tm_val v, int rank, int64_t n) {
@@ -61,10 +40,11 @@ static tm_val packed_weight_of(matcher *m, tm_val w, int64_t k, int64_t n, int p
     for (int i = 0; i < m->n_packed; i++)
         if (m->packed[i].source == w) return m->packed[i].packed;
     int64_t count = (int64_t)tm_sgemm_packed_floats(n, k, panel);
-    tm_tensor *t = tm_tensor_alloc(TM_FLOAT, 1, &count, m->c->allocator);
+    tm_tensor *t = tm_tensor_alloc(TM_FLOAT, 1, &count, m->scan.c->allocator);
     if (!t) return TM_NONE;
-    tm_sgemm_pack_b(0, n, k, m->c->vals[w].data->data, n, panel, depth, t->data);
-    tm_val v = tm_val_tensor(m->c, t, 0);
+    tm_sgemm_advise_packed(t->data, (size_t)count * sizeof(float));
+    tm_sgemm_pack_b(0, n, k, m->scan.c->vals[w].data->data, n, panel, depth, t->data);
+    tm_val v = tm_val_tensor(m->scan.c, t, 0);
     if (v == TM_NONE) return TM_NONE;
     packed_weight *grown = realloc(m->packed, (size_t)(m->n_packed + 1) * sizeof *grown);
     if (!grown) return v;
@@ -82,25 +62,18 @@ static tm_val bias_vector(tm_ctx *c, tm_val b, int64_t n) {
     return tm_val_tensor(c, t, 0);
 }
 
-/* A chain step for node rn reading cur (the other operand a scalar constant). */
-static int chain_step(const matcher *m, const tm_rnode *rn, tm_val cur, tm_chain_step *st) {
-    if (rn->nin == 1 && rn->in[0] == cur && tm__chain_step_ok(rn->prim, TM_CHAIN_UNARY)) {
-        *st = (tm_chain_step){rn->prim, TM_CHAIN_UNARY, rn->args.i[0], 0.0f};
-        return 1;
-    }
-    if (rn->nin != 2 || rn->in[0] == rn->in[1]) return 0;
-    int side = rn->in[0] == cur ? 0 : rn->in[1] == cur ? 1 : -1;
-    double s;
-    if (side < 0 || !tm__pass_scalar(m->c, rn->in[1 - side], &s)) return 0;
-    if (m->c->vals[rn->in[1 - side]].dtype != TM_FLOAT) return 0;
-    int operand = side == 0 ? TM_CHAIN_SCALAR_RIGHT : TM_CHAIN_SCALAR_LEFT;
-    if (!tm__chain_step_ok(rn->prim, operand)) return 0;
-    *st = (tm_chain_step){rn->prim, operand, 0, (float)s};
-    return 1;
+
+/* The live node reading v when it is v's only reader, else -1. */
+static int32_t only_reader(const tm_pass_scan *s, tm_val v, int32_t from) {
+    if (v < 0 || v >= s->n_uses || s->uses[v] != 1 || tm__pass_is_root(s->roots, v)) return -1;
+    for (int32_t i = from; i < s->c->n_nodes; i++)
+        for (int j = 0; s->live[i] && j < s->c->nodes[i].nin; j++)
+            if (s->c->nodes[i].in[j] == v) return i;
+    return -1;
 }
 
 static tm_status fuse_at(matcher *m, int32_t mm) {
-    tm_ctx *c = m->c;
+    tm_ctx *c = m->scan.c;
     const tm_rnode *node = &c->nodes[mm];
     tm_val x = node->in[0], w = node->in[1], y = node->out[0];
     const tm_vinfo *xi = &c->vals[x], *wi = &c->vals[w], *yi = &c->vals[y];
@@ -110,38 +83,23 @@ static tm_status fuse_at(matcher *m, int32_t mm) {
         if (wi->dims[d] != 1) return TM_OK;
     int64_t k = wi->dims[wi->rank - 2], n = wi->dims[wi->rank - 1];
     if (k < 1 || n < 1 || tm_numel(xi->rank, xi->dims) / k < MIN_ROWS) return TM_OK;
-    /* Walk the single-reader chain after the product. */
-    int32_t last = mm;
-    tm_val cur = y, bias = TM_NONE, residual = TM_NONE;
-    tm_chain ch = {0};
-    for (;;) {
-        int32_t r = reader(m, cur, last + 1);
-        if (r < 0) break;
-        const tm_rnode *rn = &c->nodes[r];
-        tm_val out = rn->out[0];
-        if (c->vals[out].dtype != TM_FLOAT || !same_dims(&c->vals[out], yi)) break;
-        if (rn->prim == TM_P_ADD && rn->nin == 2 && residual == TM_NONE) {
-            tm_val other = rn->in[0] == cur ? rn->in[1] : rn->in[0];
-            if (bias == TM_NONE && ch.n == 0 && is_row_vector(c, other, yi->rank, n)) {
-                bias = other;
-                cur = out, last = r;
-                continue;
-            }
-            if (!c->vals[other].data && other != cur && same_dims(&c->vals[other], yi) &&
-                c->vals[other].dtype == TM_FLOAT) {
-                residual = other;
-                cur = out, last = r;
-                break;   /* nothing follows the residual inside the primitive */
-            }
+    /* A bias first (ADD of a row vector), then whatever elementwise run follows. */
+    int32_t at = mm;
+    tm_val cur = y, bias = TM_NONE;
+    int32_t r = only_reader(&m->scan, y, mm + 1);
+    if (r >= 0 && c->nodes[r].prim == TM_P_ADD && c->nodes[r].nin == 2) {
+        const tm_rnode *add = &c->nodes[r];
+        tm_val other = add->in[0] == y ? add->in[1] : add->in[0];
+        const tm_vinfo *oi = &c->vals[add->out[0]];
+        if (is_row_vector(c, other, yi->rank, n) && oi->rank == yi->rank &&
+            !memcmp(oi->dims, yi->dims, (size_t)yi->rank * sizeof yi->dims[0])) {
+            bias = other;
+            at = r;
+            cur = add->out[0];
         }
-        tm_chain_step st;
-        if (ch.n < TM_CHAIN_MAX_STEPS && chain_step(m, rn, cur, &st)) {
-            ch.step[ch.n++] = st;
-            cur = out, last = r;
-            continue;
-        }
-        break;
     }
+    tm_pass_epilogue ep;
+    tm__pass_match_epilogue(&m->scan, at, cur, 1, &ep);
     int panel, depth;
     tm_sgemm_pack_layout(&panel, &depth);
     tm_val in[4];
@@ -149,7 +107,7 @@ static tm_status fuse_at(matcher *m, int32_t mm) {
     in[nin++] = x;
     in[nin++] = packed_weight_of(m, w, k, n, panel, depth);
     if (bias != TM_NONE) in[nin++] = bias_vector(c, bias, n);
-    if (residual != TM_NONE) in[nin++] = residual;
+    if (ep.residual != TM_NONE) in[nin++] = ep.residual;
     for (int i = 0; i < nin; i++)
         if (in[i] == TM_NONE) return tm_ctx_ok(c) ? TM_ERR_NO_MEMORY : c->status;
     tm_args a;
@@ -159,17 +117,29 @@ static tm_status fuse_at(matcher *m, int32_t mm) {
     a.i[2] = panel;
     a.i[3] = depth;
     a.i[4] = bias != TM_NONE;
-    a.i[5] = residual != TM_NONE;
-    tm__chain_encode(&ch, a.i + ARG_CHAIN);
+    a.i[5] = ep.residual != TM_NONE;
+    tm__chain_encode(&ep.chain, a.i + ARG_CHAIN);
+    int32_t last = ep.last;
     tm_val old_in[2] = {c->nodes[last].in[0], c->nodes[last].nin > 1 ? c->nodes[last].in[1] : TM_NONE};
     tm_status st = tm__pass_rewrite(c, last, TM_P_LINEAR, in, nin, &a);
     if (st == TM_ERR_SHAPE) return TM_OK;
     if (st != TM_OK) return st;
     /* The swallowed nodes lose their reader; the product's inputs gain one. */
     for (int i = 0; i < 2; i++)
-        if (old_in[i] >= 0 && old_in[i] < m->n_uses) m->uses[old_in[i]]--;
-    if (x < m->n_uses) m->uses[x]++;
-    if (residual != TM_NONE && residual < m->n_uses) m->uses[residual]++;
+        if (old_in[i] >= 0 && old_in[i] < m->scan.n_uses) m->scan.uses[old_in[i]]--;
+    if (x < m->scan.n_uses) m->scan.uses[x]++;
+    if (ep.residual != TM_NONE && ep.residual < m->scan.n_uses) m->scan.uses[ep.residual]++;
+    /* A weight the context owns (a copy of misaligned file data, a folded constant) that
+     * only this product read is dead now: free it at once, so that making a plan never
+     * holds every weight twice over. (The dead product still names it; nothing reads a
+     * dead node's inputs.) */
+    tm_vinfo *wv = &c->vals[w];
+    if (wv->owned && w < m->scan.n_uses && m->scan.uses[w] == 1 && !tm__pass_is_root(m->scan.roots, w)) {
+        tm_tensor_free(wv->data);
+        wv->data = NULL;
+        wv->owned = 0;
+        m->scan.uses[w] = 0;
+    }
     return TM_OK;
 }
 
@@ -177,7 +147,7 @@ tm_status tm__pass_linear(tm_ctx *c, const tm_pass_roots *roots) {
     uint8_t *live = NULL;
     int *uses = tm__pass_live_use_counts(c, roots, &live);
     if (!uses) return TM_ERR_NO_MEMORY;
-    matcher m = {c, uses, c->n_vals, roots, live, NULL, 0};
+    matcher m = {{c, uses, c->n_vals, roots, live}, NULL, 0};
     tm_status st = TM_OK;
     int32_t n_nodes = c->n_nodes;
     for (int32_t i = 0; i < n_nodes && st == TM_OK; i++)

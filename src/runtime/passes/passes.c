@@ -12,6 +12,7 @@ static const tm_pass_fn passes[] = {
     tm__pass_layernorm,
     tm__pass_gelu,
     tm__pass_linear,   /* after gelu: a fused GELU becomes a step of its chain */
+    tm__pass_conv,
 };
 
 int tm__pass_uses(const tm_ctx *c, tm_val v) {
