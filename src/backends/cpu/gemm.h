@@ -119,6 +119,13 @@ typedef void (*tm__sgemm_rows_fn)(int64_t k, const float *a, int64_t lda, int m,
                                   const float *b_packed, float *c, int64_t ldc, int nr,
                                   float beta);
 
+/* A register tile, c (mr, nr) = a_packed (k, MR) . B (+ c when beta != 0), with row p
+ * of B at b + b_offset[p] (nr floats read there, masked: nothing past them): an implicit
+ * GEMM over a convolution's input rows, with nothing packed. */
+typedef void (*tm__sgemm_indirect_fn)(int64_t k, const float *a_packed, const float *b,
+                                      const int64_t *b_offset, float *c, int64_t ldc, int mr,
+                                      int nr, float beta);
+
 typedef struct tm__sgemm_arch {
     const char *name;
     int mr, nr;                 /* register tile */
@@ -126,6 +133,7 @@ typedef struct tm__sgemm_arch {
     tm__sgemm_tile_fn tile;
     tm__sgemm_small_fn small;
     tm__sgemm_rows_fn rows;
+    tm__sgemm_indirect_fn tile_indirect;
 } tm__sgemm_arch;
 
 /* The arch tm_sgemm uses (NULL: the reference, TM_REFERENCE_KERNELS=1). */

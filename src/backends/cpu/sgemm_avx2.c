@@ -68,6 +68,29 @@ static void tile_6x16(int64_t k, const float *a, int64_t a_row, int64_t a_step,
     if (mr > 5) store_row(c + 5 * ldc, c50, c51, nr, va, beta);
 }
 
+/* The 6x16 tile with B's rows through a table (see sgemm_avx512.c), masked to nr. */
+static void tile_indirect(int64_t k, const float *a, const float *b, const int64_t *b_offset,
+                          float *c, int64_t ldc, int mr, int nr, float beta) {
+    __m256 acc[MR][2];
+    int32_t lanes[16];
+    for (int j = 0; j < 16; j++) lanes[j] = j < nr ? -1 : 0;
+    __m256i m0 = _mm256_loadu_si256((const __m256i *)lanes);
+    __m256i m1 = _mm256_loadu_si256((const __m256i *)(lanes + 8));
+    for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+    for (int64_t p = 0; p < k; p++) {
+        const float *row = b + b_offset[p];
+        __m256 b0 = _mm256_maskload_ps(row, m0), b1 = _mm256_maskload_ps(row + 8, m1);
+        for (int i = 0; i < MR; i++) {
+            __m256 x = _mm256_broadcast_ss(a + i);
+            acc[i][0] = _mm256_fmadd_ps(x, b0, acc[i][0]);
+            acc[i][1] = _mm256_fmadd_ps(x, b1, acc[i][1]);
+        }
+        a += MR;
+    }
+    for (int i = 0; i < mr; i++)
+        store_row(c + i * ldc, acc[i][0], acc[i][1], nr, _mm256_set1_ps(1.0f), beta);
+}
+
 /* Few rows (m <= 4) against one packed panel, bound by reading the panel: as in
  * sgemm_avx512.c, even and odd steps of k in separate accumulators. */
 static void rows(int64_t k, const float *a, int64_t lda, int m, const float *b, float *c,
@@ -180,7 +203,8 @@ static void small(int trans_a, int trans_b, int64_t m, int64_t n0, int64_t n1, i
     }
 }
 
-static const tm__sgemm_arch avx2 = {"avx2", MR, NR, 256, 96, 4080, tile_6x16, small, rows};
+static const tm__sgemm_arch avx2 = {"avx2", MR, NR, 256, 96, 4080, tile_6x16, small, rows,
+                                   tile_indirect};
 
 const tm__sgemm_arch *tm__sgemm_arch_avx2(void) {
     __builtin_cpu_init();

@@ -62,6 +62,38 @@ static void tile_12x32(int64_t k, const float *a, int64_t a_row, int64_t a_step,
         if (i < mr) store_row(c + i * ldc, acc[i][0], acc[i][1], nr, va, beta);
 }
 
+/* The 12x32 tile with B's rows found through a table, not packed: row p of B is
+ * b + b_offset[p] (a convolution's input rows, read where they lie), nr columns of it
+ * read with masks, so nothing past them is touched. */
+static void tile_indirect(int64_t k, const float *a, const float *b, const int64_t *b_offset,
+                          float *c, int64_t ldc, int mr, int nr, float beta) {
+    __m512 acc[MR][2];
+    __mmask16 m0 = lane_mask(nr), m1 = lane_mask(nr - 16);
+#pragma GCC unroll 12
+    for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+#pragma GCC unroll 2
+    for (int64_t p = 0; p < k; p++) {
+        const float *row = b + b_offset[p];
+        __m512 b0 = _mm512_maskz_loadu_ps(m0, row), b1 = _mm512_maskz_loadu_ps(m1, row + 16);
+        /* The rows lie far apart (a plane each): no hardware prefetcher follows them, so
+         * fetch what the next panel (the next NR columns) will read. Prefetches never
+         * fault, past the end of a buffer included. */
+        _mm_prefetch((const char *)(row + NR), _MM_HINT_T0);
+        _mm_prefetch((const char *)(row + NR + 16), _MM_HINT_T0);
+#pragma GCC unroll 12
+        for (int i = 0; i < MR; i++) {
+            __m512 x = _mm512_set1_ps(a[i]);
+            acc[i][0] = _mm512_fmadd_ps(x, b0, acc[i][0]);
+            acc[i][1] = _mm512_fmadd_ps(x, b1, acc[i][1]);
+        }
+        a += MR;
+    }
+    __m512 one = _mm512_set1_ps(1.0f);
+#pragma GCC unroll 12
+    for (int i = 0; i < MR; i++)
+        if (i < mr) store_row(c + i * ldc, acc[i][0], acc[i][1], nr, one, beta);
+}
+
 /* Few rows (m <= 4, a decode step) against one packed panel: each row keeps two pairs of
  * accumulators (even and odd steps of k), so even one row has four FMA chains in flight
  * and the loop is bound by reading the panel. c = a . b_packed (+ c when beta != 0). */
@@ -179,7 +211,8 @@ static void small(int trans_a, int trans_b, int64_t m, int64_t n0, int64_t n1, i
     }
 }
 
-static const tm__sgemm_arch avx512 = {"avx512", MR, NR, 256, 96, 4096, tile_12x32, small, rows};
+static const tm__sgemm_arch avx512 = {"avx512", MR, NR, 256, 96, 4096, tile_12x32, small, rows,
+                                     tile_indirect};
 
 const tm__sgemm_arch *tm__sgemm_arch_avx512(void) {
     __builtin_cpu_init();

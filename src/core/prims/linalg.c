@@ -6,8 +6,9 @@
 #if defined(__GNUC__) && !defined(__clang__)
 /* -O2 leaves plain loops scalar (GCC's very-cheap vector cost model); these loops run
  * over every element they touch: the full vectorizer. No floating-point contraction:
- * each step rounds as the unfused primitive does. */
-#pragma GCC optimize("O3", "no-trapping-math")
+ * each step rounds as the unfused primitive does. Short copy loops stay loops (a memcpy
+ * call per 128-byte run of an image panel cost more than the copy). */
+#pragma GCC optimize("O3", "no-trapping-math", "no-tree-loop-distribute-patterns")
 #endif
 #include <math.h>
 #include <stdio.h>
@@ -1074,6 +1075,8 @@ static tm_status conv_packed_geom(const tm_args *a, int rank_x, const int64_t *d
     return conv_geom_read(a, 0, rank_x, dims_x, (int)n + 2, a->i + CP_WDIMS, g, why, cap);
 }
 
+static size_t conv_gemm_scratch(const conv_geom *g, int64_t depth);
+
 static int conv_packed_depthwise_ok(const conv_geom *g) {
     return g->group == g->in_channels && g->out_channels == g->in_channels;
 }
@@ -1121,8 +1124,7 @@ tm_status tm__shape_conv_packed(tm_ctx *c, int prim, const tm_args *a,
     }
     *scratch = 0;
     if (kind == CP_GEMM) {
-        /* A packed panel block per slice (the micro-kernel's panel width at most 64). */
-        *scratch = (size_t)CONV_GEMM_SLICES * (size_t)min_i64(k_g, a->i[CP_DEPTH]) * 64 * sizeof(float);
+        *scratch = conv_gemm_scratch(&g, a->i[CP_DEPTH]);
     } else {
         /* A row of accumulators per slice, and room for one input row's stride phases. */
         int64_t row = g.n == 2 ? g.out[1] : g.out_size;
@@ -1273,73 +1275,149 @@ static void conv_packed_reference(const conv_packed_call *cp, int kind) {
         }
 }
 
-/* Implicit GEMM: W (M_g, K_g) . im2col(x) without the im2col matrix. Each panel of nr
- * output positions is packed straight from the image, block by block of depth (for a
- * stride-1 kernel a row of the panel is a run of one input row, copied), then meets every
- * row tile of the packed weights; the epilogue follows the last block. */
+/* Implicit GEMM: W (M_g, K_g) . im2col(x) without the im2col matrix, by one of three
+ * paths. Pointwise kernels read x's rows where they lie (through a table of row offsets:
+ * tm__sgemm_indirect_fn), and so do stride-1 2-D kernels after x is copied once into a
+ * zero-padded buffer (a panel then never crosses an output row, and every row it reads
+ * is a run of that buffer). Anything else packs each panel of nr output positions from
+ * the image, block by block of depth. The epilogue follows a group of panels. */
+enum { CONV_PATH_PACK, CONV_PATH_POINTWISE, CONV_PATH_PADDED };
+
 typedef struct conv_gemm_job {
     const conv_packed_call *cp;
     const tm__sgemm_arch *ar;
     int64_t b, grp, m_g, c_g, k_g;
-    int64_t panels;
-    size_t panel_floats;      /* per slice: one packed panel block */
+    int path;
+    int64_t panels, panels_per_row, padded_w, padded_rows;
+    const float *padded;      /* CONV_PATH_PADDED: this group's padded planes */
+    const int64_t *offsets;   /* the indirect paths: row p of B at base + offsets[p] */
+    float *panel_space;       /* CONV_PATH_PACK: a panel block per slice */
+    size_t panel_floats;
 } conv_gemm_job;
 
-/* A panel's row is usually one run of a micro-kernel's width: copied with a size the
- * compiler knows (two vector moves), not a memcpy call each. */
-static inline void copy_run(float *restrict d, const float *restrict s, int64_t n) {
-    if (n == 32) {
-        for (int i = 0; i < 32; i++) d[i] = s[i];
-    } else if (n == 16) {
-        for (int i = 0; i < 16; i++) d[i] = s[i];
-    } else {
-        memcpy(d, s, (size_t)n * sizeof *d);
-    }
+/* Floats of one slice's packed panel block (CONV_PATH_PACK). */
+static size_t conv_gemm_panel_floats(const tm__sgemm_arch *ar, int64_t k_g, int64_t depth) {
+    return (size_t)(min_i64(k_g, depth) * ar->nr);
 }
+
+static int conv_gemm_path(const conv_geom *g) {
+    if (conv_is_pointwise(g)) return CONV_PATH_POINTWISE;
+    if (g->n != 2) return CONV_PATH_PACK;
+    for (int d = 0; d < 2; d++)
+        if (g->stride[d] != 1 || g->pad_begin[d] < 0 || g->pad_end[d] < 0) return CONV_PATH_PACK;
+    return CONV_PATH_PADDED;
+}
+
+/* The padded planes' grid: input plus pads (CONV_PATH_PADDED). */
+static void conv_padded_grid(const conv_geom *g, int64_t *h, int64_t *w) {
+    *h = g->in[0] + g->pad_begin[0] + g->pad_end[0];
+    *w = g->in[1] + g->pad_begin[1] + g->pad_end[1];
+}
+
+/* Scratch of the implicit GEMM, with nr at most 64: padded planes, the offset table,
+ * then a packed panel block per slice. */
+static size_t conv_gemm_scratch(const conv_geom *g, int64_t depth) {
+    int64_t c_g = g->in_channels / g->group, k_g = c_g * g->kernel_size;
+    size_t bytes = (size_t)k_g * sizeof(int64_t) + 64;
+    int path = conv_gemm_path(g);
+    if (path == CONV_PATH_PADDED) {
+        int64_t h, w;
+        conv_padded_grid(g, &h, &w);
+        bytes += (size_t)(c_g * h * w) * sizeof(float) + 64;
+    }
+    if (path == CONV_PATH_PACK)
+        bytes += (size_t)CONV_GEMM_SLICES * (size_t)min_i64(k_g, depth) * 64 * sizeof(float);
+    return bytes;
+}
+
+typedef float copy_vec __attribute__((vector_size(64), aligned(4), may_alias));
+static inline void copy_run(float *restrict d, const float *restrict s, int64_t n) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) *(copy_vec *)(d + i) = *(const copy_vec *)(s + i);
+    for (; i < n; i++) d[i] = s[i];
+}
+
+/* Where a panel's output positions sit: runs along output rows, and per kernel column
+ * the part of each run that reads inside the input row. */
+#define PANEL_MAX_PIECES 64
+#define PANEL_MAX_TAPS 512
+typedef struct panel_piece {
+    int64_t oy, t, run;
+} panel_piece;
 
 /* Rows [pc, pc + kcb) of im2col(x) for output positions [j0, j0 + cols) into panel (kcb
  * rows of nr floats, zero beyond cols). Row q of im2col is input channel q / K at kernel
- * offset q % K. Two spatial dims take the fast walk; others go point by point. */
+ * offset q % K. Two spatial dims: the panel's runs and each kernel column's bounds are
+ * worked out once, then every row is a few copies with no division; other ranks (and
+ * panels with too many pieces) go point by point. */
 static void pack_image_panel(const conv_geom *g, const float *x, int64_t pc, int64_t kcb,
                              int64_t j0, int64_t cols, int nr, float *panel) {
     int64_t ks = g->kernel_size;
+    panel_piece piece[PANEL_MAX_PIECES];
+    int64_t lo[PANEL_MAX_TAPS], hi[PANEL_MAX_TAPS], start[PANEL_MAX_TAPS];
+    int n_pieces = 0, fast = g->n == 2;
+    if (fast) {
+        int64_t ow = g->out[1];
+        for (int64_t t = 0, oy = j0 / ow, ox = j0 % ow; t < cols && fast; oy++, ox = 0) {
+            int64_t run = min_i64(cols - t, ow - ox);
+            if (n_pieces == PANEL_MAX_PIECES || g->kernel[1] * PANEL_MAX_PIECES > PANEL_MAX_TAPS) {
+                fast = 0;
+                break;
+            }
+            piece[n_pieces++] = (panel_piece){oy, t, run};
+            for (int64_t kx = 0; kx < g->kernel[1]; kx++) {
+                int64_t at = kx * PANEL_MAX_PIECES + n_pieces - 1;
+                int64_t st = ox * g->stride[1] - g->pad_begin[1] + kx * g->dilation[1];
+                start[at] = st;
+                lo[at] = min_i64(first_reaching(st, g->stride[1], 0), run);
+                hi[at] = max_i64(lo[at], min_i64(first_reaching(st, g->stride[1], g->in[1]), run));
+            }
+            t += run;
+        }
+    }
+    if (fast) {
+        int64_t kh = g->kernel[0], kw = g->kernel[1], iw = g->in[1], sx = g->stride[1];
+        int64_t ci = pc / ks, ky = pc % ks / kw, kx = pc % ks % kw;
+        for (int64_t r = 0; r < kcb; r++) {
+            float *d = panel + r * nr;
+            const float *plane = x + ci * g->in_size;
+            for (int p = 0; p < n_pieces; p++) {
+                float *seg = d + piece[p].t;
+                int64_t run = piece[p].run;
+                int64_t iy = piece[p].oy * g->stride[0] - g->pad_begin[0] + ky * g->dilation[0];
+                if (iy < 0 || iy >= g->in[0]) {
+                    for (int64_t u = 0; u < run; u++) seg[u] = 0.0f;
+                    continue;
+                }
+                int64_t at = kx * PANEL_MAX_PIECES + p, l = lo[at], h = hi[at];
+                const float *row = plane + iy * iw + start[at];
+                for (int64_t u = 0; u < l; u++) seg[u] = 0.0f;
+                if (sx == 1) copy_run(seg + l, row + l, h - l);
+                else
+                    for (int64_t u = l; u < h; u++) seg[u] = row[u * sx];
+                for (int64_t u = h; u < run; u++) seg[u] = 0.0f;
+            }
+            for (int64_t t = cols; t < nr; t++) d[t] = 0.0f;
+            if (++kx == kw) {
+                kx = 0;
+                if (++ky == kh) {
+                    ky = 0;
+                    ci++;
+                }
+            }
+        }
+        return;
+    }
     for (int64_t q = pc; q < pc + kcb; q++) {
         float *d = panel + (q - pc) * nr;
         const float *plane = x + q / ks * g->in_size;
-        int64_t kk = q % ks;
-        if (g->n == 2) {
-            int64_t ky = kk / g->kernel[1], kx = kk % g->kernel[1];
-            int64_t ow = g->out[1], iw = g->in[1], sx = g->stride[1];
-            int64_t oy = j0 / ow, ox = j0 % ow;
-            for (int64_t t = 0; t < cols;) {
-                int64_t run = min_i64(cols - t, ow - ox);
-                int64_t iy = oy * g->stride[0] - g->pad_begin[0] + ky * g->dilation[0];
-                int64_t start = ox * sx - g->pad_begin[1] + kx * g->dilation[1];
-                if (iy < 0 || iy >= g->in[0]) {
-                    memset(d + t, 0, (size_t)run * sizeof *d);
-                } else {
-                    const float *row = plane + iy * iw;
-                    int64_t lo = min_i64(first_reaching(start, sx, 0), run);
-                    int64_t hi = max_i64(lo, min_i64(first_reaching(start, sx, iw), run));
-                    for (int64_t u = 0; u < lo; u++) d[t + u] = 0.0f;
-                    if (sx == 1) copy_run(d + t + lo, row + start + lo, hi - lo);
-                    else
-                        for (int64_t u = lo; u < hi; u++) d[t + u] = row[start + u * sx];
-                    for (int64_t u = hi; u < run; u++) d[t + u] = 0.0f;
-                }
-                t += run;
-                ox = 0;
-                oy++;
-            }
-        } else {
-            int64_t offset[TM_MAX_RANK], o[TM_MAX_RANK];
-            unravel(g->n, g->kernel, kk, offset);
-            unravel(g->n, g->out, j0, o);
-            for (int64_t t = 0; t < cols; t++) {
-                int64_t src = conv_source(g, 0, o, offset);
-                d[t] = src >= 0 ? plane[src] : 0.0f;
-                next_index(g->n, g->out, o);
-            }
+        int64_t offset[TM_MAX_RANK], o[TM_MAX_RANK];
+        unravel(g->n, g->kernel, q % ks, offset);
+        unravel(g->n, g->out, j0, o);
+        for (int64_t t = 0; t < cols; t++) {
+            int64_t src = conv_source(g, 0, o, offset);
+            d[t] = src >= 0 ? plane[src] : 0.0f;
+            next_index(g->n, g->out, o);
         }
         for (int64_t t = cols; t < nr; t++) d[t] = 0.0f;
     }
@@ -1350,7 +1428,7 @@ static void conv_gemm_slice(void *arg, int ith, int nth) {
     const conv_packed_call *cp = job->cp;
     const conv_geom *g = cp->g;
     const tm__sgemm_arch *ar = job->ar;
-    float *panel = cp->scratch + (size_t)ith * job->panel_floats;
+    float *panel = job->panel_space ? job->panel_space + (size_t)ith * job->panel_floats : NULL;
     const float *x = cp->x + (job->b * g->in_channels + job->grp * job->c_g) * g->in_size;
     size_t group_floats = tm_sgemm_packed_floats(job->m_g, job->k_g, cp->panel);
     const float *w = cp->w + (size_t)job->grp * group_floats;
@@ -1358,23 +1436,53 @@ static void conv_gemm_slice(void *arg, int ith, int nth) {
     float *y = cp->y + first * g->out_size;
     int64_t height = (job->m_g + ar->mr - 1) / ar->mr * ar->mr;
     int64_t p_end = job->panels * (ith + 1) / nth, group_start = job->panels * ith / nth;
+    int64_t e0 = -1;
     for (int64_t pi = group_start; pi < p_end; pi++) {
-        int64_t j0 = pi * ar->nr, cols = min_i64(ar->nr, g->out_size - j0);
+        int64_t j0, cols;
+        const float *base = NULL;
+        if (job->path == CONV_PATH_PADDED) {
+            int64_t oy = pi / job->panels_per_row, ox = pi % job->panels_per_row * ar->nr;
+            j0 = oy * g->out[1] + ox;
+            cols = min_i64(ar->nr, g->out[1] - ox);
+            base = job->padded + oy * job->padded_w + ox;
+        } else {
+            j0 = pi * ar->nr;
+            cols = min_i64(ar->nr, g->out_size - j0);
+            base = x + j0;
+        }
+        if (e0 < 0) e0 = j0;
+        if (job->path == CONV_PATH_PADDED && pi % job->panels_per_row == 0) {
+            /* A new output row reads one input row per channel that no panel touched
+             * yet: its start, requested now (the micro-kernel prefetches the rest of a row
+             * a panel ahead). */
+            int64_t hp = job->padded_rows;
+            int64_t oy = pi / job->panels_per_row, fresh = oy + (g->kernel[0] - 1) * g->dilation[0];
+            for (int64_t ch = 0; fresh < hp && ch < job->c_g; ch++) {
+                const float *r = job->padded + (ch * hp + fresh) * job->padded_w;
+                for (int64_t q = 0; q < 2 * ar->nr && q < job->padded_w; q += 16)
+                    __builtin_prefetch(r + q);
+            }
+        }
         for (int64_t pc = 0; pc < job->k_g; pc += cp->depth) {
             int64_t kcb = min_i64(cp->depth, job->k_g - pc);
-            pack_image_panel(g, x, pc, kcb, j0, cols, ar->nr, panel);
             const float *block = w + pc * height;
+            float beta = pc == 0 ? 0.0f : 1.0f;
+            if (job->path == CONV_PATH_PACK) pack_image_panel(g, x, pc, kcb, j0, cols, ar->nr, panel);
             for (int64_t i = 0; i < job->m_g; i += ar->mr) {
                 int mr = (int)min_i64(ar->mr, job->m_g - i);
-                ar->tile(kcb, block + i / ar->mr * kcb * ar->mr, 1, ar->mr, panel,
-                         y + i * g->out_size + j0, g->out_size, mr, (int)cols, 1.0f,
-                         pc == 0 ? 0.0f : 1.0f);
+                const float *a = block + i / ar->mr * kcb * ar->mr;
+                float *c = y + i * g->out_size + j0;
+                if (job->path == CONV_PATH_PACK)
+                    ar->tile(kcb, a, 1, ar->mr, panel, c, g->out_size, mr, (int)cols, 1.0f, beta);
+                else
+                    ar->tile_indirect(kcb, a, base, job->offsets + pc, c, g->out_size, mr,
+                                      (int)cols, beta);
             }
         }
         /* The epilogue a group of panels at a time: longer rows, less overhead per call,
-         * while the group's outputs are still in cache. */
+         * while the group's outputs are still in cache. Panels are consecutive positions. */
         if (pi + 1 - group_start < EPILOGUE_PANELS && pi + 1 < p_end) continue;
-        int64_t e0 = group_start * ar->nr, e1 = min_i64((pi + 1) * ar->nr, g->out_size);
+        int64_t e1 = j0 + cols;
         for (int64_t i = 0; i < job->m_g; i++) {
             float *row = y + i * g->out_size + e0;
             const float *res = cp->residual ? cp->residual + (first + i) * g->out_size + e0 : NULL;
@@ -1382,26 +1490,73 @@ static void conv_gemm_slice(void *arg, int ith, int nth) {
                        e1 - e0);
         }
         group_start = pi + 1;
+        e0 = -1;
     }
 }
 
-/* Floats of one slice's packed panel block, and the slices the kernel may use. */
-static size_t conv_gemm_panel_floats(const tm__sgemm_arch *ar, int64_t k_g, int64_t depth) {
-    return (size_t)(min_i64(k_g, depth) * ar->nr);
+/* x's planes of one image and group into the zero-padded buffer. */
+static void conv_pad_planes(const conv_geom *g, const float *x, int64_t channels, float *dst) {
+    int64_t hp, wp;
+    conv_padded_grid(g, &hp, &wp);
+    int64_t top = g->pad_begin[0], left = g->pad_begin[1], ih = g->in[0], iw = g->in[1];
+    for (int64_t ch = 0; ch < channels; ch++) {
+        float *plane = dst + ch * hp * wp;
+        const float *src = x + ch * g->in_size;
+        memset(plane, 0, (size_t)(top * wp) * sizeof *plane);
+        for (int64_t r = 0; r < ih; r++) {
+            float *row = plane + (top + r) * wp;
+            for (int64_t i = 0; i < left; i++) row[i] = 0.0f;
+            memcpy(row + left, src + r * iw, (size_t)iw * sizeof *row);
+            for (int64_t i = left + iw; i < wp; i++) row[i] = 0.0f;
+        }
+        memset(plane + (top + ih) * wp, 0, (size_t)((hp - top - ih) * wp) * sizeof *plane);
+    }
 }
 
 static void conv_packed_gemm(const conv_packed_call *cp, const tm__sgemm_arch *ar) {
     const conv_geom *g = cp->g;
-    conv_gemm_job job = {cp, ar, 0, 0, g->out_channels / g->group, g->in_channels / g->group,
-                         0, (g->out_size + ar->nr - 1) / ar->nr, 0};
+    conv_gemm_job job;
+    memset(&job, 0, sizeof job);
+    job.cp = cp;
+    job.ar = ar;
+    job.m_g = g->out_channels / g->group;
+    job.c_g = g->in_channels / g->group;
     job.k_g = job.c_g * g->kernel_size;
-    job.panel_floats = conv_gemm_panel_floats(ar, job.k_g, cp->depth);
+    job.path = conv_gemm_path(g);
+    /* Scratch: offsets, then the padded planes or the panel blocks. */
+    int64_t *offsets = (int64_t *)(((uintptr_t)cp->scratch + 63) & ~(uintptr_t)63);
+    float *rest = (float *)(((uintptr_t)(offsets + job.k_g) + 63) & ~(uintptr_t)63);
+    job.offsets = offsets;
+    int64_t hp = 0, wp = 0;
+    if (job.path == CONV_PATH_PADDED) {
+        conv_padded_grid(g, &hp, &wp);
+        job.padded_w = wp;
+        job.padded_rows = hp;
+        job.panels_per_row = (g->out[1] + ar->nr - 1) / ar->nr;
+        job.panels = g->out[0] * job.panels_per_row;
+        for (int64_t ch = 0, p = 0; ch < job.c_g; ch++)
+            for (int64_t ky = 0; ky < g->kernel[0]; ky++)
+                for (int64_t kx = 0; kx < g->kernel[1]; kx++)
+                    offsets[p++] = ch * hp * wp + ky * g->dilation[0] * wp + kx * g->dilation[1];
+    } else {
+        job.panels = (g->out_size + ar->nr - 1) / ar->nr;
+        for (int64_t p = 0; p < job.k_g; p++) offsets[p] = p * g->in_size;
+        if (job.path == CONV_PATH_PACK) {
+            job.panel_space = rest;
+            job.panel_floats = conv_gemm_panel_floats(ar, job.k_g, cp->depth);
+        }
+    }
     int slices = (int)min_i64(job.panels, CONV_GEMM_SLICES);
     if (tm_pool_threads(cp->pool) == 1 ||
         2.0 * (double)job.m_g * (double)g->out_size * (double)job.k_g < (1 << 17))
         slices = 1;
     for (job.b = 0; job.b < g->batch; job.b++)
         for (job.grp = 0; job.grp < g->group; job.grp++) {
+            if (job.path == CONV_PATH_PADDED) {
+                conv_pad_planes(g, cp->x + (job.b * g->in_channels + job.grp * job.c_g) * g->in_size,
+                                job.c_g, rest);
+                job.padded = rest;
+            }
             if (slices <= 1) conv_gemm_slice(&job, 0, 1);
             else tm_pool_run_n(cp->pool, slices, conv_gemm_slice, &job);
         }
@@ -1449,7 +1604,8 @@ tm_status tm__kernel_conv_packed(const tm_kcall *kc) {
         conv_packed_reference(&cp, kind);
         return TM_OK;
     }
-    if (kc->scratch_bytes < CONV_GEMM_SLICES * conv_gemm_panel_floats(ar, k_g, cp.depth) * sizeof(float))
+    (void)k_g;
+    if (kc->scratch_bytes < conv_gemm_scratch(&g, cp.depth))
         return tm__fail(kc->err, TM_ERR_RUNTIME, "internal: conv_packed scratch too small");
     conv_packed_gemm(&cp, ar);
     return TM_OK;

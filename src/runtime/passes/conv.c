@@ -102,7 +102,7 @@ static tm_status fuse_at(tm_pass_scan *s, int32_t at) {
         tm_sgemm_pack_a_layout(&panel, &depth);
         /* One depth block up to this much: each packed image panel then meets the weights
          * once (blocks only split a deep kernel whose panel would not stay in L2). */
-        if (k_g <= 1152) depth = (int)k_g;
+        if (k_g <= 288) depth = (int)k_g;
         size_t per_group = tm_sgemm_packed_floats(m_g, k_g, panel);
         int64_t count = (int64_t)(per_group * (size_t)group);
         tm_tensor *t = tm_tensor_alloc(TM_FLOAT, 1, &count, c->allocator);
