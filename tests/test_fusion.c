@@ -167,6 +167,69 @@ static tm_val conv_variable_w(tm_ctx *c, const tm_val *in, tm_val *extra) {
     return conv(c, in[0], in[1], TM_NONE, 1, 1, 1);
 }
 
+/* ---- ATTENTION patterns -------------------------------------------------------------- */
+
+static tm_val reshape(tm_ctx *c, tm_val x, int rank, const int64_t *dims) {
+    tm_args a;
+    memset(&a, 0, sizeof a);
+    a.i[0] = rank;
+    for (int d = 0; d < rank; d++) a.i[1 + d] = dims[d];
+    return tm_prim(c, TM_P_RESHAPE, &x, 1, &a);
+}
+static tm_val transpose(tm_ctx *c, tm_val x, int p0, int p1, int p2, int p3) {
+    tm_args a;
+    memset(&a, 0, sizeof a);
+    a.i[0] = p0, a.i[1] = p1, a.i[2] = p2, a.i[3] = p3;
+    return tm_prim(c, TM_P_TRANSPOSE, &x, 1, &a);
+}
+static tm_val softmax_last(tm_ctx *c, tm_val x) {
+    tm_args a;
+    memset(&a, 0, sizeof a);
+    a.i[0] = 3;
+    return tm_prim(c, TM_P_SOFTMAX, &x, 1, &a);
+}
+/* BERT: q, k, v (B, S, H * D) split into heads, k transposed (0 2 3 1), scores / sqrt D,
+ * plus a (B, 1, 1, S) mask, the output transposed back: every layout flag set. */
+enum { AB = 2, AS = 7, AH = 3, AD = 8 };
+static tm_val attn_bert(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    (void)extra;
+    const int64_t heads[4] = {AB, AS, AH, AD};
+    tm_val q = transpose(c, reshape(c, in[0], 4, heads), 0, 2, 1, 3);
+    tm_val kt = transpose(c, reshape(c, in[1], 4, heads), 0, 2, 3, 1);
+    tm_val v = transpose(c, reshape(c, in[2], 4, heads), 0, 2, 1, 3);
+    tm_val s = bin(c, TM_P_ADD, bin(c, TM_P_DIV, bin(c, TM_P_MATMUL, q, kt), scalar(c, 4, 2.828427)),
+                   in[3]);
+    tm_val o = transpose(c, bin(c, TM_P_MATMUL, softmax_last(c, s), v), 0, 2, 1, 3);
+    const int64_t flat[3] = {AB, AS, AH * AD};
+    return reshape(c, o, 3, flat);
+}
+/* LLaMA decode: q (B, Hq, 1, D), grouped k/v (B, Hk, S, D) repeated by repeat_kv, k
+ * transposed (0 1 3 2), scores * scale, a causal mask; the output left in (B, H, S, D). */
+static tm_val repeat_kv(tm_ctx *c, tm_val x, int64_t hk, int64_t g, int64_t s, int64_t d) {
+    const int64_t u[5] = {1, hk, 1, s, d}, e[5] = {1, hk, g, s, d}, r[4] = {1, hk * g, s, d};
+    tm_args a;
+    memset(&a, 0, sizeof a);
+    a.i[0] = 5;
+    for (int i = 0; i < 5; i++) a.i[1 + i] = e[i];
+    tm_val ux = reshape(c, x, 5, u);
+    tm_val ex = tm_prim(c, TM_P_EXPAND, &ux, 1, &a);
+    return reshape(c, ex, 4, r);
+}
+static tm_val attn_llama(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    (void)extra;
+    tm_val kt = transpose(c, repeat_kv(c, in[1], 2, 3, 9, 16), 0, 1, 3, 2);
+    tm_val s = bin(c, TM_P_ADD, bin(c, TM_P_MUL, scalar(c, 4, 0.25), bin(c, TM_P_MATMUL, in[0], kt)),
+                   in[3]);
+    return bin(c, TM_P_MATMUL, softmax_last(c, s), repeat_kv(c, in[2], 2, 3, 9, 16));
+}
+/* The scores are read twice: nothing fuses. */
+static tm_val attn_shared(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    tm_val kt = transpose(c, in[1], 0, 1, 3, 2);
+    tm_val scores = bin(c, TM_P_MATMUL, in[0], kt);
+    *extra = un(c, TM_P_NEG, scores);
+    return bin(c, TM_P_MATMUL, softmax_last(c, scores), in[2]);
+}
+
 static const pattern patterns[] = {
     {"matmul + bias + gelu + residual", 2, {3, 3}, {{2, 6, 40}, {2, 6, 70}}, lin_full,
      TM_P_LINEAR, 1},
@@ -188,6 +251,13 @@ static const pattern patterns[] = {
     {"conv output read twice", 1, {4}, {{1, 12, 9, 9}}, conv_shared, TM_P_TANH, 1},
     {"conv weight not constant", 2, {4, 4}, {{1, 12, 9, 9}, {24, 12, 3, 3}}, conv_variable_w,
      TM_P_CONV, 0},
+    {"BERT attention (heads split, mask, output transposed)", 4, {3, 3, 3, 4},
+     {{AB, AS, AH * AD}, {AB, AS, AH * AD}, {AB, AS, AH * AD}, {AB, 1, 1, AS}}, attn_bert,
+     TM_P_RESHAPE, 1},
+    {"LLaMA decode attention (grouped kv, scale, mask)", 4, {4, 4, 4, 4},
+     {{1, 6, 1, 16}, {1, 2, 9, 16}, {1, 2, 9, 16}, {1, 1, 1, 9}}, attn_llama, TM_P_ATTENTION, 1},
+    {"attention scores read twice", 3, {4, 4, 4}, {{1, 2, 5, 8}, {1, 2, 6, 8}, {1, 2, 6, 8}},
+     attn_shared, TM_P_MATMUL, 0},
 };
 
 /* ---- The harness ---------------------------------------------------------------------- */
@@ -243,7 +313,8 @@ static void run_pattern(const pattern *p) {
     CHECK(tm__run_passes(&t, &roots) == TM_OK && tm_ctx_ok(&t), "%s: passes failed", p->name);
     int got_prim = t.nodes[t.vals[y].producer].prim;
     int fused = p->want_fused ? count_prim(&t, &roots, TM_P_LINEAR) +
-                                    count_prim(&t, &roots, TM_P_CONV_PACKED) : 0;
+                                    count_prim(&t, &roots, TM_P_CONV_PACKED) +
+                                    count_prim(&t, &roots, TM_P_ATTENTION) : 0;
     CHECK(got_prim == p->want_prim && fused == p->want_fused,
           "%s: the result comes from %s (%d fused nodes), expected %s (%d)", p->name,
           tm_prims[got_prim].name, fused, tm_prims[p->want_prim].name, p->want_fused);

@@ -75,6 +75,7 @@ void tm__pass_match_epilogue(const tm_pass_scan *s, int32_t at, tm_val from,
 /* The passes (one file each in passes/). */
 tm_status tm__pass_layernorm(tm_ctx *c, const tm_pass_roots *roots);
 tm_status tm__pass_gelu(tm_ctx *c, const tm_pass_roots *roots);
+tm_status tm__pass_attention(tm_ctx *c, const tm_pass_roots *roots);
 tm_status tm__pass_linear(tm_ctx *c, const tm_pass_roots *roots);
 tm_status tm__pass_conv(tm_ctx *c, const tm_pass_roots *roots);
 

@@ -12,6 +12,10 @@
  * kernel computes it; y must not alias x. */
 void tm__unary_f32_rows(int prim, const tm_args *a, const float *x, float *y, int64_t n);
 
+/* y[0..n) = softmax(x[0..n)) as the SOFTMAX kernel computes a contiguous row (nn.c);
+ * y may equal x. */
+void tm__softmax_rows_f32(const float *x, float *y, int64_t n);
+
 /* A chain: t = x and u = x, then each step t = op(t), f32 throughout. A step is a unary
  * primitive (with its i[0]), or a binary one (ADD SUB MUL DIV MAX MIN) with a scalar or
  * with the saved value u, on either side; SAVE sets u = t (x * clip(x + 3, 0, 6) after

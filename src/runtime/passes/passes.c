@@ -11,6 +11,7 @@ typedef tm_status (*tm_pass_fn)(tm_ctx *c, const tm_pass_roots *roots);
 static const tm_pass_fn passes[] = {
     tm__pass_layernorm,
     tm__pass_gelu,
+    tm__pass_attention,
     tm__pass_linear,   /* after gelu: a fused GELU becomes a step of its chain */
     tm__pass_conv,
 };
