@@ -49,6 +49,7 @@ $(BUILD)/%.o: %.c
 # CPU check at run time (gemm.c) decides whether they are called.
 $(BUILD)/src/backends/cpu/sgemm_avx2.o: CFLAGS += -mavx2 -mfma
 $(BUILD)/src/backends/cpu/sgemm_avx512.o: CFLAGS += -mavx2 -mfma -mavx512f
+$(BUILD)/src/backends/cpu/vmath_avx512.o: CFLAGS += -mavx2 -mfma -mavx512f
 
 $(BUILD)/libtransmuter.a: $(LIB_OBJ)
 	rm -f $@.$$$$.tmp && ar rcs $@.$$$$.tmp $^ && mv -f $@.$$$$.tmp $@

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "gemm.h"
+#include "vmath.h"
 
 #define TINY_GEMM_FLOPS 512.0
 /* Up to this many rows the small kernel reads B unpacked: each row streams B once, and
@@ -42,6 +43,21 @@ static const tm__sgemm_arch *active_arch(void) {
 }
 
 const tm__sgemm_arch *tm__sgemm_active_arch(void) { return active_arch(); }
+
+/* The vector maths follow the GEMM's choice: none with TM_REFERENCE_KERNELS=1, and none
+ * when TM_SGEMM_ARCH=avx2 asks for the AVX2 paths on an AVX-512 machine. */
+static pthread_once_t vmath_once = PTHREAD_ONCE_INIT;
+static const tm__vmath *vmath_table;
+
+static void pick_vmath(void) {
+    const tm__sgemm_arch *ar = active_arch();
+    vmath_table = ar && !strcmp(ar->name, "avx512") ? tm__vmath_avx512() : NULL;
+}
+
+const tm__vmath *tm__vmath_active(void) {
+    pthread_once(&vmath_once, pick_vmath);
+    return vmath_table;
+}
 
 const char *tm_sgemm_kernel_name(void) {
     const tm__sgemm_arch *ar = active_arch();

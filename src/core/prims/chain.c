@@ -9,6 +9,7 @@
 #endif
 #include <string.h>
 #include "fused.h"
+#include "../../backends/cpu/vmath.h"
 
 #define CHUNK 256
 
@@ -131,7 +132,10 @@ void tm__chain_apply(const void *chain, const float *x, float *y, int64_t n) {
                 /* The whitelisted unaries read no argument but GELU's i[0]. */
                 tm_args ua;
                 ua.i[0] = st->value;
-                if (out == t || out == u) {   /* in place at the end: through a buffer */
+                const tm__vmath *vm = st->prim == TM_P_GELU && st->value == 0 ? tm__vmath_active() : NULL;
+                if (vm && vm->gelu_erf) {
+                    vm->gelu_erf(t, out, len);   /* in place is fine: lane by lane */
+                } else if (out == t || out == u) {   /* in place at the end: through a buffer */
                     float *tmp = t == a ? b : a;
                     tm__unary_f32_rows(st->prim, &ua, t, tmp, len);
                     memcpy(out, tmp, (size_t)len * sizeof *out);
