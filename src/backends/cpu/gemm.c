@@ -12,8 +12,9 @@
 /* Up to this many rows the small kernel reads B unpacked: each row streams B once, and
  * packing would read and write all of B for a handful of rows. */
 #define SMALL_M 3
-/* Below this many flops a product runs on one thread: waking workers costs more. */
-#define PARALLEL_MIN_FLOPS (1 << 17)
+/* Below this many flops (about 20 microseconds of one core) a product runs on one
+ * thread: waking a sleeping worker costs that much on a busy machine. */
+#define PARALLEL_MIN_FLOPS (1 << 21)
 #define SCRATCH_ALIGN 64
 /* A short last row tile is copied to the stack: every arch has mr <= 16 and kc <= 256. */
 #define EDGE_FLOATS (16 * 256)

@@ -26,7 +26,11 @@
  * the slices (scratch must not depend on the thread count). */
 #define SLICES_PER_THREAD 4
 #define MAX_PACKING_SLICES 16
-#define PARALLEL_MIN_FLOPS (1 << 17)
+/* Below about 20 microseconds of one core's work a product runs on one thread: waking a
+ * sleeping worker costs that much on a busy machine. A decode step's few rows are bound
+ * by reading B: their bar is B's size. */
+#define PARALLEL_MIN_FLOPS (1 << 21)
+#define PARALLEL_MIN_STREAM_BYTES (512 << 10)
 /* The epilogue's activation runs on row pieces of at most this many floats. */
 #define EPILOGUE_CHUNK 256
 #define EDGE_FLOATS (16 * 512)
@@ -252,8 +256,10 @@ void tm_sgemm_bpacked(int64_t m, int64_t n, int64_t k, const float *a, int64_t l
     }
     bpacked_job g = {ar, m, n, k, a, lda, bp, c, ldc, ep, TASK_TILES,
                      min64(round_up(n, ar->nr), TASK_COLUMNS), 0, 0};
-    int threads = 2.0 * (double)m * (double)n * (double)k < PARALLEL_MIN_FLOPS ? 1
-                                                                              : tm_pool_threads(pool);
+    int small = m <= TM__SGEMM_ROWS_MAX
+                    ? (double)n * (double)k * sizeof(float) < PARALLEL_MIN_STREAM_BYTES
+                    : 2.0 * (double)m * (double)n * (double)k < PARALLEL_MIN_FLOPS;
+    int threads = small ? 1 : tm_pool_threads(pool);
     int64_t tiles = (m + ar->mr - 1) / ar->mr;
     /* Enough tasks for every slice: narrower column blocks first (B's block stays in L2
      * either way), then fewer row tiles per task. */

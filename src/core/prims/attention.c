@@ -253,7 +253,11 @@ tm_status tm__kernel_attention(const tm_kcall *kc) {
     }
     int64_t tasks = g.q.b * g.q.h * ac.blocks;
     int slices = tasks < SLICES ? (int)tasks : SLICES;
-    if (tm_pool_threads(kc->pool) == 1) slices = 1;
+    /* Below about 20 microseconds of one core's work, one thread (waking a worker costs
+     * that much on a busy machine). */
+    double flops = 4.0 * (double)g.q.b * (double)g.q.h * (double)g.q.s * (double)g.k.s *
+                   (double)g.q.d;
+    if (tm_pool_threads(kc->pool) == 1 || flops < (double)(1 << 21)) slices = 1;
     if (slices <= 1) attention_slice(&ac, 0, 1);
     else tm_pool_run_n(kc->pool, slices, attention_slice, &ac);
     return TM_OK;

@@ -22,6 +22,9 @@
 #define DEPTHWISE_SLICES 8
 #define CONV_GEMM_SLICES 16
 #define EPILOGUE_PANELS 8
+/* Below about 20 microseconds of one core's work a conv runs on one thread (waking a
+ * worker costs that much on a busy machine). */
+#define CONV_PARALLEL_MIN_FLOPS (1 << 21)
 
 /* ---- Shared helpers ------------------------------------------------------------------ */
 
@@ -1548,7 +1551,7 @@ static void conv_packed_gemm(const conv_packed_call *cp, const tm__sgemm_arch *a
     }
     int slices = (int)min_i64(job.panels, CONV_GEMM_SLICES);
     if (tm_pool_threads(cp->pool) == 1 ||
-        2.0 * (double)job.m_g * (double)g->out_size * (double)job.k_g < (1 << 17))
+        2.0 * (double)job.m_g * (double)g->out_size * (double)job.k_g < CONV_PARALLEL_MIN_FLOPS)
         slices = 1;
     for (job.b = 0; job.b < g->batch; job.b++)
         for (job.grp = 0; job.grp < g->group; job.grp++) {
@@ -1593,7 +1596,9 @@ tm_status tm__kernel_conv_packed(const tm_kcall *kc) {
         depthwise_job job = {&cp};
         int64_t planes = g.batch * g.out_channels;
         int slices = (int)min_i64(planes, DEPTHWISE_SLICES);
-        if (tm_pool_threads(kc->pool) == 1) slices = 1;
+        if (tm_pool_threads(kc->pool) == 1 ||
+            2.0 * (double)planes * (double)g.out_size * (double)g.kernel_size < CONV_PARALLEL_MIN_FLOPS)
+            slices = 1;
         if (slices <= 1) depthwise_slice(&job, 0, 1);
         else tm_pool_run_n(kc->pool, slices, depthwise_slice, &job);
         return TM_OK;
