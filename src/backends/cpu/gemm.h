@@ -126,6 +126,11 @@ typedef void (*tm__sgemm_indirect_fn)(int64_t k, const float *a_packed, const fl
                                       const int64_t *b_offset, float *c, int64_t ldc, int mr,
                                       int nr, float beta);
 
+/* The register tile with A packed (MR floats a step of k, tm_sgemm_pack_a's layout):
+ * c (mr, nr) = a_packed . b_packed (+ c when beta != 0). */
+typedef void (*tm__sgemm_packed_fn)(int64_t k, const float *a_packed, const float *b_packed,
+                                    float *c, int64_t ldc, int mr, int nr, float beta);
+
 typedef struct tm__sgemm_arch {
     const char *name;
     int mr, nr;                 /* register tile */
@@ -134,6 +139,7 @@ typedef struct tm__sgemm_arch {
     tm__sgemm_small_fn small;
     tm__sgemm_rows_fn rows;
     tm__sgemm_indirect_fn tile_indirect;
+    tm__sgemm_packed_fn tile_packed;
 } tm__sgemm_arch;
 
 /* The arch tm_sgemm uses (NULL: the reference, TM_REFERENCE_KERNELS=1). */

@@ -38,6 +38,31 @@ static inline void store_row(float *c, __m512 lo, __m512 hi, int nr, __m512 alph
     _mm512_mask_storeu_ps(c + 16, m1, hi);
 }
 
+/* A packed as tm_sgemm_pack_a lays it out (MR floats a step of k): its offsets are
+ * constants, so the loop needs two pointers where the strided form needs twelve. */
+static void tile_packed(int64_t k, const float *a, const float *b, float *c, int64_t ldc,
+                        int mr, int nr, float beta) {
+    __m512 acc[MR][2];
+#pragma GCC unroll 12
+    for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+#pragma GCC unroll 2
+    for (int64_t p = 0; p < k; p++) {
+        __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
+#pragma GCC unroll 12
+        for (int i = 0; i < MR; i++) {
+            __m512 x = _mm512_set1_ps(a[i]);
+            acc[i][0] = _mm512_fmadd_ps(x, b0, acc[i][0]);
+            acc[i][1] = _mm512_fmadd_ps(x, b1, acc[i][1]);
+        }
+        a += MR;
+        b += NR;
+    }
+    __m512 one = _mm512_set1_ps(1.0f);
+#pragma GCC unroll 12
+    for (int i = 0; i < MR; i++)
+        if (i < mr) store_row(c + i * ldc, acc[i][0], acc[i][1], nr, one, beta);
+}
+
 static void tile_12x32(int64_t k, const float *a, int64_t a_row, int64_t a_step,
                        const float *b, float *c, int64_t ldc, int mr, int nr, float alpha,
                        float beta) {
@@ -212,7 +237,7 @@ static void small(int trans_a, int trans_b, int64_t m, int64_t n0, int64_t n1, i
 }
 
 static const tm__sgemm_arch avx512 = {"avx512", MR, NR, 256, 96, 4096, tile_12x32, small, rows,
-                                     tile_indirect};
+                                     tile_indirect, tile_packed};
 
 const tm__sgemm_arch *tm__sgemm_arch_avx512(void) {
     __builtin_cpu_init();

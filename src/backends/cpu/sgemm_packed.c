@@ -19,8 +19,10 @@
 #define REFERENCE_DEPTH 256
 /* Columns of a task: B's block (depth x this) stays in L2 while row tiles sweep it. */
 #define TASK_COLUMNS 512
-/* Rows of a task at most, in register tiles (8 x 12 = 96 rows). */
-#define TASK_TILES 8
+/* Rows of a task at most, in register tiles (22 x 12 = 264 rows): A's block (rows x
+ * depth, about 270 KB) stays in L2 while B's block streams once from memory for all of
+ * them; fewer rows per task only when the threads need more tasks. */
+#define TASK_TILES 22
 /* Slices per thread: a descheduled thread (a shared machine) then holds little work.
  * The per-call packing path gives each slice its own region of scratch, so it also caps
  * the slices (scratch must not depend on the thread count). */
@@ -194,7 +196,7 @@ typedef struct bpacked_job {
 static void bpacked_task(const bpacked_job *g, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
     const tm__sgemm_arch *ar = g->ar;
     int64_t width = round_up(g->n, ar->nr);
-    float edge[EDGE_FLOATS];
+    float a_tile[EDGE_FLOATS] __attribute__((aligned(64)));
     for (int64_t pc = 0; pc < g->k; pc += ar->kc) {
         int64_t kcb = min64(ar->kc, g->k - pc);
         const float *block = g->bp + pc * width;
@@ -212,21 +214,19 @@ static void bpacked_task(const bpacked_job *g, int64_t i0, int64_t i1, int64_t j
         for (int64_t i = i0; i < i1; i += ar->mr) {
             int mr = (int)min64(ar->mr, i1 - i);
             const float *a = g->a + i * g->lda + pc;
-            int64_t a_row = g->lda, a_step = 1;
-            if (mr < ar->mr) {
-                /* A short tile: its rows copied with zero rows below, so the kernel reads
-                 * only A's own memory. */
-                for (int64_t p = 0; p < kcb; p++)
-                    for (int r = 0; r < ar->mr; r++)
-                        edge[p * ar->mr + r] = r < mr ? a[r * g->lda + p] : 0.0f;
-                a = edge;
-                a_row = 1;
-                a_step = ar->mr;
+            /* The row tile of A packed once for all the task's panels (MR floats a step,
+             * zero rows below a short tile): the kernel then broadcasts from constant
+             * offsets, and reads nothing outside A. Row by row, so reads run along A. */
+            for (int r = 0; r < ar->mr; r++) {
+                if (r < mr)
+                    for (int64_t p = 0; p < kcb; p++) a_tile[p * ar->mr + r] = a[r * g->lda + p];
+                else
+                    for (int64_t p = 0; p < kcb; p++) a_tile[p * ar->mr + r] = 0.0f;
             }
             for (int64_t j = j0; j < j1; j += ar->nr)
-                ar->tile(kcb, a, a_row, a_step, block + j / ar->nr * kcb * ar->nr,
-                         g->c + i * g->ldc + j, g->ldc, mr, (int)min64(ar->nr, j1 - j), 1.0f,
-                         beta);
+                ar->tile_packed(kcb, a_tile, block + j / ar->nr * kcb * ar->nr,
+                                g->c + i * g->ldc + j, g->ldc, mr, (int)min64(ar->nr, j1 - j),
+                                beta);
             if (last) epilogue(g->ep, g->c, g->ldc, i, i + mr, j0, j1);
         }
     }
