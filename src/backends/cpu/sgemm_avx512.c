@@ -39,28 +39,38 @@ static inline void store_row(float *c, __m512 lo, __m512 hi, int nr, __m512 alph
 }
 
 /* A packed as tm_sgemm_pack_a lays it out (MR floats a step of k): its offsets are
- * constants, so the loop needs two pointers where the strided form needs twelve. */
+ * constants, so the loop needs two pointers where the strided form needs twelve. A
+ * short tile runs the 8- or 4-row form, computing only rows that exist (m = 32: tiles of
+ * 12, 12 and 8 rows, no FMA wasted on padding). */
+#define TILE_PACKED(R)                                                                     \
+    static void tile_packed_##R(int64_t k, const float *a, const float *b, float *c,        \
+                                int64_t ldc, int mr, int nr, float beta) {                  \
+        __m512 acc[R][2];                                                                   \
+        _Pragma("GCC unroll 12") for (int i = 0; i < R; i++)                                \
+            acc[i][0] = acc[i][1] = _mm512_setzero_ps();                                    \
+        _Pragma("GCC unroll 2") for (int64_t p = 0; p < k; p++) {                           \
+            __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);                  \
+            _Pragma("GCC unroll 12") for (int i = 0; i < R; i++) {                          \
+                __m512 x = _mm512_set1_ps(a[i]);                                            \
+                acc[i][0] = _mm512_fmadd_ps(x, b0, acc[i][0]);                              \
+                acc[i][1] = _mm512_fmadd_ps(x, b1, acc[i][1]);                              \
+            }                                                                               \
+            a += MR;                                                                        \
+            b += NR;                                                                        \
+        }                                                                                   \
+        __m512 one = _mm512_set1_ps(1.0f);                                                  \
+        _Pragma("GCC unroll 12") for (int i = 0; i < R; i++)                                \
+            if (i < mr) store_row(c + i * ldc, acc[i][0], acc[i][1], nr, one, beta);        \
+    }
+TILE_PACKED(12)
+TILE_PACKED(8)
+TILE_PACKED(4)
+
 static void tile_packed(int64_t k, const float *a, const float *b, float *c, int64_t ldc,
                         int mr, int nr, float beta) {
-    __m512 acc[MR][2];
-#pragma GCC unroll 12
-    for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
-#pragma GCC unroll 2
-    for (int64_t p = 0; p < k; p++) {
-        __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
-#pragma GCC unroll 12
-        for (int i = 0; i < MR; i++) {
-            __m512 x = _mm512_set1_ps(a[i]);
-            acc[i][0] = _mm512_fmadd_ps(x, b0, acc[i][0]);
-            acc[i][1] = _mm512_fmadd_ps(x, b1, acc[i][1]);
-        }
-        a += MR;
-        b += NR;
-    }
-    __m512 one = _mm512_set1_ps(1.0f);
-#pragma GCC unroll 12
-    for (int i = 0; i < MR; i++)
-        if (i < mr) store_row(c + i * ldc, acc[i][0], acc[i][1], nr, one, beta);
+    if (mr > 8) tile_packed_12(k, a, b, c, ldc, mr, nr, beta);
+    else if (mr > 4) tile_packed_8(k, a, b, c, ldc, mr, nr, beta);
+    else tile_packed_4(k, a, b, c, ldc, mr, nr, beta);
 }
 
 static void tile_12x32(int64_t k, const float *a, int64_t a_row, int64_t a_step,
