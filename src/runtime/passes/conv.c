@@ -105,7 +105,7 @@ static tm_status fuse_at(tm_pass_scan *s, int32_t at) {
         if (k_g <= 288) depth = (int)k_g;
         size_t per_group = tm_sgemm_packed_floats(m_g, k_g, panel);
         int64_t count = (int64_t)(per_group * (size_t)group);
-        tm_tensor *t = tm_tensor_alloc(TM_FLOAT, 1, &count, c->allocator);
+        tm_tensor *t = tm__pass_packed_tensor(c, count);
         if (!t) return TM_ERR_NO_MEMORY;
         for (int64_t g = 0; g < group; g++)
             tm_sgemm_pack_a(0, m_g, k_g, wf + g * m_g * k_g, k_g, panel, depth,

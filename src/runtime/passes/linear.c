@@ -40,9 +40,8 @@ static tm_val packed_weight_of(matcher *m, tm_val w, int64_t k, int64_t n, int p
     for (int i = 0; i < m->n_packed; i++)
         if (m->packed[i].source == w) return m->packed[i].packed;
     int64_t count = (int64_t)tm_sgemm_packed_floats(n, k, panel);
-    tm_tensor *t = tm_tensor_alloc(TM_FLOAT, 1, &count, m->scan.c->allocator);
+    tm_tensor *t = tm__pass_packed_tensor(m->scan.c, count);
     if (!t) return TM_NONE;
-    tm_sgemm_advise_packed(t->data, (size_t)count * sizeof(float));
     tm_sgemm_pack_b(0, n, k, m->scan.c->vals[w].data->data, n, panel, depth, t->data);
     tm_val v = tm_val_tensor(m->scan.c, t, 0);
     if (v == TM_NONE) return TM_NONE;

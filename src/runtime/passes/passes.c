@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "../passes.h"
+#include "../../backends/cpu/gemm.h"
 
 typedef tm_status (*tm_pass_fn)(tm_ctx *c, const tm_pass_roots *roots);
 
@@ -69,6 +70,29 @@ int *tm__pass_live_use_counts(const tm_ctx *c, const tm_pass_roots *roots, uint8
     if (live_out) *live_out = live;
     else free(live);
     return uses;
+}
+
+tm_tensor *tm__pass_packed_tensor(tm_ctx *c, int64_t floats) {
+    const size_t huge = (size_t)2 << 20;
+    size_t bytes = (size_t)(floats > 0 ? floats : 1) * sizeof(float);
+    void *data;
+    if (!c->allocator && bytes >= 2 * huge) {
+        /* Whole huge pages: aligned to 2 MiB, advised before anything touches them (a
+         * zero fill would fault them in as small pages first). */
+        data = aligned_alloc(huge, (bytes + huge - 1) / huge * huge);
+        if (data) tm_sgemm_advise_packed(data, (bytes + huge - 1) / huge * huge);
+    } else {
+        data = tm__alloc(c->allocator, bytes);
+    }
+    if (!data) return NULL;
+    tm_tensor *t = tm_tensor_borrow(TM_FLOAT, 1, &floats, data);
+    if (!t) {
+        tm__free(c->allocator, data);
+        return NULL;
+    }
+    t->owns_data = 1;
+    t->allocator = c->allocator;
+    return t;
 }
 
 int tm__pass_is_root(const tm_pass_roots *roots, tm_val v) {
