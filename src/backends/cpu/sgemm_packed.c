@@ -17,6 +17,9 @@
 /* Layouts for the reference (no micro-kernel): any panel works for plain loops. */
 #define REFERENCE_PANEL 16
 #define REFERENCE_DEPTH 256
+/* Depth blocks of packed B: a whole K of up to this many in one block, so that each C
+ * tile is written once (its panels stream from L2 either way). */
+#define B_DEPTH 512
 /* Columns of a task: B's block (depth x this) stays in L2 while row tiles sweep it. */
 #define TASK_COLUMNS 512
 /* Rows of a task at most, in register tiles (22 x 12 = 264 rows): A's block (rows x
@@ -43,7 +46,7 @@ static int64_t round_up(int64_t v, int64_t to) { return (v + to - 1) / to * to; 
 void tm_sgemm_pack_layout(int *panel, int *depth) {
     const tm__sgemm_arch *ar = tm__sgemm_active_arch();
     *panel = ar ? ar->nr : REFERENCE_PANEL;
-    *depth = ar ? (int)ar->kc : REFERENCE_DEPTH;
+    *depth = ar ? B_DEPTH : REFERENCE_DEPTH;
 }
 
 void tm_sgemm_pack_a_layout(int *panel, int *depth) {
@@ -187,6 +190,7 @@ typedef struct bpacked_job {
     const tm_sgemm_epilogue *ep;
     int64_t group_tiles, col_block;   /* a task: rows of group_tiles tiles, col_block columns */
     int64_t n_groups, n_col_blocks;
+    int64_t depth;                    /* of B's layout */
 } bpacked_job;
 
 /* One task: rows [i0, i1) by columns [j0, j1), every depth block. Within a block the row
@@ -197,8 +201,8 @@ static void bpacked_task(const bpacked_job *g, int64_t i0, int64_t i1, int64_t j
     const tm__sgemm_arch *ar = g->ar;
     int64_t width = round_up(g->n, ar->nr);
     float a_tile[EDGE_FLOATS] __attribute__((aligned(64)));
-    for (int64_t pc = 0; pc < g->k; pc += ar->kc) {
-        int64_t kcb = min64(ar->kc, g->k - pc);
+    for (int64_t pc = 0; pc < g->k; pc += g->depth) {
+        int64_t kcb = min64(g->depth, g->k - pc);
         const float *block = g->bp + pc * width;
         int last = pc + kcb == g->k;
         float beta = pc == 0 ? 0.0f : 1.0f;
@@ -250,12 +254,12 @@ void tm_sgemm_bpacked(int64_t m, int64_t n, int64_t k, const float *a, int64_t l
                       const tm_sgemm_epilogue *ep, tm_pool *pool) {
     if (m <= 0 || n <= 0) return;
     const tm__sgemm_arch *ar = tm__sgemm_active_arch();
-    if (!ar || ar->nr != panel || ar->kc != depth || ar->mr * ar->kc > EDGE_FLOATS || k <= 0) {
+    if (!ar || ar->nr != panel || depth < 1 || (int64_t)ar->mr * depth > EDGE_FLOATS || k <= 0) {
         tm_sgemm_bpacked_reference(m, n, k, a, lda, bp, panel, depth, c, ldc, ep);
         return;
     }
     bpacked_job g = {ar, m, n, k, a, lda, bp, c, ldc, ep, TASK_TILES,
-                     min64(round_up(n, ar->nr), TASK_COLUMNS), 0, 0};
+                     min64(round_up(n, ar->nr), TASK_COLUMNS), 0, 0, depth};
     int small = m <= TM__SGEMM_ROWS_MAX
                     ? (double)n * (double)k * sizeof(float) < PARALLEL_MIN_STREAM_BYTES
                     : 2.0 * (double)m * (double)n * (double)k < PARALLEL_MIN_FLOPS;
