@@ -168,6 +168,38 @@ static tm_val conv_variable_w(tm_ctx *c, const tm_val *in, tm_val *extra) {
     return conv(c, in[0], in[1], TM_NONE, 1, 1, 1);
 }
 
+static tm_val conv_t(tm_ctx *c, tm_val x, tm_val w, tm_val b, int stride) {
+    tm_args a;
+    memset(&a, 0, sizeof a);
+    a.i[0] = 2;
+    a.i[1] = 1;
+    for (int d = 0; d < 2; d++) {
+        a.i[2 + d] = stride;
+        a.i[8 + d] = 1;
+    }
+    tm_val in[3] = {x, w, b};
+    return tm_prim(c, TM_P_CONV_TRANSPOSE, in, b == TM_NONE ? 2 : 3, &a);
+}
+static const int64_t T2[4] = {12, 10, 2, 2}, T3[4] = {12, 3, 3, 3}, B10[1] = {10};
+static const int64_t CH10[4] = {1, 10, 1, 1};
+/* The FPN head's upsampling: a 2x2 stride-2 transpose, its bias, a lowered BatchNorm,
+ * ReLU; and a 3x3 stride-3 one into a sigmoid with a residual. */
+static tm_val convt_bn_relu(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    (void)extra;
+    tm_val y = conv_t(c, in[0], weights(c, 4, T2, 31), weights(c, 1, B10, 32), 2);
+    y = bin(c, TM_P_MUL, bin(c, TM_P_SUB, y, weights(c, 4, CH10, 33)), weights(c, 4, CH10, 34));
+    return un(c, TM_P_RELU, bin(c, TM_P_ADD, y, weights(c, 4, CH10, 35)));
+}
+static tm_val convt3_sigmoid(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    (void)extra;
+    return bin(c, TM_P_ADD, in[1], un(c, TM_P_SIGMOID, conv_t(c, in[0], weights(c, 4, T3, 36), TM_NONE, 3)));
+}
+/* Stride 1 with a 2x2 kernel: blocks overlap, no shuffle. */
+static tm_val convt_overlap(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    (void)extra;
+    return conv_t(c, in[0], weights(c, 4, T2, 37), TM_NONE, 1);
+}
+
 /* ---- ATTENTION patterns -------------------------------------------------------------- */
 
 static tm_val reshape(tm_ctx *c, tm_val x, int rank, const int64_t *dims) {
@@ -252,6 +284,12 @@ static const pattern patterns[] = {
     {"conv output read twice", 1, {4}, {{1, 12, 9, 9}}, conv_shared, TM_P_TANH, 1},
     {"conv weight not constant", 2, {4, 4}, {{1, 12, 9, 9}, {24, 12, 3, 3}}, conv_variable_w,
      TM_P_CONV, 0},
+    {"conv transpose 2x2 stride 2 + bias + batch norm + relu", 1, {4}, {{2, 12, 9, 35}},
+     convt_bn_relu, TM_P_CONV_PACKED, 1},
+    {"conv transpose 3x3 stride 3 + sigmoid + residual", 2, {4, 4}, {{1, 12, 5, 7}, {1, 3, 15, 21}},
+     convt3_sigmoid, TM_P_CONV_PACKED, 1},
+    {"conv transpose with overlapping blocks", 1, {4}, {{1, 12, 6, 6}}, convt_overlap,
+     TM_P_CONV_TRANSPOSE, 0},
     {"BERT attention (heads split, mask, output transposed)", 4, {3, 3, 3, 4},
      {{AB, AS, AH * AD}, {AB, AS, AH * AD}, {AB, AS, AH * AD}, {AB, 1, 1, AS}}, attn_bert,
      TM_P_RESHAPE, 1},

@@ -20,6 +20,7 @@
 /* CONV_PACKED's slices, each with its own piece of scratch: channels (depthwise) or
  * panels of output positions (the implicit GEMM). */
 #define DEPTHWISE_SLICES 8
+#define DEPTHWISE_PADDED_MAX (64 << 10)   /* floats of a padded plane */
 #define CONV_GEMM_SLICES 16
 #define EPILOGUE_PANELS 8
 /* Below about 20 microseconds of one core's work a conv runs on one thread (waking a
@@ -1065,7 +1066,12 @@ tm_status tm__kernel_pool(const tm_kcall *kc) {
 
 enum { CP_WDIMS = 20, CP_KIND = 28, CP_PANEL = 29, CP_DEPTH = 30, CP_BIAS = 31,
        CP_RESIDUAL = 32, CP_CHAIN = 33 };
-enum { CP_GEMM = 0, CP_DEPTHWISE = 1 };
+/* CP_SHUFFLE: a CONV_TRANSPOSE whose kernel equals its stride (no pads, dilation or
+ * output padding, one group, two spatial dims): each input position feeds its own
+ * kh x kw output block, so it is one GEMM, rows (m, a, b) = M * kh * kw by the input's
+ * positions, whose results are scattered into place (a pixel shuffle). w is that GEMM's
+ * (M * kh * kw, C) matrix, packed; the args are CONV_TRANSPOSE's. */
+enum { CP_GEMM = 0, CP_DEPTHWISE = 1, CP_SHUFFLE = 2 };
 
 /* The geometry from the args (the weight's dims are kept there: w may be packed). */
 static tm_status conv_packed_geom(const tm_args *a, int rank_x, const int64_t *dims_x,
@@ -1075,10 +1081,32 @@ static tm_status conv_packed_geom(const tm_args *a, int rank_x, const int64_t *d
         snprintf(why, cap, "conv_packed: bad spatial rank %lld", (long long)n);
         return TM_ERR_INVALID_ARGUMENT;
     }
-    return conv_geom_read(a, 0, rank_x, dims_x, (int)n + 2, a->i + CP_WDIMS, g, why, cap);
+    int shuffle = a->i[CP_KIND] == CP_SHUFFLE;
+    tm_status s = conv_geom_read(a, shuffle, rank_x, dims_x, (int)n + 2, a->i + CP_WDIMS, g,
+                                 why, cap);
+    if (s == TM_OK && shuffle) {
+        int ok = g->n == 2 && g->group == 1;
+        for (int d = 0; ok && d < g->n; d++)
+            ok = g->stride[d] == g->kernel[d] && !g->pad_begin[d] && !g->pad_end[d] &&
+                 g->dilation[d] == 1 && !g->out_pad[d];
+        if (!ok) {
+            snprintf(why, cap, "conv_packed: the shuffle form needs a 2-D transpose with "
+                     "stride = kernel and nothing else");
+            return TM_ERR_INVALID_ARGUMENT;
+        }
+    }
+    return s;
 }
 
 static size_t conv_gemm_scratch(const conv_geom *g, int64_t depth);
+static int64_t depthwise_work_floats(const conv_geom *g);
+
+/* CP_SHUFFLE's scratch: the row offsets, then a (rows x 64) buffer per slice. */
+static size_t shuffle_scratch(const conv_geom *g) {
+    size_t rows = (size_t)(g->out_channels * g->kernel_size);
+    return (size_t)g->in_channels * sizeof(int64_t) + 128 +
+           (size_t)CONV_GEMM_SLICES * rows * 64 * sizeof(float);
+}
 
 static int conv_packed_depthwise_ok(const conv_geom *g) {
     return g->group == g->in_channels && g->out_channels == g->in_channels;
@@ -1092,7 +1120,7 @@ tm_status tm__shape_conv_packed(tm_ctx *c, int prim, const tm_args *a,
     int kind = (int)a->i[CP_KIND];
     tm_chain ch;
     if (!tm__chain_decode(a->i + CP_CHAIN, TM_ARGS_MAX_I - CP_CHAIN, &ch) ||
-        (kind != CP_GEMM && kind != CP_DEPTHWISE) || a->i[CP_PANEL] < 1 ||
+        (kind != CP_GEMM && kind != CP_DEPTHWISE && kind != CP_SHUFFLE) || a->i[CP_PANEL] < 1 ||
         a->i[CP_PANEL] > 64 || a->i[CP_DEPTH] < 1)
         return tm_ctx_fail(c, TM_ERR_INVALID_ARGUMENT, "conv_packed: bad arguments");
     if (nin != 2 + with_bias + with_residual)
@@ -1109,6 +1137,9 @@ tm_status tm__shape_conv_packed(tm_ctx *c, int prim, const tm_args *a,
     int64_t m_g = g.out_channels / g.group, k_g = g.in_channels / g.group * g.kernel_size;
     int64_t want = kind == CP_GEMM
                        ? g.group * (int64_t)tm_sgemm_packed_floats(m_g, k_g, (int)a->i[CP_PANEL])
+                   : kind == CP_SHUFFLE
+                       ? (int64_t)tm_sgemm_packed_floats(g.out_channels * g.kernel_size,
+                                                         g.in_channels, (int)a->i[CP_PANEL])
                        : g.out_channels * g.kernel_size;
     if (tm_numel(in[1]->rank, in[1]->dims) != want || (kind == CP_DEPTHWISE && !conv_packed_depthwise_ok(&g)))
         return tm_ctx_fail(c, TM_ERR_SHAPE, "conv_packed: the weight does not fit the geometry");
@@ -1128,11 +1159,13 @@ tm_status tm__shape_conv_packed(tm_ctx *c, int prim, const tm_args *a,
     *scratch = 0;
     if (kind == CP_GEMM) {
         *scratch = conv_gemm_scratch(&g, a->i[CP_DEPTH]);
+    } else if (kind == CP_SHUFFLE) {
+        /* The row offsets, then a (rows x panel) buffer per slice (panel <= 64). */
+        *scratch = shuffle_scratch(&g);
     } else {
-        /* A row of accumulators per slice, and room for one input row's stride phases. */
-        int64_t row = g.n == 2 ? g.out[1] : g.out_size;
-        int64_t in_row = g.n == 2 ? g.in[1] : g.in_size;
-        *scratch = (size_t)(DEPTHWISE_SLICES * (row + 2 * in_row + 32)) * sizeof(float);
+        /* Per slice: a padded channel plane, a row of accumulators, an input row's
+         * phases. (Depthwise is two spatial dims only: conv_packed_depthwise_ok.) */
+        *scratch = (size_t)(DEPTHWISE_SLICES * depthwise_work_floats(&g)) * sizeof(float);
     }
     return TM_OK;
 }
@@ -1162,6 +1195,85 @@ static void finish_row(const conv_packed_call *cp, float *acc, float bias, const
 /* Depthwise, two spatial dims: each output row of a channel sums kh input rows, each
  * shifted once per kernel column; stride 2 reads the row's even and odd phases, which are
  * contiguous, so every inner loop runs along memory. */
+/* The padded form of a depthwise kernel's channel (two spatial dims, column stride 1 or
+ * 2, row stride any, pads >= 0; dilation only with column stride 1): the plane copied
+ * once into a zero-padded buffer, for column stride 2 with each row split into its even
+ * and odd columns, so that every kernel tap is one loop over a whole output row with no
+ * bounds to check. Returns 0 when the geometry does not fit (the bounded form runs). */
+static int depthwise_padded_ok(const conv_geom *g) {
+    if (g->n != 2 || g->pad_begin[0] < 0 || g->pad_begin[1] < 0 || g->pad_end[0] < 0 ||
+        g->pad_end[1] < 0)
+        return 0;
+    /* A plane that stays in L2 (the copy then costs little; larger ones are read in
+     * place, where each row's bounds cost little against its length). */
+    if ((g->in[0] + g->pad_begin[0] + g->pad_end[0]) * (g->in[1] + g->pad_begin[1] + g->pad_end[1]) >
+        DEPTHWISE_PADDED_MAX)
+        return 0;
+    return g->stride[1] == 1 || (g->stride[1] == 2 && g->dilation[1] == 1);
+}
+
+/* Floats of one slice's work space for the depthwise kernel. */
+static int64_t depthwise_work_floats(const conv_geom *g) {
+    int64_t hp = g->in[0] + g->pad_begin[0] + g->pad_end[0];
+    int64_t wp = g->in[1] + g->pad_begin[1] + g->pad_end[1];
+    int64_t padded = depthwise_padded_ok(g) ? hp * (wp + 2) : 0;
+    return padded + g->out[1] + 2 * g->in[1] + 64;
+}
+
+static void depthwise_padded(const conv_packed_call *cp, const float *x, const float *w,
+                             float bias, const float *res, float *y, float *work) {
+    const conv_geom *g = cp->g;
+    int64_t ih = g->in[0], iw = g->in[1], oh = g->out[0], ow = g->out[1];
+    int64_t kh = g->kernel[0], kw = g->kernel[1], sy = g->stride[0], sx = g->stride[1];
+    int64_t dy = g->dilation[0], dx = g->dilation[1], py = g->pad_begin[0], px = g->pad_begin[1];
+    int64_t hp = ih + py + g->pad_end[0], wp = iw + px + g->pad_end[1];
+    /* Row layout: stride 1, wp floats; stride 2, the even columns (half) then the odd. */
+    int64_t half = (wp + 1) / 2, row_len = sx == 1 ? wp : 2 * half;
+    float *plane = work, *acc = work + hp * row_len + 32;
+    for (int64_t r = 0; r < hp; r++) {
+        float *dst = plane + r * row_len;
+        int64_t iy = r - py;
+        if (iy < 0 || iy >= ih) {
+            memset(dst, 0, (size_t)row_len * sizeof *dst);
+            continue;
+        }
+        const float *src = x + iy * iw;
+        if (sx == 1) {
+            for (int64_t i = 0; i < px; i++) dst[i] = 0.0f;
+            memcpy(dst + px, src, (size_t)iw * sizeof *dst);
+            for (int64_t i = px + iw; i < wp; i++) dst[i] = 0.0f;
+        } else {
+            /* Padded column c = 2 i + phase is input column c - px. */
+            for (int64_t ph = 0; ph < 2; ph++) {
+                float *d = dst + ph * half;
+                int64_t lo = first_reaching(ph - px, 2, 0), hi = first_reaching(ph - px, 2, iw);
+                lo = min_i64(lo, half);
+                hi = max_i64(lo, min_i64(hi, half));
+                const float *from = src + ph - px;   /* only [lo, hi) is dereferenced */
+                for (int64_t i = 0; i < lo; i++) d[i] = 0.0f;
+                for (int64_t i = lo; i < hi; i++) d[i] = from[2 * i];
+                for (int64_t i = hi; i < half; i++) d[i] = 0.0f;
+            }
+        }
+    }
+    for (int64_t oy = 0; oy < oh; oy++) {
+        for (int64_t ox = 0; ox < ow; ox++) acc[ox] = 0.0f;
+        for (int64_t ky = 0; ky < kh; ky++) {
+            const float *row = plane + (oy * sy + ky * dy) * row_len;
+            for (int64_t kx = 0; kx < kw; kx++) {
+                float wv = w[ky * kw + kx];
+                const float *p = sx == 1 ? row + kx * dx : row + (kx & 1) * half + kx / 2;
+                for (int64_t ox = 0; ox < ow; ox++) acc[ox] += wv * p[ox];
+            }
+        }
+        finish_row(cp, acc, bias, res ? res + oy * ow : NULL, y + oy * ow, ow);
+    }
+}
+
+/* Depthwise, two spatial dims: each output row of a channel sums kh input rows, each
+ * shifted once per kernel column; stride 2 reads the row's even and odd phases, which are
+ * contiguous, so every inner loop runs along memory. (The bounded form, for geometries
+ * the padded one does not take.) */
 static void depthwise_channel(const conv_packed_call *cp, int64_t b, int64_t ch, float *work) {
     const conv_geom *g = cp->g;
     int64_t ih = g->in[0], iw = g->in[1], oh = g->out[0], ow = g->out[1];
@@ -1172,6 +1284,10 @@ static void depthwise_channel(const conv_packed_call *cp, int64_t b, int64_t ch,
     float *y = cp->y + (b * g->out_channels + ch) * g->out_size;
     const float *res = cp->residual ? cp->residual + (b * g->out_channels + ch) * g->out_size : NULL;
     float bias = cp->bias ? cp->bias[ch] : 0.0f;
+    if (depthwise_padded_ok(g)) {
+        depthwise_padded(cp, x, w, bias, res, y, work);
+        return;
+    }
     float *acc = work, *phase = work + ow + 16;
     for (int64_t oy = 0; oy < oh; oy++) {
         memset(acc, 0, (size_t)ow * sizeof *acc);
@@ -1227,14 +1343,45 @@ static void depthwise_slice(void *arg, int ith, int nth) {
     const conv_packed_call *cp = ((depthwise_job *)arg)->cp;
     const conv_geom *g = cp->g;
     int64_t total = g->batch * g->out_channels;
-    int64_t per = g->out[1] + 2 * g->in[1] + 32;
-    float *work = cp->scratch + (size_t)ith * (size_t)per;
+    float *work = cp->scratch + (size_t)ith * (size_t)depthwise_work_floats(g);
     for (int64_t t = total * ith / nth; t < total * (ith + 1) / nth; t++)
         depthwise_channel(cp, t / g->out_channels, t % g->out_channels, work);
 }
 
 /* Plain loops over the packed layout (any kind): the reference kernel. */
+/* Plain loops for CP_SHUFFLE: out[m, y kh + a, x kw + b] = sum_c x[c, y, x] w'[(m, a, b), c]. */
+static void conv_shuffle_reference(const conv_packed_call *cp) {
+    const conv_geom *g = cp->g;
+    int64_t rows = g->out_channels * g->kernel_size, kh = g->kernel[0], kw = g->kernel[1];
+    int64_t w_in = g->in[1], ow = g->out[1];
+    float acc[1];
+    for (int64_t b = 0; b < g->batch; b++)
+        for (int64_t r = 0; r < rows; r++) {
+            int64_t m = r / g->kernel_size, ay = r % g->kernel_size / kw, bx = r % kw;
+            for (int64_t p = 0; p < g->in_size; p++) {
+                double sum = 0.0;
+                for (int64_t c = 0; c < g->in_channels; c++) {
+                    int64_t pc = c / cp->depth * cp->depth;
+                    int64_t kcb = g->in_channels - pc < cp->depth ? g->in_channels - pc : cp->depth;
+                    int64_t height = (rows + cp->panel - 1) / cp->panel * cp->panel;
+                    float wv = cp->w[pc * height + r / cp->panel * kcb * cp->panel +
+                                     (c - pc) * cp->panel + r % cp->panel];
+                    sum += (double)cp->x[(b * g->in_channels + c) * g->in_size + p] * wv;
+                }
+                acc[0] = (float)sum;
+                int64_t at = (b * g->out_channels + m) * g->out_size +
+                             (p / w_in * kh + ay) * ow + p % w_in * kw + bx;
+                finish_row(cp, acc, cp->bias ? cp->bias[m] : 0.0f,
+                           cp->residual ? cp->residual + at : NULL, cp->y + at, 1);
+            }
+        }
+}
+
 static void conv_packed_reference(const conv_packed_call *cp, int kind) {
+    if (kind == CP_SHUFFLE) {
+        conv_shuffle_reference(cp);
+        return;
+    }
     const conv_geom *g = cp->g;
     int64_t m_g = g->out_channels / g->group, c_g = g->in_channels / g->group;
     int64_t k_g = c_g * g->kernel_size;
@@ -1565,6 +1712,84 @@ static void conv_packed_gemm(const conv_packed_call *cp, const tm__sgemm_arch *a
         }
 }
 
+typedef struct shuffle_job {
+    const conv_packed_call *cp;
+    const tm__sgemm_arch *ar;
+    const int64_t *offsets;   /* row c of B (input channel c) at x + offsets[c] */
+    float *buffers;           /* a (rows x nr) buffer per slice */
+    int64_t b, panels;
+} shuffle_job;
+
+/* Panels of nr input positions: every row tile of w' against the panel into a buffer
+ * (rows x nr), biases added, the chain run once over the whole buffer, then each row
+ * (m, a, b) scattered into its output blocks (kw = 2: the two rows of b interleaved). */
+static void shuffle_slice(void *arg, int ith, int nth) {
+    const shuffle_job *job = arg;
+    const conv_packed_call *cp = job->cp;
+    const conv_geom *g = cp->g;
+    const tm__sgemm_arch *ar = job->ar;
+    int64_t rows = g->out_channels * g->kernel_size, kh = g->kernel[0], kw = g->kernel[1];
+    int64_t w_in = g->in[1], ow = g->out[1], depth = g->in_channels, nr = ar->nr;
+    const float *x = cp->x + job->b * g->in_channels * g->in_size;
+    float *buf = job->buffers + (size_t)ith * (size_t)(rows * nr);
+    int64_t target[64];   /* per panel column: its output block's corner */
+    for (int64_t pi = job->panels * ith / nth; pi < job->panels * (ith + 1) / nth; pi++) {
+        int64_t j0 = pi * nr, cols = min_i64(nr, g->in_size - j0);
+        int one_row = j0 / w_in == (j0 + cols - 1) / w_in;
+        for (int64_t t = 0; t < cols; t++)
+            target[t] = (j0 + t) / w_in * kh * ow + (j0 + t) % w_in * kw;
+        for (int64_t i = 0; i < rows; i += ar->mr)
+            ar->tile_indirect(depth, cp->w + i * depth, x + j0, job->offsets, buf + i * nr, nr,
+                              (int)min_i64(ar->mr, rows - i), (int)cols, 0.0f);
+        for (int64_t r = 0; r < rows; r++) {
+            float bias = cp->bias ? cp->bias[r / g->kernel_size] : 0.0f;
+            for (int64_t t = 0; t < cols; t++) buf[r * nr + t] += bias;
+        }
+        /* Past cols (a short last panel) the buffer holds stale values the scatter never
+         * reads: the chain may run over them. */
+        if (cp->chain->n) tm__chain_apply(cp->chain, buf, buf, rows * nr);
+        for (int64_t r = 0; r < rows; r++) {
+            int64_t m = r / g->kernel_size, ay = r % g->kernel_size / kw, bx = r % kw;
+            int64_t plane = (job->b * g->out_channels + m) * g->out_size + ay * ow + bx;
+            float *y = cp->y + plane;
+            const float *res = cp->residual ? cp->residual + plane : NULL;
+            const float *v = buf + r * nr;
+            if (kw == 2 && bx == 0 && one_row && !res) {
+                /* Rows (m, a, 0) and (m, a, 1) side by side: one contiguous run. */
+                const float *v1 = v + nr;
+                float *out = y + target[0];
+                for (int64_t t = 0; t < cols; t++) {
+                    out[2 * t] = v[t];
+                    out[2 * t + 1] = v1[t];
+                }
+                r++;
+                continue;
+            }
+            if (res)
+                for (int64_t t = 0; t < cols; t++) y[target[t]] = v[t] + res[target[t]];
+            else
+                for (int64_t t = 0; t < cols; t++) y[target[t]] = v[t];
+        }
+    }
+}
+
+static void conv_packed_shuffle(const conv_packed_call *cp, const tm__sgemm_arch *ar) {
+    const conv_geom *g = cp->g;
+    int64_t *offsets = (int64_t *)(((uintptr_t)cp->scratch + 63) & ~(uintptr_t)63);
+    for (int64_t c = 0; c < g->in_channels; c++) offsets[c] = c * g->in_size;
+    float *buffers = (float *)(((uintptr_t)(offsets + g->in_channels) + 63) & ~(uintptr_t)63);
+    shuffle_job job = {cp, ar, offsets, buffers, 0, (g->in_size + ar->nr - 1) / ar->nr};
+    int64_t rows = g->out_channels * g->kernel_size;
+    int slices = (int)min_i64(job.panels, CONV_GEMM_SLICES);
+    if (tm_pool_threads(cp->pool) == 1 ||
+        2.0 * (double)rows * (double)g->in_size * (double)g->in_channels < CONV_PARALLEL_MIN_FLOPS)
+        slices = 1;
+    for (job.b = 0; job.b < g->batch; job.b++) {
+        if (slices <= 1) shuffle_slice(&job, 0, 1);
+        else tm_pool_run_n(cp->pool, slices, shuffle_slice, &job);
+    }
+}
+
 tm_status tm__kernel_conv_packed(const tm_kcall *kc) {
     const tm_args *a = kc->a;
     int with_bias = a->i[CP_BIAS] != 0, with_residual = a->i[CP_RESIDUAL] != 0;
@@ -1590,8 +1815,7 @@ tm_status tm__kernel_conv_packed(const tm_kcall *kc) {
             conv_packed_reference(&cp, kind);
             return TM_OK;
         }
-        int64_t per = g.out[1] + 2 * g.in[1] + 32;
-        if (kc->scratch_bytes < (size_t)(DEPTHWISE_SLICES * per) * sizeof(float))
+        if (kc->scratch_bytes < (size_t)(DEPTHWISE_SLICES * depthwise_work_floats(&g)) * sizeof(float))
             return tm__fail(kc->err, TM_ERR_RUNTIME, "internal: conv_packed scratch too small");
         depthwise_job job = {&cp};
         int64_t planes = g.batch * g.out_channels;
@@ -1607,6 +1831,14 @@ tm_status tm__kernel_conv_packed(const tm_kcall *kc) {
     int64_t k_g = g.in_channels / g.group * g.kernel_size;
     if (!ar || ar->mr != cp.panel) {   /* packed for another micro-kernel */
         conv_packed_reference(&cp, kind);
+        return TM_OK;
+    }
+    if (kind == CP_SHUFFLE) {
+        if (cp.depth != g.in_channels || ar->nr > 64 || kc->scratch_bytes < shuffle_scratch(&g)) {
+            conv_packed_reference(&cp, kind);
+            return TM_OK;
+        }
+        conv_packed_shuffle(&cp, ar);
         return TM_OK;
     }
     (void)k_g;

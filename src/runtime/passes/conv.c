@@ -1,4 +1,5 @@
-/* Fuses a float32 CONV with constant weights, and what follows it, into CONV_PACKED:
+/* Fuses a float32 CONV with constant weights (or a CONV_TRANSPOSE whose kernel is its
+ * stride, a GEMM and a pixel shuffle), and what follows it, into CONV_PACKED:
  *   y = CONV(x, W[, b]); per-channel ADD/SUB/MUL/DIV by constants (a BatchNormalization
  *   after the conv, lowered) folded into W and b; then the elementwise run (chain steps,
  *   a residual ADD) in the epilogue.
@@ -14,7 +15,19 @@
 /* Argument layout of CONV_PACKED (linalg.def). */
 enum { CP_WDIMS = 20, CP_KIND = 28, CP_PANEL = 29, CP_DEPTH = 30, CP_BIAS = 31,
        CP_RESIDUAL = 32, CP_CHAIN = 33 };
-enum { CP_GEMM = 0, CP_DEPTHWISE = 1 };
+enum { CP_GEMM = 0, CP_DEPTHWISE = 1, CP_SHUFFLE = 2 };
+
+/* A CONV_TRANSPOSE that is a GEMM and a scatter (CONV_PACKED's shuffle form): 2-D, one
+ * group, kernel = stride, no pads, dilation or output padding. */
+static int shuffle_ok(const tm_rnode *t, const tm_vinfo *w) {
+    const tm_args *a = &t->args;
+    if (a->i[0] != 2 || a->i[1] != 1 || w->rank != 4 || w->dims[0] > 1152) return 0;
+    for (int d = 0; d < 2; d++)
+        if (a->i[2 + d] != w->dims[2 + d] || a->i[4 + d] || a->i[6 + d] || a->i[8 + d] != 1 ||
+            a->i[10 + d])
+            return 0;
+    return 1;
+}
 
 static int32_t only_reader(const tm_pass_scan *s, tm_val v, int32_t from) {
     if (v < 0 || v >= s->n_uses || s->uses[v] != 1 || tm__pass_is_root(s->roots, v)) return -1;
@@ -51,14 +64,29 @@ static tm_status fuse_at(tm_pass_scan *s, int32_t at) {
     if (b != TM_NONE && (!c->vals[b].data || c->vals[b].dtype != TM_FLOAT)) return TM_OK;
     int n = (int)conv->args.i[0];
     if (n < 1 || n > 6 || wi->rank != n + 2) return TM_OK;
-    int64_t group = conv->args.i[1], m = wi->dims[0];
+    int transpose = conv->prim == TM_P_CONV_TRANSPOSE;
+    if (transpose && !shuffle_ok(conv, wi)) return TM_OK;
+    int64_t group = conv->args.i[1], m = transpose ? wi->dims[1] : wi->dims[0];
     int64_t ksize = 1;
     for (int d = 0; d < n; d++) ksize *= wi->dims[2 + d];
-    int64_t c_g = wi->dims[1], m_g = group > 0 ? m / group : 0, k_g = c_g * ksize;
+    int64_t c_g = transpose ? wi->dims[0] : wi->dims[1], m_g = group > 0 ? m / group : 0;
+    int64_t k_g = c_g * ksize;
     if (group < 1 || m_g < 1 || m % group) return TM_OK;
-    int kind = n == 2 && group == xi->dims[1] && m == group && c_g == 1 ? CP_DEPTHWISE : CP_GEMM;
-    /* Copies of W and b to fold per-channel affine steps into. */
-    tm_val w2 = new_const(c, wi->rank, wi->dims, wi->data->data);
+    int kind = transpose ? CP_SHUFFLE
+               : n == 2 && group == xi->dims[1] && m == group && c_g == 1 ? CP_DEPTHWISE
+                                                                          : CP_GEMM;
+    /* Copies of W and b to fold per-channel affine steps into: as the GEMM's rows, `rows`
+     * per output channel of `row_len` floats (a transpose's (m, kh, kw) rows over C). */
+    int64_t rows = transpose ? ksize : 1, row_len = transpose ? c_g : k_g;
+    tm_val w2 = new_const(c, wi->rank, wi->dims, transpose ? NULL : wi->data->data);
+    if (transpose && w2 != TM_NONE) {
+        const float *src = wi->data->data;
+        float *dst = c->vals[w2].data->data;
+        for (int64_t ch = 0; ch < m; ch++)
+            for (int64_t kk = 0; kk < ksize; kk++)
+                for (int64_t ci = 0; ci < c_g; ci++)
+                    dst[(ch * ksize + kk) * c_g + ci] = src[(ci * m + ch) * ksize + kk];
+    }
     int64_t bdim = m;
     tm_val b2 = new_const(c, 1, &bdim, b != TM_NONE ? c->vals[b].data->data : NULL);
     if (w2 == TM_NONE || b2 == TM_NONE) return tm_ctx_ok(c) ? TM_ERR_NO_MEMORY : c->status;
@@ -84,7 +112,8 @@ static tm_status fuse_at(tm_pass_scan *s, int32_t at) {
             int div = rn->prim == TM_P_DIV;
             for (int64_t i = 0; i < m; i++) {
                 float f = k[i];
-                for (int64_t j = 0; j < k_g; j++) wf[i * k_g + j] = div ? wf[i * k_g + j] / f : wf[i * k_g + j] * f;
+                float *wr = wf + i * rows * row_len;
+                for (int64_t j = 0; j < rows * row_len; j++) wr[j] = div ? wr[j] / f : wr[j] * f;
                 bf[i] = div ? bf[i] / f : bf[i] * f;
             }
         } else {
@@ -98,6 +127,16 @@ static tm_status fuse_at(tm_pass_scan *s, int32_t at) {
     tm__pass_match_epilogue(s, last, cur, 1, &ep);
     int panel = 1, depth = 1;
     tm_val packed = w2;
+    if (kind == CP_SHUFFLE) {
+        tm_sgemm_pack_a_layout(&panel, &depth);
+        depth = (int)c_g;   /* one block: the kernel multiplies a row tile in one go */
+        int64_t count = (int64_t)tm_sgemm_packed_floats(m * ksize, c_g, panel);
+        tm_tensor *t = tm__pass_packed_tensor(c, count);
+        if (!t) return TM_ERR_NO_MEMORY;
+        tm_sgemm_pack_a(0, m * ksize, c_g, wf, c_g, panel, depth, t->data);
+        packed = tm_val_tensor(c, t, 0);
+        if (packed == TM_NONE) return c->status;
+    }
     if (kind == CP_GEMM) {
         tm_sgemm_pack_a_layout(&panel, &depth);
         /* One depth block up to this much: each packed image panel then meets the weights
@@ -146,7 +185,8 @@ tm_status tm__pass_conv(tm_ctx *c, const tm_pass_roots *roots) {
     tm_status st = TM_OK;
     int32_t n_nodes = c->n_nodes;
     for (int32_t i = 0; i < n_nodes && st == TM_OK; i++)
-        if (live[i] && c->nodes[i].prim == TM_P_CONV) st = fuse_at(&s, i);
+        if (live[i] && (c->nodes[i].prim == TM_P_CONV || c->nodes[i].prim == TM_P_CONV_TRANSPOSE))
+            st = fuse_at(&s, i);
     free(uses);
     free(live);
     return st;
