@@ -494,6 +494,27 @@ def write_results(args, probe, rows, skipped, bandwidth, gemms, worst):
             for g in gemms:
                 f.write(f"| {g['shape']} | {g['mflop']:.0f} | {g['count']} | {g['gflops']:.1f} | "
                         f"{100 * g['gflops'] / probe['fma_peak_gflops']:.0f}% |\n")
+        f.write("\n## The issue's bars\n\n")
+        done = [(n, t, r) for n, t, r in rows if r]
+        over = [f"{n} t{t} ({r['ratio']:.2f})" for n, t, r in done if r["ratio"] > 1.0]
+        f.write(f"- At least as fast as ONNX Runtime (ratio <= 1.0): {len(done) - len(over)} of "
+                f"{len(done)} measured runs" + (f"; above: {', '.join(over)}" if over else "") + ".\n")
+        for n, t, r in done:
+            if n.startswith("minilm-fp32"):
+                ours = r["load_ms"] + r["plan_ms"]
+                f.write(f"- {n} t{t}: load + plan {ours:.0f} ms against ONNX Runtime's session "
+                        f"creation {r['ort_session_ms']:.0f} ms ({'within' if ours <= r['ort_session_ms'] else 'OVER'}).\n")
+        if gemms and probe:
+            low = min(gemms, key=lambda g: g["gflops"])
+            f.write(f"- Large f32 GEMMs in MiniLM 8x128: the slowest, {low['shape']}, at "
+                    f"{100 * low['gflops'] / probe['fma_peak_gflops']:.0f}% of the FMA peak (bar: 80%).\n")
+        for label, mb, ms, t in bandwidth:
+            if "-q4-" in label:
+                gbs = mb * 1048576 / (ms * 1e-3) * 1e-9
+                f.write(f"- {label}: weights read at {100 * gbs / probe[f'read_gbs_{t}t']:.0f}% of the "
+                        f"measured bandwidth (bar: 60%).\n")
+        bad = [f"{n} t{t}" for n, t, r in done if not r["ok"]]
+        f.write(f"- Outputs match ONNX Runtime: {'all' if not bad else 'NOT ' + ', '.join(bad)}.\n")
         f.write(f"\nworst ratio {worst[0]:.2f} ({worst[1]})\n")
 
 
