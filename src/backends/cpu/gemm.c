@@ -208,9 +208,13 @@ static void compute_rows(const gemm_job *g, int64_t i0, int64_t mc, int64_t pc, 
     for (int64_t j = j0; j < j1; j += ar->nr, panel += stride) {
         int nr = (int)min64(ar->nr, j1 - j);
         float *c = g->c + i0 * g->ldc + j;
-        for (int64_t i = 0; i < full; i += ar->mr)
-            ar->tile(kc, a + i * a_row, a_row, a_step, panel, c + i * g->ldc, g->ldc, ar->mr,
-                     nr, g->alpha, beta);
+        for (int64_t i = 0; i < full; i += ar->mr) {
+            if (a_step == 1 && g->alpha == 1.0f)   /* A's rows in place, alpha 1 */
+                ar->tile_rows(kc, a + i * a_row, a_row, panel, c + i * g->ldc, g->ldc, nr, beta);
+            else
+                ar->tile(kc, a + i * a_row, a_row, a_step, panel, c + i * g->ldc, g->ldc,
+                         ar->mr, nr, g->alpha, beta);
+        }
         if (edge_rows)
             ar->tile(kc, edge, 1, ar->mr, panel, c + full * g->ldc, g->ldc, edge_rows, nr,
                      g->alpha, beta);

@@ -131,6 +131,12 @@ typedef void (*tm__sgemm_indirect_fn)(int64_t k, const float *a_packed, const fl
 typedef void (*tm__sgemm_packed_fn)(int64_t k, const float *a_packed, const float *b_packed,
                                     float *c, int64_t ldc, int mr, int nr, float beta);
 
+/* A full register tile, c (MR, nr) = a (MR rows of stride lda) . b_packed + beta * c
+ * (beta == 0: c not read), A read where it lies. */
+typedef void (*tm__sgemm_rows_tile_fn)(int64_t k, const float *a, int64_t lda,
+                                       const float *b_packed, float *c, int64_t ldc, int nr,
+                                       float beta);
+
 typedef struct tm__sgemm_arch {
     const char *name;
     int mr, nr;                 /* register tile */
@@ -140,6 +146,7 @@ typedef struct tm__sgemm_arch {
     tm__sgemm_rows_fn rows;
     tm__sgemm_indirect_fn tile_indirect;
     tm__sgemm_packed_fn tile_packed;
+    tm__sgemm_rows_tile_fn tile_rows;
 } tm__sgemm_arch;
 
 /* The arch tm_sgemm uses (NULL: the reference, TM_REFERENCE_KERNELS=1). */

@@ -123,6 +123,12 @@ static void tile_packed(int64_t k, const float *a, const float *b, float *c, int
     tile_6x16(k, a, 1, MR, b, c, ldc, mr, nr, 1.0f, beta);
 }
 
+/* A's rows where they lie: the strided tile, full tiles. */
+static void tile_rows(int64_t k, const float *a, int64_t lda, const float *b, float *c,
+                      int64_t ldc, int nr, float beta) {
+    tile_6x16(k, a, lda, 1, b, c, ldc, MR, nr, 1.0f, beta);
+}
+
 static float hsum(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -210,7 +216,7 @@ static void small(int trans_a, int trans_b, int64_t m, int64_t n0, int64_t n1, i
 }
 
 static const tm__sgemm_arch avx2 = {"avx2", MR, NR, 256, 96, 4080, tile_6x16, small, rows,
-                                   tile_indirect, tile_packed};
+                                   tile_indirect, tile_packed, tile_rows};
 
 const tm__sgemm_arch *tm__sgemm_arch_avx2(void) {
     __builtin_cpu_init();

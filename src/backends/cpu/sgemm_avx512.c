@@ -66,6 +66,38 @@ TILE_PACKED(12)
 TILE_PACKED(8)
 TILE_PACKED(4)
 
+/* The 12x32 tile over A's rows where they lie (row stride lda, k contiguous), with the
+ * rows reached from four base pointers and two strides, so that the loop fits the
+ * general registers (twelve row pointers would spill). Full tiles only. */
+static void tile_rows12(int64_t k, const float *a, int64_t lda, const float *b, float *c,
+                        int64_t ldc, int nr, float beta) {
+    __m512 acc[MR][2];
+#pragma GCC unroll 12
+    for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+    const float *a0 = a, *a1 = a + 3 * lda, *a2 = a + 6 * lda, *a3 = a + 9 * lda;
+    int64_t l1 = lda, l2 = 2 * lda;
+#pragma GCC unroll 2
+    for (int64_t p = 0; p < k; p++) {
+        __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
+        const float *row[4] = {a0 + p, a1 + p, a2 + p, a3 + p};
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; q++) {
+            __m512 x0 = _mm512_set1_ps(row[q][0]), x1 = _mm512_set1_ps(row[q][l1]);
+            __m512 x2 = _mm512_set1_ps(row[q][l2]);
+            acc[3 * q][0] = _mm512_fmadd_ps(x0, b0, acc[3 * q][0]);
+            acc[3 * q][1] = _mm512_fmadd_ps(x0, b1, acc[3 * q][1]);
+            acc[3 * q + 1][0] = _mm512_fmadd_ps(x1, b0, acc[3 * q + 1][0]);
+            acc[3 * q + 1][1] = _mm512_fmadd_ps(x1, b1, acc[3 * q + 1][1]);
+            acc[3 * q + 2][0] = _mm512_fmadd_ps(x2, b0, acc[3 * q + 2][0]);
+            acc[3 * q + 2][1] = _mm512_fmadd_ps(x2, b1, acc[3 * q + 2][1]);
+        }
+        b += NR;
+    }
+    __m512 one = _mm512_set1_ps(1.0f);
+#pragma GCC unroll 12
+    for (int i = 0; i < MR; i++) store_row(c + i * ldc, acc[i][0], acc[i][1], nr, one, beta);
+}
+
 static void tile_packed(int64_t k, const float *a, const float *b, float *c, int64_t ldc,
                         int mr, int nr, float beta) {
     if (mr > 8) tile_packed_12(k, a, b, c, ldc, mr, nr, beta);
@@ -247,7 +279,7 @@ static void small(int trans_a, int trans_b, int64_t m, int64_t n0, int64_t n1, i
 }
 
 static const tm__sgemm_arch avx512 = {"avx512", MR, NR, 256, 96, 4096, tile_12x32, small, rows,
-                                     tile_indirect, tile_packed};
+                                     tile_indirect, tile_packed, tile_rows12};
 
 const tm__sgemm_arch *tm__sgemm_arch_avx512(void) {
     __builtin_cpu_init();

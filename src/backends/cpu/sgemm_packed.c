@@ -218,9 +218,15 @@ static void bpacked_task(const bpacked_job *g, int64_t i0, int64_t i1, int64_t j
         for (int64_t i = i0; i < i1; i += ar->mr) {
             int mr = (int)min64(ar->mr, i1 - i);
             const float *a = g->a + i * g->lda + pc;
-            /* The row tile of A packed once for all the task's panels (MR floats a step,
-             * zero rows below a short tile): the kernel then broadcasts from constant
-             * offsets, and reads nothing outside A. Row by row, so reads run along A. */
+            if (mr == ar->mr) {   /* a full tile reads A where it lies */
+                for (int64_t j = j0; j < j1; j += ar->nr)
+                    ar->tile_rows(kcb, a, g->lda, block + j / ar->nr * kcb * ar->nr,
+                                  g->c + i * g->ldc + j, g->ldc, (int)min64(ar->nr, j1 - j), beta);
+                if (last) epilogue(g->ep, g->c, g->ldc, i, i + mr, j0, j1);
+                continue;
+            }
+            /* A short tile: its rows packed once for all the task's panels (MR floats a
+             * step, zero rows below), for the kernel of its height. */
             for (int r = 0; r < ar->mr; r++) {
                 if (r < mr)
                     for (int64_t p = 0; p < kcb; p++) a_tile[p * ar->mr + r] = a[r * g->lda + p];
