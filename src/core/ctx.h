@@ -53,6 +53,7 @@ typedef struct tm_vinfo {
     uint8_t owned;        /* the context frees data */
     uint8_t released;
     uint16_t pinned;      /* count of graph names bound to it: not freed while > 0 */
+    const void *origin;   /* borrowed data (an initializer), or what a copy was made of */
 } tm_vinfo;
 
 /* One kernel call. Kernels allocate nothing: temporary memory is `scratch`, sized by the
@@ -120,6 +121,7 @@ struct tm_ctx {
     void *scratch;        /* eager kernels' scratch, grown as needed */
     size_t scratch_cap;
     uint64_t rng_state;   /* seeded random primitives */
+    struct tm_pack_cache *pack_cache; /* trace: the model's packed weights, shared by its plans */
 };
 
 void tm_ctx_init(tm_ctx *c, tm_mode mode, const tm_allocator *a);

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "runtime.h"
+#include "pack_cache.h"
 #include "../onnx/check.h"
 #include "../hub/hub.h"
 
@@ -134,6 +135,8 @@ static tm_status finish_load(tm_onnx_model *om, const char *src, const tm_load_o
     /* Started once per model, shared by its sessions; without it kernels run on the
      * caller's thread, so a failure here only costs speed. */
     m->pool = tm_pool_create(m->opts.threads);
+    /* Without it every plan packs its own weights: slower and bigger, not wrong. */
+    m->packed = tm__pack_cache_create();
     const tm_graph *g = om->graph;
     m->in_graph_index = calloc((size_t)g->n_inputs + 1, sizeof *m->in_graph_index);
     m->in_desc = calloc((size_t)g->n_inputs + 1, sizeof *m->in_desc);
@@ -190,6 +193,7 @@ void tm__plan_cache_clear(tm_model *m);
 void tm_model_free(tm_model *m) {
     if (!m) return;
     tm__plan_cache_clear(m);
+    tm__pack_cache_free(m->packed);   /* after the plans, which borrow its tensors */
     pthread_mutex_destroy(&m->cache_lock);
     tm_pool_free(m->pool);
     free_descs(m->in_desc, m->n_in);

@@ -474,6 +474,7 @@ static tm_status create(tm_model *m, int n, const char *const *names, const tm_x
     tm_ctx c;
     tm_ctx_init(&c, TM_MODE_TRACE, m->opts.allocator);
     c.compute_type = m->opts.compute_type;
+    c.pack_cache = m->packed;   /* weights packed by the passes, shared by the model's plans */
     tm_live live = {0};
     tm_status st = TM_OK;
     if (!p->input_pv || !p->input_dtype || !p->input_rank || !p->input_dims ||
@@ -993,6 +994,7 @@ static tm_status create_tail(tm_plan *parent, const tm_session *ps, tm_plan **ou
     tm_ctx c;
     tm_ctx_init(&c, TM_MODE_TRACE, m->opts.allocator);
     c.compute_type = m->opts.compute_type;
+    c.pack_cache = m->packed;   /* weights packed by the passes, shared by the model's plans */
     tm_status st = TM_OK;
     if (!p->input_pv || !p->input_dtype || !p->input_rank || !p->input_dims ||
         !p->input_static || !p->output_pv || !outs || !in.names || !in.vals) {

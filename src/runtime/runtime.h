@@ -39,6 +39,7 @@ struct tm_model {
     tm_pool *pool;                 /* opts.threads threads for kernels; NULL: one thread */
     tm_plan_cache_entry *cache;    /* most recently used first */
     size_t n_cache;
+    struct tm_pack_cache *packed;  /* weights packed by plan-time passes (pack_cache.h) */
 };
 
 /* Matches named inputs to graph inputs: fills ovals (one per graph input) in ctx, after

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "../passes.h"
+#include "../pack_cache.h"
 #include "../../core/prims/fused.h"
 #include "../../backends/cpu/gemm.h"
 
@@ -34,16 +35,31 @@ static int is_row_vector(const tm_ctx *c, tm_val v, int rank, int64_t n) {
     return vi->dims[rank - 1] == n;
 }
 
-/* The packed copy of weight w (K, N) as a new constant, made once per weight. */
+/* The packed copy of weight w (K, N) as a constant, made once per weight: once per plan,
+ * and once per model for an initializer (the model's cache, shared by its plans). */
 static tm_val packed_weight_of(matcher *m, tm_val w, int64_t k, int64_t n, int panel,
                                int depth) {
+    tm_ctx *c = m->scan.c;
     for (int i = 0; i < m->n_packed; i++)
         if (m->packed[i].source == w) return m->packed[i].packed;
-    int64_t count = (int64_t)tm_sgemm_packed_floats(n, k, panel);
-    tm_tensor *t = tm__pass_packed_tensor(m->scan.c, count);
-    if (!t) return TM_NONE;
-    tm_sgemm_pack_b(0, n, k, m->scan.c->vals[w].data->data, n, panel, depth, t->data);
-    tm_val v = tm_val_tensor(m->scan.c, t, 0);
+    const tm_vinfo *wi = &c->vals[w];
+    tm_pack_key key = {wi->origin, wi->data->nbytes, {n, k, panel, depth}, 1};
+    const tm_tensor *shared = c->pack_cache ? tm__pack_cache_find(c->pack_cache, &key) : NULL;
+    tm_val v;
+    if (shared) {
+        v = tm_val_tensor(c, (tm_tensor *)shared, 1);
+    } else {
+        int64_t count = (int64_t)tm_sgemm_packed_floats(n, k, panel);
+        tm_tensor *t = tm__pass_packed_tensor(c, count);
+        if (!t) return TM_NONE;
+        tm_sgemm_pack_b(0, n, k, wi->data->data, n, panel, depth, t->data);
+        if (c->pack_cache && key.origin) {
+            shared = tm__pack_cache_put(c->pack_cache, &key, t);
+            v = shared ? tm_val_tensor(c, (tm_tensor *)shared, 1) : TM_NONE;
+        } else {
+            v = tm_val_tensor(c, t, 0);
+        }
+    }
     if (v == TM_NONE) return TM_NONE;
     packed_weight *grown = realloc(m->packed, (size_t)(m->n_packed + 1) * sizeof *grown);
     if (!grown) return v;
