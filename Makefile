@@ -121,8 +121,10 @@ clean:
 
 # ---- Thread safety: the threads test under ThreadSanitizer, in its own build folder ----
 check-tsan:
-	$(MAKE) BUILD=build-tsan OPT=-O1 SAN=-fsanitize=thread build-tsan/tests/test_threads
+	$(MAKE) BUILD=build-tsan OPT=-O1 SAN=-fsanitize=thread build-tsan/tests/test_threads \
+	    build-tsan/tests/test_pool
 	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" build-tsan/tests/test_threads
+	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" build-tsan/tests/test_pool
 
 # ---- Fuzzing: libFuzzer targets of fuzz/ (clang, ASan + UBSan), in build-fuzz/ --------
 # `make fuzz` builds every fuzz/fuzz_*.c and runs each for FUZZ_TIME seconds, one at a
