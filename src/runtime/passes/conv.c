@@ -59,7 +59,11 @@ static tm_status fuse_at(tm_pass_scan *s, int32_t at) {
     const tm_rnode *conv = &c->nodes[at];
     if (conv->nin < 2 || conv->nin > 3) return TM_OK;
     tm_val x = conv->in[0], w = conv->in[1], b = conv->nin > 2 ? conv->in[2] : TM_NONE;
-    const tm_vinfo *xi = &c->vals[x], *wi = &c->vals[w], *yi = &c->vals[conv->out[0]];
+    /* Copies, not pointers into c->vals: making constants below may move that table. */
+    const tm_vinfo xv = c->vals[x], wv = c->vals[w], yv = c->vals[conv->out[0]];
+    const tm_vinfo *xi = &xv, *wi = &wv, *yi = &yv;
+    const tm_rnode conv_node = *conv;
+    conv = &conv_node;
     if (xi->dtype != TM_FLOAT || xi->data || !wi->data || wi->dtype != TM_FLOAT) return TM_OK;
     if (b != TM_NONE && (!c->vals[b].data || c->vals[b].dtype != TM_FLOAT)) return TM_OK;
     int n = (int)conv->args.i[0];
