@@ -1663,6 +1663,22 @@ static void conv_pad_planes(const conv_geom *g, const float *x, int64_t channels
     }
 }
 
+typedef struct pad_job {
+    const conv_geom *g;
+    const float *x;
+    int64_t channels;
+    float *dst;
+} pad_job;
+
+static void pad_slice(void *arg, int ith, int nth) {
+    const pad_job *j = arg;
+    int64_t hp, wp;
+    conv_padded_grid(j->g, &hp, &wp);
+    int64_t c0 = j->channels * ith / nth, c1 = j->channels * (ith + 1) / nth;
+    if (c1 > c0)
+        conv_pad_planes(j->g, j->x + c0 * j->g->in_size, c1 - c0, j->dst + c0 * hp * wp);
+}
+
 static void conv_packed_gemm(const conv_packed_call *cp, const tm__sgemm_arch *ar) {
     const conv_geom *g = cp->g;
     conv_gemm_job job;
@@ -1703,8 +1719,10 @@ static void conv_packed_gemm(const conv_packed_call *cp, const tm__sgemm_arch *a
     for (job.b = 0; job.b < g->batch; job.b++)
         for (job.grp = 0; job.grp < g->group; job.grp++) {
             if (job.path == CONV_PATH_PADDED) {
-                conv_pad_planes(g, cp->x + (job.b * g->in_channels + job.grp * job.c_g) * g->in_size,
-                                job.c_g, rest);
+                pad_job pj = {g, cp->x + (job.b * g->in_channels + job.grp * job.c_g) * g->in_size,
+                              job.c_g, rest};
+                if (slices <= 1 || job.c_g < 2) pad_slice(&pj, 0, 1);
+                else tm_pool_run_n(cp->pool, (int)min_i64(job.c_g, DEPTHWISE_SLICES), pad_slice, &pj);
                 job.padded = rest;
             }
             if (slices <= 1) conv_gemm_slice(&job, 0, 1);
