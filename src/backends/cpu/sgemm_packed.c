@@ -20,8 +20,9 @@
 /* Depth blocks of packed B: a whole K of up to this many in one block, so that each C
  * tile is written once (its panels stream from L2 either way). */
 #define B_DEPTH 512
-/* Columns of a task: B's block (depth x this) stays in L2 while row tiles sweep it. */
-#define TASK_COLUMNS 512
+/* Columns of a task: B's block (depth x this, 512 KB at most) stays in L2 while row tiles
+ * sweep it; a wider one would be read again from memory by every row tile. */
+#define TASK_COLUMNS 256
 /* Rows of a task at most, in register tiles (22 x 12 = 264 rows): A's block (rows x
  * depth, about 270 KB) stays in L2 while B's block streams once from memory for all of
  * them; fewer rows per task only when the threads need more tasks. */
@@ -197,6 +198,18 @@ typedef struct bpacked_job {
  * tiles sweep the task's panels, so A's tile stays in L1 and B's block in L2; the
  * epilogue follows each row tile's last block. The depth blocks are the same for any
  * split, so results do not depend on the number of threads. */
+/* A short row tile of A (rows of stride lda, kcb steps) packed MR floats a step, zero rows
+ * below, for the tile kernels of its height; row by row, so reads run along A. */
+static void pack_a_tile(const float *a, int64_t lda, int rows, int64_t kcb, int mr_max,
+                        float *dst) {
+    for (int r = 0; r < mr_max; r++) {
+        if (r < rows)
+            for (int64_t p = 0; p < kcb; p++) dst[p * mr_max + r] = a[r * lda + p];
+        else
+            for (int64_t p = 0; p < kcb; p++) dst[p * mr_max + r] = 0.0f;
+    }
+}
+
 static void bpacked_task(const bpacked_job *g, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
     const tm__sgemm_arch *ar = g->ar;
     int64_t width = round_up(g->n, ar->nr);
@@ -225,14 +238,8 @@ static void bpacked_task(const bpacked_job *g, int64_t i0, int64_t i1, int64_t j
                 if (last) epilogue(g->ep, g->c, g->ldc, i, i + mr, j0, j1);
                 continue;
             }
-            /* A short tile: its rows packed once for all the task's panels (MR floats a
-             * step, zero rows below), for the kernel of its height. */
-            for (int r = 0; r < ar->mr; r++) {
-                if (r < mr)
-                    for (int64_t p = 0; p < kcb; p++) a_tile[p * ar->mr + r] = a[r * g->lda + p];
-                else
-                    for (int64_t p = 0; p < kcb; p++) a_tile[p * ar->mr + r] = 0.0f;
-            }
+            /* A short tile: its rows packed once for all the task's panels. */
+            pack_a_tile(a, g->lda, mr, kcb, ar->mr, a_tile);
             for (int64_t j = j0; j < j1; j += ar->nr)
                 ar->tile_packed(kcb, a_tile, block + j / ar->nr * kcb * ar->nr,
                                 g->c + i * g->ldc + j, g->ldc, mr, (int)min64(ar->nr, j1 - j),
