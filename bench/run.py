@@ -44,6 +44,7 @@ Q4_DEQUANTIZED = None   # e.g. dict(args=["--some-option"], env={"TM_SOMETHING":
 # short rounds, many of them, so that both runtimes see the same moments of a shared
 # machine's load.
 ROUND_SECONDS = 0.5
+SWITCH_PAUSE = 0.1
 
 
 def sh(cmd, **kw):
@@ -280,6 +281,9 @@ def run_case(case, inputs, threads, args):
         ours_t, ort_t, ours_rss, ort_rss = [], [], 0.0, 0.0
         for r in range(args.rounds):
             for who in ((ours, ort) if r % 2 == 0 else (ort, ours)):
+                # A pause between the two: ONNX Runtime's workers spin on for a while after
+                # a run (its default), and would otherwise take a core from the next round.
+                time.sleep(SWITCH_PAUSE)
                 rep = who.run(n)
                 if who is ours:
                     ours_t += rep["times"]
@@ -453,7 +457,9 @@ def write_results(args, probe, rows, skipped, bandwidth, gemms, worst):
         f.write(f"\nONNX Runtime 1.30 (onnxruntime-node, CPU, graph optimizations all, sequential, "
                 f"spinning {'off' if args.ort_no_spin else 'on (its default)'}) and our compiled plan, "
                 f"each in its own long-lived process after 3 warm-up runs; {args.rounds} alternating "
-                f"rounds of equal length (ours first in even rounds); medians over all timed runs. "
+                f"rounds of equal length (ours first in even rounds, {SWITCH_PAUSE:.1f} s idle before "
+                f"each, so that neither runs while the other's threads still spin); medians over "
+                f"all timed runs. "
                 f"Ratio = ours / ONNX Runtime (below 1.0: we are faster); the fastest single run of "
                 f"each is given too, being the least disturbed by other work. Our start-up is model load "
                 f"+ plan creation (+ session); ONNX Runtime's is InferenceSession.create. ORT's RSS "
