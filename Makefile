@@ -59,6 +59,7 @@ $(BUILD)/src/backends/cpu/qgemm_avx512.o: CFLAGS += -mavx2 -mfma -mavx512f -mavx
 VECT_COST := $(shell $(CC) -fvect-cost-model=dynamic -E -x c /dev/null > /dev/null 2>&1 && \
                      echo -fvect-cost-model=dynamic)
 $(BUILD)/src/train/optim.o: CFLAGS += -fno-math-errno $(VECT_COST)
+$(BUILD)/src/backends/cpu/vmath_avx512.o: CFLAGS += -mavx2 -mfma -mavx512f
 
 $(BUILD)/libtransmuter.a: $(LIB_OBJ)
 	rm -f $@.$$$$.tmp && ar rcs $@.$$$$.tmp $^ && mv -f $@.$$$$.tmp $@
@@ -95,8 +96,13 @@ check-asan:
 	    $(MAKE) BUILD=build-asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer" test
 
 # Side by side with ONNX Runtime (not a test); see bench/run.py. BENCH_ARGS=--large etc.
-bench: $(BUILD)/transmuter
+bench: $(BUILD)/transmuter $(BUILD)/bench_probe
 	/usr/bin/python3 bench/run.py $(BENCH_ARGS)
+
+# FMA peak and memory bandwidth of this machine, for the bench's efficiency figures.
+$(BUILD)/bench_probe: bench/probe.c bench/peak.h
+	@mkdir -p $(BUILD)
+	$(CC) $(CFLAGS) -o $@ bench/probe.c -pthread
 
 # Every shared model against ONNX Runtime, eager and compiled (not a test); writes
 # bench/coverage/RESULTS.md. See bench/coverage/README.md. COVERAGE_ARGS=--debug etc.
@@ -109,7 +115,7 @@ coverage: $(BUILD)/transmuter
 gemm-lab: $(BUILD)/gemm_lab
 	$(BUILD)/gemm_lab $(GEMM_LAB_ARGS)
 
-$(BUILD)/gemm_lab: bench/gemm_lab.c $(BUILD)/libtransmuter.a
+$(BUILD)/gemm_lab: bench/gemm_lab.c bench/peak.h $(BUILD)/libtransmuter.a
 	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(BUILD)/libtransmuter.a $(LDLIBS) -ldl
 
 # The fine-tuning check (bench/finetune/README.md): PyTorch's run against `transmuter

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 #include "backends/cpu/gemm.h"
+#include "peak.h"
 
 typedef int (*dnnl_sgemm_fn)(char, char, int64_t, int64_t, int64_t, float, const float *,
                              int64_t, const float *, int64_t, float, float *, int64_t);
@@ -16,44 +17,14 @@ typedef void (*cblas_sgemm_fn)(int, int, int, int, int, int, float, const float 
                                const float *, int, float, float *, int);
 typedef void (*set_threads_fn)(int);
 
+/* --cpu: the thread's CPU time (one thread only), so that other processes' time on a
+ * shared machine is left out. */
+static int use_cpu_clock;
+
 static double now_s(void) {
     struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
+    clock_gettime(use_cpu_clock ? CLOCK_THREAD_CPUTIME_ID : CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-/* Peak: independent FMA chains, as many as the FMA units' latency needs. The vector
- * width follows the compiler's target (-march=native): 8 or 16 floats. */
-#if defined(__AVX512F__)
-#define PEAK_WIDTH 16
-#else
-#define PEAK_WIDTH 8
-#endif
-typedef float vec __attribute__((vector_size(PEAK_WIDTH * 4)));
-
-/* -std=c11 turns floating-point contraction off; the peak needs a * x + y fused. */
-__attribute__((optimize("fp-contract=fast"), noinline))
-static double measure_peak(void) {
-    vec x, y, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11;
-    for (int i = 0; i < PEAK_WIDTH; i++) x[i] = 1.0f - 1e-7f * (float)i, y[i] = 1e-7f;
-    a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = a8 = a9 = a10 = a11 = y;
-    const long iters = 10000000;
-    double best = 0.0;
-    for (int rep = 0; rep < 7; rep++) {
-        double t0 = now_s();
-        for (long it = 0; it < iters; it++) {
-            a0 = a0 * x + y; a1 = a1 * x + y; a2 = a2 * x + y; a3 = a3 * x + y;
-            a4 = a4 * x + y; a5 = a5 * x + y; a6 = a6 * x + y; a7 = a7 * x + y;
-            a8 = a8 * x + y; a9 = a9 * x + y; a10 = a10 * x + y; a11 = a11 * x + y;
-        }
-        double dt = now_s() - t0;
-        double gflops = 2.0 * PEAK_WIDTH * 12 * (double)iters / dt * 1e-9;
-        if (gflops > best) best = gflops;
-    }
-    vec sum = a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7 + a8 + a9 + a10 + a11;
-    volatile float sink = sum[0];
-    (void)sink;
-    return best;
 }
 
 typedef struct shape { int64_t m, n, k; } shape;
@@ -64,12 +35,19 @@ static float *random_floats(int64_t n) {
     return p;
 }
 
-enum { OURS, DNNL, OPENBLAS };
+enum { OURS, PACKED, DNNL, OPENBLAS, N_WAYS };
+
+/* B packed once (as a plan packs a constant weight) for tm_sgemm_bpacked. */
+static const float *packed_b;
+static int packed_panel, packed_depth;
 
 static void call(int which, void *fn, const shape *s, const float *a, const float *b, float *c,
                  void *scratch, tm_pool *pool) {
     if (which == OURS)
         tm_sgemm(0, 0, s->m, s->n, s->k, 1.0f, a, s->k, b, s->n, 0.0f, c, s->n, scratch, pool);
+    else if (which == PACKED)
+        tm_sgemm_bpacked(s->m, s->n, s->k, a, s->k, packed_b, packed_panel, packed_depth, c,
+                         s->n, NULL, pool);
     else if (which == DNNL)
         ((dnnl_sgemm_fn)fn)('N', 'N', s->m, s->n, s->k, 1.0f, a, s->k, b, s->n, 0.0f, c, s->n);
     else  /* CblasRowMajor 101, CblasNoTrans 111 */
@@ -93,16 +71,17 @@ static double time_gemm(int which, void *fn, const shape *s, const float *a, con
     return best;
 }
 
-#define N_SHAPES 7
+#define N_SHAPES 8
 static const shape shapes[N_SHAPES] = {{512, 512, 512}, {128, 384, 1536}, {128, 1536, 384},
-                                       {1, 768, 768}, {32, 768, 2048}, {1024, 384, 1536},
-                                       {1024, 1536, 384}};
+                                       {128, 384, 384}, {32, 768, 2048}, {1024, 384, 1536},
+                                       {1024, 1536, 384}, {1024, 384, 384}};
 
 int main(int argc, char **argv) {
     int threads = 1, rounds = 3;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--cpu")) use_cpu_clock = 1;
     }
     char nthreads[16];
     snprintf(nthreads, sizeof nthreads, "%d", threads);
@@ -112,8 +91,8 @@ int main(int argc, char **argv) {
     if (!dnnl) dnnl = dlopen("libdnnl.so", RTLD_NOW | RTLD_LOCAL);
     void *openblas = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);
     if (!openblas) openblas = dlopen("libopenblas.so", RTLD_NOW | RTLD_LOCAL);
-    void *fns[3] = {NULL, dnnl ? dlsym(dnnl, "dnnl_sgemm") : NULL,
-                    openblas ? dlsym(openblas, "cblas_sgemm") : NULL};
+    void *fns[N_WAYS] = {NULL, NULL, dnnl ? dlsym(dnnl, "dnnl_sgemm") : NULL,
+                         openblas ? dlsym(openblas, "cblas_sgemm") : NULL};
     if (openblas) {
         set_threads_fn set = (set_threads_fn)dlsym(openblas, "openblas_set_num_threads");
         if (set) set(threads);
@@ -121,43 +100,52 @@ int main(int argc, char **argv) {
     tm_pool *pool = tm_pool_create(threads);
     /* On a shared machine every number is the best of `rounds` passes over the table,
      * the peak included (measured once per pass), so each sees its quietest moment. */
-    double peak = 0.0, best[N_SHAPES][3] = {{0}};
+    double peak = 0.0, best[N_SHAPES][N_WAYS] = {{0}};
     int wrong[N_SHAPES] = {0};
     for (int round = 0; round < rounds; round++) {
-        double p = measure_peak();
+        double p = tm_bench_fma_peak();
         if (p > peak) peak = p;
         for (int i = 0; i < N_SHAPES; i++) {
             const shape *s = &shapes[i];
             float *a = random_floats(s->m * s->k), *b = random_floats(s->k * s->n);
             float *c = random_floats(s->m * s->n), *want = random_floats(s->m * s->n);
             void *scratch = malloc(tm_sgemm_scratch(0, 0, s->m, s->n, s->k) + 1);
-            for (int w = 0; w < 3; w++) {
-                if (w != OURS && !fns[w]) continue;
+            tm_sgemm_pack_layout(&packed_panel, &packed_depth);
+            float *bp = malloc(tm_sgemm_packed_floats(s->n, s->k, packed_panel) * sizeof *bp);
+            tm_sgemm_pack_b(0, s->n, s->k, b, s->n, packed_panel, packed_depth, bp);
+            packed_b = bp;
+            for (int w = 0; w < N_WAYS; w++) {
+                if (w > PACKED && !fns[w]) continue;
                 double g = time_gemm(w, fns[w], s, a, b, c, scratch, pool);
                 if (g > best[i][w]) best[i][w] = g;
             }
             tm_sgemm_reference(0, 0, s->m, s->n, s->k, 1.0f, a, s->k, b, s->n, 0.0f, want,
                                s->n);
-            call(OURS, NULL, s, a, b, c, scratch, pool);
-            for (int64_t j = 0; j < s->m * s->n; j++) wrong[i] |= fabs(c[j] - want[j]) > 1e-3;
-            free(a), free(b), free(c), free(want), free(scratch);
+            for (int w = OURS; w <= PACKED; w++) {
+                call(w, NULL, s, a, b, c, scratch, pool);
+                for (int64_t j = 0; j < s->m * s->n; j++) wrong[i] |= fabs(c[j] - want[j]) > 1e-3;
+            }
+            free(a), free(b), free(c), free(want), free(scratch), free(bp);
         }
     }
     printf("tm_sgemm kernel: %s, threads: %d, best of %d rounds\n", tm_sgemm_kernel_name(),
            threads, rounds);
-    printf("measured single-core FMA peak: %.1f GFLOP/s (%d-wide vectors)\n", peak, PEAK_WIDTH);
-    printf("%-16s %10s %7s %10s %10s\n", "m x n x k", "ours", "%peak", "oneDNN", "OpenBLAS");
+    printf("measured single-core FMA peak: %.1f GFLOP/s (%s vectors)\n", peak,
+           tm_bench_fma_vector());
+    printf("%-16s %10s %7s %10s %7s %10s %10s\n", "m x n x k", "ours", "%peak", "packed B",
+           "%peak", "oneDNN", "OpenBLAS");
     for (int i = 0; i < N_SHAPES; i++) {
         const shape *s = &shapes[i];
         char name[48], col[2][16];
         snprintf(name, sizeof name, "%lldx%lldx%lld", (long long)s->m, (long long)s->n,
                  (long long)s->k);
-        for (int w = 1; w < 3; w++) {
-            if (fns[w]) snprintf(col[w - 1], sizeof col[0], "%.1f", best[i][w]);
-            else snprintf(col[w - 1], sizeof col[0], "n/a");
+        for (int w = DNNL; w < N_WAYS; w++) {
+            if (fns[w]) snprintf(col[w - DNNL], sizeof col[0], "%.1f", best[i][w]);
+            else snprintf(col[w - DNNL], sizeof col[0], "n/a");
         }
-        printf("%-16s %10.1f %6.0f%% %10s %10s%s\n", name, best[i][OURS],
-               100.0 * best[i][OURS] / (peak * threads), col[0], col[1],
+        printf("%-16s %10.1f %6.0f%% %10.1f %6.0f%% %10s %10s%s\n", name, best[i][OURS],
+               100.0 * best[i][OURS] / (peak * threads), best[i][PACKED],
+               100.0 * best[i][PACKED] / (peak * threads), col[0], col[1],
                wrong[i] ? "  (WRONG RESULT)" : "");
     }
     tm_pool_free(pool);

@@ -251,6 +251,10 @@ size_t tm_plan_arena_bytes(const tm_plan *plan);
 /* Outputs of a plan: the graph's outputs, or for a gradient plan its loss, gradients
  * and (with_outputs) the graph's outputs. */
 int tm_plan_n_outputs(const tm_plan *plan);
+/* Bytes of constants (weights) the plan's kernels read in one run, counting each constant
+ * once; a gather's table counts only for the rows one run reads (a guess from the index
+ * count). What a memory-bound run (one decode step) must stream; 0 for NULL. */
+size_t tm_plan_weight_bytes(const tm_plan *plan);
 /* The shape of output i as planned (rank -1 when it is only known after a graph break). */
 tm_status tm_plan_output(const tm_plan *plan, int i, tm_value_desc *desc);
 

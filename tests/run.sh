@@ -38,6 +38,7 @@ for t in "$BUILD"/tests/test_*; do
 done
 suite test_api-reference-gemm env TM_REFERENCE_KERNELS=1 "$BUILD/tests/test_api"
 suite test_grad-reference env TM_REFERENCE_KERNELS=1 "$BUILD/tests/test_grad"
+suite test_fusion-reference env TM_REFERENCE_KERNELS=1 "$BUILD/tests/test_fusion"
 suite onnx-backend "$TM" test-onnx tests/data/onnx-backend --mode both --quiet \
     --expected-failures tests/expected_failures.txt
 suite gradient-op "$TM" test-onnx tests/data/grad/gradient-op --mode both

@@ -32,8 +32,8 @@ static void usage(FILE *f) {
             "                 [--quiet]\n"
             "  transmuter compare OUT_DIR REF_DIR [--rtol R] [--atol A]\n"
             "  transmuter bench MODEL --inputs DIR [--static NAME ...] [--threads N]\n"
-            "                 [--repeat N] [--warmup W] [--out DIR] [--dequantize-nbits]\n"
-            "                 (prints one JSON line)\n"
+            "                 [--repeat N] [--warmup W] [--out DIR] [--dequantize-nbits] [--serve]\n"
+            "                 (one JSON line; --serve: then one per 'run N' line on stdin)\n"
             "  transmuter ls hf://OWNER/REPO[@REVISION]   (.onnx files: sizes, variants)\n"
             "  transmuter generate MODEL --prompt-ids 1,2,3 --max-new N [--eager] [--threads N]\n"
             "                 [--dequantize-nbits]\n"
@@ -923,10 +923,11 @@ static int cmp_double(const void *a, const void *b) {
  * caller-owned output buffers (so a run allocates nothing of ours). */
 static int cmd_bench(int argc, char **argv) {
     const char *model_path = NULL, *in_dir = NULL, *out_dir = NULL;
-    int threads = 0, repeat = 20, warmup = 3, n_static = 0, dequantize_nbits = 0;
+    int threads = 0, repeat = 20, warmup = 3, n_static = 0, dequantize_nbits = 0, serve = 0;
     const char *static_names[64];
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--inputs") && i + 1 < argc) in_dir = argv[++i];
+        else if (!strcmp(argv[i], "--serve")) serve = 1;
         else if (!strcmp(argv[i], "--out") && i + 1 < argc) out_dir = argv[++i];
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--repeat") && i + 1 < argc) repeat = atoi(argv[++i]);
@@ -1006,21 +1007,45 @@ static int cmd_bench(int argc, char **argv) {
         double first_ms = now_ms() - t0;
         for (int w = 1; w < warmup && st == TM_OK; w++)
             st = tm_session_run(sess, n_in, names, (const tm_tensor *const *)inputs, outputs, &err);
-        for (int r = 0; r < repeat && st == TM_OK; r++) {
-            t0 = now_ms();
-            st = tm_session_run(sess, n_in, names, (const tm_tensor *const *)inputs, outputs, &err);
-            times[r] = now_ms() - t0;
-        }
-        if (st == TM_OK) {
+        if (st == TM_OK)
+            printf("{\"load_ms\": %.3f, \"plan_ms\": %.3f, \"first_run_ms\": %.3f, "
+                   "\"kernels\": %d, \"breaks\": %d, \"arena_mb\": %.2f, \"weight_mb\": %.2f, "
+                   "%s", load_ms, plan_ms, first_ms, tm_plan_n_kernels(plan),
+                   tm_plan_n_breaks(plan), tm_plan_arena_bytes(plan) / 1048576.0,
+                   tm_plan_weight_bytes(plan) / 1048576.0, serve ? "\"ready\": 1}\n" : "");
+        if (serve) fflush(stdout);
+        /* --serve: timed rounds on request ("run N" lines), so that a driver can alternate
+         * them with another runtime's without reloading either. */
+        char line[64];
+        while (st == TM_OK && (serve ? fgets(line, sizeof line, stdin) != NULL : repeat > 0)) {
+            int n = repeat;
+            if (serve) {
+                if (!strncmp(line, "quit", 4)) break;
+                if (strncmp(line, "run ", 4) || (n = atoi(line + 4)) < 1 || n > repeat) {
+                    fprintf(stderr, "transmuter: bench --serve: expected 'run N' (N <= %d)\n", repeat);
+                    st = TM_ERR_INVALID_ARGUMENT;
+                    break;
+                }
+            }
+            for (int r = 0; r < n && st == TM_OK; r++) {
+                t0 = now_ms();
+                st = tm_session_run(sess, n_in, names, (const tm_tensor *const *)inputs, outputs, &err);
+                times[r] = now_ms() - t0;
+            }
+            if (st != TM_OK) break;
             double sum = 0;
-            for (int r = 0; r < repeat; r++) sum += times[r];
-            qsort(times, (size_t)repeat, sizeof *times, cmp_double);
-            printf("{\"load_ms\": %.3f, \"plan_ms\": %.3f, \"first_run_ms\": %.3f, \"median_ms\": %.4f, "
-                   "\"min_ms\": %.4f, \"mean_ms\": %.4f, \"max_ms\": %.4f, \"repeat\": %d, "
-                   "\"kernels\": %d, \"breaks\": %d, \"arena_mb\": %.2f, \"peak_rss_mb\": %.1f}\n",
-                   load_ms, plan_ms, first_ms, times[repeat / 2], times[0], sum / repeat,
-                   times[repeat - 1], repeat, tm_plan_n_kernels(plan), tm_plan_n_breaks(plan),
-                   tm_plan_arena_bytes(plan) / 1048576.0, peak_rss_kib() / 1024.0);
+            printf("%s\"times\": [", serve ? "{" : "");
+            for (int r = 0; r < n; r++) {
+                sum += times[r];
+                printf("%s%.4f", r ? ", " : "", times[r]);
+            }
+            qsort(times, (size_t)n, sizeof *times, cmp_double);
+            double median = n % 2 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
+            printf("], \"median_ms\": %.4f, \"min_ms\": %.4f, \"mean_ms\": %.4f, \"max_ms\": %.4f, "
+                   "\"repeat\": %d, \"peak_rss_mb\": %.1f}\n", median, times[0], sum / n,
+                   times[n - 1], n, peak_rss_kib() / 1024.0);
+            fflush(stdout);
+            if (!serve) break;
         }
     }
     if (st != TM_OK) {

@@ -129,6 +129,7 @@ static tm_val import_tensor(tm_ctx *c, tm_tensor *t, int borrow, int widen) {
     }
     /* Kernels read elements through typed pointers: a borrowed buffer that is not aligned
      * to its element size (raw_data inside a protobuf) is copied first. */
+    const void *origin = borrow ? t->data : NULL;
     size_t es = tm_dtype_elem_size(t->dtype);
     if (borrow && es > 1 && ((uintptr_t)t->data % es) != 0) {
         t = tm_tensor_clone(t, c->allocator);
@@ -149,6 +150,7 @@ static tm_val import_tensor(tm_ctx *c, tm_tensor *t, int borrow, int widen) {
     memcpy(vi->dims, t->dims, sizeof vi->dims);
     vi->data = t;
     vi->owned = !borrow;
+    vi->origin = origin;
     return v;
 }
 
@@ -483,6 +485,9 @@ tm_status tm_prim_n(tm_ctx *c, int prim, const tm_val *in, int nin, const tm_arg
      * under trace has no tracked input: only its cut flag carries on.) */
     if (taped && (s = record(c, prim, in, nin, a, out, nout, scratch)) != TM_OK) return s;
     if (taped || cut) mark_taped(c, prim, in, nin, out, nout, taped, cut);
+    /* A view (reshape) of an initializer holds the initializer's bytes: it keeps their
+     * origin, so that plan-time packing recognises the weight across plans. */
+    if ((p->flags & TM_PF_VIEW) && nin >= 1) c->vals[out[0]].origin = c->vals[in[0]].origin;
     return TM_OK;
 fail:
     if (tin != tin_small) free(tin);

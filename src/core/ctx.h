@@ -35,6 +35,8 @@ enum {
 #define TM_PF_NO_FOLD 8u     /* not folded as a constant: it must run every time (per-run work) */
 #define TM_PF_SHARED_FOLD 16u /* folded once per model through tm_fold_cache (weight packing) */
 #define TM_PF_QUANTIZE 32u   /* quantizes its float input: every output is cut from the gradient */
+#define TM_PF_NO_GRAD 64u    /* a fused primitive without a gradient rule: passes do not make it
+                              * over a value the tape tracks (passes.c) */
 
 #define TM_ARGS_MAX_I 64
 /* Non-tensor parameters of a primitive call (axes, perms, pads, dtypes, scalars).
@@ -60,6 +62,7 @@ typedef struct tm_vinfo {
     uint8_t cut;          /* depends on one only through a quantizing cast: no gradient */
     uint8_t kept;         /* read by the eager tape: not released before the backward */
     int32_t param;        /* >= 0: the model parameter it reads (trace: a plan entry) */
+    const void *origin;   /* borrowed data (an initializer), or what a copy was made of */
 } tm_vinfo;
 
 /* One kernel call. Kernels allocate nothing: temporary memory is `scratch`, sized by the
@@ -153,6 +156,7 @@ struct tm_ctx {
     const uint8_t *track_params;
     tm_fold_cache *fold_cache; /* the model's shared folds, or NULL (fold per trace) */
     int dequantize_nbits; /* tm_load_options.dequantize_nbits */
+    struct tm_pack_cache *pack_cache; /* trace: the model's packed weights, shared by its plans */
 };
 
 /* Where a model's parameters live: one tensor per parameter (the store an optimizer

@@ -67,7 +67,9 @@ static tm_tensor *tensor_shell(tm_dtype dt, int rank, const int64_t *dims, size_
     return t;
 }
 
-tm_tensor *tm_tensor_alloc(tm_dtype dt, int rank, const int64_t *dims, const tm_allocator *a) {
+/* Owned, uninitialised data (zero_fill: zeroed). */
+static tm_tensor *tensor_alloc(tm_dtype dt, int rank, const int64_t *dims, const tm_allocator *a,
+                               int zero_fill) {
     size_t nbytes;
     if (!tensor_layout(dt, rank, dims, &nbytes))
         return NULL;
@@ -80,10 +82,15 @@ tm_tensor *tm_tensor_alloc(tm_dtype dt, int rank, const int64_t *dims, const tm_
         return NULL;
     }
     /* Zero bytes are also an array of NULL strings, which read as "". */
-    memset(t->data, 0, nbytes);
+    if (zero_fill)
+        memset(t->data, 0, nbytes);
     t->owns_data = 1;
     t->allocator = a;
     return t;
+}
+
+tm_tensor *tm_tensor_alloc(tm_dtype dt, int rank, const int64_t *dims, const tm_allocator *a) {
+    return tensor_alloc(dt, rank, dims, a, 1);
 }
 
 tm_tensor *tm_tensor_borrow(tm_dtype dt, int rank, const int64_t *dims, void *data) {
@@ -108,7 +115,8 @@ static char *copy_string(const char *s) {
 tm_tensor *tm_tensor_clone(const tm_tensor *t, const tm_allocator *a) {
     if (!t)
         return NULL;
-    tm_tensor *c = tm_tensor_alloc(t->dtype, t->rank, t->dims, a);
+    /* Every byte is copied over below, so only strings need the zero fill (NULLs). */
+    tm_tensor *c = tensor_alloc(t->dtype, t->rank, t->dims, a, t->dtype == TM_STRING);
     if (!c)
         return NULL;
     if (t->dtype != TM_STRING) {

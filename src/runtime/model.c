@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "runtime.h"
+#include "pack_cache.h"
 #include "../onnx/check.h"
 #include "../hub/hub.h"
 
@@ -135,6 +136,8 @@ static tm_status finish_load(tm_onnx_model *om, const char *src, const tm_load_o
      * caller's thread, so a failure here only costs speed. */
     m->pool = tm_pool_create(m->opts.threads);
     m->fold_cache = tm__fold_cache_create(om, m->opts.allocator);
+    /* Without it every plan packs its own weights: slower and bigger, not wrong. */
+    m->packed = tm__pack_cache_create();
     const tm_graph *g = om->graph;
     m->in_graph_index = calloc((size_t)g->n_inputs + 1, sizeof *m->in_graph_index);
     m->in_desc = calloc((size_t)g->n_inputs + 1, sizeof *m->in_desc);
@@ -197,6 +200,7 @@ void tm_model_free(tm_model *m) {
     if (!m) return;
     tm__plan_cache_clear(m);
     tm__params_free(m);
+    tm__pack_cache_free(m->packed);   /* after the plans, which borrow its tensors */
     pthread_mutex_destroy(&m->cache_lock);
     tm_pool_free(m->pool);
     tm__fold_cache_free(m->fold_cache);

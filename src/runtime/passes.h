@@ -8,6 +8,7 @@
 #define TM_RUNTIME_PASSES_H
 
 #include "../core/ctx.h"
+#include "../core/prims/fused.h"
 
 /* Values the plan must keep (graph outputs or the values alive at a graph break): a pass
  * must not remove their producers, nor rewrite them away. */
@@ -27,6 +28,14 @@ int tm__pass_uses(const tm_ctx *c, tm_val v);
 
 /* Readers of every value: a calloc'ed array of c->n_vals counts (NULL when out of memory). */
 int *tm__pass_use_counts(const tm_ctx *c);
+/* The same, counting only the nodes the roots still need: earlier passes leave the nodes
+ * they swallowed in place (the plan drops them), and those must not count as readers.
+ * With live_out, also a calloc'ed flag per node: 1 when the roots need it. */
+int *tm__pass_live_use_counts(const tm_ctx *c, const tm_pass_roots *roots, uint8_t **live_out);
+/* A 1-D float32 tensor of `floats` for packed weights, not zero-filled (the packing
+ * writes every element); large ones on huge pages where the OS gives them. NULL when out
+ * of memory. */
+tm_tensor *tm__pass_packed_tensor(tm_ctx *c, int64_t floats);
 /* 1 when v is one of the roots. */
 int tm__pass_is_root(const tm_pass_roots *roots, tm_val v);
 /* The recorded node producing v when it is primitive prim, else NULL. */
@@ -41,9 +50,38 @@ int tm__pass_scalar_is(const tm_ctx *c, tm_val v, double want);
 tm_status tm__pass_rewrite(tm_ctx *c, int32_t node, int prim, const tm_val *in, int nin,
                            const tm_args *a);
 
+/* ---- Epilogues of fused primitives (epilogue.c) ----------------------------------- */
+
+/* What a pass scans with: the trace, live readers per value, the live nodes. */
+typedef struct tm_pass_scan {
+    tm_ctx *c;
+    int *uses;               /* live readers per value (tm__pass_live_use_counts) */
+    tm_val n_uses;           /* values counted; later ones are never swallowed */
+    const tm_pass_roots *roots;
+    uint8_t *live;           /* per node */
+} tm_pass_scan;
+
+/* The elementwise run after a fused primitive's output: chain steps, then an optional
+ * residual ADD; `last` is the node whose output (`out`) the primitive takes over. */
+typedef struct tm_pass_epilogue {
+    tm_chain chain;
+    tm_val residual;         /* TM_NONE */
+    int32_t last;
+    tm_val out;
+} tm_pass_epilogue;
+
+/* Matches the run after value `from` made by node `at` (nothing matched: last == at,
+ * out == from). Steps keep from's dtype (f32) and dims; swallowed values are read only
+ * inside the run and are not roots. */
+void tm__pass_match_epilogue(const tm_pass_scan *s, int32_t at, tm_val from,
+                             int allow_residual, tm_pass_epilogue *ep);
+
 /* The passes (one file each in passes/). */
 tm_status tm__pass_layernorm(tm_ctx *c, const tm_pass_roots *roots);
 tm_status tm__pass_gelu(tm_ctx *c, const tm_pass_roots *roots);
 tm_status tm__pass_matmul_integer(tm_ctx *c, const tm_pass_roots *roots);
+tm_status tm__pass_attention(tm_ctx *c, const tm_pass_roots *roots);
+tm_status tm__pass_linear(tm_ctx *c, const tm_pass_roots *roots);
+tm_status tm__pass_conv(tm_ctx *c, const tm_pass_roots *roots);
 
 #endif

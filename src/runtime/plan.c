@@ -100,6 +100,7 @@ struct tm_session {
     tm_session *last_tail;/* the tail that produced the last run's outputs */
     double *profile;      /* TM_PROFILE: seconds per kernel, summed over runs */
     long profile_runs;
+    int profile_detail;   /* TM_PROFILE=2: also every kernel */
     tm_xval *eager_out;   /* outputs of an eager tail (per graph output) */
 };
 
@@ -559,6 +560,7 @@ static tm_status create(tm_model *m, int n, const char *const *names, const tm_x
     c.params = tm__params_table(m);
     c.fold_cache = m->fold_cache;
     c.dequantize_nbits = m->opts.dequantize_nbits;
+    c.pack_cache = m->packed;   /* weights packed by the passes, shared by the model's plans */
     tm_live live = {0};
     tm_val target = TM_NONE;
     tm_status st = TM_OK;
@@ -713,6 +715,35 @@ int tm_plan_n_kernels(const tm_plan *p) { return p ? p->n_kernels : 0; }
 int tm_plan_n_breaks(const tm_plan *p) { return p && p->break_at >= 0 ? 1 : 0; }
 size_t tm_plan_arena_bytes(const tm_plan *p) { return p ? p->arena_bytes : 0; }
 
+size_t tm_plan_weight_bytes(const tm_plan *p) {
+    if (!p) return 0;
+    uint8_t *seen = calloc((size_t)p->n_values + 1, 1);
+    if (!seen) return 0;
+    size_t total = 0;
+    for (int k = 0; k < p->n_kernels; k++) {
+        const plan_kernel *pk = &p->kernels[k];
+        int gather = pk->prim == TM_P_GATHER || pk->prim == TM_P_GATHER_BLOCK_QUANTIZED;
+        for (int j = 0; j < pk->nin; j++) {
+            const plan_value *v = &p->values[pk->in[j]];
+            if (v->kind != PV_CONST || seen[pk->in[j]]) continue;
+            seen[pk->in[j]] = 1;
+            size_t bytes = v->nbytes;
+            /* A table is read a row per index: its share is indices / rows along the axis. */
+            if (gather && j != 1 && pk->nin > 1 && v->rank > 0) {
+                int axis = (int)pk->args.i[0];
+                if (axis < 0) axis += v->rank;
+                const plan_value *idx = &p->values[pk->in[1]];
+                int64_t rows = axis >= 0 && axis < v->rank ? v->dims[axis] : 1;
+                int64_t used = tm_numel(idx->rank, idx->dims);
+                if (rows > 0 && used < rows) bytes = bytes / (size_t)rows * (size_t)used;
+            }
+            total += bytes;
+        }
+    }
+    free(seen);
+    return total;
+}
+
 tm_status tm_plan_output(const tm_plan *p, int i, tm_value_desc *d) {
     if (!p || !d || i < 0 || i >= p->n_outputs) return TM_ERR_INVALID_ARGUMENT;
     memset(d, 0, sizeof *d);
@@ -785,7 +816,9 @@ tm_status tm_session_create(tm_plan *p, tm_session **out, tm_error *err) {
     for (int i = 0; i < p->n_values; i++)
         if (p->values[i].kind == PV_ALIAS) s->tensors[i].data = s->tensors[root_of(p, i)].data;
     const char *prof = getenv("TM_PROFILE");
-    if (prof && prof[0] == '1') s->profile = calloc((size_t)p->n_kernels + 1, sizeof *s->profile);
+    if (prof && (prof[0] == '1' || prof[0] == '2'))
+        s->profile = calloc((size_t)p->n_kernels + 1, sizeof *s->profile);
+    s->profile_detail = prof && prof[0] == '2';
     for (int k = 0; k < p->n_kernels; k++) {
         const plan_kernel *pk = &p->kernels[k];
         s->kin[k] = calloc((size_t)pk->nin + 1, sizeof **s->kin);
@@ -846,6 +879,101 @@ static double now_s(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* TM_PROFILE_CLOCK=cpu: the calling thread's CPU time instead of wall time, so that a
+ * profile on a busy machine leaves out the time other processes took (workers' time is
+ * then not counted: use it with one thread). */
+static double profile_now_s(void) {
+    static int cpu = -1;
+    if (cpu < 0) {
+        const char *v = getenv("TM_PROFILE_CLOCK");
+        cpu = v && !strcmp(v, "cpu");
+    }
+    if (!cpu) return now_s();
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* (batch, M, N, K) of a kernel that is a matrix product, else 0. */
+static int gemm_dims(const tm_plan *p, const plan_kernel *pk, int64_t d[4]) {
+    if (pk->prim == TM_P_LINEAR) {
+        const plan_value *y = &p->values[pk->out[0]];
+        d[0] = 1;
+        d[2] = pk->args.i[0];
+        d[3] = pk->args.i[1];
+        d[1] = d[2] > 0 ? tm_numel(y->rank, y->dims) / d[2] : 0;
+        return 1;
+    }
+    if (pk->prim != TM_P_MATMUL || pk->nin < 2) return 0;
+    const plan_value *a = &p->values[pk->in[0]], *b = &p->values[pk->in[1]];
+    const plan_value *y = &p->values[pk->out[0]];
+    if (a->rank < 2 || b->rank < 2) return 0;
+    d[1] = a->dims[a->rank - 2];
+    d[3] = a->dims[a->rank - 1];
+    d[2] = b->dims[b->rank - 1];
+    int64_t mn = d[1] * d[2];
+    d[0] = mn > 0 ? tm_numel(y->rank, y->dims) / mn : 0;
+    return 1;
+}
+
+/* Matrix products by shape, with their GFLOP/s: what the bench compares with the
+ * machine's FMA peak. */
+static void print_gemm_profile(const tm_session *s) {
+    const tm_plan *p = s->plan;
+    int n = 0;
+    struct { int64_t d[4]; int count; double seconds; } *shapes = calloc((size_t)p->n_kernels + 1,
+                                                                         sizeof *shapes);
+    if (!shapes) return;
+    for (int k = 0; k < p->n_kernels; k++) {
+        int64_t d[4];
+        if (!gemm_dims(p, &p->kernels[k], d)) continue;
+        int i = 0;
+        while (i < n && memcmp(shapes[i].d, d, sizeof d)) i++;
+        if (i == n) memcpy(shapes[n++].d, d, sizeof d);
+        shapes[i].count++;
+        shapes[i].seconds += s->profile[k];
+    }
+    if (n) fprintf(stderr, "matrix products by shape (M x N x K, batch):\n");
+    for (;;) {
+        int best = -1;
+        for (int i = 0; i < n; i++)
+            if (shapes[i].count && (best < 0 || shapes[i].seconds > shapes[best].seconds)) best = i;
+        if (best < 0) break;
+        const int64_t *d = shapes[best].d;
+        double runs = (double)s->profile_runs, sec = shapes[best].seconds / runs;
+        double flops = 2.0 * (double)d[0] * (double)d[1] * (double)d[2] * (double)d[3];
+        fprintf(stderr, "  gemm %lldx%lldx%lld x%lld %4d kernels %9.3f ms %7.1f GFLOP/s\n",
+                (long long)d[1], (long long)d[2], (long long)d[3], (long long)d[0],
+                shapes[best].count, sec * 1e3,
+                sec > 0 ? flops * shapes[best].count / sec * 1e-9 : 0.0);
+        shapes[best].count = 0;
+    }
+    free(shapes);
+}
+
+/* TM_PROFILE=2: every kernel in plan order, with the node it came from and its shapes. */
+static void print_kernel_profile(const tm_session *s) {
+    const tm_plan *p = s->plan;
+    fprintf(stderr, "kernels in plan order (ms per run):\n");
+    for (int k = 0; k < p->n_kernels; k++) {
+        const plan_kernel *pk = &p->kernels[k];
+        char shapes[256];
+        size_t used = 0;
+        shapes[0] = 0;
+        for (int j = 0; j < pk->nin + 1 && used < sizeof shapes - 32; j++) {
+            const plan_value *v = &p->values[j < pk->nin ? pk->in[j] : pk->out[0]];
+            used += (size_t)snprintf(shapes + used, sizeof shapes - used, "%s%s(", j == pk->nin ? " -> " : j ? " " : "",
+                                     v->kind == PV_CONST ? "c" : "");
+            for (int d = 0; d < v->rank && used < sizeof shapes - 24; d++)
+                used += (size_t)snprintf(shapes + used, sizeof shapes - used, "%s%lld", d ? "," : "",
+                                         (long long)v->dims[d]);
+            used += (size_t)snprintf(shapes + used, sizeof shapes - used, ")");
+        }
+        fprintf(stderr, "  %4d %-18s %8.3f  %s  %s\n", k, tm_prims[pk->prim].name,
+                s->profile[k] * 1e3 / (double)s->profile_runs, shapes, pk->where);
+    }
+}
+
 /* TM_PROFILE=1: time per primitive, summed over a session's runs and printed to stderr
  * when the session is freed (a diagnostic; it costs two clock reads per kernel). */
 static void print_profile(const tm_session *s) {
@@ -868,6 +996,8 @@ static void print_profile(const tm_session *s) {
                 per_prim[best] * 1e3 / (double)s->profile_runs, 100.0 * per_prim[best] / total);
         per_prim[best] = 0;
     }
+    print_gemm_profile(s);
+    if (s->profile_detail) print_kernel_profile(s);
 }
 
 static tm_status run_kernels(tm_session *s, tm_error *err) {
@@ -881,9 +1011,9 @@ static tm_status run_kernels(tm_session *s, tm_error *err) {
         tm_kcall call = {pk->prim, &pk->args, s->kin[k], pk->nin, s->kout[k], pk->nout,
                          s->scratch, p->scratch_bytes, &kerr, p->model->opts.threads,
                          p->model->pool, run_seed};
-        double t0 = s->profile ? now_s() : 0;
+        double t0 = s->profile ? profile_now_s() : 0;
         tm_status st = tm_prims[pk->prim].kernel(&call);
-        if (s->profile) s->profile[k] += now_s() - t0;
+        if (s->profile) s->profile[k] += profile_now_s() - t0;
         if (st != TM_OK)
             return tm__fail(err, st, "%s: %s: %s", pk->where, tm_prims[pk->prim].name,
                             kerr.message[0] ? kerr.message : tm_status_name(st));
@@ -999,6 +1129,7 @@ static tm_status create_tail(tm_plan *parent, const tm_session *ps, tm_plan **ou
     c.params = tm__params_table(m);
     c.fold_cache = m->fold_cache;
     c.dequantize_nbits = m->opts.dequantize_nbits;
+    c.pack_cache = m->packed;   /* weights packed by the passes, shared by the model's plans */
     tm_status st = TM_OK;
     if (!p->input_pv || !p->input_dtype || !p->input_rank || !p->input_dims ||
         !p->input_static || !p->output_pv || !outs || !in.names || !in.vals) {

@@ -52,6 +52,7 @@ struct tm_model {
     int *init_param;
     tm_param_table param_table;
     tm_fold_cache *fold_cache;     /* packed weights shared by plans and runs; NULL: none */
+    struct tm_pack_cache *packed;  /* weights packed by plan-time passes (pack_cache.h) */
 };
 
 /* ---- Parameters (params.c) ---------------------------------------------------------- */

@@ -6,13 +6,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include "gemm.h"
+#include "vmath.h"
 
 #define TINY_GEMM_FLOPS 512.0
 /* Up to this many rows the small kernel reads B unpacked: each row streams B once, and
  * packing would read and write all of B for a handful of rows. */
 #define SMALL_M 3
-/* Below this many flops a product runs on one thread: waking workers costs more. */
-#define PARALLEL_MIN_FLOPS (1 << 17)
+/* Below this many flops (about 20 microseconds of one core) a product runs on one
+ * thread: waking a sleeping worker costs that much on a busy machine. */
+#define PARALLEL_MIN_FLOPS (1 << 21)
 #define SCRATCH_ALIGN 64
 /* A short last row tile is copied to the stack: every arch has mr <= 16 and kc <= 256. */
 #define EDGE_FLOATS (16 * 256)
@@ -39,6 +41,23 @@ int tm_use_reference_kernels(void) {
 static const tm__sgemm_arch *active_arch(void) {
     pthread_once(&reference_once, read_reference_flag);
     return arch;
+}
+
+const tm__sgemm_arch *tm__sgemm_active_arch(void) { return active_arch(); }
+
+/* The vector maths follow the GEMM's choice: none with TM_REFERENCE_KERNELS=1, and none
+ * when TM_SGEMM_ARCH=avx2 asks for the AVX2 paths on an AVX-512 machine. */
+static pthread_once_t vmath_once = PTHREAD_ONCE_INIT;
+static const tm__vmath *vmath_table;
+
+static void pick_vmath(void) {
+    const tm__sgemm_arch *ar = active_arch();
+    vmath_table = ar && !strcmp(ar->name, "avx512") ? tm__vmath_avx512() : NULL;
+}
+
+const tm__vmath *tm__vmath_active(void) {
+    pthread_once(&vmath_once, pick_vmath);
+    return vmath_table;
 }
 
 const char *tm_sgemm_kernel_name(void) {
@@ -189,9 +208,13 @@ static void compute_rows(const gemm_job *g, int64_t i0, int64_t mc, int64_t pc, 
     for (int64_t j = j0; j < j1; j += ar->nr, panel += stride) {
         int nr = (int)min64(ar->nr, j1 - j);
         float *c = g->c + i0 * g->ldc + j;
-        for (int64_t i = 0; i < full; i += ar->mr)
-            ar->tile(kc, a + i * a_row, a_row, a_step, panel, c + i * g->ldc, g->ldc, ar->mr,
-                     nr, g->alpha, beta);
+        for (int64_t i = 0; i < full; i += ar->mr) {
+            if (a_step == 1 && g->alpha == 1.0f)   /* A's rows in place, alpha 1 */
+                ar->tile_rows(kc, a + i * a_row, a_row, panel, c + i * g->ldc, g->ldc, nr, beta);
+            else
+                ar->tile(kc, a + i * a_row, a_row, a_step, panel, c + i * g->ldc, g->ldc,
+                         ar->mr, nr, g->alpha, beta);
+        }
         if (edge_rows)
             ar->tile(kc, edge, 1, ar->mr, panel, c + full * g->ldc, g->ldc, edge_rows, nr,
                      g->alpha, beta);

@@ -35,6 +35,66 @@ const char *tm_sgemm_kernel_name(void);
  * Other kernels may consult it to skip their own fast paths. */
 int tm_use_reference_kernels(void);
 
+/* ---- An operand packed once (sgemm_packed.c) ------------------------------------------
+ * A plan packs its constant weights when it is made: B (MatMul weights) into the
+ * micro-kernel's column panels, or A (convolution weights) into its row panels. Packed
+ * layout of a (k, width) operand with panel width P and depth block D: depth block after
+ * depth block, within each every panel of P columns, (block rows) x P floats, columns
+ * past width zero; tm_sgemm_packed_floats(width, k, P) floats in all. */
+
+/* The panel width and depth block the active micro-kernel reads, for B and for A. The
+ * same for every call in a process; a layout that does not match the active kernel
+ * (made under another TM_SGEMM_ARCH) is still computed right, by the plain loops. */
+void tm_sgemm_pack_layout(int *panel, int *depth);
+void tm_sgemm_pack_a_layout(int *panel, int *depth);
+size_t tm_sgemm_packed_floats(int64_t width, int64_t k, int panel);
+/* Before a large packed operand is written: asks the OS for huge pages under it (where it
+ * has them, e.g. Linux THP in "madvise" mode). A decode step streams every weight once;
+ * with 2 MiB pages the stream takes far fewer TLB misses and page faults at plan time.
+ * Only advice: nothing changes where it is refused. */
+void tm_sgemm_advise_packed(void *p, size_t bytes);
+/* op(B) (k, n) into dst; op(A) (m, k) into dst (rows of A as the panels' columns). */
+void tm_sgemm_pack_b(int trans_b, int64_t n, int64_t k, const float *b, int64_t ldb,
+                     int panel, int depth, float *dst);
+void tm_sgemm_pack_a(int trans_a, int64_t m, int64_t k, const float *a, int64_t lda,
+                     int panel, int depth, float *dst);
+
+/* What happens to each tile after its product: c += bias (per column, or per row when
+ * bias_rows), then c = activation(c), then c += residual (row stride ldr). Any part may
+ * be NULL. activation(arg, x, y, n) writes y[0..n) from x[0..n) (not aliased). */
+typedef struct tm_sgemm_epilogue {
+    const float *bias;
+    int bias_rows;
+    void (*activation)(const void *arg, const float *x, float *y, int64_t n);
+    const void *activation_arg;
+    const float *residual;
+    int64_t ldr;
+} tm_sgemm_epilogue;
+
+/* C (m, n) = A (m, k, row stride lda) . B, B packed by tm_sgemm_pack_b; then the
+ * epilogue (NULL: none). Overwrites C. Allocates nothing, needs no scratch; threads over
+ * tasks of rows and columns, with results independent of the thread count. */
+void tm_sgemm_bpacked(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                      const float *b_packed, int panel, int depth, float *c, int64_t ldc,
+                      const tm_sgemm_epilogue *ep, tm_pool *pool);
+
+/* C (m, n) = A . B (k, n, row stride ldb), A packed by tm_sgemm_pack_a; then the
+ * epilogue. B is packed per call into scratch of tm_sgemm_apacked_scratch(m, n, k) bytes
+ * (any alignment; bounded, whatever the sizes and threads). */
+size_t tm_sgemm_apacked_scratch(int64_t m, int64_t n, int64_t k);
+void tm_sgemm_apacked(int64_t m, int64_t n, int64_t k, const float *a_packed, int panel,
+                      int depth, const float *b, int64_t ldb, float *c, int64_t ldc,
+                      const tm_sgemm_epilogue *ep, void *scratch, size_t scratch_bytes,
+                      tm_pool *pool);
+
+/* The plain loops over the packed layouts, always (reference kernels, tests). */
+void tm_sgemm_bpacked_reference(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                                const float *b_packed, int panel, int depth, float *c,
+                                int64_t ldc, const tm_sgemm_epilogue *ep);
+void tm_sgemm_apacked_reference(int64_t m, int64_t n, int64_t k, const float *a_packed,
+                                int panel, int depth, const float *b, int64_t ldb, float *c,
+                                int64_t ldc, const tm_sgemm_epilogue *ep);
+
 /* ---- Between gemm.c and the micro-kernel files (sgemm_avx2.c, sgemm_avx512.c) ------- */
 
 /* One register tile: c (mr, nr) = alpha * a (MR, k) . b_packed (k, NR) + beta * c, beta
@@ -51,13 +111,46 @@ typedef void (*tm__sgemm_small_fn)(int trans_a, int trans_b, int64_t m, int64_t 
                                    int64_t lda, const float *b, int64_t ldb, float beta,
                                    float *c, int64_t ldc);
 
+/* Rows [0, m) of c (m <= TM__SGEMM_ROWS_MAX, columns [0, nr)) = a (m, k, row stride lda)
+ * . b_packed (k, NR), plus c when beta != 0 (beta is 0 or 1): few rows against a packed
+ * panel, as a decode step has them, bound by reading the panel rather than by FMAs. */
+#define TM__SGEMM_ROWS_MAX 4
+typedef void (*tm__sgemm_rows_fn)(int64_t k, const float *a, int64_t lda, int m,
+                                  const float *b_packed, float *c, int64_t ldc, int nr,
+                                  float beta);
+
+/* A register tile, c (mr, nr) = a_packed (k, MR) . B (+ c when beta != 0), with row p
+ * of B at b + b_offset[p] (nr floats read there, masked: nothing past them): an implicit
+ * GEMM over a convolution's input rows, with nothing packed. */
+typedef void (*tm__sgemm_indirect_fn)(int64_t k, const float *a_packed, const float *b,
+                                      const int64_t *b_offset, float *c, int64_t ldc, int mr,
+                                      int nr, float beta);
+
+/* The register tile with A packed (MR floats a step of k, tm_sgemm_pack_a's layout):
+ * c (mr, nr) = a_packed . b_packed (+ c when beta != 0). */
+typedef void (*tm__sgemm_packed_fn)(int64_t k, const float *a_packed, const float *b_packed,
+                                    float *c, int64_t ldc, int mr, int nr, float beta);
+
+/* A full register tile, c (MR, nr) = a (MR rows of stride lda) . b_packed + beta * c
+ * (beta == 0: c not read), A read where it lies. */
+typedef void (*tm__sgemm_rows_tile_fn)(int64_t k, const float *a, int64_t lda,
+                                       const float *b_packed, float *c, int64_t ldc, int nr,
+                                       float beta);
+
 typedef struct tm__sgemm_arch {
     const char *name;
     int mr, nr;                 /* register tile */
     int64_t kc, mc, nc;         /* cache blocks: a (mc, kc) in L2, b_packed (kc, nc) */
     tm__sgemm_tile_fn tile;
     tm__sgemm_small_fn small;
+    tm__sgemm_rows_fn rows;
+    tm__sgemm_indirect_fn tile_indirect;
+    tm__sgemm_packed_fn tile_packed;
+    tm__sgemm_rows_tile_fn tile_rows;
 } tm__sgemm_arch;
+
+/* The arch tm_sgemm uses (NULL: the reference, TM_REFERENCE_KERNELS=1). */
+const tm__sgemm_arch *tm__sgemm_active_arch(void);
 
 /* NULL where the compiler or the CPU lacks the instructions. */
 const tm__sgemm_arch *tm__sgemm_arch_avx2(void);

@@ -20,15 +20,15 @@ struct tm_pool {
     pthread_mutex_t run_lock;     /* held by the thread whose job is running */
     pthread_mutex_t lock;         /* guards the sleeps below */
     pthread_cond_t wake, done;
-    /* The job number (high 32 bits) and its next unclaimed slice (low 32): one word, so a
-     * worker that wakes late can only claim a slice of the job it saw, never of the next. */
+    /* The job number (high 32 bits), its slice count (the next 16) and its next unclaimed
+     * slice (low 16): one word, so a worker that wakes late can only claim a slice of the
+     * job it saw, judged by that job's own count, never one of the next job. */
     _Atomic uint64_t claim;
     atomic_int finished;          /* slices of the current job done */
     atomic_int caller_sleeping;
     atomic_int stop;
     tm_pool_fn fn;                /* the current job: written before `claim` is released, */
     void *arg;                    /* read only after a slice of it was claimed */
-    atomic_int nth;
 };
 
 typedef struct worker_start {
@@ -46,7 +46,12 @@ int tm_pool_online_cpus(void) {
     return n < 1 ? 1 : (int)n;
 }
 
+/* Slices of one job at most: the claim word's field. */
+#define MAX_SLICES 0xffff
+
 static unsigned job_of(uint64_t claim) { return (unsigned)(claim >> 32); }
+static int slices_of(uint64_t claim) { return (int)((claim >> 16) & MAX_SLICES); }
+static int slice_of(uint64_t claim) { return (int)(claim & MAX_SLICES); }
 
 /* Waits until the job number differs from seen; returns the new one. */
 static unsigned wait_for_job(tm_pool *p, unsigned seen) {
@@ -70,14 +75,13 @@ static unsigned wait_for_job(tm_pool *p, unsigned seen) {
 static void run_slices(tm_pool *p, unsigned job) {
     for (;;) {
         uint64_t v = atomic_load_explicit(&p->claim, memory_order_acquire);
-        int nth = atomic_load_explicit(&p->nth, memory_order_relaxed);
-        if (job_of(v) != job || (int)(uint32_t)v >= nth) return;
+        int nth = slices_of(v);
+        if (job_of(v) != job || slice_of(v) >= nth) return;
         if (!atomic_compare_exchange_weak_explicit(&p->claim, &v, v + 1, memory_order_acq_rel,
                                                    memory_order_acquire))
             continue;
-        /* The job cannot end before this slice is counted: fn, arg and nth stay valid. */
-        nth = atomic_load_explicit(&p->nth, memory_order_relaxed);
-        p->fn(p->arg, (int)(uint32_t)v, nth);
+        /* The job cannot end before this slice is counted: fn and arg stay valid. */
+        p->fn(p->arg, slice_of(v), nth);
         /* Sequentially consistent with the caller's store to caller_sleeping and its
          * load of finished: one of the two sides sees the other. */
         if (atomic_fetch_add(&p->finished, 1) + 1 == nth && atomic_load(&p->caller_sleeping)) {
@@ -118,7 +122,6 @@ tm_pool *tm_pool_create(int threads) {
     atomic_init(&p->finished, 0);
     atomic_init(&p->caller_sleeping, 0);
     atomic_init(&p->stop, 0);
-    atomic_init(&p->nth, 0);
     for (int i = 0; i < threads - 1; i++) {
         worker_start *s = malloc(sizeof *s);
         if (!s) break;
@@ -162,8 +165,13 @@ static void run_inline(int nth, tm_pool_fn fn, void *arg) {
 void tm_pool_run(tm_pool *p, int max_threads, tm_pool_fn fn, void *arg) {
     int nth = tm_pool_threads(p);
     if (max_threads > 0 && max_threads < nth) nth = max_threads;
-    if (!p || nth <= 1) {
-        fn(arg, 0, 1);
+    tm_pool_run_n(p, nth, fn, arg);
+}
+
+void tm_pool_run_n(tm_pool *p, int n_slices, tm_pool_fn fn, void *arg) {
+    int nth = n_slices < 1 ? 1 : n_slices > MAX_SLICES ? MAX_SLICES : n_slices;
+    if (!p || nth == 1) {
+        run_inline(nth, fn, arg);
         return;
     }
     if (pthread_mutex_trylock(&p->run_lock) != 0) {
@@ -172,11 +180,11 @@ void tm_pool_run(tm_pool *p, int max_threads, tm_pool_fn fn, void *arg) {
     }
     p->fn = fn;
     p->arg = arg;
-    atomic_store_explicit(&p->nth, nth, memory_order_relaxed);
     atomic_store_explicit(&p->finished, 0, memory_order_relaxed);
     unsigned job = job_of(atomic_load(&p->claim)) + 1;
     pthread_mutex_lock(&p->lock);
-    atomic_store_explicit(&p->claim, (uint64_t)job << 32, memory_order_release);
+    atomic_store_explicit(&p->claim, (uint64_t)job << 32 | (uint64_t)nth << 16,
+                          memory_order_release);
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->lock);
     run_slices(p, job);

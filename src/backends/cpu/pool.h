@@ -28,6 +28,13 @@ int tm_pool_threads(const tm_pool *p);
  * Allocates nothing. */
 void tm_pool_run(tm_pool *p, int max_threads, tm_pool_fn fn, void *arg);
 
+/* As tm_pool_run with n_slices slices whatever the thread count: fn(arg, ith, n_slices)
+ * for ith in [0, n_slices), each claimed by whichever thread is free. More slices than
+ * threads balance the load when a thread is descheduled (a shared machine) or slices
+ * differ in cost; n_slices < 1 counts as 1, and at most 65535 are made. Allocates
+ * nothing. */
+void tm_pool_run_n(tm_pool *p, int n_slices, tm_pool_fn fn, void *arg);
+
 /* The number of online CPUs (at least 1). */
 int tm_pool_online_cpus(void);
 

@@ -37,7 +37,7 @@ static void tile_6x16(int64_t k, const float *a, int64_t a_row, int64_t a_step,
     __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
 #pragma GCC unroll 4
     for (int64_t p = 0; p < k; p++) {
-        __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
+        __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
         __m256 x = _mm256_broadcast_ss(a);
         c00 = _mm256_fmadd_ps(x, b0, c00);
         c01 = _mm256_fmadd_ps(x, b1, c01);
@@ -66,6 +66,67 @@ static void tile_6x16(int64_t k, const float *a, int64_t a_row, int64_t a_step,
     if (mr > 3) store_row(c + 3 * ldc, c30, c31, nr, va, beta);
     if (mr > 4) store_row(c + 4 * ldc, c40, c41, nr, va, beta);
     if (mr > 5) store_row(c + 5 * ldc, c50, c51, nr, va, beta);
+}
+
+/* The 6x16 tile with B's rows through a table (see sgemm_avx512.c), masked to nr. */
+static void tile_indirect(int64_t k, const float *a, const float *b, const int64_t *b_offset,
+                          float *c, int64_t ldc, int mr, int nr, float beta) {
+    __m256 acc[MR][2];
+    int32_t lanes[16];
+    for (int j = 0; j < 16; j++) lanes[j] = j < nr ? -1 : 0;
+    __m256i m0 = _mm256_loadu_si256((const __m256i *)lanes);
+    __m256i m1 = _mm256_loadu_si256((const __m256i *)(lanes + 8));
+    for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+    for (int64_t p = 0; p < k; p++) {
+        const float *row = b + b_offset[p];
+        __m256 b0 = _mm256_maskload_ps(row, m0), b1 = _mm256_maskload_ps(row + 8, m1);
+        for (int i = 0; i < MR; i++) {
+            __m256 x = _mm256_broadcast_ss(a + i);
+            acc[i][0] = _mm256_fmadd_ps(x, b0, acc[i][0]);
+            acc[i][1] = _mm256_fmadd_ps(x, b1, acc[i][1]);
+        }
+        a += MR;
+    }
+    for (int i = 0; i < mr; i++)
+        store_row(c + i * ldc, acc[i][0], acc[i][1], nr, _mm256_set1_ps(1.0f), beta);
+}
+
+/* Few rows (m <= 4) against one packed panel, bound by reading the panel: as in
+ * sgemm_avx512.c, even and odd steps of k in separate accumulators. */
+static void rows(int64_t k, const float *a, int64_t lda, int m, const float *b, float *c,
+                 int64_t ldc, int nr, float beta) {
+    for (int i = 0; i < m; i++) {
+        const float *row = a + i * lda;
+        const float *bp = b;
+        __m256 e0 = _mm256_setzero_ps(), e1 = e0, o0 = e0, o1 = e0;
+        int64_t p = 0;
+        for (; p + 2 <= k; p += 2, bp += 2 * NR) {
+            __m256 x = _mm256_broadcast_ss(row + p), y = _mm256_broadcast_ss(row + p + 1);
+            e0 = _mm256_fmadd_ps(x, _mm256_loadu_ps(bp), e0);
+            e1 = _mm256_fmadd_ps(x, _mm256_loadu_ps(bp + 8), e1);
+            o0 = _mm256_fmadd_ps(y, _mm256_loadu_ps(bp + NR), o0);
+            o1 = _mm256_fmadd_ps(y, _mm256_loadu_ps(bp + NR + 8), o1);
+        }
+        if (p < k) {
+            __m256 x = _mm256_broadcast_ss(row + p);
+            e0 = _mm256_fmadd_ps(x, _mm256_loadu_ps(bp), e0);
+            e1 = _mm256_fmadd_ps(x, _mm256_loadu_ps(bp + 8), e1);
+        }
+        store_row(c + i * ldc, _mm256_add_ps(e0, o0), _mm256_add_ps(e1, o1), nr,
+                  _mm256_set1_ps(1.0f), beta);
+    }
+}
+
+/* A packed (MR floats a step): the strided tile with its constant strides. */
+static void tile_packed(int64_t k, const float *a, const float *b, float *c, int64_t ldc,
+                        int mr, int nr, float beta) {
+    tile_6x16(k, a, 1, MR, b, c, ldc, mr, nr, 1.0f, beta);
+}
+
+/* A's rows where they lie: the strided tile, full tiles. */
+static void tile_rows(int64_t k, const float *a, int64_t lda, const float *b, float *c,
+                      int64_t ldc, int nr, float beta) {
+    tile_6x16(k, a, lda, 1, b, c, ldc, MR, nr, 1.0f, beta);
 }
 
 static float hsum(__m256 v) {
@@ -154,7 +215,8 @@ static void small(int trans_a, int trans_b, int64_t m, int64_t n0, int64_t n1, i
     }
 }
 
-static const tm__sgemm_arch avx2 = {"avx2", MR, NR, 256, 96, 4080, tile_6x16, small};
+static const tm__sgemm_arch avx2 = {"avx2", MR, NR, 256, 96, 4080, tile_6x16, small, rows,
+                                   tile_indirect, tile_packed, tile_rows};
 
 const tm__sgemm_arch *tm__sgemm_arch_avx2(void) {
     __builtin_cpu_init();

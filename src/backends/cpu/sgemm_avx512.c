@@ -38,6 +38,73 @@ static inline void store_row(float *c, __m512 lo, __m512 hi, int nr, __m512 alph
     _mm512_mask_storeu_ps(c + 16, m1, hi);
 }
 
+/* A packed as tm_sgemm_pack_a lays it out (MR floats a step of k): its offsets are
+ * constants, so the loop needs two pointers where the strided form needs twelve. A
+ * short tile runs the 8- or 4-row form, computing only rows that exist (m = 32: tiles of
+ * 12, 12 and 8 rows, no FMA wasted on padding). */
+#define TILE_PACKED(R)                                                                     \
+    static void tile_packed_##R(int64_t k, const float *a, const float *b, float *c,        \
+                                int64_t ldc, int mr, int nr, float beta) {                  \
+        __m512 acc[R][2];                                                                   \
+        _Pragma("GCC unroll 12") for (int i = 0; i < R; i++)                                \
+            acc[i][0] = acc[i][1] = _mm512_setzero_ps();                                    \
+        _Pragma("GCC unroll 2") for (int64_t p = 0; p < k; p++) {                           \
+            __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);                  \
+            _Pragma("GCC unroll 12") for (int i = 0; i < R; i++) {                          \
+                __m512 x = _mm512_set1_ps(a[i]);                                            \
+                acc[i][0] = _mm512_fmadd_ps(x, b0, acc[i][0]);                              \
+                acc[i][1] = _mm512_fmadd_ps(x, b1, acc[i][1]);                              \
+            }                                                                               \
+            a += MR;                                                                        \
+            b += NR;                                                                        \
+        }                                                                                   \
+        __m512 one = _mm512_set1_ps(1.0f);                                                  \
+        _Pragma("GCC unroll 12") for (int i = 0; i < R; i++)                                \
+            if (i < mr) store_row(c + i * ldc, acc[i][0], acc[i][1], nr, one, beta);        \
+    }
+TILE_PACKED(12)
+TILE_PACKED(8)
+TILE_PACKED(4)
+
+/* The 12x32 tile over A's rows where they lie (row stride lda, k contiguous), with the
+ * rows reached from four base pointers and two strides, so that the loop fits the
+ * general registers (twelve row pointers would spill). Full tiles only. */
+static void tile_rows12(int64_t k, const float *a, int64_t lda, const float *b, float *c,
+                        int64_t ldc, int nr, float beta) {
+    __m512 acc[MR][2];
+#pragma GCC unroll 12
+    for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+    const float *a0 = a, *a1 = a + 3 * lda, *a2 = a + 6 * lda, *a3 = a + 9 * lda;
+    int64_t l1 = lda, l2 = 2 * lda;
+#pragma GCC unroll 2
+    for (int64_t p = 0; p < k; p++) {
+        __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
+        const float *row[4] = {a0 + p, a1 + p, a2 + p, a3 + p};
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; q++) {
+            __m512 x0 = _mm512_set1_ps(row[q][0]), x1 = _mm512_set1_ps(row[q][l1]);
+            __m512 x2 = _mm512_set1_ps(row[q][l2]);
+            acc[3 * q][0] = _mm512_fmadd_ps(x0, b0, acc[3 * q][0]);
+            acc[3 * q][1] = _mm512_fmadd_ps(x0, b1, acc[3 * q][1]);
+            acc[3 * q + 1][0] = _mm512_fmadd_ps(x1, b0, acc[3 * q + 1][0]);
+            acc[3 * q + 1][1] = _mm512_fmadd_ps(x1, b1, acc[3 * q + 1][1]);
+            acc[3 * q + 2][0] = _mm512_fmadd_ps(x2, b0, acc[3 * q + 2][0]);
+            acc[3 * q + 2][1] = _mm512_fmadd_ps(x2, b1, acc[3 * q + 2][1]);
+        }
+        b += NR;
+    }
+    __m512 one = _mm512_set1_ps(1.0f);
+#pragma GCC unroll 12
+    for (int i = 0; i < MR; i++) store_row(c + i * ldc, acc[i][0], acc[i][1], nr, one, beta);
+}
+
+static void tile_packed(int64_t k, const float *a, const float *b, float *c, int64_t ldc,
+                        int mr, int nr, float beta) {
+    if (mr > 8) tile_packed_12(k, a, b, c, ldc, mr, nr, beta);
+    else if (mr > 4) tile_packed_8(k, a, b, c, ldc, mr, nr, beta);
+    else tile_packed_4(k, a, b, c, ldc, mr, nr, beta);
+}
+
 static void tile_12x32(int64_t k, const float *a, int64_t a_row, int64_t a_step,
                        const float *b, float *c, int64_t ldc, int mr, int nr, float alpha,
                        float beta) {
@@ -46,7 +113,7 @@ static void tile_12x32(int64_t k, const float *a, int64_t a_row, int64_t a_step,
     for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
 #pragma GCC unroll 2
     for (int64_t p = 0; p < k; p++) {
-        __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
+        __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
 #pragma GCC unroll 12
         for (int i = 0; i < MR; i++) {
             __m512 x = _mm512_set1_ps(a[i * a_row]);
@@ -60,6 +127,87 @@ static void tile_12x32(int64_t k, const float *a, int64_t a_row, int64_t a_step,
 #pragma GCC unroll 12
     for (int i = 0; i < MR; i++)
         if (i < mr) store_row(c + i * ldc, acc[i][0], acc[i][1], nr, va, beta);
+}
+
+/* The 12x32 tile with B's rows found through a table, not packed: row p of B is
+ * b + b_offset[p] (a convolution's input rows, read where they lie), nr columns of it
+ * read with masks, so nothing past them is touched. */
+static void tile_indirect(int64_t k, const float *a, const float *b, const int64_t *b_offset,
+                          float *c, int64_t ldc, int mr, int nr, float beta) {
+    __m512 acc[MR][2];
+    __mmask16 m0 = lane_mask(nr), m1 = lane_mask(nr - 16);
+#pragma GCC unroll 12
+    for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+#pragma GCC unroll 2
+    for (int64_t p = 0; p < k; p++) {
+        const float *row = b + b_offset[p];
+        __m512 b0 = _mm512_maskz_loadu_ps(m0, row), b1 = _mm512_maskz_loadu_ps(m1, row + 16);
+        /* The rows lie far apart (a plane each): no hardware prefetcher follows them, so
+         * fetch what the next panel (the next NR columns) will read. Prefetches never
+         * fault, past the end of a buffer included. */
+        _mm_prefetch((const char *)(row + NR), _MM_HINT_T0);
+        _mm_prefetch((const char *)(row + NR + 16), _MM_HINT_T0);
+#pragma GCC unroll 12
+        for (int i = 0; i < MR; i++) {
+            __m512 x = _mm512_set1_ps(a[i]);
+            acc[i][0] = _mm512_fmadd_ps(x, b0, acc[i][0]);
+            acc[i][1] = _mm512_fmadd_ps(x, b1, acc[i][1]);
+        }
+        a += MR;
+    }
+    __m512 one = _mm512_set1_ps(1.0f);
+#pragma GCC unroll 12
+    for (int i = 0; i < MR; i++)
+        if (i < mr) store_row(c + i * ldc, acc[i][0], acc[i][1], nr, one, beta);
+}
+
+/* Few rows (m <= 4, a decode step) against one packed panel: each row keeps two pairs of
+ * accumulators (even and odd steps of k), so even one row has four FMA chains in flight
+ * and the loop is bound by reading the panel. c = a . b_packed (+ c when beta != 0). */
+#define ROWS_KERNEL(M)                                                                      \
+    static void rows_##M(int64_t k, const float *a, int64_t lda, const float *b, float *c,   \
+                         int64_t ldc, int nr, float beta) {                                   \
+        __m512 even[M][2], odd[M][2];                                                        \
+        for (int i = 0; i < M; i++)                                                          \
+            even[i][0] = even[i][1] = odd[i][0] = odd[i][1] = _mm512_setzero_ps();           \
+        int64_t p = 0;                                                                       \
+        for (; p + 2 <= k; p += 2, b += 2 * NR) {                                            \
+            __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);                   \
+            __m512 b2 = _mm512_loadu_ps(b + NR), b3 = _mm512_loadu_ps(b + NR + 16);         \
+            for (int i = 0; i < M; i++) {                                                    \
+                __m512 x = _mm512_set1_ps(a[i * lda + p]), y = _mm512_set1_ps(a[i * lda + p + 1]); \
+                even[i][0] = _mm512_fmadd_ps(x, b0, even[i][0]);                             \
+                even[i][1] = _mm512_fmadd_ps(x, b1, even[i][1]);                             \
+                odd[i][0] = _mm512_fmadd_ps(y, b2, odd[i][0]);                               \
+                odd[i][1] = _mm512_fmadd_ps(y, b3, odd[i][1]);                               \
+            }                                                                                \
+        }                                                                                    \
+        if (p < k) {                                                                         \
+            __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);                   \
+            for (int i = 0; i < M; i++) {                                                    \
+                __m512 x = _mm512_set1_ps(a[i * lda + p]);                                   \
+                even[i][0] = _mm512_fmadd_ps(x, b0, even[i][0]);                             \
+                even[i][1] = _mm512_fmadd_ps(x, b1, even[i][1]);                             \
+            }                                                                                \
+        }                                                                                    \
+        __m512 one = _mm512_set1_ps(1.0f);                                                   \
+        for (int i = 0; i < M; i++)                                                          \
+            store_row(c + i * ldc, _mm512_add_ps(even[i][0], odd[i][0]),                     \
+                      _mm512_add_ps(even[i][1], odd[i][1]), nr, one, beta);                  \
+    }
+ROWS_KERNEL(1)
+ROWS_KERNEL(2)
+ROWS_KERNEL(3)
+ROWS_KERNEL(4)
+
+static void rows(int64_t k, const float *a, int64_t lda, int m, const float *b, float *c,
+                 int64_t ldc, int nr, float beta) {
+    switch (m) {
+    case 1: rows_1(k, a, lda, b, c, ldc, nr, beta); break;
+    case 2: rows_2(k, a, lda, b, c, ldc, nr, beta); break;
+    case 3: rows_3(k, a, lda, b, c, ldc, nr, beta); break;
+    default: rows_4(k, a, lda, b, c, ldc, nr, beta); break;
+    }
 }
 
 static inline float finish(float sum, float alpha, float beta, const float *c) {
@@ -130,7 +278,8 @@ static void small(int trans_a, int trans_b, int64_t m, int64_t n0, int64_t n1, i
     }
 }
 
-static const tm__sgemm_arch avx512 = {"avx512", MR, NR, 256, 96, 4096, tile_12x32, small};
+static const tm__sgemm_arch avx512 = {"avx512", MR, NR, 256, 96, 4096, tile_12x32, small, rows,
+                                     tile_indirect, tile_packed, tile_rows12};
 
 const tm__sgemm_arch *tm__sgemm_arch_avx512(void) {
     __builtin_cpu_init();

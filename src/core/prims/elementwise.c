@@ -16,7 +16,9 @@
 #include <immintrin.h>
 #endif
 #include "../ctx.h"
+#include "fused.h"
 #include "../../backends/cpu/gemm.h" /* tm_use_reference_kernels */
+#include "../../backends/cpu/pool.h"
 
 /* ---- Dtype classes ------------------------------------------------------------------- */
 
@@ -125,19 +127,30 @@ static void walk_init(walk *w, const tm_tensor *out, const tm_tensor *const *in,
     }
 }
 
-static void walk_run(const walk *w, row_fn row, const void *job) {
+/* Elements [first, last) of the output, in flat order: row by row, the first and last
+ * rows possibly partial (a row's part is a row with offsets moved along it). */
+static void walk_range(const walk *w, row_fn row, const void *job, int64_t first,
+                       int64_t last) {
     int r = w->rank;
     int64_t n = w->dims[r - 1];
-    int64_t rows = 1;
-    for (int d = 0; d < r - 1; d++) rows *= w->dims[d];
     int64_t index[TM_MAX_RANK] = {0};
     int64_t offset[WALK_MAX_INPUTS] = {0};
     int64_t inner[WALK_MAX_INPUTS];
     for (int k = 0; k < w->nin; k++) inner[k] = w->step[k][r - 1];
-    int64_t out_offset = 0;
-    for (int64_t row_index = 0; row_index < rows; row_index++) {
-        row(job, offset, inner, out_offset, n);
-        out_offset += n;
+    /* The multi-index of the first row. */
+    int64_t row_index = first / n, rest = row_index;
+    for (int d = r - 2; d >= 0; d--) {
+        index[d] = rest % w->dims[d];
+        rest /= w->dims[d];
+        for (int k = 0; k < w->nin; k++) offset[k] += index[d] * w->step[k][d];
+    }
+    int64_t at = row_index * n;
+    while (at < last) {
+        int64_t begin = first > at ? first - at : 0, end = last - at < n ? last - at : n;
+        int64_t moved[WALK_MAX_INPUTS];
+        for (int k = 0; k < w->nin; k++) moved[k] = offset[k] + begin * inner[k];
+        row(job, moved, inner, at + begin, end - begin);
+        at += n;
         for (int d = r - 2; d >= 0; d--) {
             for (int k = 0; k < w->nin; k++) offset[k] += w->step[k][d];
             if (++index[d] < w->dims[d]) break;
@@ -145,6 +158,47 @@ static void walk_run(const walk *w, row_fn row, const void *job) {
             index[d] = 0;
         }
     }
+}
+
+static int64_t walk_total(const walk *w) {
+    int64_t total = 1;
+    for (int d = 0; d < w->rank; d++) total *= w->dims[d];
+    return total;
+}
+
+static void walk_run(const walk *w, row_fn row, const void *job) {
+    walk_range(w, row, job, 0, walk_total(w));
+}
+
+/* Large outputs split over the pool: below this many elements one thread (waking a
+ * worker costs about what a thread does to this many in that time). */
+#define PARALLEL_MIN_ELEMENTS ((int64_t)1 << 17)
+#define PARALLEL_SLICES 8
+
+typedef struct walk_job {
+    const walk *w;
+    row_fn row;
+    const void *job;
+    int64_t total;
+} walk_job;
+
+static void walk_slice(void *arg, int ith, int nth) {
+    const walk_job *j = arg;
+    /* Slice bounds on multiples of 16 elements, so no vector straddles two slices. */
+    int64_t units = (j->total + 15) / 16;
+    int64_t first = units * ith / nth * 16, last = units * (ith + 1) / nth * 16;
+    if (last > j->total) last = j->total;
+    if (first < last) walk_range(j->w, j->row, j->job, first, last);
+}
+
+static void walk_run_pool(const walk *w, row_fn row, const void *job, struct tm_pool *pool) {
+    int64_t total = walk_total(w);
+    if (!pool || tm_pool_threads(pool) < 2 || total < PARALLEL_MIN_ELEMENTS) {
+        walk_range(w, row, job, 0, total);
+        return;
+    }
+    walk_job j = {w, row, job, total};
+    tm_pool_run_n(pool, PARALLEL_SLICES, walk_slice, &j);
 }
 
 /* Output dims of inputs of equal rank whose dims are equal or 1. */
@@ -437,6 +491,10 @@ static void unary_f32_math(int prim, const tm_args *a, const float *restrict x,
     }
 }
 
+void tm__unary_f32_rows(int prim, const tm_args *a, const float *x, float *y, int64_t n) {
+    unary_f32_math(prim, a, x, y, n);
+}
+
 static void unary_f32(int prim, const tm_args *a, const float *x, void *out, int64_t n) {
     if (prim == TM_P_ISNAN || prim == TM_P_ISINF) {
         uint8_t *y = out;
@@ -498,6 +556,26 @@ static void unary_generic(int prim, const tm_args *a, const tm_tensor *x, tm_ten
     }
 }
 
+typedef struct unary_job {
+    int prim;
+    const tm_args *a;
+    const float *x;
+    void *y;
+    int64_t n;
+} unary_job;
+
+static void unary_slice(void *arg, int ith, int nth) {
+    const unary_job *j = arg;
+    int64_t units = (j->n + 15) / 16;
+    int64_t first = units * ith / nth * 16, last = units * (ith + 1) / nth * 16;
+    if (last > j->n) last = j->n;
+    /* ISNAN/ISINF write bytes, every other unary floats. */
+    size_t out_size = j->prim == TM_P_ISNAN || j->prim == TM_P_ISINF ? 1 : sizeof(float);
+    if (first < last)
+        unary_f32(j->prim, j->a, j->x + first, (char *)j->y + (size_t)first * out_size,
+                  last - first);
+}
+
 tm_status tm__kernel_unary(const tm_kcall *k) {
     const tm_tensor *x = k->in[0];
     tm_tensor *y = k->out[0];
@@ -505,6 +583,11 @@ tm_status tm__kernel_unary(const tm_kcall *k) {
     if (n <= 0) return TM_OK;
     int fast = !tm_use_reference_kernels();
     if (x->dtype == TM_FLOAT && fast) {
+        if (n >= PARALLEL_MIN_ELEMENTS && tm_pool_threads(k->pool) > 1) {
+            unary_job job = {k->prim, k->a, x->data, y->data, n};
+            tm_pool_run_n(k->pool, PARALLEL_SLICES, unary_slice, &job);
+            return TM_OK;
+        }
         unary_f32(k->prim, k->a, x->data, y->data, n);
         return TM_OK;
     }
@@ -899,7 +982,7 @@ tm_status tm__kernel_binary(const tm_kcall *k) {
     };
     walk w;
     walk_init(&w, out, k->in, 2);
-    walk_run(&w, binary_row(&j), &j);
+    walk_run_pool(&w, binary_row(&j), &j, k->pool);
     return TM_OK;
 }
 

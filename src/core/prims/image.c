@@ -353,10 +353,13 @@ static void resize_axis_table(const tm_args *a, int d, int64_t in, int64_t out, 
     }
 }
 
-/* Nearest: every output element copies one input element (or is extrapolated). */
+/* Nearest: every output element copies one input element (or is extrapolated). Row by
+ * row along the last axis: the leading axes pick a source row once per output row, an
+ * output row whose source row is the previous one's (upsampling) is a copy of it, and
+ * the last axis is a gather through its table. */
 static void resize_gather(const resize_plan *p, const tm_args *a, char *scratch,
                           const tm_tensor *x, tm_tensor *y) {
-    int r = p->rank;
+    int r = p->rank, last = r - 1;
     size_t es = tm_dtype_elem_size(x->dtype);
     int64_t stride[TM_MAX_RANK], j[TM_MAX_RANK] = {0};
     int64_t s = 1;
@@ -364,11 +367,16 @@ static void resize_gather(const resize_plan *p, const tm_args *a, char *scratch,
         stride[d] = s;
         s *= p->in[d];
     }
-    int64_t total = tm_numel(r, p->out);
-    for (int64_t o = 0; o < total; o++) {
+    int64_t width = p->out[last], rows = width ? tm_numel(r, p->out) / width : 0;
+    const int64_t *idx_last = p->active[last] ? (const int64_t *)(scratch + p->idx_at[last]) : NULL;
+    const uint8_t *flag_last = p->active[last] ? (const uint8_t *)(scratch + p->flag_at[last]) : NULL;
+    const char *src = x->data;
+    char *dst = y->data;
+    int64_t prev_from = -1;
+    for (int64_t row = 0; row < rows; row++) {
         int64_t from = 0;
         int outside = 0;
-        for (int d = 0; d < r; d++) {
+        for (int d = 0; d < last; d++) {
             if (!p->active[d]) {
                 from += j[d] * stride[d];
                 continue;
@@ -378,11 +386,33 @@ static void resize_gather(const resize_plan *p, const tm_args *a, char *scratch,
             outside |= flag[j[d]];
             from += idx[j[d]] * stride[d];
         }
-        if (outside) store(y, o, a->f[1]);
-        else
-            memcpy((char *)y->data + (size_t)o * es, (const char *)x->data + (size_t)from * es,
-                   es);
-        for (int d = r - 1; d >= 0; d--) {
+        char *out = dst + (size_t)(row * width) * es;
+        if (outside) {
+            for (int64_t t = 0; t < width; t++) store(y, row * width + t, a->f[1]);
+            prev_from = -1;
+        } else if (from == prev_from) {
+            memcpy(out, out - (size_t)width * es, (size_t)width * es);
+        } else if (!idx_last) {
+            memcpy(out, src + (size_t)from * es, (size_t)width * es);
+            prev_from = from;
+        } else {
+            int any_flag = 0;
+            if (es == 4) {
+                const uint32_t *in4 = (const uint32_t *)src + from;
+                uint32_t *out4 = (uint32_t *)out;
+                for (int64_t t = 0; t < width; t++) out4[t] = in4[idx_last[t]];
+            } else {
+                for (int64_t t = 0; t < width; t++)
+                    memcpy(out + (size_t)t * es, src + (size_t)(from + idx_last[t]) * es, es);
+            }
+            for (int64_t t = 0; t < width; t++)
+                if (flag_last[t]) {
+                    store(y, row * width + t, a->f[1]);
+                    any_flag = 1;
+                }
+            prev_from = any_flag ? -1 : from;
+        }
+        for (int d = last - 1; d >= 0; d--) {
             if (++j[d] < p->out[d]) break;
             j[d] = 0;
         }

@@ -3,11 +3,29 @@
  * dtype through plain loops that accumulate in double or in 64-bit integers.
  * Not the ONNX side: auto_pad, output_shape, MatMulInteger and 1-D matmul operands are
  * turned into these primitives' explicit arguments by the lowerings. */
+#if defined(__GNUC__) && !defined(__clang__)
+/* -O2 leaves plain loops scalar (GCC's very-cheap vector cost model); these loops run
+ * over every element they touch: the full vectorizer. No floating-point contraction:
+ * each step rounds as the unfused primitive does. Short copy loops stay loops (a memcpy
+ * call per 128-byte run of an image panel cost more than the copy). */
+#pragma GCC optimize("O3", "no-trapping-math", "no-tree-loop-distribute-patterns")
+#endif
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include "../ctx.h"
+#include "fused.h"
 #include "../../backends/cpu/gemm.h"
+
+/* CONV_PACKED's slices, each with its own piece of scratch: channels (depthwise) or
+ * panels of output positions (the implicit GEMM). */
+#define DEPTHWISE_SLICES 8
+#define DEPTHWISE_PADDED_MAX (64 << 10)   /* floats of a padded plane */
+#define CONV_GEMM_SLICES 16
+#define EPILOGUE_PANELS 8
+/* Below about 20 microseconds of one core's work a conv runs on one thread (waking a
+ * worker costs that much on a busy machine). */
+#define CONV_PARALLEL_MIN_FLOPS (1 << 21)
 
 /* ---- Shared helpers ------------------------------------------------------------------ */
 
@@ -1065,5 +1083,813 @@ tm_status tm__kernel_pool(const tm_kcall *kc) {
             next_index(g.n, g.out, o);
         }
     }
+    return TM_OK;
+}
+
+/* ---- CONV_PACKED ------------------------------------------------------------------------
+ * A float32 convolution made by passes/conv.c: weights packed once into the GEMM
+ * micro-kernel's row panels and multiplied by panels packed straight from the image (an
+ * implicit GEMM: no im2col matrix), or a depthwise kernel computed directly row by row;
+ * bias, chain and residual in the epilogue. */
+
+enum { CP_WDIMS = 20, CP_KIND = 28, CP_PANEL = 29, CP_DEPTH = 30, CP_BIAS = 31,
+       CP_RESIDUAL = 32, CP_CHAIN = 33 };
+/* CP_SHUFFLE: a CONV_TRANSPOSE whose kernel equals its stride (no pads, dilation or
+ * output padding, one group, two spatial dims): each input position feeds its own
+ * kh x kw output block, so it is one GEMM, rows (m, a, b) = M * kh * kw by the input's
+ * positions, whose results are scattered into place (a pixel shuffle). w is that GEMM's
+ * (M * kh * kw, C) matrix, packed; the args are CONV_TRANSPOSE's. */
+enum { CP_GEMM = 0, CP_DEPTHWISE = 1, CP_SHUFFLE = 2 };
+
+/* The geometry from the args (the weight's dims are kept there: w may be packed). */
+static tm_status conv_packed_geom(const tm_args *a, int rank_x, const int64_t *dims_x,
+                                  conv_geom *g, char *why, size_t cap) {
+    int64_t n = a->i[0];
+    if (n < 1 || n > TM_MAX_RANK - 2) {
+        snprintf(why, cap, "conv_packed: bad spatial rank %lld", (long long)n);
+        return TM_ERR_INVALID_ARGUMENT;
+    }
+    int shuffle = a->i[CP_KIND] == CP_SHUFFLE;
+    tm_status s = conv_geom_read(a, shuffle, rank_x, dims_x, (int)n + 2, a->i + CP_WDIMS, g,
+                                 why, cap);
+    if (s == TM_OK && shuffle) {
+        int ok = g->n == 2 && g->group == 1;
+        for (int d = 0; ok && d < g->n; d++)
+            ok = g->stride[d] == g->kernel[d] && !g->pad_begin[d] && !g->pad_end[d] &&
+                 g->dilation[d] == 1 && !g->out_pad[d];
+        if (!ok) {
+            snprintf(why, cap, "conv_packed: the shuffle form needs a 2-D transpose with "
+                     "stride = kernel and nothing else");
+            return TM_ERR_INVALID_ARGUMENT;
+        }
+    }
+    return s;
+}
+
+static size_t conv_gemm_scratch(const conv_geom *g, int64_t depth);
+static int64_t depthwise_work_floats(const conv_geom *g);
+
+/* CP_SHUFFLE's scratch: the row offsets, then a (rows x 64) buffer per slice. */
+static size_t shuffle_scratch(const conv_geom *g) {
+    size_t rows = (size_t)(g->out_channels * g->kernel_size);
+    return (size_t)g->in_channels * sizeof(int64_t) + 128 +
+           (size_t)CONV_GEMM_SLICES * rows * 64 * sizeof(float);
+}
+
+static int conv_packed_depthwise_ok(const conv_geom *g) {
+    return g->group == g->in_channels && g->out_channels == g->in_channels;
+}
+
+tm_status tm__shape_conv_packed(tm_ctx *c, int prim, const tm_args *a,
+                                const tm_vinfo *const *in, int nin, tm_vinfo *out, int nout,
+                                size_t *scratch) {
+    (void)prim; (void)nout;
+    int with_bias = a->i[CP_BIAS] != 0, with_residual = a->i[CP_RESIDUAL] != 0;
+    int kind = (int)a->i[CP_KIND];
+    tm_chain ch;
+    if (!tm__chain_decode(a->i + CP_CHAIN, TM_ARGS_MAX_I - CP_CHAIN, &ch) ||
+        (kind != CP_GEMM && kind != CP_DEPTHWISE && kind != CP_SHUFFLE) || a->i[CP_PANEL] < 1 ||
+        a->i[CP_PANEL] > 64 || a->i[CP_DEPTH] < 1)
+        return tm_ctx_fail(c, TM_ERR_INVALID_ARGUMENT, "conv_packed: bad arguments");
+    if (nin != 2 + with_bias + with_residual)
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "conv_packed: expected %d inputs, got %d",
+                           2 + with_bias + with_residual, nin);
+    for (int i = 0; i < nin; i++)
+        if (in[i]->dtype != TM_FLOAT)
+            return tm_ctx_fail(c, TM_ERR_DTYPE, "conv_packed: input %d is %s, not float32", i,
+                               tm_dtype_name(in[i]->dtype));
+    conv_geom g;
+    char why[700];
+    tm_status s = conv_packed_geom(a, in[0]->rank, in[0]->dims, &g, why, sizeof why);
+    if (s != TM_OK) return tm_ctx_fail(c, s, "%s", why);
+    int64_t m_g = g.out_channels / g.group, k_g = g.in_channels / g.group * g.kernel_size;
+    int64_t want = kind == CP_GEMM
+                       ? g.group * (int64_t)tm_sgemm_packed_floats(m_g, k_g, (int)a->i[CP_PANEL])
+                   : kind == CP_SHUFFLE
+                       ? (int64_t)tm_sgemm_packed_floats(g.out_channels * g.kernel_size,
+                                                         g.in_channels, (int)a->i[CP_PANEL])
+                       : g.out_channels * g.kernel_size;
+    if (tm_numel(in[1]->rank, in[1]->dims) != want || (kind == CP_DEPTHWISE && !conv_packed_depthwise_ok(&g)))
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "conv_packed: the weight does not fit the geometry");
+    if (with_bias && (in[2]->rank != 1 || in[2]->dims[0] != g.out_channels))
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "conv_packed: bias must be (%lld)",
+                           (long long)g.out_channels);
+    out->dtype = TM_FLOAT;
+    out->rank = g.n + 2;
+    out->dims[0] = g.batch;
+    out->dims[1] = g.out_channels;
+    for (int d = 0; d < g.n; d++) out->dims[2 + d] = g.out[d];
+    if (with_residual) {
+        const tm_vinfo *r = in[nin - 1];
+        if (r->rank != out->rank || memcmp(r->dims, out->dims, (size_t)r->rank * sizeof r->dims[0]))
+            return tm_ctx_fail(c, TM_ERR_SHAPE, "conv_packed: the residual must have the output's dims");
+    }
+    *scratch = 0;
+    if (kind == CP_GEMM) {
+        *scratch = conv_gemm_scratch(&g, a->i[CP_DEPTH]);
+    } else if (kind == CP_SHUFFLE) {
+        /* The row offsets, then a (rows x panel) buffer per slice (panel <= 64). */
+        *scratch = shuffle_scratch(&g);
+    } else {
+        /* Per slice: a padded channel plane, a row of accumulators, an input row's
+         * phases. (Depthwise is two spatial dims only: conv_packed_depthwise_ok.) */
+        *scratch = (size_t)(DEPTHWISE_SLICES * depthwise_work_floats(&g)) * sizeof(float);
+    }
+    return TM_OK;
+}
+
+typedef struct conv_packed_call {
+    const conv_geom *g;
+    const float *x, *w, *bias, *residual;
+    float *y;
+    const tm_chain *chain;
+    int panel, depth;
+    float *scratch;
+    size_t scratch_bytes;
+    tm_pool *pool;
+} conv_packed_call;
+
+/* y = chain(row + bias) + residual, over one output row of n values. */
+static void finish_row(const conv_packed_call *cp, float *acc, float bias, const float *res,
+                       float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) acc[i] += bias;
+    if (cp->chain->n) tm__chain_apply(cp->chain, acc, acc, n);
+    if (res)
+        for (int64_t i = 0; i < n; i++) y[i] = acc[i] + res[i];
+    else if (y != acc)
+        memcpy(y, acc, (size_t)n * sizeof *y);
+}
+
+/* Depthwise, two spatial dims: each output row of a channel sums kh input rows, each
+ * shifted once per kernel column; stride 2 reads the row's even and odd phases, which are
+ * contiguous, so every inner loop runs along memory. */
+/* The padded form of a depthwise kernel's channel (two spatial dims, column stride 1 or
+ * 2, row stride any, pads >= 0; dilation only with column stride 1): the plane copied
+ * once into a zero-padded buffer, for column stride 2 with each row split into its even
+ * and odd columns, so that every kernel tap is one loop over a whole output row with no
+ * bounds to check. Returns 0 when the geometry does not fit (the bounded form runs). */
+static int depthwise_padded_ok(const conv_geom *g) {
+    if (g->n != 2 || g->pad_begin[0] < 0 || g->pad_begin[1] < 0 || g->pad_end[0] < 0 ||
+        g->pad_end[1] < 0)
+        return 0;
+    /* A plane that stays in L2 (the copy then costs little; larger ones are read in
+     * place, where each row's bounds cost little against its length). */
+    if ((g->in[0] + g->pad_begin[0] + g->pad_end[0]) * (g->in[1] + g->pad_begin[1] + g->pad_end[1]) >
+        DEPTHWISE_PADDED_MAX)
+        return 0;
+    return g->stride[1] == 1 || (g->stride[1] == 2 && g->dilation[1] == 1);
+}
+
+/* Floats of one slice's work space for the depthwise kernel. */
+static int64_t depthwise_work_floats(const conv_geom *g) {
+    int64_t hp = g->in[0] + g->pad_begin[0] + g->pad_end[0];
+    int64_t wp = g->in[1] + g->pad_begin[1] + g->pad_end[1];
+    int64_t padded = depthwise_padded_ok(g) ? hp * (wp + 2) : 0;
+    return padded + g->out[1] + 2 * g->in[1] + 64;
+}
+
+static void depthwise_padded(const conv_packed_call *cp, const float *x, const float *w,
+                             float bias, const float *res, float *y, float *work) {
+    const conv_geom *g = cp->g;
+    int64_t ih = g->in[0], iw = g->in[1], oh = g->out[0], ow = g->out[1];
+    int64_t kh = g->kernel[0], kw = g->kernel[1], sy = g->stride[0], sx = g->stride[1];
+    int64_t dy = g->dilation[0], dx = g->dilation[1], py = g->pad_begin[0], px = g->pad_begin[1];
+    int64_t hp = ih + py + g->pad_end[0], wp = iw + px + g->pad_end[1];
+    /* Row layout: stride 1, wp floats; stride 2, the even columns (half) then the odd. */
+    int64_t half = (wp + 1) / 2, row_len = sx == 1 ? wp : 2 * half;
+    float *plane = work, *acc = work + hp * row_len + 32;
+    for (int64_t r = 0; r < hp; r++) {
+        float *dst = plane + r * row_len;
+        int64_t iy = r - py;
+        if (iy < 0 || iy >= ih) {
+            memset(dst, 0, (size_t)row_len * sizeof *dst);
+            continue;
+        }
+        const float *src = x + iy * iw;
+        if (sx == 1) {
+            for (int64_t i = 0; i < px; i++) dst[i] = 0.0f;
+            memcpy(dst + px, src, (size_t)iw * sizeof *dst);
+            for (int64_t i = px + iw; i < wp; i++) dst[i] = 0.0f;
+        } else {
+            /* Padded column c = 2 i + phase is input column c - px. */
+            for (int64_t ph = 0; ph < 2; ph++) {
+                float *d = dst + ph * half;
+                int64_t lo = first_reaching(ph - px, 2, 0), hi = first_reaching(ph - px, 2, iw);
+                lo = min_i64(lo, half);
+                hi = max_i64(lo, min_i64(hi, half));
+                const float *from = src + ph - px;   /* only [lo, hi) is dereferenced */
+                for (int64_t i = 0; i < lo; i++) d[i] = 0.0f;
+                for (int64_t i = lo; i < hi; i++) d[i] = from[2 * i];
+                for (int64_t i = hi; i < half; i++) d[i] = 0.0f;
+            }
+        }
+    }
+    for (int64_t oy = 0; oy < oh; oy++) {
+        for (int64_t ox = 0; ox < ow; ox++) acc[ox] = 0.0f;
+        for (int64_t ky = 0; ky < kh; ky++) {
+            const float *row = plane + (oy * sy + ky * dy) * row_len;
+            for (int64_t kx = 0; kx < kw; kx++) {
+                float wv = w[ky * kw + kx];
+                const float *p = sx == 1 ? row + kx * dx : row + (kx & 1) * half + kx / 2;
+                for (int64_t ox = 0; ox < ow; ox++) acc[ox] += wv * p[ox];
+            }
+        }
+        finish_row(cp, acc, bias, res ? res + oy * ow : NULL, y + oy * ow, ow);
+    }
+}
+
+/* Depthwise, two spatial dims: each output row of a channel sums kh input rows, each
+ * shifted once per kernel column; stride 2 reads the row's even and odd phases, which are
+ * contiguous, so every inner loop runs along memory. (The bounded form, for geometries
+ * the padded one does not take.) */
+static void depthwise_channel(const conv_packed_call *cp, int64_t b, int64_t ch, float *work) {
+    const conv_geom *g = cp->g;
+    int64_t ih = g->in[0], iw = g->in[1], oh = g->out[0], ow = g->out[1];
+    int64_t kh = g->kernel[0], kw = g->kernel[1], sy = g->stride[0], sx = g->stride[1];
+    int64_t dy = g->dilation[0], dx = g->dilation[1], py = g->pad_begin[0], px = g->pad_begin[1];
+    const float *x = cp->x + (b * g->in_channels + ch) * g->in_size;
+    const float *w = cp->w + ch * g->kernel_size;
+    float *y = cp->y + (b * g->out_channels + ch) * g->out_size;
+    const float *res = cp->residual ? cp->residual + (b * g->out_channels + ch) * g->out_size : NULL;
+    float bias = cp->bias ? cp->bias[ch] : 0.0f;
+    if (depthwise_padded_ok(g)) {
+        depthwise_padded(cp, x, w, bias, res, y, work);
+        return;
+    }
+    float *acc = work, *phase = work + ow + 16;
+    for (int64_t oy = 0; oy < oh; oy++) {
+        memset(acc, 0, (size_t)ow * sizeof *acc);
+        for (int64_t ky = 0; ky < kh; ky++) {
+            int64_t iy = oy * sy - py + ky * dy;
+            if (iy < 0 || iy >= ih) continue;
+            const float *row = x + iy * iw;
+            int64_t stride = sx;
+            const float *src = row;
+            if (sx == 2) {
+                /* phase[0..] = even columns, then the odd ones. */
+                int64_t half = (iw + 1) / 2;
+                for (int64_t i = 0; 2 * i < iw; i++) phase[i] = row[2 * i];
+                for (int64_t i = 0; 2 * i + 1 < iw; i++) phase[half + i] = row[2 * i + 1];
+                src = phase;
+                stride = 1;
+                for (int64_t kx = 0; kx < kw; kx++) {
+                    float wv = w[ky * kw + kx];
+                    int64_t start = -px + kx * dx;   /* input column of output column 0 */
+                    int64_t lo = start < 0 ? (-start + 1) / 2 : 0;
+                    int64_t hi = ow;
+                    while (hi > lo && 2 * (hi - 1) + start >= iw) hi--;
+                    if (hi <= lo) continue;
+                    int64_t first = 2 * lo + start;  /* its phase and index there */
+                    const float *p = src + (first & 1 ? half : 0) + first / 2 - lo;
+                    for (int64_t ox = lo; ox < hi; ox++) acc[ox] += wv * p[ox];
+                }
+                continue;
+            }
+            for (int64_t kx = 0; kx < kw; kx++) {
+                float wv = w[ky * kw + kx];
+                int64_t start = -px + kx * dx;
+                int64_t lo = 0, hi = ow;
+                while (lo < hi && lo * stride + start < 0) lo++;
+                while (hi > lo && (hi - 1) * stride + start >= iw) hi--;
+                if (stride == 1) {
+                    const float *p = src + start;
+                    for (int64_t ox = lo; ox < hi; ox++) acc[ox] += wv * p[ox];
+                } else {
+                    for (int64_t ox = lo; ox < hi; ox++) acc[ox] += wv * src[ox * stride + start];
+                }
+            }
+        }
+        finish_row(cp, acc, bias, res ? res + oy * ow : NULL, y + oy * ow, ow);
+    }
+}
+
+typedef struct depthwise_job {
+    const conv_packed_call *cp;
+} depthwise_job;
+
+static void depthwise_slice(void *arg, int ith, int nth) {
+    const conv_packed_call *cp = ((depthwise_job *)arg)->cp;
+    const conv_geom *g = cp->g;
+    int64_t total = g->batch * g->out_channels;
+    float *work = cp->scratch + (size_t)ith * (size_t)depthwise_work_floats(g);
+    for (int64_t t = total * ith / nth; t < total * (ith + 1) / nth; t++)
+        depthwise_channel(cp, t / g->out_channels, t % g->out_channels, work);
+}
+
+/* Plain loops over the packed layout (any kind): the reference kernel. */
+/* Plain loops for CP_SHUFFLE: out[m, y kh + a, x kw + b] = sum_c x[c, y, x] w'[(m, a, b), c]. */
+static void conv_shuffle_reference(const conv_packed_call *cp) {
+    const conv_geom *g = cp->g;
+    int64_t rows = g->out_channels * g->kernel_size, kh = g->kernel[0], kw = g->kernel[1];
+    int64_t w_in = g->in[1], ow = g->out[1];
+    float acc[1];
+    for (int64_t b = 0; b < g->batch; b++)
+        for (int64_t r = 0; r < rows; r++) {
+            int64_t m = r / g->kernel_size, ay = r % g->kernel_size / kw, bx = r % kw;
+            for (int64_t p = 0; p < g->in_size; p++) {
+                double sum = 0.0;
+                for (int64_t c = 0; c < g->in_channels; c++) {
+                    int64_t pc = c / cp->depth * cp->depth;
+                    int64_t kcb = g->in_channels - pc < cp->depth ? g->in_channels - pc : cp->depth;
+                    int64_t height = (rows + cp->panel - 1) / cp->panel * cp->panel;
+                    float wv = cp->w[pc * height + r / cp->panel * kcb * cp->panel +
+                                     (c - pc) * cp->panel + r % cp->panel];
+                    sum += (double)cp->x[(b * g->in_channels + c) * g->in_size + p] * wv;
+                }
+                acc[0] = (float)sum;
+                int64_t at = (b * g->out_channels + m) * g->out_size +
+                             (p / w_in * kh + ay) * ow + p % w_in * kw + bx;
+                finish_row(cp, acc, cp->bias ? cp->bias[m] : 0.0f,
+                           cp->residual ? cp->residual + at : NULL, cp->y + at, 1);
+            }
+        }
+}
+
+static void conv_packed_reference(const conv_packed_call *cp, int kind) {
+    if (kind == CP_SHUFFLE) {
+        conv_shuffle_reference(cp);
+        return;
+    }
+    const conv_geom *g = cp->g;
+    int64_t m_g = g->out_channels / g->group, c_g = g->in_channels / g->group;
+    int64_t k_g = c_g * g->kernel_size;
+    size_t group_floats = kind == CP_GEMM ? tm_sgemm_packed_floats(m_g, k_g, cp->panel) : 0;
+    float acc[1];
+    for (int64_t b = 0; b < g->batch; b++)
+        for (int64_t m = 0; m < g->out_channels; m++) {
+            int64_t grp = m / m_g, row = m % m_g;
+            int64_t o[TM_MAX_RANK] = {0};
+            for (int64_t p = 0; p < g->out_size; p++) {
+                double sum = 0.0;
+                for (int64_t ci = 0; ci < c_g; ci++) {
+                    const float *xp = cp->x + (b * g->in_channels + grp * c_g + ci) * g->in_size;
+                    int64_t offset[TM_MAX_RANK] = {0};
+                    for (int64_t kk = 0; kk < g->kernel_size; kk++) {
+                        int64_t s = conv_source(g, 0, o, offset);
+                        if (s >= 0) {
+                            float wv;
+                            if (kind == CP_GEMM) {
+                                /* Element (ci * K + kk, row) of the group's packed matrix. */
+                                int64_t q = ci * g->kernel_size + kk, pc = q / cp->depth * cp->depth;
+                                int64_t kcb = k_g - pc < cp->depth ? k_g - pc : cp->depth;
+                                int64_t height = (m_g + cp->panel - 1) / cp->panel * cp->panel;
+                                wv = cp->w[(size_t)grp * group_floats + (size_t)(pc * height
+                                           + row / cp->panel * kcb * cp->panel
+                                           + (q - pc) * cp->panel + row % cp->panel)];
+                            } else {
+                                wv = cp->w[m * g->kernel_size + kk];
+                            }
+                            sum += (double)xp[s] * wv;
+                        }
+                        next_index(g->n, g->kernel, offset);
+                    }
+                }
+                acc[0] = (float)sum;
+                int64_t at = (b * g->out_channels + m) * g->out_size + p;
+                finish_row(cp, acc, cp->bias ? cp->bias[m] : 0.0f,
+                           cp->residual ? cp->residual + at : NULL, cp->y + at, 1);
+                next_index(g->n, g->out, o);
+            }
+        }
+}
+
+/* Implicit GEMM: W (M_g, K_g) . im2col(x) without the im2col matrix, by one of three
+ * paths. Pointwise kernels read x's rows where they lie (through a table of row offsets:
+ * tm__sgemm_indirect_fn), and so do stride-1 2-D kernels after x is copied once into a
+ * zero-padded buffer (a panel then never crosses an output row, and every row it reads
+ * is a run of that buffer). Anything else packs each panel of nr output positions from
+ * the image, block by block of depth. The epilogue follows a group of panels. */
+enum { CONV_PATH_PACK, CONV_PATH_POINTWISE, CONV_PATH_PADDED };
+
+typedef struct conv_gemm_job {
+    const conv_packed_call *cp;
+    const tm__sgemm_arch *ar;
+    int64_t b, grp, m_g, c_g, k_g;
+    int path;
+    int64_t panels, panels_per_row, padded_w, padded_rows;
+    const float *padded;      /* CONV_PATH_PADDED: this group's padded planes */
+    const int64_t *offsets;   /* the indirect paths: row p of B at base + offsets[p] */
+    float *panel_space;       /* CONV_PATH_PACK: a panel block per slice */
+    size_t panel_floats;
+} conv_gemm_job;
+
+/* Floats of one slice's packed panel block (CONV_PATH_PACK). */
+static size_t conv_gemm_panel_floats(const tm__sgemm_arch *ar, int64_t k_g, int64_t depth) {
+    return (size_t)(min_i64(k_g, depth) * ar->nr);
+}
+
+static int conv_gemm_path(const conv_geom *g) {
+    if (conv_is_pointwise(g)) return CONV_PATH_POINTWISE;
+    if (g->n != 2) return CONV_PATH_PACK;
+    for (int d = 0; d < 2; d++)
+        if (g->stride[d] != 1 || g->pad_begin[d] < 0 || g->pad_end[d] < 0) return CONV_PATH_PACK;
+    return CONV_PATH_PADDED;
+}
+
+/* The padded planes' grid: input plus pads (CONV_PATH_PADDED). */
+static void conv_padded_grid(const conv_geom *g, int64_t *h, int64_t *w) {
+    *h = g->in[0] + g->pad_begin[0] + g->pad_end[0];
+    *w = g->in[1] + g->pad_begin[1] + g->pad_end[1];
+}
+
+/* Scratch of the implicit GEMM, with nr at most 64: padded planes, the offset table,
+ * then a packed panel block per slice. */
+static size_t conv_gemm_scratch(const conv_geom *g, int64_t depth) {
+    int64_t c_g = g->in_channels / g->group, k_g = c_g * g->kernel_size;
+    size_t bytes = (size_t)k_g * sizeof(int64_t) + 64;
+    int path = conv_gemm_path(g);
+    if (path == CONV_PATH_PADDED) {
+        int64_t h, w;
+        conv_padded_grid(g, &h, &w);
+        bytes += (size_t)(c_g * h * w) * sizeof(float) + 64;
+    }
+    if (path == CONV_PATH_PACK)
+        bytes += (size_t)CONV_GEMM_SLICES * (size_t)min_i64(k_g, depth) * 64 * sizeof(float);
+    return bytes;
+}
+
+typedef float copy_vec __attribute__((vector_size(64), aligned(4), may_alias));
+static inline void copy_run(float *restrict d, const float *restrict s, int64_t n) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) *(copy_vec *)(d + i) = *(const copy_vec *)(s + i);
+    for (; i < n; i++) d[i] = s[i];
+}
+
+/* Where a panel's output positions sit: runs along output rows, and per kernel column
+ * the part of each run that reads inside the input row. */
+#define PANEL_MAX_PIECES 64
+#define PANEL_MAX_TAPS 512
+typedef struct panel_piece {
+    int64_t oy, t, run;
+} panel_piece;
+
+/* Rows [pc, pc + kcb) of im2col(x) for output positions [j0, j0 + cols) into panel (kcb
+ * rows of nr floats, zero beyond cols). Row q of im2col is input channel q / K at kernel
+ * offset q % K. Two spatial dims: the panel's runs and each kernel column's bounds are
+ * worked out once, then every row is a few copies with no division; other ranks (and
+ * panels with too many pieces) go point by point. */
+static void pack_image_panel(const conv_geom *g, const float *x, int64_t pc, int64_t kcb,
+                             int64_t j0, int64_t cols, int nr, float *panel) {
+    int64_t ks = g->kernel_size;
+    panel_piece piece[PANEL_MAX_PIECES];
+    int64_t lo[PANEL_MAX_TAPS], hi[PANEL_MAX_TAPS], start[PANEL_MAX_TAPS];
+    int n_pieces = 0, fast = g->n == 2;
+    if (fast) {
+        int64_t ow = g->out[1];
+        for (int64_t t = 0, oy = j0 / ow, ox = j0 % ow; t < cols && fast; oy++, ox = 0) {
+            int64_t run = min_i64(cols - t, ow - ox);
+            if (n_pieces == PANEL_MAX_PIECES || g->kernel[1] * PANEL_MAX_PIECES > PANEL_MAX_TAPS) {
+                fast = 0;
+                break;
+            }
+            piece[n_pieces++] = (panel_piece){oy, t, run};
+            for (int64_t kx = 0; kx < g->kernel[1]; kx++) {
+                int64_t at = kx * PANEL_MAX_PIECES + n_pieces - 1;
+                int64_t st = ox * g->stride[1] - g->pad_begin[1] + kx * g->dilation[1];
+                start[at] = st;
+                lo[at] = min_i64(first_reaching(st, g->stride[1], 0), run);
+                hi[at] = max_i64(lo[at], min_i64(first_reaching(st, g->stride[1], g->in[1]), run));
+            }
+            t += run;
+        }
+    }
+    if (fast) {
+        int64_t kh = g->kernel[0], kw = g->kernel[1], iw = g->in[1], sx = g->stride[1];
+        int64_t ci = pc / ks, ky = pc % ks / kw, kx = pc % ks % kw;
+        for (int64_t r = 0; r < kcb; r++) {
+            float *d = panel + r * nr;
+            const float *plane = x + ci * g->in_size;
+            for (int p = 0; p < n_pieces; p++) {
+                float *seg = d + piece[p].t;
+                int64_t run = piece[p].run;
+                int64_t iy = piece[p].oy * g->stride[0] - g->pad_begin[0] + ky * g->dilation[0];
+                if (iy < 0 || iy >= g->in[0]) {
+                    for (int64_t u = 0; u < run; u++) seg[u] = 0.0f;
+                    continue;
+                }
+                int64_t at = kx * PANEL_MAX_PIECES + p, l = lo[at], h = hi[at];
+                const float *row = plane + iy * iw + start[at];
+                for (int64_t u = 0; u < l; u++) seg[u] = 0.0f;
+                if (sx == 1) copy_run(seg + l, row + l, h - l);
+                else
+                    for (int64_t u = l; u < h; u++) seg[u] = row[u * sx];
+                for (int64_t u = h; u < run; u++) seg[u] = 0.0f;
+            }
+            for (int64_t t = cols; t < nr; t++) d[t] = 0.0f;
+            if (++kx == kw) {
+                kx = 0;
+                if (++ky == kh) {
+                    ky = 0;
+                    ci++;
+                }
+            }
+        }
+        return;
+    }
+    for (int64_t q = pc; q < pc + kcb; q++) {
+        float *d = panel + (q - pc) * nr;
+        const float *plane = x + q / ks * g->in_size;
+        int64_t offset[TM_MAX_RANK], o[TM_MAX_RANK];
+        unravel(g->n, g->kernel, q % ks, offset);
+        unravel(g->n, g->out, j0, o);
+        for (int64_t t = 0; t < cols; t++) {
+            int64_t src = conv_source(g, 0, o, offset);
+            d[t] = src >= 0 ? plane[src] : 0.0f;
+            next_index(g->n, g->out, o);
+        }
+        for (int64_t t = cols; t < nr; t++) d[t] = 0.0f;
+    }
+}
+
+static void conv_gemm_slice(void *arg, int ith, int nth) {
+    const conv_gemm_job *job = arg;
+    const conv_packed_call *cp = job->cp;
+    const conv_geom *g = cp->g;
+    const tm__sgemm_arch *ar = job->ar;
+    float *panel = job->panel_space ? job->panel_space + (size_t)ith * job->panel_floats : NULL;
+    const float *x = cp->x + (job->b * g->in_channels + job->grp * job->c_g) * g->in_size;
+    size_t group_floats = tm_sgemm_packed_floats(job->m_g, job->k_g, cp->panel);
+    const float *w = cp->w + (size_t)job->grp * group_floats;
+    int64_t first = job->b * g->out_channels + job->grp * job->m_g;
+    float *y = cp->y + first * g->out_size;
+    int64_t height = (job->m_g + ar->mr - 1) / ar->mr * ar->mr;
+    int64_t p_end = job->panels * (ith + 1) / nth, group_start = job->panels * ith / nth;
+    int64_t e0 = -1;
+    for (int64_t pi = group_start; pi < p_end; pi++) {
+        int64_t j0, cols;
+        const float *base = NULL;
+        if (job->path == CONV_PATH_PADDED) {
+            int64_t oy = pi / job->panels_per_row, ox = pi % job->panels_per_row * ar->nr;
+            j0 = oy * g->out[1] + ox;
+            cols = min_i64(ar->nr, g->out[1] - ox);
+            base = job->padded + oy * job->padded_w + ox;
+        } else {
+            j0 = pi * ar->nr;
+            cols = min_i64(ar->nr, g->out_size - j0);
+            base = x + j0;
+        }
+        if (e0 < 0) e0 = j0;
+        if (job->path == CONV_PATH_PADDED && pi % job->panels_per_row == 0) {
+            /* A new output row reads one input row per channel that no panel touched
+             * yet: its start, requested now (the micro-kernel prefetches the rest of a row
+             * a panel ahead). */
+            int64_t hp = job->padded_rows;
+            int64_t oy = pi / job->panels_per_row, fresh = oy + (g->kernel[0] - 1) * g->dilation[0];
+            for (int64_t ch = 0; fresh < hp && ch < job->c_g; ch++) {
+                const float *r = job->padded + (ch * hp + fresh) * job->padded_w;
+                for (int64_t q = 0; q < 2 * ar->nr && q < job->padded_w; q += 16)
+                    __builtin_prefetch(r + q);
+            }
+        }
+        for (int64_t pc = 0; pc < job->k_g; pc += cp->depth) {
+            int64_t kcb = min_i64(cp->depth, job->k_g - pc);
+            const float *block = w + pc * height;
+            float beta = pc == 0 ? 0.0f : 1.0f;
+            if (job->path == CONV_PATH_PACK) pack_image_panel(g, x, pc, kcb, j0, cols, ar->nr, panel);
+            for (int64_t i = 0; i < job->m_g; i += ar->mr) {
+                int mr = (int)min_i64(ar->mr, job->m_g - i);
+                const float *a = block + i / ar->mr * kcb * ar->mr;
+                float *c = y + i * g->out_size + j0;
+                if (job->path == CONV_PATH_PACK)
+                    ar->tile(kcb, a, 1, ar->mr, panel, c, g->out_size, mr, (int)cols, 1.0f, beta);
+                else
+                    ar->tile_indirect(kcb, a, base, job->offsets + pc, c, g->out_size, mr,
+                                      (int)cols, beta);
+            }
+        }
+        /* The epilogue a group of panels at a time: longer rows, less overhead per call,
+         * while the group's outputs are still in cache. Panels are consecutive positions. */
+        if (pi + 1 - group_start < EPILOGUE_PANELS && pi + 1 < p_end) continue;
+        int64_t e1 = j0 + cols;
+        for (int64_t i = 0; i < job->m_g; i++) {
+            float *row = y + i * g->out_size + e0;
+            const float *res = cp->residual ? cp->residual + (first + i) * g->out_size + e0 : NULL;
+            finish_row(cp, row, cp->bias ? cp->bias[job->grp * job->m_g + i] : 0.0f, res, row,
+                       e1 - e0);
+        }
+        group_start = pi + 1;
+        e0 = -1;
+    }
+}
+
+/* x's planes of one image and group into the zero-padded buffer. */
+static void conv_pad_planes(const conv_geom *g, const float *x, int64_t channels, float *dst) {
+    int64_t hp, wp;
+    conv_padded_grid(g, &hp, &wp);
+    int64_t top = g->pad_begin[0], left = g->pad_begin[1], ih = g->in[0], iw = g->in[1];
+    for (int64_t ch = 0; ch < channels; ch++) {
+        float *plane = dst + ch * hp * wp;
+        const float *src = x + ch * g->in_size;
+        memset(plane, 0, (size_t)(top * wp) * sizeof *plane);
+        for (int64_t r = 0; r < ih; r++) {
+            float *row = plane + (top + r) * wp;
+            for (int64_t i = 0; i < left; i++) row[i] = 0.0f;
+            memcpy(row + left, src + r * iw, (size_t)iw * sizeof *row);
+            for (int64_t i = left + iw; i < wp; i++) row[i] = 0.0f;
+        }
+        memset(plane + (top + ih) * wp, 0, (size_t)((hp - top - ih) * wp) * sizeof *plane);
+    }
+}
+
+typedef struct pad_job {
+    const conv_geom *g;
+    const float *x;
+    int64_t channels;
+    float *dst;
+} pad_job;
+
+static void pad_slice(void *arg, int ith, int nth) {
+    const pad_job *j = arg;
+    int64_t hp, wp;
+    conv_padded_grid(j->g, &hp, &wp);
+    int64_t c0 = j->channels * ith / nth, c1 = j->channels * (ith + 1) / nth;
+    if (c1 > c0)
+        conv_pad_planes(j->g, j->x + c0 * j->g->in_size, c1 - c0, j->dst + c0 * hp * wp);
+}
+
+static void conv_packed_gemm(const conv_packed_call *cp, const tm__sgemm_arch *ar) {
+    const conv_geom *g = cp->g;
+    conv_gemm_job job;
+    memset(&job, 0, sizeof job);
+    job.cp = cp;
+    job.ar = ar;
+    job.m_g = g->out_channels / g->group;
+    job.c_g = g->in_channels / g->group;
+    job.k_g = job.c_g * g->kernel_size;
+    job.path = conv_gemm_path(g);
+    /* Scratch: offsets, then the padded planes or the panel blocks. */
+    int64_t *offsets = (int64_t *)(((uintptr_t)cp->scratch + 63) & ~(uintptr_t)63);
+    float *rest = (float *)(((uintptr_t)(offsets + job.k_g) + 63) & ~(uintptr_t)63);
+    job.offsets = offsets;
+    int64_t hp = 0, wp = 0;
+    if (job.path == CONV_PATH_PADDED) {
+        conv_padded_grid(g, &hp, &wp);
+        job.padded_w = wp;
+        job.padded_rows = hp;
+        job.panels_per_row = (g->out[1] + ar->nr - 1) / ar->nr;
+        job.panels = g->out[0] * job.panels_per_row;
+        for (int64_t ch = 0, p = 0; ch < job.c_g; ch++)
+            for (int64_t ky = 0; ky < g->kernel[0]; ky++)
+                for (int64_t kx = 0; kx < g->kernel[1]; kx++)
+                    offsets[p++] = ch * hp * wp + ky * g->dilation[0] * wp + kx * g->dilation[1];
+    } else {
+        job.panels = (g->out_size + ar->nr - 1) / ar->nr;
+        for (int64_t p = 0; p < job.k_g; p++) offsets[p] = p * g->in_size;
+        if (job.path == CONV_PATH_PACK) {
+            job.panel_space = rest;
+            job.panel_floats = conv_gemm_panel_floats(ar, job.k_g, cp->depth);
+        }
+    }
+    int slices = (int)min_i64(job.panels, CONV_GEMM_SLICES);
+    if (tm_pool_threads(cp->pool) == 1 ||
+        2.0 * (double)job.m_g * (double)g->out_size * (double)job.k_g < CONV_PARALLEL_MIN_FLOPS)
+        slices = 1;
+    for (job.b = 0; job.b < g->batch; job.b++)
+        for (job.grp = 0; job.grp < g->group; job.grp++) {
+            if (job.path == CONV_PATH_PADDED) {
+                pad_job pj = {g, cp->x + (job.b * g->in_channels + job.grp * job.c_g) * g->in_size,
+                              job.c_g, rest};
+                if (slices <= 1 || job.c_g < 2) pad_slice(&pj, 0, 1);
+                else tm_pool_run_n(cp->pool, (int)min_i64(job.c_g, DEPTHWISE_SLICES), pad_slice, &pj);
+                job.padded = rest;
+            }
+            if (slices <= 1) conv_gemm_slice(&job, 0, 1);
+            else tm_pool_run_n(cp->pool, slices, conv_gemm_slice, &job);
+        }
+}
+
+typedef struct shuffle_job {
+    const conv_packed_call *cp;
+    const tm__sgemm_arch *ar;
+    const int64_t *offsets;   /* row c of B (input channel c) at x + offsets[c] */
+    float *buffers;           /* a (rows x nr) buffer per slice */
+    int64_t b, panels;
+} shuffle_job;
+
+/* Panels of nr input positions: every row tile of w' against the panel into a buffer
+ * (rows x nr), biases added, the chain run once over the whole buffer, then each row
+ * (m, a, b) scattered into its output blocks (kw = 2: the two rows of b interleaved). */
+static void shuffle_slice(void *arg, int ith, int nth) {
+    const shuffle_job *job = arg;
+    const conv_packed_call *cp = job->cp;
+    const conv_geom *g = cp->g;
+    const tm__sgemm_arch *ar = job->ar;
+    int64_t rows = g->out_channels * g->kernel_size, kh = g->kernel[0], kw = g->kernel[1];
+    int64_t w_in = g->in[1], ow = g->out[1], depth = g->in_channels, nr = ar->nr;
+    const float *x = cp->x + job->b * g->in_channels * g->in_size;
+    float *buf = job->buffers + (size_t)ith * (size_t)(rows * nr);
+    int64_t target[64];   /* per panel column: its output block's corner */
+    for (int64_t pi = job->panels * ith / nth; pi < job->panels * (ith + 1) / nth; pi++) {
+        int64_t j0 = pi * nr, cols = min_i64(nr, g->in_size - j0);
+        int one_row = j0 / w_in == (j0 + cols - 1) / w_in;
+        for (int64_t t = 0; t < cols; t++)
+            target[t] = (j0 + t) / w_in * kh * ow + (j0 + t) % w_in * kw;
+        for (int64_t i = 0; i < rows; i += ar->mr)
+            ar->tile_indirect(depth, cp->w + i * depth, x + j0, job->offsets, buf + i * nr, nr,
+                              (int)min_i64(ar->mr, rows - i), (int)cols, 0.0f);
+        for (int64_t r = 0; r < rows; r++) {
+            float bias = cp->bias ? cp->bias[r / g->kernel_size] : 0.0f;
+            for (int64_t t = 0; t < cols; t++) buf[r * nr + t] += bias;
+        }
+        /* Past cols (a short last panel) the buffer holds stale values the scatter never
+         * reads: the chain may run over them. */
+        if (cp->chain->n) tm__chain_apply(cp->chain, buf, buf, rows * nr);
+        for (int64_t r = 0; r < rows; r++) {
+            int64_t m = r / g->kernel_size, ay = r % g->kernel_size / kw, bx = r % kw;
+            int64_t plane = (job->b * g->out_channels + m) * g->out_size + ay * ow + bx;
+            float *y = cp->y + plane;
+            const float *res = cp->residual ? cp->residual + plane : NULL;
+            const float *v = buf + r * nr;
+            if (kw == 2 && bx == 0 && one_row && !res) {
+                /* Rows (m, a, 0) and (m, a, 1) side by side: one contiguous run. */
+                const float *v1 = v + nr;
+                float *out = y + target[0];
+                for (int64_t t = 0; t < cols; t++) {
+                    out[2 * t] = v[t];
+                    out[2 * t + 1] = v1[t];
+                }
+                r++;
+                continue;
+            }
+            if (res)
+                for (int64_t t = 0; t < cols; t++) y[target[t]] = v[t] + res[target[t]];
+            else
+                for (int64_t t = 0; t < cols; t++) y[target[t]] = v[t];
+        }
+    }
+}
+
+static void conv_packed_shuffle(const conv_packed_call *cp, const tm__sgemm_arch *ar) {
+    const conv_geom *g = cp->g;
+    int64_t *offsets = (int64_t *)(((uintptr_t)cp->scratch + 63) & ~(uintptr_t)63);
+    for (int64_t c = 0; c < g->in_channels; c++) offsets[c] = c * g->in_size;
+    float *buffers = (float *)(((uintptr_t)(offsets + g->in_channels) + 63) & ~(uintptr_t)63);
+    shuffle_job job = {cp, ar, offsets, buffers, 0, (g->in_size + ar->nr - 1) / ar->nr};
+    int64_t rows = g->out_channels * g->kernel_size;
+    int slices = (int)min_i64(job.panels, CONV_GEMM_SLICES);
+    if (tm_pool_threads(cp->pool) == 1 ||
+        2.0 * (double)rows * (double)g->in_size * (double)g->in_channels < CONV_PARALLEL_MIN_FLOPS)
+        slices = 1;
+    for (job.b = 0; job.b < g->batch; job.b++) {
+        if (slices <= 1) shuffle_slice(&job, 0, 1);
+        else tm_pool_run_n(cp->pool, slices, shuffle_slice, &job);
+    }
+}
+
+tm_status tm__kernel_conv_packed(const tm_kcall *kc) {
+    const tm_args *a = kc->a;
+    int with_bias = a->i[CP_BIAS] != 0, with_residual = a->i[CP_RESIDUAL] != 0;
+    int kind = (int)a->i[CP_KIND];
+    const tm_tensor *x = kc->in[0];
+    conv_geom g;
+    char why[700];
+    tm_status s = conv_packed_geom(a, x->rank, x->dims, &g, why, sizeof why);
+    if (s != TM_OK) return tm__fail(kc->err, s, "%s", why);
+    tm_chain ch;
+    if (!tm__chain_decode(a->i + CP_CHAIN, TM_ARGS_MAX_I - CP_CHAIN, &ch))
+        return tm__fail(kc->err, TM_ERR_INVALID_ARGUMENT, "conv_packed: bad chain");
+    conv_packed_call cp = {&g, x->data, kc->in[1]->data, with_bias ? kc->in[2]->data : NULL,
+                           with_residual ? kc->in[kc->nin - 1]->data : NULL, kc->out[0]->data,
+                           &ch, (int)a->i[CP_PANEL], (int)a->i[CP_DEPTH], kc->scratch,
+                           kc->scratch_bytes, kc->pool};
+    if (tm_use_reference_kernels()) {
+        conv_packed_reference(&cp, kind);
+        return TM_OK;
+    }
+    if (kind == CP_DEPTHWISE) {
+        if (g.n != 2) {
+            conv_packed_reference(&cp, kind);
+            return TM_OK;
+        }
+        if (kc->scratch_bytes < (size_t)(DEPTHWISE_SLICES * depthwise_work_floats(&g)) * sizeof(float))
+            return tm__fail(kc->err, TM_ERR_RUNTIME, "internal: conv_packed scratch too small");
+        depthwise_job job = {&cp};
+        int64_t planes = g.batch * g.out_channels;
+        int slices = (int)min_i64(planes, DEPTHWISE_SLICES);
+        if (tm_pool_threads(kc->pool) == 1 ||
+            2.0 * (double)planes * (double)g.out_size * (double)g.kernel_size < CONV_PARALLEL_MIN_FLOPS)
+            slices = 1;
+        if (slices <= 1) depthwise_slice(&job, 0, 1);
+        else tm_pool_run_n(kc->pool, slices, depthwise_slice, &job);
+        return TM_OK;
+    }
+    const tm__sgemm_arch *ar = tm__sgemm_active_arch();
+    int64_t k_g = g.in_channels / g.group * g.kernel_size;
+    if (!ar || ar->mr != cp.panel) {   /* packed for another micro-kernel */
+        conv_packed_reference(&cp, kind);
+        return TM_OK;
+    }
+    if (kind == CP_SHUFFLE) {
+        if (cp.depth != g.in_channels || ar->nr > 64 || kc->scratch_bytes < shuffle_scratch(&g)) {
+            conv_packed_reference(&cp, kind);
+            return TM_OK;
+        }
+        conv_packed_shuffle(&cp, ar);
+        return TM_OK;
+    }
+    (void)k_g;
+    if (kc->scratch_bytes < conv_gemm_scratch(&g, cp.depth))
+        return tm__fail(kc->err, TM_ERR_RUNTIME, "internal: conv_packed scratch too small");
+    conv_packed_gemm(&cp, ar);
     return TM_OK;
 }

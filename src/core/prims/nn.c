@@ -3,10 +3,12 @@
  * paths; every other float dtype is computed in double through the dtype accessors.
  * Not the ONNX lowerings (older Softmax's 2-D coercion, axis normalisation). */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "../ctx.h"
+#include "fused.h"
 #include "../../backends/cpu/gemm.h"
 
 /* x86 fast paths are compiled per function (target attributes) and picked at run time,
@@ -288,6 +290,18 @@ static softmax_row_fn softmax_row_pick(void) {
         return picked = softmax_row_avx2;
 #endif
     return picked = softmax_row_f32;
+}
+
+static pthread_once_t fused_row_once = PTHREAD_ONCE_INIT;
+static softmax_row_fn fused_row;   /* written once, under fused_row_once */
+
+static void pick_fused_row(void) {
+    fused_row = tm_use_reference_kernels() ? softmax_row_f32 : softmax_row_pick();
+}
+
+void tm__softmax_rows_f32(const float *x, float *y, int64_t n) {
+    pthread_once(&fused_row_once, pick_fused_row);
+    fused_row(x, y, n, 0);
 }
 
 /* Any float dtype, one lane at a time in double. */

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "../passes.h"
+#include "../../backends/cpu/gemm.h"
 
 typedef tm_status (*tm_pass_fn)(tm_ctx *c, const tm_pass_roots *roots);
 
@@ -12,6 +13,9 @@ static const tm_pass_fn passes[] = {
     tm__pass_layernorm,
     tm__pass_gelu,
     tm__pass_matmul_integer,
+    tm__pass_attention,
+    tm__pass_linear,   /* after gelu: a fused GELU becomes a step of its chain */
+    tm__pass_conv,
 };
 
 int tm__pass_uses(const tm_ctx *c, tm_val v) {
@@ -29,6 +33,67 @@ int *tm__pass_use_counts(const tm_ctx *c) {
         for (int j = 0; j < c->nodes[i].nin; j++)
             if (c->nodes[i].in[j] >= 0 && c->nodes[i].in[j] < c->n_vals) uses[c->nodes[i].in[j]]++;
     return uses;
+}
+
+int *tm__pass_live_use_counts(const tm_ctx *c, const tm_pass_roots *roots, uint8_t **live_out) {
+    int *uses = calloc((size_t)c->n_vals + 1, sizeof *uses);
+    uint8_t *live = calloc((size_t)c->n_nodes + 1, 1);
+    tm_val *stack = malloc(((size_t)c->n_vals + 1) * sizeof *stack);
+    uint8_t *pushed = calloc((size_t)c->n_vals + 1, 1);
+    if (!uses || !live || !stack || !pushed) {
+        free(uses), free(live), free(stack), free(pushed);
+        return NULL;
+    }
+    int32_t n = 0;
+    for (int i = 0; roots && i < roots->n; i++)
+        if (roots->vals[i] >= 0 && roots->vals[i] < c->n_vals && !pushed[roots->vals[i]]) {
+            pushed[roots->vals[i]] = 1;
+            stack[n++] = roots->vals[i];
+        }
+    /* Each value is pushed once, so the stack never holds more than n_vals. */
+    while (n) {
+        tm_val v = stack[--n];
+        int32_t p = c->vals[v].producer;
+        if (c->vals[v].data || p < 0 || p >= c->n_nodes || live[p]) continue;
+        live[p] = 1;
+        for (int j = 0; j < c->nodes[p].nin; j++) {
+            tm_val u = c->nodes[p].in[j];
+            if (u >= 0 && u < c->n_vals && !pushed[u]) {
+                pushed[u] = 1;
+                stack[n++] = u;
+            }
+        }
+    }
+    for (int32_t i = 0; i < c->n_nodes; i++)
+        for (int j = 0; live[i] && j < c->nodes[i].nin; j++)
+            if (c->nodes[i].in[j] >= 0 && c->nodes[i].in[j] < c->n_vals) uses[c->nodes[i].in[j]]++;
+    free(stack), free(pushed);
+    if (live_out) *live_out = live;
+    else free(live);
+    return uses;
+}
+
+tm_tensor *tm__pass_packed_tensor(tm_ctx *c, int64_t floats) {
+    const size_t huge = (size_t)2 << 20;
+    size_t bytes = (size_t)(floats > 0 ? floats : 1) * sizeof(float);
+    void *data;
+    if (!c->allocator && bytes >= 2 * huge) {
+        /* Whole huge pages: aligned to 2 MiB, advised before anything touches them (a
+         * zero fill would fault them in as small pages first). */
+        data = aligned_alloc(huge, (bytes + huge - 1) / huge * huge);
+        if (data) tm_sgemm_advise_packed(data, (bytes + huge - 1) / huge * huge);
+    } else {
+        data = tm__alloc(c->allocator, bytes);
+    }
+    if (!data) return NULL;
+    tm_tensor *t = tm_tensor_borrow(TM_FLOAT, 1, &floats, data);
+    if (!t) {
+        tm__free(c->allocator, data);
+        return NULL;
+    }
+    t->owns_data = 1;
+    t->allocator = c->allocator;
+    return t;
 }
 
 int tm__pass_is_root(const tm_pass_roots *roots, tm_val v) {
@@ -63,6 +128,11 @@ tm_status tm__pass_rewrite(tm_ctx *c, int32_t node, int prim, const tm_val *in, 
     if (nin > 8 || p->nout > 4 || (p->nin >= 0 && p->nin != nin)) return TM_ERR_SHAPE;
     const tm_vinfo *vin[8];
     for (int i = 0; i < nin; i++) vin[i] = &c->vals[in[i]];
+    /* While taping (a gradient plan fuses its forward before differentiating), a fused
+     * primitive without a gradient rule would stop the backward: keep the pattern. */
+    if (c->tape && (p->flags & TM_PF_NO_GRAD))
+        for (int i = 0; i < nin; i++)
+            if (vin[i]->tracked) return TM_ERR_SHAPE;
     tm_vinfo vout[4];
     memset(vout, 0, sizeof vout);
     size_t scratch = 0;

@@ -1,0 +1,264 @@
+/* ATTENTION (nn.def): scaled, masked softmax attention per head in one kernel, reading q,
+ * k and v in whichever of the two layouts exports leave them (so the transposes around
+ * attention and the copies of grouped k/v heads disappear) and writing the layout the
+ * next node wants. Made by runtime/passes/attention.c; not a lowering of ONNX's
+ * Attention operators (src/onnx/ops/attention.c, ms_attention.c). */
+#if defined(__GNUC__) && !defined(__clang__)
+/* -O2 leaves plain loops scalar (GCC's very-cheap vector cost model); the score rows are
+ * scaled and masked by plain loops: the full vectorizer. No contraction: each step
+ * rounds as the unfused primitives do. */
+#pragma GCC optimize("O3", "no-trapping-math")
+#endif
+#include <stdio.h>
+#include <string.h>
+#include "../ctx.h"
+#include "fused.h"
+#include "../../backends/cpu/gemm.h"
+
+/* Query rows per task: the score block (rows x Sk) stays in cache. */
+#define QUERY_BLOCK 64
+/* Tasks run in this many slices at most, each with its own piece of scratch. */
+#define SLICES 16
+
+enum { SCALE_NONE = 0, SCALE_MUL = 1, SCALE_DIV = 2 };
+
+/* (B, H, S, D) of an operand in layout 0 (B, H, S, D) or 1 (B, S, H, D), and the
+ * element strides of its head and sequence axes. */
+typedef struct operand {
+    int64_t b, h, s, d;
+    int64_t batch_stride, head_stride, row_stride;
+} operand;
+
+static operand operand_of(const int64_t *dims, int layout) {
+    operand o;
+    o.b = dims[0];
+    o.h = layout ? dims[2] : dims[1];
+    o.s = layout ? dims[1] : dims[2];
+    o.d = dims[3];
+    o.batch_stride = dims[1] * dims[2] * dims[3];
+    o.head_stride = layout ? o.d : o.s * o.d;
+    o.row_stride = layout ? o.h * o.d : o.d;
+    return o;
+}
+
+typedef struct geometry {
+    operand q, k, v, out;
+    int64_t group;                 /* query heads per kv head */
+    int64_t mask_stride[4];        /* 0 along broadcast dims */
+    int scale_kind;
+    float scale;
+} geometry;
+
+static tm_status read_geometry(const tm_args *a, int nin, const int64_t *const *dims,
+                               const int *ranks, geometry *g, char *why, size_t cap) {
+    for (int i = 0; i < nin; i++)
+        if (ranks[i] != 4) {
+            snprintf(why, cap, "attention: input %d has rank %d, expected 4", i, ranks[i]);
+            return TM_ERR_SHAPE;
+        }
+    for (int i = 0; i < 4; i++)
+        if (a->i[i] != 0 && a->i[i] != 1) {
+            snprintf(why, cap, "attention: layout %lld is not 0 or 1", (long long)a->i[i]);
+            return TM_ERR_INVALID_ARGUMENT;
+        }
+    g->q = operand_of(dims[0], (int)a->i[0]);
+    g->k = operand_of(dims[1], (int)a->i[1]);
+    g->v = operand_of(dims[2], (int)a->i[2]);
+    if (g->k.b != g->q.b || g->v.b != g->q.b || g->k.h != g->v.h || g->k.s != g->v.s ||
+        g->k.d != g->q.d || g->k.h < 1 || g->q.h % g->k.h) {
+        snprintf(why, cap, "attention: q (B %lld, H %lld, D %lld), k (B %lld, H %lld, S %lld, "
+                 "D %lld) and v (B %lld, H %lld, S %lld) do not fit", (long long)g->q.b,
+                 (long long)g->q.h, (long long)g->q.d, (long long)g->k.b, (long long)g->k.h,
+                 (long long)g->k.s, (long long)g->k.d, (long long)g->v.b, (long long)g->v.h,
+                 (long long)g->v.s);
+        return TM_ERR_SHAPE;
+    }
+    g->group = g->q.h / g->k.h;
+    int64_t out_dims[4] = {g->q.b, g->q.h, g->q.s, g->v.d};
+    if (a->i[3]) {
+        out_dims[1] = g->q.s;
+        out_dims[2] = g->q.h;
+    }
+    g->out = operand_of(out_dims, (int)a->i[3]);
+    memset(g->mask_stride, 0, sizeof g->mask_stride);
+    if (a->i[4]) {
+        if (nin != 4) {
+            snprintf(why, cap, "attention: a mask is announced but not given");
+            return TM_ERR_SHAPE;
+        }
+        const int64_t *m = dims[3];
+        int64_t want[4] = {g->q.b, g->q.h, g->q.s, g->k.s}, stride = 1;
+        for (int d = 3; d >= 0; d--) {
+            if (m[d] != 1 && m[d] != want[d]) {
+                snprintf(why, cap, "attention: mask dim %d is %lld, not 1 or %lld", d,
+                         (long long)m[d], (long long)want[d]);
+                return TM_ERR_SHAPE;
+            }
+            g->mask_stride[d] = m[d] == 1 ? 0 : stride;
+            stride *= m[d];
+        }
+    } else if (nin != 3) {
+        snprintf(why, cap, "attention: expected 3 inputs without a mask, got %d", nin);
+        return TM_ERR_SHAPE;
+    }
+    g->scale_kind = (int)a->i[5];
+    g->scale = (float)a->f[0];
+    if (g->scale_kind < SCALE_NONE || g->scale_kind > SCALE_DIV) {
+        snprintf(why, cap, "attention: bad scale step %d", g->scale_kind);
+        return TM_ERR_INVALID_ARGUMENT;
+    }
+    return TM_OK;
+}
+
+/* The task's product sizes, for the GEMMs' scratch. */
+static size_t slice_floats(const geometry *g) {
+    int64_t rows = g->q.s < QUERY_BLOCK ? g->q.s : QUERY_BLOCK;
+    size_t gemm = tm_sgemm_scratch(0, 1, rows, g->k.s, g->q.d);
+    size_t pv = tm_sgemm_scratch(0, 0, rows, g->v.d, g->k.s);
+    if (pv > gemm) gemm = pv;
+    return (size_t)(rows * g->k.s) + gemm / sizeof(float) + 32;
+}
+
+tm_status tm__shape_attention(tm_ctx *c, int prim, const tm_args *a, const tm_vinfo *const *in,
+                              int nin, tm_vinfo *out, int nout, size_t *scratch) {
+    (void)prim; (void)nout;
+    if (nin < 3 || nin > 4)
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "attention: expected 3 or 4 inputs, got %d", nin);
+    const int64_t *dims[4];
+    int ranks[4];
+    for (int i = 0; i < nin; i++) {
+        if (in[i]->dtype != TM_FLOAT)
+            return tm_ctx_fail(c, TM_ERR_DTYPE, "attention: input %d is %s, not float32", i,
+                               tm_dtype_name(in[i]->dtype));
+        dims[i] = in[i]->dims;
+        ranks[i] = in[i]->rank;
+    }
+    geometry g;
+    char why[400];
+    tm_status s = read_geometry(a, nin, dims, ranks, &g, why, sizeof why);
+    if (s != TM_OK) return tm_ctx_fail(c, s, "%s", why);
+    out->dtype = TM_FLOAT;
+    out->rank = 4;
+    out->dims[0] = g.q.b;
+    out->dims[1] = a->i[3] ? g.q.s : g.q.h;
+    out->dims[2] = a->i[3] ? g.q.h : g.q.s;
+    out->dims[3] = g.v.d;
+    *scratch = SLICES * slice_floats(&g) * sizeof(float) + 64;
+    return TM_OK;
+}
+
+typedef struct attention_call {
+    const geometry *g;
+    const float *q, *k, *v, *mask;
+    float *out;
+    float *scratch;
+    size_t slice_floats;
+    int64_t blocks;        /* query blocks per head */
+} attention_call;
+
+/* Scores of one row of queries, in place: scaled, masked, softmaxed. */
+static void finish_scores(const attention_call *ac, int64_t b, int64_t h, int64_t i,
+                          float *row) {
+    const geometry *g = ac->g;
+    int64_t n = g->k.s;
+    if (g->scale_kind == SCALE_MUL)
+        for (int64_t j = 0; j < n; j++) row[j] *= g->scale;
+    else if (g->scale_kind == SCALE_DIV)
+        for (int64_t j = 0; j < n; j++) row[j] /= g->scale;
+    if (ac->mask) {
+        const float *m = ac->mask + b * g->mask_stride[0] + h * g->mask_stride[1] +
+                         i * g->mask_stride[2];
+        if (g->mask_stride[3])
+            for (int64_t j = 0; j < n; j++) row[j] += m[j];
+        else
+            for (int64_t j = 0; j < n; j++) row[j] += m[0];
+    }
+    tm__softmax_rows_f32(row, row, n);
+}
+
+static void attention_slice(void *arg, int ith, int nth) {
+    const attention_call *ac = arg;
+    const geometry *g = ac->g;
+    float *scores = ac->scratch + (size_t)ith * ac->slice_floats;
+    int64_t rows_max = g->q.s < QUERY_BLOCK ? g->q.s : QUERY_BLOCK;
+    float *gemm = scores + rows_max * g->k.s;
+    int64_t tasks = g->q.b * g->q.h * ac->blocks;
+    for (int64_t t = tasks * ith / nth; t < tasks * (ith + 1) / nth; t++) {
+        int64_t b = t / (g->q.h * ac->blocks), h = t / ac->blocks % g->q.h;
+        int64_t i0 = t % ac->blocks * QUERY_BLOCK;
+        int64_t rows = g->q.s - i0 < QUERY_BLOCK ? g->q.s - i0 : QUERY_BLOCK, kv = h / g->group;
+        const float *q = ac->q + b * g->q.batch_stride + h * g->q.head_stride + i0 * g->q.row_stride;
+        const float *k = ac->k + b * g->k.batch_stride + kv * g->k.head_stride;
+        const float *v = ac->v + b * g->v.batch_stride + kv * g->v.head_stride;
+        float *o = ac->out + b * g->out.batch_stride + h * g->out.head_stride + i0 * g->out.row_stride;
+        tm_sgemm(0, 1, rows, g->k.s, g->q.d, 1.0f, q, g->q.row_stride, k, g->k.row_stride, 0.0f,
+                 scores, g->k.s, gemm, NULL);
+        for (int64_t r = 0; r < rows; r++) finish_scores(ac, b, h, i0 + r, scores + r * g->k.s);
+        tm_sgemm(0, 0, rows, g->v.d, g->k.s, 1.0f, scores, g->k.s, v, g->v.row_stride, 0.0f, o,
+                 g->out.row_stride, gemm, NULL);
+    }
+}
+
+/* Plain loops, one query at a time: the reference kernel. */
+static void attention_reference(const attention_call *ac, float *row) {
+    const geometry *g = ac->g;
+    for (int64_t b = 0; b < g->q.b; b++)
+        for (int64_t h = 0; h < g->q.h; h++)
+            for (int64_t i = 0; i < g->q.s; i++) {
+                int64_t kv = h / g->group;
+                const float *q = ac->q + b * g->q.batch_stride + h * g->q.head_stride + i * g->q.row_stride;
+                for (int64_t j = 0; j < g->k.s; j++) {
+                    const float *k = ac->k + b * g->k.batch_stride + kv * g->k.head_stride + j * g->k.row_stride;
+                    float sum = 0.0f;
+                    for (int64_t d = 0; d < g->q.d; d++) sum += q[d] * k[d];
+                    row[j] = sum;
+                }
+                finish_scores(ac, b, h, i, row);
+                float *o = ac->out + b * g->out.batch_stride + h * g->out.head_stride + i * g->out.row_stride;
+                for (int64_t d = 0; d < g->v.d; d++) {
+                    float sum = 0.0f;
+                    for (int64_t j = 0; j < g->k.s; j++)
+                        sum += row[j] * ac->v[b * g->v.batch_stride + kv * g->v.head_stride +
+                                              j * g->v.row_stride + d];
+                    o[d] = sum;
+                }
+            }
+}
+
+tm_status tm__kernel_attention(const tm_kcall *kc) {
+    const int64_t *dims[4];
+    int ranks[4];
+    for (int i = 0; i < kc->nin; i++) {
+        dims[i] = kc->in[i]->dims;
+        ranks[i] = kc->in[i]->rank;
+    }
+    geometry g;
+    char why[400];
+    tm_status s = read_geometry(kc->a, kc->nin, dims, ranks, &g, why, sizeof why);
+    if (s != TM_OK) return tm__fail(kc->err, s, "%s", why);
+    if (g.q.b == 0 || g.q.h == 0 || g.q.s == 0 || g.v.d == 0) return TM_OK;
+    if (g.k.s == 0) {   /* nothing to attend to: an empty sum */
+        memset(kc->out[0]->data, 0, kc->out[0]->nbytes);
+        return TM_OK;
+    }
+    uintptr_t at = ((uintptr_t)kc->scratch + 63) & ~(uintptr_t)63;
+    attention_call ac = {&g, kc->in[0]->data, kc->in[1]->data, kc->in[2]->data,
+                         kc->a->i[4] ? kc->in[3]->data : NULL, kc->out[0]->data, (float *)at,
+                         slice_floats(&g), (g.q.s + QUERY_BLOCK - 1) / QUERY_BLOCK};
+    if (kc->scratch_bytes < SLICES * ac.slice_floats * sizeof(float) + 64)
+        return tm__fail(kc->err, TM_ERR_RUNTIME, "internal: attention scratch too small");
+    if (tm_use_reference_kernels()) {
+        attention_reference(&ac, ac.scratch);
+        return TM_OK;
+    }
+    int64_t tasks = g.q.b * g.q.h * ac.blocks;
+    int slices = tasks < SLICES ? (int)tasks : SLICES;
+    /* Below about 20 microseconds of one core's work, one thread (waking a worker costs
+     * that much on a busy machine). */
+    double flops = 4.0 * (double)g.q.b * (double)g.q.h * (double)g.q.s * (double)g.k.s *
+                   (double)g.q.d;
+    if (tm_pool_threads(kc->pool) == 1 || flops < (double)(1 << 21)) slices = 1;
+    if (slices <= 1) attention_slice(&ac, 0, 1);
+    else tm_pool_run_n(kc->pool, slices, attention_slice, &ac);
+    return TM_OK;
+}

@@ -1,0 +1,174 @@
+/* Fuses a float32 MatMul by a constant weight, and what follows it elementwise, into one
+ * LINEAR primitive whose weight is packed here, once, for the GEMM micro-kernel:
+ *   y = MATMUL(x, W); [y = ADD(y, bias)]; [elementwise steps: a chain]; [y = ADD(y, r)]
+ * with W a constant (..., K, N) whose leading dims are 1, bias a constant of N values
+ * along the last axis, each chain step a whitelisted unary or a binary with a scalar
+ * constant, r a tensor of the output's shape. Every intermediate is read once and is not
+ * a root. Any number of rows: a decode step (one row) reads the packed panels as one
+ * sequential stream, which row-major W read column block by column block is not. */
+#include <stdlib.h>
+#include <string.h>
+#include "../passes.h"
+#include "../pack_cache.h"
+#include "../../core/prims/fused.h"
+#include "../../backends/cpu/gemm.h"
+
+#define MIN_ROWS 1
+#define ARG_CHAIN 6
+
+typedef struct packed_weight {
+    tm_val source, packed;
+} packed_weight;
+
+typedef struct matcher {
+    tm_pass_scan scan;
+    packed_weight *packed;   /* weights packed so far: each once per plan */
+    int n_packed;
+} matcher;
+
+/* A known f32 tensor of n values laid along the last of `rank` dims (the others 1). */
+static int is_row_vector(const tm_ctx *c, tm_val v, int rank, int64_t n) {
+    const tm_vinfo *vi = &c->vals[v];
+    if (!vi->data || vi->dtype != TM_FLOAT || vi->rank != rank) return 0;
+    for (int d = 0; d < rank - 1; d++)
+        if (vi->dims[d] != 1) return 0;
+    return vi->dims[rank - 1] == n;
+}
+
+/* The packed copy of weight w (K, N) as a constant, made once per weight: once per plan,
+ * and once per model for an initializer (the model's cache, shared by its plans). */
+static tm_val packed_weight_of(matcher *m, tm_val w, int64_t k, int64_t n, int panel,
+                               int depth) {
+    tm_ctx *c = m->scan.c;
+    for (int i = 0; i < m->n_packed; i++)
+        if (m->packed[i].source == w) return m->packed[i].packed;
+    const tm_vinfo *wi = &c->vals[w];
+    tm_pack_key key = {wi->origin, wi->data->nbytes, {n, k, panel, depth}, 1};
+    const tm_tensor *shared = c->pack_cache ? tm__pack_cache_find(c->pack_cache, &key) : NULL;
+    tm_val v;
+    if (shared) {
+        v = tm_val_tensor(c, (tm_tensor *)shared, 1);
+    } else {
+        int64_t count = (int64_t)tm_sgemm_packed_floats(n, k, panel);
+        tm_tensor *t = tm__pass_packed_tensor(c, count);
+        if (!t) return TM_NONE;
+        tm_sgemm_pack_b(0, n, k, wi->data->data, n, panel, depth, t->data);
+        if (c->pack_cache && key.origin) {
+            shared = tm__pack_cache_put(c->pack_cache, &key, t);
+            v = shared ? tm_val_tensor(c, (tm_tensor *)shared, 1) : TM_NONE;
+        } else {
+            v = tm_val_tensor(c, t, 0);
+        }
+    }
+    if (v == TM_NONE) return TM_NONE;
+    packed_weight *grown = realloc(m->packed, (size_t)(m->n_packed + 1) * sizeof *grown);
+    if (!grown) return v;
+    m->packed = grown;
+    m->packed[m->n_packed++] = (packed_weight){w, v};
+    return v;
+}
+
+/* A bias of n values as a 1-D constant. */
+static tm_val bias_vector(tm_ctx *c, tm_val b, int64_t n) {
+    if (c->vals[b].rank == 1) return b;
+    tm_tensor *t = tm_tensor_alloc(TM_FLOAT, 1, &n, c->allocator);
+    if (!t) return TM_NONE;
+    memcpy(t->data, c->vals[b].data->data, (size_t)n * sizeof(float));
+    return tm_val_tensor(c, t, 0);
+}
+
+
+/* The live node reading v when it is v's only reader, else -1. */
+static int32_t only_reader(const tm_pass_scan *s, tm_val v, int32_t from) {
+    if (v < 0 || v >= s->n_uses || s->uses[v] != 1 || tm__pass_is_root(s->roots, v)) return -1;
+    for (int32_t i = from; i < s->c->n_nodes; i++)
+        for (int j = 0; s->live[i] && j < s->c->nodes[i].nin; j++)
+            if (s->c->nodes[i].in[j] == v) return i;
+    return -1;
+}
+
+static tm_status fuse_at(matcher *m, int32_t mm) {
+    tm_ctx *c = m->scan.c;
+    const tm_rnode *node = &c->nodes[mm];
+    tm_val x = node->in[0], w = node->in[1], y = node->out[0];
+    const tm_vinfo *xi = &c->vals[x], *wi = &c->vals[w], *yi = &c->vals[y];
+    if (xi->dtype != TM_FLOAT || wi->dtype != TM_FLOAT || !wi->data || xi->data) return TM_OK;
+    if (xi->rank < 2 || wi->rank != xi->rank) return TM_OK;
+    for (int d = 0; d < wi->rank - 2; d++)
+        if (wi->dims[d] != 1) return TM_OK;
+    int64_t k = wi->dims[wi->rank - 2], n = wi->dims[wi->rank - 1];
+    if (k < 1 || n < 1 || tm_numel(xi->rank, xi->dims) / k < MIN_ROWS) return TM_OK;
+    /* A bias first (ADD of a row vector), then whatever elementwise run follows. */
+    int32_t at = mm;
+    tm_val cur = y, bias = TM_NONE;
+    int32_t r = only_reader(&m->scan, y, mm + 1);
+    if (r >= 0 && c->nodes[r].prim == TM_P_ADD && c->nodes[r].nin == 2) {
+        const tm_rnode *add = &c->nodes[r];
+        tm_val other = add->in[0] == y ? add->in[1] : add->in[0];
+        const tm_vinfo *oi = &c->vals[add->out[0]];
+        if (is_row_vector(c, other, yi->rank, n) && oi->rank == yi->rank &&
+            !memcmp(oi->dims, yi->dims, (size_t)yi->rank * sizeof yi->dims[0])) {
+            bias = other;
+            at = r;
+            cur = add->out[0];
+        }
+    }
+    tm_pass_epilogue ep;
+    tm__pass_match_epilogue(&m->scan, at, cur, 1, &ep);
+    int panel, depth;
+    tm_sgemm_pack_layout(&panel, &depth);
+    tm_val in[4];
+    int nin = 0;
+    in[nin++] = x;
+    in[nin++] = packed_weight_of(m, w, k, n, panel, depth);
+    if (bias != TM_NONE) in[nin++] = bias_vector(c, bias, n);
+    if (ep.residual != TM_NONE) in[nin++] = ep.residual;
+    for (int i = 0; i < nin; i++)
+        if (in[i] == TM_NONE) return tm_ctx_ok(c) ? TM_ERR_NO_MEMORY : c->status;
+    tm_args a;
+    memset(&a, 0, sizeof a);
+    a.i[0] = n;
+    a.i[1] = k;
+    a.i[2] = panel;
+    a.i[3] = depth;
+    a.i[4] = bias != TM_NONE;
+    a.i[5] = ep.residual != TM_NONE;
+    tm__chain_encode(&ep.chain, a.i + ARG_CHAIN);
+    int32_t last = ep.last;
+    tm_val old_in[2] = {c->nodes[last].in[0], c->nodes[last].nin > 1 ? c->nodes[last].in[1] : TM_NONE};
+    tm_status st = tm__pass_rewrite(c, last, TM_P_LINEAR, in, nin, &a);
+    if (st == TM_ERR_SHAPE) return TM_OK;
+    if (st != TM_OK) return st;
+    /* The swallowed nodes lose their reader; the product's inputs gain one. */
+    for (int i = 0; i < 2; i++)
+        if (old_in[i] >= 0 && old_in[i] < m->scan.n_uses) m->scan.uses[old_in[i]]--;
+    if (x < m->scan.n_uses) m->scan.uses[x]++;
+    if (ep.residual != TM_NONE && ep.residual < m->scan.n_uses) m->scan.uses[ep.residual]++;
+    /* A weight the context owns (a copy of misaligned file data, a folded constant) that
+     * only this product read is dead now: free it at once, so that making a plan never
+     * holds every weight twice over. (The dead product still names it; nothing reads a
+     * dead node's inputs.) */
+    tm_vinfo *wv = &c->vals[w];
+    if (wv->owned && w < m->scan.n_uses && m->scan.uses[w] == 1 && !tm__pass_is_root(m->scan.roots, w)) {
+        tm_tensor_free(wv->data);
+        wv->data = NULL;
+        wv->owned = 0;
+        m->scan.uses[w] = 0;
+    }
+    return TM_OK;
+}
+
+tm_status tm__pass_linear(tm_ctx *c, const tm_pass_roots *roots) {
+    uint8_t *live = NULL;
+    int *uses = tm__pass_live_use_counts(c, roots, &live);
+    if (!uses) return TM_ERR_NO_MEMORY;
+    matcher m = {{c, uses, c->n_vals, roots, live}, NULL, 0};
+    tm_status st = TM_OK;
+    int32_t n_nodes = c->n_nodes;
+    for (int32_t i = 0; i < n_nodes && st == TM_OK; i++)
+        if (live[i] && c->nodes[i].prim == TM_P_MATMUL && c->nodes[i].nin == 2) st = fuse_at(&m, i);
+    free(m.packed);
+    free(uses);
+    free(live);
+    return st;
+}

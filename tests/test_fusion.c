@@ -1,0 +1,427 @@
+/* Tests of the passes that make fused primitives with their own kernels (LINEAR, ...):
+ * each pattern is traced on symbolic inputs, the passes run, the fused node is checked,
+ * then the rewritten trace is replayed eagerly, kernel by kernel, and compared with the
+ * unfused pattern evaluated eagerly on the same inputs. Near misses must stay unfused.
+ * Run again under TM_REFERENCE_KERNELS=1 (tests/run.sh) for the reference kernels. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "../src/runtime/passes.h"
+#include "../src/backends/cpu/gemm.h"
+#include "../src/core/prims/fused.h"
+
+#define CHECK_RNG_SEED 0x2545f4914f6cdd1dULL
+#include "check.h"
+
+#define MAX_INPUTS 4
+
+static float next_f(void) { return (float)(rng_next() % 20001) / 10000.0f - 1.0f; }
+
+static tm_val bin(tm_ctx *c, int prim, tm_val a, tm_val b) {
+    tm_val in[2] = {a, b};
+    return tm_prim(c, prim, in, 2, NULL);
+}
+static tm_val un(tm_ctx *c, int prim, tm_val a) { return tm_prim(c, prim, &a, 1, NULL); }
+
+/* A constant of the given dims, filled from a seeded stream (the same values every call
+ * with the same seed, so the traced and the eager graphs share their weights). */
+static tm_val weights(tm_ctx *c, int rank, const int64_t *dims, uint64_t seed) {
+    tm_tensor *t = tm_tensor_alloc(TM_FLOAT, rank, dims, NULL);
+    uint64_t s = seed * 0x9e3779b97f4a7c15ULL + 1;
+    for (int64_t i = 0; i < tm_numel(rank, dims); i++) {
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        ((float *)t->data)[i] = (float)(s % 20001) / 20000.0f - 0.5f;
+    }
+    return tm_val_tensor(c, t, 0);
+}
+
+static tm_val scalar(tm_ctx *c, int rank, double v) {
+    int64_t ones[TM_MAX_RANK] = {1, 1, 1, 1, 1, 1, 1, 1};
+    return tm_const_fill(c, TM_FLOAT, rank, ones, v);
+}
+
+/* x * 0.5 * (1 + erf(x / sqrt 2)), decomposed as a TorchScript export has it. */
+static tm_val gelu_erf(tm_ctx *c, int rank, tm_val x) {
+    tm_val h = bin(c, TM_P_ADD, un(c, TM_P_ERF, bin(c, TM_P_DIV, x, scalar(c, rank, 1.4142135))),
+                   scalar(c, rank, 1.0));
+    return bin(c, TM_P_MUL, bin(c, TM_P_MUL, x, h), scalar(c, rank, 0.5));
+}
+
+typedef struct pattern {
+    const char *name;
+    int n_inputs;
+    int rank[MAX_INPUTS];
+    int64_t dims[MAX_INPUTS][TM_MAX_RANK];
+    tm_val (*build)(tm_ctx *c, const tm_val *in, tm_val *extra);
+    int want_prim;          /* the root's producer after the passes (-1: unchanged) */
+    int want_fused;         /* how many nodes of that primitive */
+} pattern;
+
+/* ---- LINEAR patterns ------------------------------------------------------------------ */
+
+static const int64_t W1[3] = {1, 40, 70}, B1[3] = {1, 1, 70};
+static tm_val lin_full(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    (void)extra;
+    tm_val y = bin(c, TM_P_ADD, bin(c, TM_P_MATMUL, in[0], weights(c, 3, W1, 1)), weights(c, 3, B1, 2));
+    return bin(c, TM_P_ADD, in[1], gelu_erf(c, 3, y));
+}
+static const int64_t W2[2] = {33, 65};
+static tm_val lin_chain(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    (void)extra;
+    tm_val y = un(c, TM_P_RELU, bin(c, TM_P_MATMUL, in[0], weights(c, 2, W2, 3)));
+    y = bin(c, TM_P_SUB, scalar(c, 2, 2.0), bin(c, TM_P_MUL, y, scalar(c, 2, 0.5)));
+    return bin(c, TM_P_MAX, y, scalar(c, 2, 1.75));
+}
+/* The bias sum is read twice: only the product fuses. */
+static tm_val lin_shared(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    const int64_t row[2] = {1, W2[1]};
+    tm_val y = bin(c, TM_P_ADD, bin(c, TM_P_MATMUL, in[0], weights(c, 2, W2, 3)),
+                   weights(c, 2, row, 4));
+    *extra = un(c, TM_P_NEG, y);
+    return un(c, TM_P_TANH, y);
+}
+static const int64_t W3[3] = {1, 16, 24}, W4[3] = {2, 16, 24};
+static tm_val lin_few_rows(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    (void)extra;
+    return bin(c, TM_P_MATMUL, in[0], weights(c, 3, W3, 5));
+}
+static tm_val lin_batched_w(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    (void)extra;
+    return bin(c, TM_P_MATMUL, in[0], weights(c, 3, W4, 6));
+}
+static tm_val lin_variable_w(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    (void)extra;
+    return bin(c, TM_P_MATMUL, in[0], in[1]);
+}
+
+/* x * sigmoid(x): SiLU, the saved form of a chain. */
+static tm_val lin_silu(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    (void)extra;
+    tm_val g = bin(c, TM_P_MATMUL, in[0], weights(c, 2, W2, 7));
+    return bin(c, TM_P_MUL, g, un(c, TM_P_SIGMOID, g));
+}
+
+/* ---- CONV_PACKED patterns -------------------------------------------------------------- */
+
+static tm_val conv(tm_ctx *c, tm_val x, tm_val w, tm_val b, int group, int stride, int pad) {
+    tm_args a;
+    memset(&a, 0, sizeof a);
+    a.i[0] = 2;
+    a.i[1] = group;
+    for (int d = 0; d < 2; d++) {
+        a.i[2 + d] = stride;
+        a.i[4 + d] = pad;
+        a.i[6 + d] = pad;
+        a.i[8 + d] = 1;
+    }
+    tm_val in[3] = {x, w, b};
+    return tm_prim(c, TM_P_CONV, in, b == TM_NONE ? 2 : 3, &a);
+}
+static tm_val hardswish(tm_ctx *c, tm_val x) {
+    tm_val t = bin(c, TM_P_MIN, bin(c, TM_P_MAX, bin(c, TM_P_ADD, x, scalar(c, 4, 3.0)),
+                                     scalar(c, 4, 0.0)), scalar(c, 4, 6.0));
+    return bin(c, TM_P_DIV, bin(c, TM_P_MUL, x, t), scalar(c, 4, 6.0));
+}
+static const int64_t PW[4] = {20, 8, 1, 1}, CH20[4] = {1, 20, 1, 1};
+/* Pointwise, a lowered BatchNormalization, the affine scalars and hardswish, a residual. */
+static tm_val conv_pointwise_bn(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    (void)extra;
+    tm_val y = conv(c, in[0], weights(c, 4, PW, 11), TM_NONE, 1, 1, 0);
+    y = bin(c, TM_P_SUB, y, weights(c, 4, CH20, 12));
+    y = bin(c, TM_P_MUL, y, weights(c, 4, CH20, 13));
+    y = bin(c, TM_P_ADD, y, weights(c, 4, CH20, 14));
+    y = bin(c, TM_P_ADD, bin(c, TM_P_MUL, scalar(c, 4, 1.25), y), scalar(c, 4, -0.5));
+    return bin(c, TM_P_ADD, hardswish(c, y), in[1]);
+}
+static const int64_t K3[4] = {24, 12, 3, 3}, B24[1] = {24};
+static tm_val conv_3x3_relu(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    (void)extra;
+    return un(c, TM_P_RELU, conv(c, in[0], weights(c, 4, K3, 15), weights(c, 1, B24, 16), 1, 1, 1));
+}
+static tm_val conv_3x3_stride2(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    (void)extra;
+    return conv(c, in[0], weights(c, 4, K3, 17), weights(c, 1, B24, 18), 1, 2, 1);
+}
+static const int64_t DW3[4] = {12, 1, 3, 3}, DW5[4] = {12, 1, 5, 5}, B12[1] = {12};
+static tm_val conv_depthwise(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    (void)extra;
+    return hardswish(c, conv(c, in[0], weights(c, 4, DW3, 19), weights(c, 1, B12, 20), 12, 1, 1));
+}
+static tm_val conv_depthwise_stride2(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    (void)extra;
+    return conv(c, in[0], weights(c, 4, DW5, 21), weights(c, 1, B12, 22), 12, 2, 2);
+}
+static const int64_t G2[4] = {24, 6, 3, 3};
+static tm_val conv_grouped(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    (void)extra;
+    return un(c, TM_P_SIGMOID, conv(c, in[0], weights(c, 4, G2, 23), TM_NONE, 2, 1, 1));
+}
+/* The conv's output is read twice, not by a saved step: only the conv fuses. */
+static tm_val conv_shared(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    tm_val y = conv(c, in[0], weights(c, 4, K3, 24), TM_NONE, 1, 1, 1);
+    *extra = un(c, TM_P_NEG, y);
+    return un(c, TM_P_TANH, y);
+}
+static tm_val conv_variable_w(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    (void)extra;
+    return conv(c, in[0], in[1], TM_NONE, 1, 1, 1);
+}
+
+static tm_val conv_t(tm_ctx *c, tm_val x, tm_val w, tm_val b, int stride) {
+    tm_args a;
+    memset(&a, 0, sizeof a);
+    a.i[0] = 2;
+    a.i[1] = 1;
+    for (int d = 0; d < 2; d++) {
+        a.i[2 + d] = stride;
+        a.i[8 + d] = 1;
+    }
+    tm_val in[3] = {x, w, b};
+    return tm_prim(c, TM_P_CONV_TRANSPOSE, in, b == TM_NONE ? 2 : 3, &a);
+}
+static const int64_t T2[4] = {12, 10, 2, 2}, T3[4] = {12, 3, 3, 3}, B10[1] = {10};
+static const int64_t CH10[4] = {1, 10, 1, 1};
+/* The FPN head's upsampling: a 2x2 stride-2 transpose, its bias, a lowered BatchNorm,
+ * ReLU; and a 3x3 stride-3 one into a sigmoid with a residual. */
+static tm_val convt_bn_relu(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    (void)extra;
+    tm_val y = conv_t(c, in[0], weights(c, 4, T2, 31), weights(c, 1, B10, 32), 2);
+    y = bin(c, TM_P_MUL, bin(c, TM_P_SUB, y, weights(c, 4, CH10, 33)), weights(c, 4, CH10, 34));
+    return un(c, TM_P_RELU, bin(c, TM_P_ADD, y, weights(c, 4, CH10, 35)));
+}
+static tm_val convt3_sigmoid(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    (void)extra;
+    return bin(c, TM_P_ADD, in[1], un(c, TM_P_SIGMOID, conv_t(c, in[0], weights(c, 4, T3, 36), TM_NONE, 3)));
+}
+/* Stride 1 with a 2x2 kernel: blocks overlap, no shuffle. */
+static tm_val convt_overlap(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    (void)extra;
+    return conv_t(c, in[0], weights(c, 4, T2, 37), TM_NONE, 1);
+}
+
+/* ---- ATTENTION patterns -------------------------------------------------------------- */
+
+static tm_val reshape(tm_ctx *c, tm_val x, int rank, const int64_t *dims) {
+    tm_args a;
+    memset(&a, 0, sizeof a);
+    a.i[0] = rank;
+    for (int d = 0; d < rank; d++) a.i[1 + d] = dims[d];
+    return tm_prim(c, TM_P_RESHAPE, &x, 1, &a);
+}
+static tm_val transpose(tm_ctx *c, tm_val x, int p0, int p1, int p2, int p3) {
+    tm_args a;
+    memset(&a, 0, sizeof a);
+    a.i[0] = p0, a.i[1] = p1, a.i[2] = p2, a.i[3] = p3;
+    return tm_prim(c, TM_P_TRANSPOSE, &x, 1, &a);
+}
+static tm_val softmax_last(tm_ctx *c, tm_val x) {
+    tm_args a;
+    memset(&a, 0, sizeof a);
+    a.i[0] = 3;
+    return tm_prim(c, TM_P_SOFTMAX, &x, 1, &a);
+}
+/* BERT: q, k, v (B, S, H * D) split into heads, k transposed (0 2 3 1), scores / sqrt D,
+ * plus a (B, 1, 1, S) mask, the output transposed back: every layout flag set. */
+enum { AB = 2, AS = 7, AH = 3, AD = 8 };
+static tm_val attn_bert(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    (void)extra;
+    const int64_t heads[4] = {AB, AS, AH, AD};
+    tm_val q = transpose(c, reshape(c, in[0], 4, heads), 0, 2, 1, 3);
+    tm_val kt = transpose(c, reshape(c, in[1], 4, heads), 0, 2, 3, 1);
+    tm_val v = transpose(c, reshape(c, in[2], 4, heads), 0, 2, 1, 3);
+    tm_val s = bin(c, TM_P_ADD, bin(c, TM_P_DIV, bin(c, TM_P_MATMUL, q, kt), scalar(c, 4, 2.828427)),
+                   in[3]);
+    tm_val o = transpose(c, bin(c, TM_P_MATMUL, softmax_last(c, s), v), 0, 2, 1, 3);
+    const int64_t flat[3] = {AB, AS, AH * AD};
+    return reshape(c, o, 3, flat);
+}
+/* LLaMA decode: q (B, Hq, 1, D), grouped k/v (B, Hk, S, D) repeated by repeat_kv, k
+ * transposed (0 1 3 2), scores * scale, a causal mask; the output left in (B, H, S, D). */
+static tm_val repeat_kv(tm_ctx *c, tm_val x, int64_t hk, int64_t g, int64_t s, int64_t d) {
+    const int64_t u[5] = {1, hk, 1, s, d}, e[5] = {1, hk, g, s, d}, r[4] = {1, hk * g, s, d};
+    tm_args a;
+    memset(&a, 0, sizeof a);
+    a.i[0] = 5;
+    for (int i = 0; i < 5; i++) a.i[1 + i] = e[i];
+    tm_val ux = reshape(c, x, 5, u);
+    tm_val ex = tm_prim(c, TM_P_EXPAND, &ux, 1, &a);
+    return reshape(c, ex, 4, r);
+}
+static tm_val attn_llama(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    (void)extra;
+    tm_val kt = transpose(c, repeat_kv(c, in[1], 2, 3, 9, 16), 0, 1, 3, 2);
+    tm_val s = bin(c, TM_P_ADD, bin(c, TM_P_MUL, scalar(c, 4, 0.25), bin(c, TM_P_MATMUL, in[0], kt)),
+                   in[3]);
+    return bin(c, TM_P_MATMUL, softmax_last(c, s), repeat_kv(c, in[2], 2, 3, 9, 16));
+}
+/* The scores are read twice: nothing fuses. */
+static tm_val attn_shared(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    tm_val kt = transpose(c, in[1], 0, 1, 3, 2);
+    tm_val scores = bin(c, TM_P_MATMUL, in[0], kt);
+    *extra = un(c, TM_P_NEG, scores);
+    return bin(c, TM_P_MATMUL, softmax_last(c, scores), in[2]);
+}
+
+static const pattern patterns[] = {
+    {"matmul + bias + gelu + residual", 2, {3, 3}, {{2, 6, 40}, {2, 6, 70}}, lin_full,
+     TM_P_LINEAR, 1},
+    {"matmul + relu, mul, rsub, max", 1, {2}, {{9, 33}}, lin_chain, TM_P_LINEAR, 1},
+    {"bias sum read twice", 1, {2}, {{12, 33}}, lin_shared, TM_P_TANH, 1},
+    {"one row (a decode step)", 1, {3}, {{1, 1, 16}}, lin_few_rows, TM_P_LINEAR, 1},
+    {"three rows", 1, {3}, {{1, 3, 16}}, lin_few_rows, TM_P_LINEAR, 1},
+    {"weight with a batch dim", 1, {3}, {{2, 3, 16}}, lin_batched_w, TM_P_MATMUL, 0},
+    {"weight not constant", 2, {2, 2}, {{8, 16}, {16, 8}}, lin_variable_w, TM_P_MATMUL, 0},
+    {"matmul + silu (saved chain)", 1, {2}, {{7, 33}}, lin_silu, TM_P_LINEAR, 1},
+    {"pointwise conv + batch norm + affine + hardswish + residual", 2, {4, 4},
+     {{2, 8, 9, 35}, {2, 20, 9, 35}}, conv_pointwise_bn, TM_P_CONV_PACKED, 1},
+    {"3x3 conv + bias + relu", 1, {4}, {{1, 12, 13, 37}}, conv_3x3_relu, TM_P_CONV_PACKED, 1},
+    {"3x3 conv, stride 2", 1, {4}, {{2, 12, 15, 18}}, conv_3x3_stride2, TM_P_CONV_PACKED, 1},
+    {"depthwise 3x3 + hardswish", 1, {4}, {{1, 12, 17, 40}}, conv_depthwise, TM_P_CONV_PACKED, 1},
+    {"depthwise 5x5, stride 2", 1, {4}, {{2, 12, 21, 23}}, conv_depthwise_stride2,
+     TM_P_CONV_PACKED, 1},
+    {"grouped 3x3 conv + sigmoid", 1, {4}, {{1, 12, 11, 30}}, conv_grouped, TM_P_CONV_PACKED, 1},
+    {"conv output read twice", 1, {4}, {{1, 12, 9, 9}}, conv_shared, TM_P_TANH, 1},
+    {"conv weight not constant", 2, {4, 4}, {{1, 12, 9, 9}, {24, 12, 3, 3}}, conv_variable_w,
+     TM_P_CONV, 0},
+    {"conv transpose 2x2 stride 2 + bias + batch norm + relu", 1, {4}, {{2, 12, 9, 35}},
+     convt_bn_relu, TM_P_CONV_PACKED, 1},
+    {"conv transpose 3x3 stride 3 + sigmoid + residual", 2, {4, 4}, {{1, 12, 5, 7}, {1, 3, 15, 21}},
+     convt3_sigmoid, TM_P_CONV_PACKED, 1},
+    {"conv transpose with overlapping blocks", 1, {4}, {{1, 12, 6, 6}}, convt_overlap,
+     TM_P_CONV_TRANSPOSE, 0},
+    {"BERT attention (heads split, mask, output transposed)", 4, {3, 3, 3, 4},
+     {{AB, AS, AH * AD}, {AB, AS, AH * AD}, {AB, AS, AH * AD}, {AB, 1, 1, AS}}, attn_bert,
+     TM_P_RESHAPE, 1},
+    {"LLaMA decode attention (grouped kv, scale, mask)", 4, {4, 4, 4, 4},
+     {{1, 6, 1, 16}, {1, 2, 9, 16}, {1, 2, 9, 16}, {1, 1, 1, 9}}, attn_llama, TM_P_ATTENTION, 1},
+    {"attention scores read twice", 3, {4, 4, 4}, {{1, 2, 5, 8}, {1, 2, 6, 8}, {1, 2, 6, 8}},
+     attn_shared, TM_P_MATMUL, 0},
+};
+
+/* ---- The harness ---------------------------------------------------------------------- */
+
+/* The live nodes of trace t, run eagerly in e; returns e's value for trace value want. */
+static tm_val replay(tm_ctx *t, const tm_pass_roots *roots, tm_ctx *e, const tm_val *inputs,
+                     const tm_val *eager_inputs, int n_inputs, tm_val want) {
+    uint8_t *live = NULL;
+    int *uses = tm__pass_live_use_counts(t, roots, &live);
+    tm_val *map = malloc(((size_t)t->n_vals + 1) * sizeof *map);
+    for (int32_t v = 0; v < t->n_vals; v++) map[v] = TM_NONE;
+    for (int i = 0; i < n_inputs; i++) map[inputs[i]] = eager_inputs[i];
+    for (int32_t i = 0; i < t->n_nodes; i++) {
+        if (!live[i]) continue;
+        const tm_rnode *rn = &t->nodes[i];
+        tm_val in[16];
+        for (int j = 0; j < rn->nin && j < 16; j++) {
+            tm_val v = rn->in[j];
+            if (map[v] == TM_NONE && t->vals[v].data)
+                map[v] = tm_val_tensor(e, tm_tensor_clone(t->vals[v].data, NULL), 0);
+            in[j] = map[v];
+        }
+        tm_val out[4];
+        tm_prim_n(e, rn->prim, in, rn->nin, &rn->args, out, rn->nout);
+        for (int j = 0; j < rn->nout; j++) map[rn->out[j]] = out[j];
+    }
+    tm_val got = map[want];
+    free(map);
+    free(uses);
+    free(live);
+    return got;
+}
+
+static int count_prim(const tm_ctx *t, const tm_pass_roots *roots, int prim) {
+    uint8_t *live = NULL;
+    int *uses = tm__pass_live_use_counts(t, roots, &live);
+    int n = 0;
+    for (int32_t i = 0; i < t->n_nodes; i++) n += live[i] && t->nodes[i].prim == prim;
+    free(uses);
+    free(live);
+    return n;
+}
+
+static void run_pattern(const pattern *p) {
+    tm_ctx t;
+    tm_ctx_init(&t, TM_MODE_TRACE, NULL);
+    tm_val in[MAX_INPUTS], extra = TM_NONE;
+    for (int i = 0; i < p->n_inputs; i++) in[i] = tm_val_symbolic(&t, TM_FLOAT, p->rank[i], p->dims[i], i);
+    tm_val y = p->build(&t, in, &extra);
+    CHECK(tm_ctx_ok(&t), "%s: trace: %s", p->name, t.err.message);
+    tm_val root_vals[2] = {y, extra};
+    tm_pass_roots roots = {root_vals, extra == TM_NONE ? 1 : 2};
+    CHECK(tm__run_passes(&t, &roots) == TM_OK && tm_ctx_ok(&t), "%s: passes failed", p->name);
+    int got_prim = t.nodes[t.vals[y].producer].prim;
+    int fused = p->want_fused ? count_prim(&t, &roots, TM_P_LINEAR) +
+                                    count_prim(&t, &roots, TM_P_CONV_PACKED) +
+                                    count_prim(&t, &roots, TM_P_ATTENTION) : 0;
+    CHECK(got_prim == p->want_prim && fused == p->want_fused,
+          "%s: the result comes from %s (%d fused nodes), expected %s (%d)", p->name,
+          tm_prims[got_prim].name, fused, tm_prims[p->want_prim].name, p->want_fused);
+    /* The rewritten trace and the pattern itself, eagerly, on the same inputs. */
+    tm_ctx e;
+    tm_ctx_init(&e, TM_MODE_EAGER, NULL);
+    tm_val ein[MAX_INPUTS];
+    for (int i = 0; i < p->n_inputs; i++) {
+        tm_tensor *x = tm_tensor_alloc(TM_FLOAT, p->rank[i], p->dims[i], NULL);
+        for (int64_t j = 0; j < tm_numel(p->rank[i], p->dims[i]); j++) ((float *)x->data)[j] = next_f();
+        ein[i] = tm_val_tensor(&e, x, 0);
+    }
+    tm_val unused = TM_NONE;
+    tm_val want = p->build(&e, ein, &unused);
+    tm_val got = replay(&t, &roots, &e, in, ein, p->n_inputs, y);
+    CHECK(tm_ctx_ok(&e) && got != TM_NONE, "%s: eager: %s", p->name, e.err.message);
+    if (tm_ctx_ok(&e) && got != TM_NONE) {
+        const tm_tensor *a = tm_vdata(&e, want), *b = tm_vdata(&e, got);
+        double worst = 0.0;
+        int64_t n = tm_tensor_numel_(a);
+        CHECK(tm_tensor_numel_(b) == n, "%s: sizes differ", p->name);
+        for (int64_t i = 0; i < n && tm_tensor_numel_(b) == n; i++) {
+            double fa = ((const float *)a->data)[i], fb = ((const float *)b->data)[i];
+            /* Relative, but near zero absolute: GELU's fused form (erfc) and the erf
+             * decomposition differ by about 1e-7 there. */
+            double err = fabs(fa - fb) / (0.1 + fabs(fa));
+            worst = isnan(err) ? INFINITY : fmax(worst, err);
+        }
+        CHECK(worst < 1e-5, "%s: fused differs by %g", p->name, worst);
+    }
+    tm_ctx_destroy(&e);
+    tm_ctx_destroy(&t);
+}
+
+/* The chain's GELU (a vector form where the CPU has one) against the GELU primitive's
+ * own scalar form, over the range that matters and its extremes. */
+static void test_chain_gelu(void) {
+    enum { N = 20011 };
+    float *x = malloc(N * sizeof *x), *want = malloc(N * sizeof *want), *got = malloc(N * sizeof *got);
+    for (int i = 0; i < N; i++) x[i] = -12.0f + 24.0f * (float)i / (N - 1);
+    x[0] = -INFINITY, x[1] = INFINITY, x[2] = NAN, x[3] = 0.0f, x[4] = -0.0f, x[5] = 1e-30f;
+    x[6] = -1e-30f, x[7] = 30.0f, x[8] = -30.0f, x[9] = 1e-6f;
+    tm_args a;
+    memset(&a, 0, sizeof a);
+    tm__unary_f32_rows(TM_P_GELU, &a, x, want, N);
+    tm_chain ch = {1, {{TM_P_GELU, TM_CHAIN_UNARY, 0, 0.0f}}};
+    tm__chain_apply(&ch, x, got, N);
+    double worst = 0.0;
+    int specials = 1;
+    for (int i = 0; i < N; i++) {
+        if (isnan(want[i]) || isinf(want[i])) {
+            specials &= isnan(want[i]) ? isnan(got[i]) != 0 : got[i] == want[i];
+            continue;
+        }
+        double e = fabs((double)got[i] - want[i]) / (1e-30 + fabs(want[i]));
+        if (fabs(want[i]) < 1e-6) e = fabs((double)got[i] - want[i]) / 1e-6;
+        worst = fmax(worst, e);
+    }
+    printf("chain gelu worst relative error %g\n", worst);
+    CHECK(worst < 2e-6 && specials, "chain gelu: relative error %g against the primitive, "
+          "infinities/NaN %s", worst, specials ? "kept" : "WRONG");
+    free(x), free(want), free(got);
+}
+
+int main(void) {
+    test_chain_gelu();
+    for (size_t i = 0; i < sizeof patterns / sizeof patterns[0]; i++) run_pattern(&patterns[i]);
+    printf("reference kernels: %s\n", tm_use_reference_kernels() ? "on" : "off");
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed != 0;
+}

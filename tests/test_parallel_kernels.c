@@ -1,0 +1,170 @@
+/* Kernels that split their work over the thread pool give the one-thread result bit for
+ * bit: elementwise unary and broadcast binary kernels on large tensors, and the fused
+ * LINEAR, CONV_PACKED and ATTENTION kernels, each run through its primitive's kernel
+ * with a pool of 3 threads and without one. The fused primitives come from the passes,
+ * traced as in tests/test_fusion.c. Not a test of the values themselves (the primitive
+ * and fusion tests check those). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "../src/runtime/passes.h"
+#include "../src/backends/cpu/pool.h"
+
+#define CHECK_RNG_SEED 0x853c49e6748fea9bULL
+#include "check.h"
+
+static float next_f(void) { return (float)(rng_next() % 20001) / 10000.0f - 1.0f; }
+
+static tm_tensor *random_tensor(int rank, const int64_t *dims) {
+    tm_tensor *t = tm_tensor_alloc(TM_FLOAT, rank, dims, NULL);
+    for (int64_t i = 0; i < tm_numel(rank, dims); i++) ((float *)t->data)[i] = next_f();
+    return t;
+}
+
+/* Runs primitive prim's kernel on inputs in, with and without pool; 1 when the outputs
+ * are the same bytes. */
+static int same_with_pool(int prim, const tm_args *a, const tm_tensor *const *in, int nin,
+                          tm_pool *pool) {
+    tm_ctx c;
+    tm_ctx_init(&c, TM_MODE_EAGER, NULL);
+    const tm_vinfo *vin[8];
+    tm_vinfo vi[8];
+    for (int i = 0; i < nin; i++) {
+        memset(&vi[i], 0, sizeof vi[i]);
+        vi[i].dtype = in[i]->dtype;
+        vi[i].rank = in[i]->rank;
+        memcpy(vi[i].dims, in[i]->dims, sizeof vi[i].dims);
+        vi[i].data = (tm_tensor *)in[i];
+        vin[i] = &vi[i];
+    }
+    tm_vinfo out;
+    memset(&out, 0, sizeof out);
+    size_t scratch = 0;
+    if (tm_prims[prim].shape(&c, prim, a, vin, nin, &out, 1, &scratch) != TM_OK) {
+        printf("FAIL: %s: shape: %s\n", tm_prims[prim].name, c.err.message);
+        tm_ctx_destroy(&c);
+        return 0;
+    }
+    tm_tensor *y[2];
+    void *work = malloc(scratch + 64);
+    tm_error err;
+    tm_status st = TM_OK;
+    for (int r = 0; r < 2; r++) {
+        y[r] = tm_tensor_alloc(out.dtype, out.rank, out.dims, NULL);
+        tm_kcall k = {prim, a, in, nin, &y[r], 1, work, scratch, &err, r ? 3 : 1, r ? pool : NULL, 0};
+        if (st == TM_OK) st = tm_prims[prim].kernel(&k);
+    }
+    int same = st == TM_OK && !memcmp(y[0]->data, y[1]->data, y[0]->nbytes);
+    tm_tensor_free(y[0]);
+    tm_tensor_free(y[1]);
+    free(work);
+    tm_ctx_destroy(&c);
+    return same;
+}
+
+static void test_elementwise(tm_pool *pool) {
+    const int64_t big[4] = {2, 96, 31, 37}, channel[4] = {1, 96, 1, 1};
+    tm_tensor *x = random_tensor(4, big), *y = random_tensor(4, big), *s = random_tensor(4, channel);
+    tm_args a;
+    memset(&a, 0, sizeof a);
+    const tm_tensor *same_shape[2] = {x, y}, *broadcast[2] = {x, s}, *flipped[2] = {s, x};
+    CHECK(same_with_pool(TM_P_ADD, &a, same_shape, 2, pool), "add of equal shapes");
+    CHECK(same_with_pool(TM_P_MUL, &a, broadcast, 2, pool), "mul by a per-channel vector");
+    CHECK(same_with_pool(TM_P_SUB, &a, flipped, 2, pool), "sub from a per-channel vector");
+    CHECK(same_with_pool(TM_P_GELU, &a, same_shape, 1, pool), "gelu");
+    CHECK(same_with_pool(TM_P_SIGMOID, &a, same_shape, 1, pool), "sigmoid");
+    tm_tensor_free(x), tm_tensor_free(y), tm_tensor_free(s);
+}
+
+/* The fused primitive a pattern becomes (the root's producer after the passes), then its
+ * kernel with and without the pool on random inputs. */
+static void test_fused(tm_pool *pool, const char *name, int n_inputs, const int *ranks,
+                       const int64_t (*dims)[4],
+                       tm_val (*build)(tm_ctx *, const tm_val *), int want) {
+    tm_ctx t;
+    tm_ctx_init(&t, TM_MODE_TRACE, NULL);
+    tm_val in[4];
+    for (int i = 0; i < n_inputs; i++) in[i] = tm_val_symbolic(&t, TM_FLOAT, ranks[i], dims[i], i);
+    tm_val y = build(&t, in);
+    tm_pass_roots roots = {&y, 1};
+    tm__run_passes(&t, &roots);
+    const tm_rnode *rn = &t.nodes[t.vals[y].producer];
+    CHECK(rn->prim == want, "%s: fused into %s", name, tm_prims[rn->prim].name);
+    if (rn->prim == want) {
+        const tm_tensor *kin[8];
+        tm_tensor *made[8] = {0};
+        for (int j = 0; j < rn->nin; j++) {
+            const tm_vinfo *vi = &t.vals[rn->in[j]];
+            if (vi->data) {
+                kin[j] = vi->data;
+            } else {
+                made[j] = random_tensor(vi->rank, vi->dims);
+                kin[j] = made[j];
+            }
+        }
+        CHECK(same_with_pool(rn->prim, &rn->args, kin, rn->nin, pool),
+              "%s: 3 threads give 1 thread's result", name);
+        for (int j = 0; j < rn->nin; j++) tm_tensor_free(made[j]);
+    }
+    tm_ctx_destroy(&t);
+}
+
+static tm_val weights(tm_ctx *c, int rank, const int64_t *dims) {
+    return tm_val_tensor(c, random_tensor(rank, dims), 0);
+}
+static tm_val bin(tm_ctx *c, int prim, tm_val a, tm_val b) {
+    tm_val in[2] = {a, b};
+    return tm_prim(c, prim, in, 2, NULL);
+}
+
+static tm_val linear_relu(tm_ctx *c, const tm_val *in) {
+    const int64_t w[2] = {200, 300};
+    tm_val y = bin(c, TM_P_MATMUL, in[0], weights(c, 2, w));
+    return tm_prim(c, TM_P_RELU, &y, 1, NULL);
+}
+static tm_val conv_3x3(tm_ctx *c, const tm_val *in) {
+    const int64_t w[4] = {30, 16, 3, 3};
+    tm_args a;
+    memset(&a, 0, sizeof a);
+    a.i[0] = 2, a.i[1] = 1, a.i[2] = a.i[3] = 1, a.i[4] = a.i[5] = a.i[6] = a.i[7] = 1;
+    a.i[8] = a.i[9] = 1;
+    tm_val x[2] = {in[0], weights(c, 4, w)};
+    return tm_prim(c, TM_P_CONV, x, 2, &a);
+}
+static tm_val conv_depthwise(tm_ctx *c, const tm_val *in) {
+    const int64_t w[4] = {16, 1, 5, 5};
+    tm_args a;
+    memset(&a, 0, sizeof a);
+    a.i[0] = 2, a.i[1] = 16, a.i[2] = a.i[3] = 2, a.i[4] = a.i[5] = a.i[6] = a.i[7] = 2;
+    a.i[8] = a.i[9] = 1;
+    tm_val x[2] = {in[0], weights(c, 4, w)};
+    return tm_prim(c, TM_P_CONV, x, 2, &a);
+}
+static tm_val attention(tm_ctx *c, const tm_val *in) {
+    tm_args a;
+    memset(&a, 0, sizeof a);
+    a.i[0] = 0, a.i[1] = 1, a.i[2] = 3, a.i[3] = 2;
+    tm_val kt = tm_prim(c, TM_P_TRANSPOSE, &in[1], 1, &a);
+    tm_val s = bin(c, TM_P_MATMUL, in[0], kt);
+    memset(&a, 0, sizeof a);
+    a.i[0] = 3;
+    tm_val p = tm_prim(c, TM_P_SOFTMAX, &s, 1, &a);
+    return bin(c, TM_P_MATMUL, p, in[2]);
+}
+
+int main(void) {
+    tm_pool *pool = tm_pool_create(3);
+    CHECK(pool != NULL, "a pool of 3 threads");
+    test_elementwise(pool);
+    const int lin_r[1] = {2}, conv_r[1] = {4}, att_r[3] = {4, 4, 4};
+    const int64_t lin_d[1][4] = {{130, 200}}, conv_d[1][4] = {{2, 16, 90, 82}};
+    const int64_t att_d[3][4] = {{2, 6, 70, 32}, {2, 6, 90, 32}, {2, 6, 90, 32}};
+    test_fused(pool, "linear + relu", 1, lin_r, lin_d, linear_relu, TM_P_LINEAR);
+    test_fused(pool, "3x3 conv", 1, conv_r, conv_d, conv_3x3, TM_P_CONV_PACKED);
+    test_fused(pool, "depthwise 5x5 stride 2", 1, conv_r, conv_d, conv_depthwise, TM_P_CONV_PACKED);
+    test_fused(pool, "attention", 3, att_r, att_d, attention, TM_P_ATTENTION);
+    tm_pool_free(pool);
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed != 0;
+}
