@@ -1,5 +1,6 @@
 /* Kernels that split their work over the thread pool give the one-thread result bit for
- * bit: elementwise unary and broadcast binary kernels on large tensors, and the fused
+ * bit: elementwise unary and broadcast binary kernels on large tensors, batched MATMUL
+ * (whole products per thread), and the fused
  * LINEAR, CONV_PACKED and ATTENTION kernels, each run through its primitive's kernel
  * with a pool of 3 threads and without one. The fused primitives come from the passes,
  * traced as in tests/test_fusion.c. Not a test of the values themselves (the primitive
@@ -75,6 +76,30 @@ static void test_elementwise(tm_pool *pool) {
     CHECK(same_with_pool(TM_P_GELU, &a, same_shape, 1, pool), "gelu");
     CHECK(same_with_pool(TM_P_SIGMOID, &a, same_shape, 1, pool), "sigmoid");
     tm_tensor_free(x), tm_tensor_free(y), tm_tensor_free(s);
+}
+
+/* Batches of products each too small to thread (attention heads and their gradients)
+ * split whole products over the pool: plain, with either operand transposed, and with
+ * a broadcast batch dim. */
+static void test_batched_matmul(tm_pool *pool) {
+    static const struct { int ta, tb; int64_t x[4], y[4]; } cases[] = {
+        {0, 0, {2, 6, 70, 32}, {2, 6, 32, 90}},
+        {1, 0, {2, 6, 32, 70}, {2, 6, 32, 90}},
+        {0, 1, {2, 6, 70, 32}, {2, 6, 90, 32}},
+        {0, 0, {2, 6, 70, 32}, {1, 6, 32, 90}},
+        {0, 0, {1, 3, 5, 7}, {1, 3, 7, 2}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        tm_tensor *x = random_tensor(4, cases[i].x), *y = random_tensor(4, cases[i].y);
+        tm_args a;
+        memset(&a, 0, sizeof a);
+        a.i[0] = cases[i].ta;
+        a.i[1] = cases[i].tb;
+        const tm_tensor *in[2] = {x, y};
+        CHECK(same_with_pool(TM_P_MATMUL, &a, in, 2, pool), "batched matmul %zu (ta %d, tb %d)",
+              i, cases[i].ta, cases[i].tb);
+        tm_tensor_free(x), tm_tensor_free(y);
+    }
 }
 
 /* The fused primitive a pattern becomes (the root's producer after the passes), then its
@@ -157,6 +182,7 @@ int main(void) {
     tm_pool *pool = tm_pool_create(3);
     CHECK(pool != NULL, "a pool of 3 threads");
     test_elementwise(pool);
+    test_batched_matmul(pool);
     const int lin_r[1] = {2}, conv_r[1] = {4}, att_r[3] = {4, 4, 4};
     const int64_t lin_d[1][4] = {{130, 200}}, conv_d[1][4] = {{2, 16, 90, 82}};
     const int64_t att_d[3][4] = {{2, 6, 70, 32}, {2, 6, 90, 32}, {2, 6, 90, 32}};

@@ -16,6 +16,7 @@
 #include <immintrin.h>
 #endif
 #include "../ctx.h"
+#include "../../backends/cpu/vmath.h"
 #include "fused.h"
 #include "../../backends/cpu/gemm.h" /* tm_use_reference_kernels */
 #include "../../backends/cpu/pool.h"
@@ -483,6 +484,8 @@ static void unary_f32_math(int prim, const tm_args *a, const float *restrict x,
     case TM_P_SIGMOID: UNARY_LOOP(sigmoid_f32(v)); break;
     case TM_P_GELU:
         if (a->i[0] == 1) UNARY_LOOP(gelu_tanh_f32(v));
+        else if (tm__vmath_active() && tm__vmath_active()->gelu_erf)
+            tm__vmath_active()->gelu_erf(x, y, n);
         else UNARY_LOOP(gelu_erf_f32(v));
         break;
     default:
@@ -1419,8 +1422,11 @@ tm_status tm__kernel_gelu_grad(const tm_kcall *k) {
     if (x->dtype == TM_FLOAT && !tm_use_reference_kernels()) {
         const float *restrict xs = x->data, *restrict gs = gy->data;
         float *restrict ys = y->data;
+        const tm__vmath *vm = tm__vmath_active();
         if (tanh_form)
             for (int64_t i = 0; i < n; i++) ys[i] = gs[i] * gelu_tanh_derivative_f32(xs[i]);
+        else if (vm && vm->gelu_erf_grad)
+            vm->gelu_erf_grad(xs, gs, ys, n);
         else
             for (int64_t i = 0; i < n; i++) ys[i] = gs[i] * gelu_erf_derivative_f32(xs[i]);
         return TM_OK;

@@ -100,6 +100,22 @@ static int matmul_folds_batch(int rank, const int64_t *dims_b) {
     return 1;
 }
 
+/* A float32 batch of products each too small for tm_sgemm to thread (attention's per-head
+ * products, their gradients) runs as slices of whole products over the pool instead, each
+ * slice with its own packing space: the same products, so the same results whatever the
+ * thread count. The number of slices (1: the batch runs in order, each product threaded
+ * as tm_sgemm sees fit). */
+#define MATMUL_BATCH_SLICES 16
+#define MATMUL_THREADED_FLOPS (1 << 21)   /* tm_sgemm's own threading starts here */
+
+static int matmul_batch_slices(int64_t batch, int64_t m, int64_t n, int64_t k) {
+    if (batch < 2 || 2.0 * (double)m * (double)n * (double)k >= MATMUL_THREADED_FLOPS)
+        return 1;
+    return batch < MATMUL_BATCH_SLICES ? (int)batch : MATMUL_BATCH_SLICES;
+}
+
+static size_t round_scratch(size_t bytes) { return (bytes + 63) & ~(size_t)63; }
+
 tm_status tm__shape_matmul(tm_ctx *c, int prim, const tm_args *a, const tm_vinfo *const *in,
                            int nin, tm_vinfo *out, int nout, size_t *scratch) {
     (void)prim; (void)nin; (void)nout;
@@ -143,6 +159,12 @@ tm_status tm__shape_matmul(tm_ctx *c, int prim, const tm_args *a, const tm_vinfo
     }
     if (x->dtype == TM_FLOAT || x->dtype == TM_FLOAT16 || x->dtype == TM_BFLOAT16)
         *scratch += tm_sgemm_scratch(ta, tb, rows, n, k);
+    int64_t batch = tm_numel(r - 2, out->dims);
+    if (x->dtype == TM_FLOAT && rows == m && matmul_batch_slices(batch, m, n, k) > 1) {
+        /* Products split over the pool: a piece of packing space per slice. */
+        size_t one = tm_sgemm_scratch(ta, tb, m, n, k);
+        *scratch = (size_t)matmul_batch_slices(batch, m, n, k) * round_scratch(one) + 64;
+    }
     return TM_OK;
 }
 
@@ -305,6 +327,27 @@ static void matmul_batch_offsets(const tm_tensor *x, const tm_tensor *y, const t
     *off_y = oy * y->dims[r - 2] * y->dims[r - 1];
 }
 
+typedef struct matmul_batch_job {
+    const tm_tensor *x, *y;
+    tm_tensor *z;
+    int64_t m, n, k, batch;
+    const mm_layout *l;
+    char *scratch;
+    size_t slice_bytes;
+} matmul_batch_job;
+
+static void matmul_batch_slice(void *arg, int ith, int nth) {
+    const matmul_batch_job *j = arg;
+    int64_t t0 = j->batch * ith / nth, t1 = j->batch * (ith + 1) / nth;
+    for (int64_t t = t0; t < t1; t++) {
+        int64_t off_x, off_y;
+        matmul_batch_offsets(j->x, j->y, j->z, t, &off_x, &off_y);
+        matmul_one(TM_FLOAT, j->x->data, off_x, j->y->data, off_y, j->z->data,
+                   t * j->m * j->n, j->m, j->n, j->k, j->scratch + (size_t)ith * j->slice_bytes,
+                   NULL, j->l);
+    }
+}
+
 tm_status tm__kernel_matmul(const tm_kcall *kc) {
     const tm_tensor *x = kc->in[0], *y = kc->in[1];
     tm_tensor *z = kc->out[0];
@@ -319,6 +362,17 @@ tm_status tm__kernel_matmul(const tm_kcall *kc) {
         return TM_OK;
     }
     mm_layout l = mm_layout_of(ta, tb, m, n, k);
+    int slices = matmul_batch_slices(batch, m, n, k);
+    if (z->dtype == TM_FLOAT && slices > 1 && tm_pool_threads(kc->pool) > 1 &&
+        !tm_use_reference_kernels()) {
+        size_t one = round_scratch(tm_sgemm_scratch(ta, tb, m, n, k));
+        uintptr_t at = ((uintptr_t)kc->scratch + 63) & ~(uintptr_t)63;
+        if (kc->scratch_bytes < (size_t)slices * one + 64)
+            return tm__fail(kc->err, TM_ERR_RUNTIME, "internal: matmul scratch too small");
+        matmul_batch_job job = {x, y, z, m, n, k, batch, &l, (char *)at, one};
+        tm_pool_run_n(kc->pool, slices, matmul_batch_slice, &job);
+        return TM_OK;
+    }
     for (int64_t t = 0; t < batch; t++) {
         int64_t off_x, off_y;
         matmul_batch_offsets(x, y, z, t, &off_x, &off_y);
