@@ -211,6 +211,8 @@ static void compute_rows(const gemm_job *g, int64_t i0, int64_t mc, int64_t pc, 
         for (int64_t i = 0; i < full; i += ar->mr) {
             if (a_step == 1 && g->alpha == 1.0f)   /* A's rows in place, alpha 1 */
                 ar->tile_rows(kc, a + i * a_row, a_row, panel, c + i * g->ldc, g->ldc, nr, beta);
+            else if (a_row == 1 && g->alpha == 1.0f && ar->tile_cols)   /* A transposed */
+                ar->tile_cols(kc, a + i, a_step, panel, c + i * g->ldc, g->ldc, nr, beta);
             else
                 ar->tile(kc, a + i * a_row, a_row, a_step, panel, c + i * g->ldc, g->ldc,
                          ar->mr, nr, g->alpha, beta);

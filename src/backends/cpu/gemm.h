@@ -137,6 +137,12 @@ typedef void (*tm__sgemm_rows_tile_fn)(int64_t k, const float *a, int64_t lda,
                                        const float *b_packed, float *c, int64_t ldc, int nr,
                                        float beta);
 
+/* A full register tile with A stored transposed (op(A) = A^T, the tile's MR rows side by
+ * side at each k, `step` floats apart): c (MR, nr) = a . b_packed + beta * c. */
+typedef void (*tm__sgemm_cols_tile_fn)(int64_t k, const float *a, int64_t step,
+                                       const float *b_packed, float *c, int64_t ldc, int nr,
+                                       float beta);
+
 typedef struct tm__sgemm_arch {
     const char *name;
     int mr, nr;                 /* register tile */
@@ -147,6 +153,7 @@ typedef struct tm__sgemm_arch {
     tm__sgemm_indirect_fn tile_indirect;
     tm__sgemm_packed_fn tile_packed;
     tm__sgemm_rows_tile_fn tile_rows;
+    tm__sgemm_cols_tile_fn tile_cols;   /* NULL: tile */
 } tm__sgemm_arch;
 
 /* The arch tm_sgemm uses (NULL: the reference, TM_REFERENCE_KERNELS=1). */

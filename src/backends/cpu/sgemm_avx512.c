@@ -38,13 +38,14 @@ static inline void store_row(float *c, __m512 lo, __m512 hi, int nr, __m512 alph
     _mm512_mask_storeu_ps(c + 16, m1, hi);
 }
 
-/* A packed as tm_sgemm_pack_a lays it out (MR floats a step of k): its offsets are
+/* A packed as tm_sgemm_pack_a lays it out (MR floats a step of k), or stored transposed
+ * (the tile's rows side by side, `step` floats from one k to the next): its offsets are
  * constants, so the loop needs two pointers where the strided form needs twelve. A
  * short tile runs the 8- or 4-row form, computing only rows that exist (m = 32: tiles of
- * 12, 12 and 8 rows, no FMA wasted on padding). */
+ * 12, 12 and 8 rows, no FMA wasted on padding). R rows are read at every k. */
 #define TILE_PACKED(R)                                                                     \
-    static void tile_packed_##R(int64_t k, const float *a, const float *b, float *c,        \
-                                int64_t ldc, int mr, int nr, float beta) {                  \
+    static void tile_step_##R(int64_t k, const float *a, int64_t step, const float *b,      \
+                              float *c, int64_t ldc, int mr, int nr, float beta) {          \
         __m512 acc[R][2];                                                                   \
         _Pragma("GCC unroll 12") for (int i = 0; i < R; i++)                                \
             acc[i][0] = acc[i][1] = _mm512_setzero_ps();                                    \
@@ -55,7 +56,7 @@ static inline void store_row(float *c, __m512 lo, __m512 hi, int nr, __m512 alph
                 acc[i][0] = _mm512_fmadd_ps(x, b0, acc[i][0]);                              \
                 acc[i][1] = _mm512_fmadd_ps(x, b1, acc[i][1]);                              \
             }                                                                               \
-            a += MR;                                                                        \
+            a += step;                                                                      \
             b += NR;                                                                        \
         }                                                                                   \
         __m512 one = _mm512_set1_ps(1.0f);                                                  \
@@ -100,9 +101,15 @@ static void tile_rows12(int64_t k, const float *a, int64_t lda, const float *b, 
 
 static void tile_packed(int64_t k, const float *a, const float *b, float *c, int64_t ldc,
                         int mr, int nr, float beta) {
-    if (mr > 8) tile_packed_12(k, a, b, c, ldc, mr, nr, beta);
-    else if (mr > 4) tile_packed_8(k, a, b, c, ldc, mr, nr, beta);
-    else tile_packed_4(k, a, b, c, ldc, mr, nr, beta);
+    if (mr > 8) tile_step_12(k, a, MR, b, c, ldc, mr, nr, beta);
+    else if (mr > 4) tile_step_8(k, a, MR, b, c, ldc, mr, nr, beta);
+    else tile_step_4(k, a, MR, b, c, ldc, mr, nr, beta);
+}
+
+/* A full tile of A stored transposed: row i at depth p is a[p * step + i]. */
+static void tile_cols(int64_t k, const float *a, int64_t step, const float *b, float *c,
+                      int64_t ldc, int nr, float beta) {
+    tile_step_12(k, a, step, b, c, ldc, MR, nr, beta);
 }
 
 static void tile_12x32(int64_t k, const float *a, int64_t a_row, int64_t a_step,
@@ -279,7 +286,7 @@ static void small(int trans_a, int trans_b, int64_t m, int64_t n0, int64_t n1, i
 }
 
 static const tm__sgemm_arch avx512 = {"avx512", MR, NR, 256, 96, 4096, tile_12x32, small, rows,
-                                     tile_indirect, tile_packed, tile_rows12};
+                                     tile_indirect, tile_packed, tile_rows12, tile_cols};
 
 const tm__sgemm_arch *tm__sgemm_arch_avx512(void) {
     __builtin_cpu_init();
