@@ -75,6 +75,19 @@ static void test_elementwise(tm_pool *pool) {
     CHECK(same_with_pool(TM_P_SUB, &a, flipped, 2, pool), "sub from a per-channel vector");
     CHECK(same_with_pool(TM_P_GELU, &a, same_shape, 1, pool), "gelu");
     CHECK(same_with_pool(TM_P_SIGMOID, &a, same_shape, 1, pool), "sigmoid");
+    /* Transposes that keep the last axis copy rows split over the pool. */
+    const int64_t heads[4] = {4, 130, 12, 32};
+    tm_tensor *h = random_tensor(4, heads);
+    const tm_tensor *split[1] = {h};
+    const int64_t perms[3][4] = {{0, 2, 1, 3}, {2, 0, 1, 3}, {1, 2, 0, 3}};
+    for (int p = 0; p < 3; p++) {
+        memcpy(a.i, perms[p], sizeof perms[p]);
+        CHECK(same_with_pool(TM_P_TRANSPOSE, &a, split, 1, pool), "transpose %lld %lld %lld %lld",
+              (long long)perms[p][0], (long long)perms[p][1], (long long)perms[p][2],
+              (long long)perms[p][3]);
+    }
+    memset(&a, 0, sizeof a);
+    tm_tensor_free(h);
     tm_tensor_free(x), tm_tensor_free(y), tm_tensor_free(s);
 }
 

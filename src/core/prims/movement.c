@@ -301,19 +301,67 @@ static void transpose_plane(mover *m, void *dst, int64_t dst_at, int64_t dst_str
     }
 }
 
-/* The last axis stays last: every output row is a contiguous input row (memcpy). */
+/* The last axis stays last: every output row is a contiguous input row (memcpy). Rows
+ * [r0, r1) of the output, walking the input offset incrementally (a row of attention's
+ * head split is 32 floats: the walk must cost less than the copy). */
+typedef struct rows_job {
+    mover *m;
+    void *dst;
+    const void *src;
+    int rank;                        /* axes of the row index: rank - 1 of the tensor */
+    int64_t dims[TM_MAX_RANK];       /* output dims of those axes */
+    int64_t strides[TM_MAX_RANK];    /* input stride (elements) of each */
+    int64_t row;
+} rows_job;
+
+static void transpose_rows_range(const rows_job *j, int64_t r0, int64_t r1) {
+    int64_t idx[TM_MAX_RANK] = {0}, from = 0, rest = r0;
+    for (int d = j->rank - 1; d >= 0; d--) {
+        idx[d] = rest % j->dims[d];
+        rest /= j->dims[d];
+        from += idx[d] * j->strides[d];
+    }
+    size_t bytes = (size_t)j->row * j->m->size;
+    char *d = (char *)j->dst + (size_t)(r0 * j->row) * j->m->size;
+    const char *s = j->src;
+    for (int64_t r = r0; r < r1; r++, d += bytes) {
+        if (j->m->strings) copy_elements(j->m, j->dst, r * j->row, j->src, from, j->row);
+        else memcpy(d, s + (size_t)from * j->m->size, bytes);
+        int a = j->rank - 1;
+        from += j->strides[a];
+        while (++idx[a] == j->dims[a] && a > 0) {
+            from -= j->strides[a] * j->dims[a];
+            idx[a] = 0;
+            a--;
+            from += j->strides[a];
+        }
+    }
+}
+
+static void transpose_rows_slice(void *arg, int ith, int nth) {
+    const rows_job *j = arg;
+    int64_t rows = tm_numel(j->rank, j->dims);
+    transpose_rows_range(j, rows * ith / nth, rows * (ith + 1) / nth);
+}
+
+/* Below this many bytes a transpose stays on one thread (about 20 us of copying). */
+#define TRANSPOSE_PARALLEL_BYTES ((size_t)1 << 19)
+
 static void transpose_rows(mover *m, void *dst, const void *src, int rank,
-                           const int64_t *dims, const int *perm) {
-    int64_t in_strides[TM_MAX_RANK], out_dims[TM_MAX_RANK], idx[TM_MAX_RANK] = {0};
+                           const int64_t *dims, const int *perm, tm_pool *pool) {
+    int64_t in_strides[TM_MAX_RANK];
     strides_of(rank, dims, in_strides);
-    for (int d = 0; d < rank; d++) out_dims[d] = dims[perm[d]];
-    int64_t row = out_dims[rank - 1], pos = 0;
-    do {
-        int64_t from = 0;
-        for (int d = 0; d < rank - 1; d++) from += idx[d] * in_strides[perm[d]];
-        copy_elements(m, dst, pos, src, from, row);
-        pos += row;
-    } while (next_index(idx, out_dims, rank - 1));
+    rows_job j = {m, dst, src, rank - 1, {0}, {0}, dims[perm[rank - 1]]};
+    for (int d = 0; d < rank - 1; d++) {
+        j.dims[d] = dims[perm[d]];
+        j.strides[d] = in_strides[perm[d]];
+    }
+    int64_t rows = tm_numel(rank - 1, j.dims);
+    if (rows == 0 || j.row == 0) return;
+    size_t bytes = (size_t)(rows * j.row) * m->size;
+    int nth = m->strings || bytes < TRANSPOSE_PARALLEL_BYTES ? 1 : tm_pool_threads(pool);
+    if (nth <= 1) transpose_rows_range(&j, 0, rows);
+    else tm_pool_run(pool, nth, transpose_rows_slice, &j);
 }
 
 /* The last axis moves to output axis `a`: a tiled 2-D transpose in the plane of the
@@ -355,7 +403,8 @@ tm_status tm__kernel_transpose(const tm_kcall *k) {
     int perm[TM_MAX_RANK];
     int rank = simplify_transpose(x->rank, x->dims, k->a->i, dims, perm);
     if (rank <= 1) copy_elements(&m, y->data, 0, x->data, 0, n);
-    else if (perm[rank - 1] == rank - 1) transpose_rows(&m, y->data, x->data, rank, dims, perm);
+    else if (perm[rank - 1] == rank - 1)
+        transpose_rows(&m, y->data, x->data, rank, dims, perm, k->pool);
     else transpose_planes(&m, y->data, x->data, rank, dims, perm);
     return mover_status(&m, k);
 }
