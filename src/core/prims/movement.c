@@ -269,14 +269,19 @@ static inline void transpose8x8_4byte(const char *s, int64_t ss, char *d, int64_
 static void transpose_plane(mover *m, void *dst, int64_t dst_at, int64_t dst_stride,
                             const void *src, int64_t src_at, int64_t src_stride, int64_t n_i,
                             int64_t n_j) {
-    enum { TILE = 8 };
+    enum { TILE = 8, PAIR = 16 };
     char *d = (char *)dst + (size_t)dst_at * m->size;
     const char *s = (const char *)src + (size_t)src_at * m->size;
     int typed = !m->strings && (m->size == 1 || m->size == 2 || m->size == 4 || m->size == 8);
-    for (int64_t i0 = 0; i0 < n_i; i0 += TILE) {
-        int64_t i1 = i0 + TILE < n_i ? i0 + TILE : n_i;
-        for (int64_t j0 = 0; j0 < n_j; j0 += TILE) {
-            int64_t j1 = j0 + TILE < n_j ? j0 + TILE : n_j;
+    /* Two tiles side by side along i before the next j: the 64-byte lines of the source
+     * rows are used whole while loaded (with power-of-two strides every row falls in one
+     * L1 set, so a line left for a later pass over i is gone by then). */
+    for (int64_t ip = 0; ip < n_i; ip += PAIR)
+    for (int64_t j0 = 0; j0 < n_j; j0 += TILE) {
+        int64_t j1 = j0 + TILE < n_j ? j0 + TILE : n_j;
+        int64_t ie = ip + PAIR < n_i ? ip + PAIR : n_i;
+        for (int64_t i0 = ip; i0 < ie; i0 += TILE) {
+            int64_t i1 = i0 + TILE < ie ? i0 + TILE : ie;
             switch (typed ? m->size : 0) {
             case 1: TILE_LOOP(1); break;
             case 2: TILE_LOOP(2); break;
