@@ -217,7 +217,9 @@ static void compute_rows(const gemm_job *g, int64_t i0, int64_t mc, int64_t pc, 
                 ar->tile(kc, a + i * a_row, a_row, a_step, panel, c + i * g->ldc, g->ldc,
                          ar->mr, nr, g->alpha, beta);
         }
-        if (edge_rows)
+        if (edge_rows && g->alpha == 1.0f && ar->tile_packed)   /* no FMAs on padding */
+            ar->tile_packed(kc, edge, panel, c + full * g->ldc, g->ldc, edge_rows, nr, beta);
+        else if (edge_rows)
             ar->tile(kc, edge, 1, ar->mr, panel, c + full * g->ldc, g->ldc, edge_rows, nr,
                      g->alpha, beta);
     }
