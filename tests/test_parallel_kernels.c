@@ -23,8 +23,8 @@ static tm_tensor *random_tensor(int rank, const int64_t *dims) {
     return t;
 }
 
-/* Runs primitive prim's kernel on inputs in, with and without pool; 1 when the outputs
- * are the same bytes. */
+/* Runs primitive prim's kernel on inputs in, with and without pool; 1 when every output
+ * is the same bytes. */
 static int same_with_pool(int prim, const tm_args *a, const tm_tensor *const *in, int nin,
                           tm_pool *pool) {
     tm_ctx c;
@@ -39,29 +39,59 @@ static int same_with_pool(int prim, const tm_args *a, const tm_tensor *const *in
         vi[i].data = (tm_tensor *)in[i];
         vin[i] = &vi[i];
     }
-    tm_vinfo out;
-    memset(&out, 0, sizeof out);
+    int nout = tm_prims[prim].nout;
+    tm_vinfo out[4];
+    memset(out, 0, sizeof out);
     size_t scratch = 0;
-    if (tm_prims[prim].shape(&c, prim, a, vin, nin, &out, 1, &scratch) != TM_OK) {
+    if (tm_prims[prim].shape(&c, prim, a, vin, nin, out, nout, &scratch) != TM_OK) {
         printf("FAIL: %s: shape: %s\n", tm_prims[prim].name, c.err.message);
         tm_ctx_destroy(&c);
         return 0;
     }
-    tm_tensor *y[2];
+    tm_tensor *y[2][4];
     void *work = malloc(scratch + 64);
     tm_error err;
     tm_status st = TM_OK;
     for (int r = 0; r < 2; r++) {
-        y[r] = tm_tensor_alloc(out.dtype, out.rank, out.dims, NULL);
-        tm_kcall k = {prim, a, in, nin, &y[r], 1, work, scratch, &err, r ? 3 : 1, r ? pool : NULL, 0};
+        for (int o = 0; o < nout; o++)
+            y[r][o] = tm_tensor_alloc(out[o].dtype, out[o].rank, out[o].dims, NULL);
+        tm_kcall k = {prim, a, in, nin, y[r], nout, work, scratch, &err, r ? 3 : 1,
+                      r ? pool : NULL, 0};
         if (st == TM_OK) st = tm_prims[prim].kernel(&k);
     }
-    int same = st == TM_OK && !memcmp(y[0]->data, y[1]->data, y[0]->nbytes);
-    tm_tensor_free(y[0]);
-    tm_tensor_free(y[1]);
+    int same = st == TM_OK;
+    for (int o = 0; o < nout; o++) {
+        same &= !memcmp(y[0][o]->data, y[1][o]->data, y[0][o]->nbytes);
+        tm_tensor_free(y[0][o]);
+        tm_tensor_free(y[1][o]);
+    }
     free(work);
     tm_ctx_destroy(&c);
     return same;
+}
+
+/* Row-wise kernels: softmax, layer norm and their backwards, GELU's backward. */
+static void test_rows(tm_pool *pool) {
+    const int64_t d[3] = {8, 96, 130}, sd[1] = {130}, st[3] = {8, 96, 1};
+    tm_tensor *x = random_tensor(3, d), *g = random_tensor(3, d), *sc = random_tensor(1, sd);
+    tm_tensor *mean = random_tensor(3, st), *inv = random_tensor(3, st);
+    tm_args a;
+    memset(&a, 0, sizeof a);
+    a.i[0] = 2;
+    const tm_tensor *one[1] = {x}, *two[2] = {x, g};
+    CHECK(same_with_pool(TM_P_SOFTMAX, &a, one, 1, pool), "softmax rows");
+    CHECK(same_with_pool(TM_P_SOFTMAX_GRAD, &a, two, 2, pool), "softmax_grad rows");
+    const tm_tensor *ln[2] = {x, sc};
+    a.f[0] = 1e-5;
+    CHECK(same_with_pool(TM_P_LAYERNORM, &a, ln, 2, pool), "layernorm rows");
+    const tm_tensor *lng[5] = {x, sc, mean, inv, g};
+    CHECK(same_with_pool(TM_P_LAYERNORM_GRAD, &a, lng, 5, pool), "layernorm_grad rows");
+    a.i[1] = 1;
+    CHECK(same_with_pool(TM_P_LAYERNORM_GRAD, &a, lng, 5, pool), "rms norm grad rows");
+    memset(&a, 0, sizeof a);
+    CHECK(same_with_pool(TM_P_GELU_GRAD, &a, two, 2, pool), "gelu_grad");
+    tm_tensor_free(x), tm_tensor_free(g), tm_tensor_free(sc), tm_tensor_free(mean),
+        tm_tensor_free(inv);
 }
 
 static void test_elementwise(tm_pool *pool) {
@@ -86,6 +116,21 @@ static void test_elementwise(tm_pool *pool) {
               (long long)perms[p][0], (long long)perms[p][1], (long long)perms[p][2],
               (long long)perms[p][3]);
     }
+    /* ... and those that move it, in blocks of planes. */
+    const int64_t perms2[2][4] = {{0, 2, 3, 1}, {3, 1, 0, 2}};
+    for (int p = 0; p < 2; p++) {
+        memcpy(a.i, perms2[p], sizeof perms2[p]);
+        CHECK(same_with_pool(TM_P_TRANSPOSE, &a, split, 1, pool), "transpose %lld %lld %lld %lld",
+              (long long)perms2[p][0], (long long)perms2[p][1], (long long)perms2[p][2],
+              (long long)perms2[p][3]);
+    }
+    const int64_t plane[2] = {700, 301};
+    tm_tensor *pl = random_tensor(2, plane);
+    const tm_tensor *one_plane[1] = {pl};
+    memset(&a, 0, sizeof a);
+    a.i[0] = 1;
+    CHECK(same_with_pool(TM_P_TRANSPOSE, &a, one_plane, 1, pool), "transpose of one plane");
+    tm_tensor_free(pl);
     memset(&a, 0, sizeof a);
     tm_tensor_free(h);
     tm_tensor_free(x), tm_tensor_free(y), tm_tensor_free(s);
@@ -196,6 +241,7 @@ int main(void) {
     CHECK(pool != NULL, "a pool of 3 threads");
     test_elementwise(pool);
     test_batched_matmul(pool);
+    test_rows(pool);
     const int lin_r[1] = {2}, conv_r[1] = {4}, att_r[3] = {4, 4, 4};
     const int64_t lin_d[1][4] = {{130, 200}}, conv_d[1][4] = {{2, 16, 90, 82}};
     const int64_t att_d[3][4] = {{2, 6, 70, 32}, {2, 6, 90, 32}, {2, 6, 90, 32}};

@@ -1414,21 +1414,46 @@ static inline float gelu_tanh_derivative_f32(float x) {
     return s + 2.0f * x * s * (1.0f - s) * du;
 }
 
+typedef struct gelu_grad_job {
+    const float *x, *gy;
+    float *y;
+    int64_t n;
+    int tanh_form;
+} gelu_grad_job;
+
+/* Elements [first, last) in float32. */
+static void gelu_grad_f32(const gelu_grad_job *j, int64_t first, int64_t last) {
+    const float *restrict xs = j->x + first, *restrict gs = j->gy + first;
+    float *restrict ys = j->y + first;
+    int64_t n = last - first;
+    const tm__vmath *vm = tm__vmath_active();
+    if (j->tanh_form)
+        for (int64_t i = 0; i < n; i++) ys[i] = gs[i] * gelu_tanh_derivative_f32(xs[i]);
+    else if (vm && vm->gelu_erf_grad)
+        vm->gelu_erf_grad(xs, gs, ys, n);
+    else
+        for (int64_t i = 0; i < n; i++) ys[i] = gs[i] * gelu_erf_derivative_f32(xs[i]);
+}
+
+static void gelu_grad_slice(void *arg, int ith, int nth) {
+    const gelu_grad_job *j = arg;
+    int64_t units = (j->n + 15) / 16;
+    int64_t first = units * ith / nth * 16, last = units * (ith + 1) / nth * 16;
+    if (last > j->n) last = j->n;
+    if (first < last) gelu_grad_f32(j, first, last);
+}
+
 tm_status tm__kernel_gelu_grad(const tm_kcall *k) {
     const tm_tensor *x = k->in[0], *gy = k->in[1];
     tm_tensor *y = k->out[0];
     int64_t n = tm_tensor_numel_(x);
     int tanh_form = k->a->i[0] == 1;
     if (x->dtype == TM_FLOAT && !tm_use_reference_kernels()) {
-        const float *restrict xs = x->data, *restrict gs = gy->data;
-        float *restrict ys = y->data;
-        const tm__vmath *vm = tm__vmath_active();
-        if (tanh_form)
-            for (int64_t i = 0; i < n; i++) ys[i] = gs[i] * gelu_tanh_derivative_f32(xs[i]);
-        else if (vm && vm->gelu_erf_grad)
-            vm->gelu_erf_grad(xs, gs, ys, n);
+        gelu_grad_job job = {x->data, gy->data, y->data, n, tanh_form};
+        if (n >= PARALLEL_MIN_ELEMENTS && tm_pool_threads(k->pool) > 1)
+            tm_pool_run_n(k->pool, PARALLEL_SLICES, gelu_grad_slice, &job);
         else
-            for (int64_t i = 0; i < n; i++) ys[i] = gs[i] * gelu_erf_derivative_f32(xs[i]);
+            gelu_grad_f32(&job, 0, n);
         return TM_OK;
     }
     for (int64_t i = 0; i < n; i++) {

@@ -369,33 +369,65 @@ static void transpose_rows(mover *m, void *dst, const void *src, int rank,
     else tm_pool_run(pool, nth, transpose_rows_slice, &j);
 }
 
+typedef struct planes_job {
+    mover *m;
+    void *dst;
+    const void *src;
+    int others;                                  /* axes other than the plane's two */
+    int64_t dims[TM_MAX_RANK], in[TM_MAX_RANK], out[TM_MAX_RANK];
+    int64_t dst_stride, src_stride, n_i, n_j;    /* the plane */
+    int64_t blocks;                              /* 16-wide blocks of i per plane */
+} planes_job;
+
+/* Units [u0, u1): unit u is block u % blocks of plane u / blocks. */
+static void transpose_planes_range(const planes_job *j, int64_t u0, int64_t u1) {
+    for (int64_t u = u0; u < u1; u++) {
+        int64_t plane = u / j->blocks, b = u % j->blocks, from = 0, to = 0;
+        for (int d = j->others - 1; d >= 0; d--) {
+            int64_t i = plane % j->dims[d];
+            plane /= j->dims[d];
+            from += i * j->in[d];
+            to += i * j->out[d];
+        }
+        int64_t i0 = b * 16, n = j->n_i - i0 < 16 ? j->n_i - i0 : 16;
+        transpose_plane(j->m, j->dst, to + i0 * j->dst_stride, j->dst_stride, j->src, from + i0,
+                        j->src_stride, n, j->n_j);
+    }
+}
+
+static void transpose_planes_slice(void *arg, int ith, int nth) {
+    const planes_job *j = arg;
+    int64_t units = tm_numel(j->others, j->dims) * j->blocks;
+    transpose_planes_range(j, units * ith / nth, units * (ith + 1) / nth);
+}
+
 /* The last axis moves to output axis `a`: a tiled 2-D transpose in the plane of the
- * input's last axis and the output's last axis, once per index of the other axes. */
+ * input's last axis and the output's last axis, once per index of the other axes, in
+ * blocks of 16 of the input's last axis (split over the pool when large). */
 static void transpose_planes(mover *m, void *dst, const void *src, int rank,
-                             const int64_t *dims, const int *perm) {
+                             const int64_t *dims, const int *perm, tm_pool *pool) {
     int64_t in_strides[TM_MAX_RANK], out_dims[TM_MAX_RANK], out_strides[TM_MAX_RANK];
-    int64_t other_dims[TM_MAX_RANK], other_in[TM_MAX_RANK], other_out[TM_MAX_RANK];
-    int64_t idx[TM_MAX_RANK] = {0};
     strides_of(rank, dims, in_strides);
     for (int d = 0; d < rank; d++) out_dims[d] = dims[perm[d]];
     strides_of(rank, out_dims, out_strides);
-    int a = 0, others = 0;
+    int a = 0;
     while (perm[a] != rank - 1) a++;
+    planes_job j = {m, dst, src, 0, {0}, {0}, {0}, out_strides[a], in_strides[perm[rank - 1]],
+                    dims[rank - 1], out_dims[rank - 1], 0};
     for (int d = 0; d < rank - 1; d++) {
         if (d == a) continue;
-        other_dims[others] = out_dims[d];
-        other_in[others] = in_strides[perm[d]];
-        other_out[others++] = out_strides[d];
+        j.dims[j.others] = out_dims[d];
+        j.in[j.others] = in_strides[perm[d]];
+        j.out[j.others++] = out_strides[d];
     }
-    do {
-        int64_t from = 0, to = 0;
-        for (int d = 0; d < others; d++) {
-            from += idx[d] * other_in[d];
-            to += idx[d] * other_out[d];
-        }
-        transpose_plane(m, dst, to, out_strides[a], src, from, in_strides[perm[rank - 1]],
-                        dims[rank - 1], out_dims[rank - 1]);
-    } while (next_index(idx, other_dims, others));
+    j.blocks = (j.n_i + 15) / 16;
+    int64_t units = tm_numel(j.others, j.dims) * j.blocks;
+    if (units == 0 || j.n_j == 0) return;
+    size_t bytes = (size_t)(tm_numel(rank, dims)) * m->size;
+    int nth = m->strings || bytes < TRANSPOSE_PARALLEL_BYTES ? 1 : tm_pool_threads(pool);
+    if (nth > units) nth = (int)units;
+    if (nth <= 1) transpose_planes_range(&j, 0, units);
+    else tm_pool_run(pool, nth, transpose_planes_slice, &j);
 }
 
 tm_status tm__kernel_transpose(const tm_kcall *k) {
@@ -410,7 +442,7 @@ tm_status tm__kernel_transpose(const tm_kcall *k) {
     if (rank <= 1) copy_elements(&m, y->data, 0, x->data, 0, n);
     else if (perm[rank - 1] == rank - 1)
         transpose_rows(&m, y->data, x->data, rank, dims, perm, k->pool);
-    else transpose_planes(&m, y->data, x->data, rank, dims, perm);
+    else transpose_planes(&m, y->data, x->data, rank, dims, perm, k->pool);
     return mover_status(&m, k);
 }
 

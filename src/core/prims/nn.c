@@ -10,6 +10,7 @@
 #include "../ctx.h"
 #include "fused.h"
 #include "../../backends/cpu/gemm.h"
+#include "../../backends/cpu/pool.h"
 
 /* x86 fast paths are compiled per function (target attributes) and picked at run time,
  * so a portable build keeps them and an old CPU never reaches them. */
@@ -40,6 +41,38 @@ static const char *dims_text(char *buf, size_t cap, int rank, const int64_t *dim
 /* Sums of float rows in independent partial sums: the compiler vectorizes them, which a
  * single running sum (a strict order of additions) forbids. */
 #define PARTIALS 16
+
+/* ---- Rows over the pool -------------------------------------------------------------
+ * Row-wise kernels (softmax, layer norm and their backwards) split their rows over the
+ * model's pool when there are enough elements to pay for waking it; rows are computed
+ * alone, so any split gives the same bytes. */
+
+#define NN_PARALLEL_MIN_ELEMENTS ((int64_t)1 << 16)
+#define NN_PARALLEL_SLICES 8
+
+typedef void (*nn_rows_fn)(const void *job, int64_t r0, int64_t r1);
+
+typedef struct nn_rows_job {
+    nn_rows_fn fn;
+    const void *job;
+    int64_t rows;
+} nn_rows_job;
+
+static void nn_rows_slice(void *arg, int ith, int nth) {
+    const nn_rows_job *j = arg;
+    int64_t r0 = j->rows * ith / nth, r1 = j->rows * (ith + 1) / nth;
+    if (r0 < r1) j->fn(j->job, r0, r1);
+}
+
+static void nn_rows_run(struct tm_pool *pool, int64_t rows, int64_t row_len, nn_rows_fn fn,
+                        const void *job) {
+    if (rows > 1 && tm_pool_threads(pool) > 1 && rows * row_len >= NN_PARALLEL_MIN_ELEMENTS) {
+        nn_rows_job j = {fn, job, rows};
+        tm_pool_run_n(pool, NN_PARALLEL_SLICES, nn_rows_slice, &j);
+    } else {
+        fn(job, 0, rows);
+    }
+}
 
 static float max_f32(const float *x, int64_t n) {
     float part[PARTIALS];
@@ -322,6 +355,20 @@ static void softmax_lane_generic(const tm_tensor *x, tm_tensor *y, int64_t first
     }
 }
 
+typedef struct softmax_rows_job {
+    softmax_row_fn row;
+    const float *x;
+    float *y;
+    int64_t length;
+    int log_form;
+} softmax_rows_job;
+
+static void softmax_rows(const void *arg, int64_t r0, int64_t r1) {
+    const softmax_rows_job *j = arg;
+    for (int64_t o = r0; o < r1; o++)
+        j->row(j->x + o * j->length, j->y + o * j->length, j->length, j->log_form);
+}
+
 tm_status tm__kernel_softmax(const tm_kcall *kc) {
     const tm_tensor *x = kc->in[0];
     tm_tensor *y = kc->out[0];
@@ -333,12 +380,15 @@ tm_status tm__kernel_softmax(const tm_kcall *kc) {
     if (x->dtype == TM_FLOAT && !tm_use_reference_kernels()) {
         const float *xs = x->data;
         float *ys = y->data;
-        softmax_row_fn row = inner == 1 ? softmax_row_pick() : softmax_row_f32;
+        if (inner == 1) {
+            softmax_rows_job job = {softmax_row_pick(), xs, ys, length, log_form};
+            nn_rows_run(kc->pool, outer, length, softmax_rows, &job);
+            return TM_OK;
+        }
         for (int64_t o = 0; o < outer; o++) {
             int64_t first = o * length * inner;
-            if (inner == 1) row(xs + first, ys + first, length, log_form);
-            else softmax_block_f32(xs + first, ys + first, length, inner, log_form, kc->scratch,
-                                   (float *)kc->scratch + inner);
+            softmax_block_f32(xs + first, ys + first, length, inner, log_form, kc->scratch,
+                              (float *)kc->scratch + inner);
         }
         return TM_OK;
     }
@@ -511,6 +561,30 @@ static void layernorm_row_generic(const tm_tensor *x, tm_tensor *y, int64_t firs
     }
 }
 
+typedef struct layernorm_job {
+    const tm_tensor *x;
+    tm_tensor *y;
+    float *mean, *inv_std;
+    int64_t count;
+    const void *scale, *bias;
+    int rms;
+    double epsilon;
+} layernorm_job;
+
+static void layernorm_rows(const void *arg, int64_t r0, int64_t r1) {
+    const layernorm_job *j = arg;
+    int64_t count = j->count;
+    for (int64_t r = r0; r < r1; r++) {
+        if (j->x->dtype == TM_FLOAT)
+            layernorm_row_f32((const float *)j->x->data + r * count,
+                              (float *)j->y->data + r * count, count, j->scale, j->bias, j->rms,
+                              j->epsilon, &j->mean[r], &j->inv_std[r]);
+        else
+            layernorm_row_generic(j->x, j->y, r * count, count, j->scale, j->bias, j->rms,
+                                  j->epsilon, &j->mean[r], &j->inv_std[r]);
+    }
+}
+
 tm_status tm__kernel_layernorm(const tm_kcall *kc) {
     const tm_tensor *x = kc->in[0];
     tm_tensor *y = kc->out[0];
@@ -531,14 +605,9 @@ tm_status tm__kernel_layernorm(const tm_kcall *kc) {
         scale = kc->scratch;
         bias = n_params > 1 ? (const char *)kc->scratch + (size_t)count * elem : NULL;
     }
-    for (int64_t r = 0; r < rows; r++) {
-        if (x->dtype == TM_FLOAT)
-            layernorm_row_f32((const float *)x->data + r * count, (float *)y->data + r * count,
-                              count, scale, bias, rms, epsilon, &mean[r], &inv_std[r]);
-        else
-            layernorm_row_generic(x, y, r * count, count, scale, bias, rms, epsilon, &mean[r],
-                                  &inv_std[r]);
-    }
+    layernorm_job job = {x, y, mean, inv_std, count, scale, bias, rms, epsilon};
+    if (x->dtype == TM_FLOAT) nn_rows_run(kc->pool, rows, count, layernorm_rows, &job);
+    else layernorm_rows(&job, 0, rows);
     return TM_OK;
 }
 
@@ -593,6 +662,20 @@ static void softmax_grad_row_f32(const float *restrict y, const float *restrict 
         for (j = 0; j < n; j++) gx[j] = y[j] * (gy[j] - d);
 }
 
+typedef struct softmax_grad_job {
+    const float *y, *gy;
+    float *gx;
+    int64_t length;
+    int log_form;
+} softmax_grad_job;
+
+static void softmax_grad_rows(const void *arg, int64_t r0, int64_t r1) {
+    const softmax_grad_job *j = arg;
+    for (int64_t o = r0; o < r1; o++)
+        softmax_grad_row_f32(j->y + o * j->length, j->gy + o * j->length,
+                             j->gx + o * j->length, j->length, j->log_form);
+}
+
 tm_status tm__kernel_softmax_grad(const tm_kcall *kc) {
     const tm_tensor *y = kc->in[0], *gy = kc->in[1];
     tm_tensor *gx = kc->out[0];
@@ -600,10 +683,8 @@ tm_status tm__kernel_softmax_grad(const tm_kcall *kc) {
     int64_t outer, length, inner;
     softmax_split(y->rank, y->dims, (int)kc->a->i[0], &outer, &length, &inner);
     if (y->dtype == TM_FLOAT && inner == 1 && !tm_use_reference_kernels()) {
-        for (int64_t o = 0; o < outer; o++)
-            softmax_grad_row_f32((const float *)y->data + o * length,
-                                 (const float *)gy->data + o * length,
-                                 (float *)gx->data + o * length, length, log_form);
+        softmax_grad_job job = {y->data, gy->data, gx->data, length, log_form};
+        nn_rows_run(kc->pool, outer, length, softmax_grad_rows, &job);
         return TM_OK;
     }
     for (int64_t o = 0; o < outer; o++)
@@ -631,6 +712,18 @@ tm_status tm__kernel_softmax_grad(const tm_kcall *kc) {
  *   xhat = (x - mean) inv,  gxhat = gy scale,
  *   dx = inv (gxhat - mean(gxhat) - xhat mean(gxhat xhat))   (RMS: without mean(gxhat)),
  *   dscale = sum over rows of gy xhat,  dbias = sum over rows of gy. */
+
+/* The column sums (scale's and bias's cotangents) run per chunk of rows, in double, then
+ * over the chunks in order: chunks are fixed by the row count alone, so the pool may take
+ * them in any split and the sums come out the same. */
+#define LAYERNORM_GRAD_MAX_CHUNKS 32
+#define LAYERNORM_GRAD_MIN_CHUNK_ROWS 32
+
+static int64_t layernorm_grad_chunks(int64_t rows) {
+    int64_t chunks = (rows + LAYERNORM_GRAD_MIN_CHUNK_ROWS - 1) / LAYERNORM_GRAD_MIN_CHUNK_ROWS;
+    if (chunks > LAYERNORM_GRAD_MAX_CHUNKS) chunks = LAYERNORM_GRAD_MAX_CHUNKS;
+    return chunks < 1 ? 1 : chunks;
+}
 
 tm_status tm__shape_layernorm_grad(tm_ctx *c, int prim, const tm_args *a,
                                    const tm_vinfo *const *in, int nin, tm_vinfo *out, int nout,
@@ -661,7 +754,7 @@ tm_status tm__shape_layernorm_grad(tm_ctx *c, int prim, const tm_args *a,
         out[i].rank = scale->rank;
         memcpy(out[i].dims, scale->dims, sizeof out[i].dims);
     }
-    *scratch = (size_t)count * 2 * sizeof(double);
+    *scratch = (size_t)layernorm_grad_chunks(rows) * (size_t)count * 2 * sizeof(double);
     return TM_OK;
 }
 
@@ -699,21 +792,48 @@ static void layernorm_grad_row_f32(const float *restrict x, const float *restric
     for (j = 0; j < n; j++) dx[j] = s * (gy[j] * scale[j] - mean_g - dx[j] * mean_gx);
 }
 
+typedef struct layernorm_grad_job {
+    const float *x, *gy, *scale, *mean, *inv;
+    float *dx;
+    double *acc;                     /* per chunk: n scale sums, then n bias sums */
+    int64_t n, rows, chunks;
+    int rms;
+} layernorm_grad_job;
+
+/* Chunks [c0, c1): their rows' dx and each chunk's column sums. */
+static void layernorm_grad_chunk_range(const void *arg, int64_t c0, int64_t c1) {
+    const layernorm_grad_job *j = arg;
+    int64_t n = j->n;
+    for (int64_t ch = c0; ch < c1; ch++) {
+        double *acc_scale = j->acc + (size_t)ch * 2 * (size_t)n, *acc_bias = acc_scale + n;
+        memset(acc_scale, 0, (size_t)n * 2 * sizeof(double));
+        int64_t r0 = j->rows * ch / j->chunks, r1 = j->rows * (ch + 1) / j->chunks;
+        for (int64_t r = r0; r < r1; r++)
+            layernorm_grad_row_f32(j->x + r * n, j->gy + r * n, j->scale, j->dx + r * n,
+                                   acc_scale, acc_bias, n, j->rms ? 0.0f : j->mean[r], j->inv[r],
+                                   j->rms);
+    }
+}
+
 tm_status tm__kernel_layernorm_grad(const tm_kcall *kc) {
     const tm_tensor *x = kc->in[0];
-    const float *scale = kc->in[1]->data, *mean = kc->in[2]->data, *inv = kc->in[3]->data;
-    const float *gy = kc->in[4]->data, *xs = x->data;
-    float *dx = kc->out[0]->data, *dscale = kc->out[1]->data, *dbias = kc->out[2]->data;
     int axis = (int)kc->a->i[0], rms = kc->a->i[1] == 1;
     int64_t n = tm_numel(x->rank - axis, x->dims + axis), rows = tm_numel(axis, x->dims);
-    double *acc_scale = kc->scratch, *acc_bias = acc_scale + n;
-    memset(acc_scale, 0, (size_t)n * 2 * sizeof(double));
-    for (int64_t r = 0; r < rows; r++)
-        layernorm_grad_row_f32(xs + r * n, gy + r * n, scale, dx + r * n, acc_scale, acc_bias, n,
-                               rms ? 0.0f : mean[r], inv[r], rms);
-    for (int64_t j = 0; j < n; j++) {
-        dscale[j] = (float)acc_scale[j];
-        dbias[j] = (float)acc_bias[j];
+    float *dscale = kc->out[1]->data, *dbias = kc->out[2]->data;
+    layernorm_grad_job job = {x->data, kc->in[4]->data, kc->in[1]->data, kc->in[2]->data,
+                              kc->in[3]->data, kc->out[0]->data, kc->scratch, n, rows,
+                              layernorm_grad_chunks(rows), rms};
+    if (n == 0) return TM_OK;
+    /* Rows per chunk are about rows / chunks, so the chunk count stands in for the rows. */
+    nn_rows_run(kc->pool, job.chunks, rows / job.chunks * n, layernorm_grad_chunk_range, &job);
+    for (int64_t i = 0; i < n; i++) {
+        double sum_scale = 0.0, sum_bias = 0.0;
+        for (int64_t ch = 0; ch < job.chunks; ch++) {
+            sum_scale += job.acc[(size_t)ch * 2 * (size_t)n + (size_t)i];
+            sum_bias += job.acc[(size_t)ch * 2 * (size_t)n + (size_t)(n + i)];
+        }
+        dscale[i] = (float)sum_scale;
+        dbias[i] = (float)sum_bias;
     }
     return TM_OK;
 }
