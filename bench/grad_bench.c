@@ -2,7 +2,8 @@
  * float initializers trainable), makes the forward plan of the frozen one and a gradient
  * plan of the trainable one (a loss on an output, its target zeros), then times them in
  * alternation and prints one JSON line: medians, their ratio, arenas, kernels, plan times
- * and peak RSS. --mode grad (or forward) runs one of them alone, so that peak RSS is that
+ * and peak RSS. In --mode both the forward plan of the trainable model (weights as
+ * parameters, as in a training step) is timed alongside, with the ratio to it too. --mode grad (or forward) runs one of them alone, so that peak RSS is that
  * plan's. Results are read in place (tm_session_result); --copy times copying them into
  * caller tensors too. Not a test: nothing here asserts a timing.
  * Usage: grad_bench MODEL [--inputs DIR | --dim NAME=N ...] [--loss mse|ce|output]
@@ -141,8 +142,8 @@ int main(int argc, char **argv) {
         if (!inputs[i]) return 1;
     }
     /* The forward plan of the frozen model also tells the output's shape. */
-    tm_plan *fwd = NULL, *grad = NULL;
-    tm_session *fs = NULL, *gs = NULL;
+    tm_plan *fwd = NULL, *grad = NULL, *tfwd = NULL;
+    tm_session *fs = NULL, *gs = NULL, *ts = NULL;
     double t0 = now_ms();
     if (tm_plan_create(frozen, n_in, names, inputs, NULL, &fwd, &err) != TM_OK ||
         tm_session_create(fwd, &fs, &err) != TM_OK)
@@ -192,6 +193,12 @@ int main(int argc, char **argv) {
             tm_session_create(grad, &gs, &err) != TM_OK)
             return fail("gradient plan", &err);
         grad_plan_ms = now_ms() - t0;
+        /* The forward plan of the trainable model too: its weights are parameters (read
+         * where the optimizer keeps them, not packed at plan time), as a training step's
+         * forward has them. */
+        if (do_fwd && (tm_plan_create(trainable, n_in, names, inputs, NULL, &tfwd, &err) != TM_OK ||
+                       tm_session_create(tfwd, &ts, &err) != TM_OK))
+            return fail("forward plan of the trainable model", &err);
         n_grad_out = tm_plan_n_outputs(grad);
         for (int i = 0; i < n_grad_out && i < 1024; i++) {
             tm_value_desc d;
@@ -202,6 +209,7 @@ int main(int argc, char **argv) {
     int n_grad_in = n_in + (loss != TM_LOSS_OUTPUT);
     double *tf = calloc((size_t)repeat, sizeof *tf), *tg = calloc((size_t)repeat, sizeof *tg);
     double *cf = calloc((size_t)repeat, sizeof *cf), *cg = calloc((size_t)repeat, sizeof *cg);
+    double *tt = calloc((size_t)repeat, sizeof *tt);
     for (int r = -2; r < repeat; r++) {  /* two warm-up rounds */
         if (fs) {
             t0 = now_ms();
@@ -209,6 +217,12 @@ int main(int argc, char **argv) {
             if (tm_session_run(fs, n_in, names, inputs, copy ? fwd_out : NULL, &err) != TM_OK)
                 return fail("forward", &err);
             if (r >= 0) tf[r] = now_ms() - t0, cf[r] = cpu_ms() - c0;
+        }
+        if (ts) {
+            t0 = now_ms();
+            if (tm_session_run(ts, n_in, names, inputs, NULL, &err) != TM_OK)
+                return fail("forward of the trainable model", &err);
+            if (r >= 0) tt[r] = now_ms() - t0;
         }
         if (gs) {
             t0 = now_ms();
@@ -222,6 +236,7 @@ int main(int argc, char **argv) {
     qsort(tg, (size_t)repeat, sizeof *tg, cmp_double);
     qsort(cf, (size_t)repeat, sizeof *cf, cmp_double);
     qsort(cg, (size_t)repeat, sizeof *cg, cmp_double);
+    qsort(tt, (size_t)repeat, sizeof *tt, cmp_double);
     double mf = tf[repeat / 2], mg = tg[repeat / 2];
     printf("{\"model\": \"%s\", \"mode\": \"%s\", \"loss\": \"%s\", \"repeat\": %d, \"copy\": %d",
            path, mode, loss_name, repeat, copy);
@@ -239,6 +254,9 @@ int main(int argc, char **argv) {
                loss_value(copy ? grad_out[0] : tm_session_result(gs, 0)), cg[repeat / 2]);
     if (fwd && grad)
         printf(", \"ratio\": %.3f, \"cpu_ratio\": %.3f", mg / mf, cg[repeat / 2] / cf[repeat / 2]);
+    if (tfwd)
+        printf(", \"trainable_forward_ms\": %.3f, \"ratio_to_trainable_forward\": %.3f",
+               tt[repeat / 2], mg / tt[repeat / 2]);
     printf(", \"rss_at_start_mb\": %.1f, \"peak_rss_mb\": %.1f}\n", rss0 / 1024.0,
            status_kib("VmHWM:") / 1024.0);
     for (int i = 0; i < 64; i++) tm_tensor_free(fwd_out[i]);
@@ -252,6 +270,9 @@ int main(int argc, char **argv) {
     free(tg);
     free(cf);
     free(cg);
+    free(tt);
+    tm_session_free(ts);
+    tm_plan_free(tfwd);
     tm_session_free(fs);
     tm_session_free(gs);
     tm_plan_free(fwd);
