@@ -74,7 +74,7 @@ def ensure_ort():
         env = dict(os.environ, ONNXRUNTIME_NODE_INSTALL="skip")
         subprocess.run(["npm", "install", "--prefix", ORT_DIR, "onnxruntime-node@" + ORT_VERSION],
                        check=True, env=env, stdout=subprocess.DEVNULL)
-    src = os.path.join(SHARED, "tools", "ort-run.mjs")
+    src = os.path.join(ROOT, "tools", "ort-run.mjs")   # vendored from ../shared/tools
     if os.path.exists(src):
         shutil.copy(src, runner)
     return runner

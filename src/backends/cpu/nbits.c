@@ -316,9 +316,16 @@ static void column_step(const tile_job *jb, int64_t g0, int groups) {
             for (int64_t rp = 0; rp < rps; rp++) {
                 int rows = (int)min64(nr, jb->m - (rp0 + rp) * nr);
                 const float *panel = jb->panels + ((rp0 + rp) * jb->k_pad + k0) * nr;
-                for (int c0 = 0; c0 < cols; c0 += mr)
-                    ar->tile(kc, w + c0 * SLICE_K, SLICE_K, 1, panel, acc[rp] + c0 * nr, nr,
-                             (int)min64(mr, cols - c0), rows, 1.0f, k0 ? 1.0f : 0.0f);
+                for (int c0 = 0; c0 < cols; c0 += mr) {
+                    /* A full tile of columns: the tile over A's rows in place (the dequantized
+                     * columns are its rows, SLICE_K apart), with no strides to spill. */
+                    if (cols - c0 >= mr && ar->tile_rows)
+                        ar->tile_rows(kc, w + c0 * SLICE_K, SLICE_K, panel, acc[rp] + c0 * nr,
+                                      nr, rows, k0 ? 1.0f : 0.0f);
+                    else
+                        ar->tile(kc, w + c0 * SLICE_K, SLICE_K, 1, panel, acc[rp] + c0 * nr, nr,
+                                 (int)min64(mr, cols - c0), rows, 1.0f, k0 ? 1.0f : 0.0f);
+                }
             }
         }
         for (int64_t rp = 0; rp < rps; rp++) {
