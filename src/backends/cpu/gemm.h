@@ -71,6 +71,12 @@ typedef struct tm_sgemm_epilogue {
     int64_t ldr;
 } tm_sgemm_epilogue;
 
+/* The epilogue on rows [i0, i1) and columns [j0, j1) of c (row stride ldc) that already
+ * hold their products, as the packed GEMMs apply it to each tile (for kernels with their
+ * own products, such as MATMUL_NBITS'). NULL or empty: nothing. */
+void tm_sgemm_epilogue_apply(const tm_sgemm_epilogue *ep, float *c, int64_t ldc, int64_t i0,
+                             int64_t i1, int64_t j0, int64_t j1);
+
 /* C (m, n) = A (m, k, row stride lda) . B, B packed by tm_sgemm_pack_b; then the
  * epilogue (NULL: none). Overwrites C. Allocates nothing, needs no scratch; threads over
  * tasks of rows and columns, with results independent of the thread count. */

@@ -64,9 +64,21 @@ const char *tm_nbits_kernel_name(void) {
     return kr.arch ? kr.arch->name : "portable";
 }
 
+/* From this many rows, the panel path (below). */
+#define PANEL_MIN_ROWS 64
+/* Columns per panel of the panel path, and threads with a panel buffer each. */
+#define PANEL_COLS 32
+#define PANEL_SLOTS 4
+
+/* Floats of one thread's panel: PANEL_COLS x k_pad in the packed-B layout. */
+static int64_t panel_slot_floats(int64_t k_pad) { return round_up(PANEL_COLS * k_pad, 16); }
+
 size_t tm_nbits_scratch(int64_t m, int64_t k, int64_t block) {
-    /* The GEMV's rows, or the tile path's row panels (up to 32 rows each). */
-    return (size_t)(round_up(m, 32) * padded_k(k, block)) * sizeof(float) + 64;
+    /* The GEMV's rows, or the tile path's row panels (up to 32 rows each), or the panel
+     * path's re-ordered rows and panel buffers. */
+    int64_t k_pad = padded_k(k, block), floats = round_up(m, 32) * k_pad;
+    if (m >= PANEL_MIN_ROWS) floats += PANEL_SLOTS * panel_slot_floats(k_pad);
+    return (size_t)floats * sizeof(float) + 128;
 }
 
 /* ---- The repacked layout -------------------------------------------------------------- */
@@ -220,6 +232,7 @@ typedef struct gemv_job {
     const float *a;       /* re-ordered rows, k_pad apart */
     int64_t k_pad;
     float *y;
+    const tm_sgemm_epilogue *ep;
     _Atomic int64_t next; /* first unclaimed column group (claim.h) */
 } gemv_job;
 
@@ -233,6 +246,8 @@ static void gemv_slice(void *arg, int ith, int nth) {
             jb->gemv(jb->h, jb->data, jb->a + r * jb->k_pad, jb->k_pad, rows, g0, g1,
                      jb->y + r * jb->h->n, jb->h->n);
         }
+        tm_sgemm_epilogue_apply(jb->ep, jb->y, jb->h->n, 0, jb->m, g0 * TM_NBITS_GROUP,
+                                min64(g1 * TM_NBITS_GROUP, jb->h->n));
     }
 }
 
@@ -254,6 +269,7 @@ typedef struct tile_job {
     float *y;
     float *panels;        /* row panels: (k_pad, ar->nr) each, ar->nr rows of a */
     int64_t k_pad, row_panels;
+    const tm_sgemm_epilogue *ep;
     _Atomic int64_t next; /* first unclaimed column step (claim.h) */
 } tile_job;
 
@@ -330,7 +346,9 @@ static void column_step(const tile_job *jb, int64_t g0, int groups) {
         }
         for (int64_t rp = 0; rp < rps; rp++) {
             int64_t row0 = (rp0 + rp) * nr;
-            jb->store(acc[rp], nr, (int)min64(nr, jb->m - row0), cols, jb->y + row0 * h->n + n0, h->n);
+            int rows = (int)min64(nr, jb->m - row0);
+            jb->store(acc[rp], nr, rows, cols, jb->y + row0 * h->n + n0, h->n);
+            tm_sgemm_epilogue_apply(jb->ep, jb->y, h->n, row0, row0 + rows, n0, n0 + cols);
         }
     }
 }
@@ -356,8 +374,83 @@ static int threads_for(int64_t units, int64_t n, int64_t k, tm_pool *pool) {
     return units < nth ? (int)units : nth;
 }
 
+/* ---- The panel path ------------------------------------------------------------------
+ * Many rows: PANEL_COLS columns at a time dequantized over the whole of K (in the
+ * kernels' k order) and laid out as the packed-B GEMM's panels, then multiplied by every
+ * re-ordered row with tm_sgemm_bpacked, whose micro-kernel reads the rows where they lie
+ * at the f32 GEMM's speed; the epilogue runs on each tile there. One panel's
+ * dequantization serves all rows. */
+
+typedef struct panel_job {
+    const tm__nbits_packed *h;
+    const uint8_t *data;
+    tm__nbits_panel_fn to_panel;
+    int64_t m, k_pad;
+    const float *a;       /* re-ordered rows, k_pad apart */
+    float *y;
+    const tm_sgemm_epilogue *ep;
+    float *slots;         /* PANEL_SLOTS buffers of panel_slot_floats(k_pad) */
+    int panel, depth;
+    _Atomic int64_t next; /* first unclaimed panel (claim.h) */
+} panel_job;
+
+typedef struct reorder_job {
+    const float *a;
+    float *dst;
+    int64_t m, k, k_pad;
+} reorder_job;
+
+static void reorder_slice(void *arg, int ith, int nth) {
+    const reorder_job *j = arg;
+    for (int64_t r = j->m * ith / nth; r < j->m * (ith + 1) / nth; r++)
+        reorder_row(j->a + r * j->k, j->k, j->k_pad, j->dst + r * j->k_pad, 1);
+}
+
+static void panel_slice(void *arg, int ith, int nth) {
+    panel_job *jb = arg;
+    const tm__nbits_packed *h = jb->h;
+    float *packed = jb->slots + ith * panel_slot_floats(jb->k_pad);
+    int64_t panels = (h->n + PANEL_COLS - 1) / PANEL_COLS, p0, p1;
+    int groups_per = PANEL_COLS / TM_NBITS_GROUP;
+    while ((p0 = tm__claim(&jb->next, panels, nth, 1, &p1)) < panels)
+        for (int64_t p = p0; p < p1; p++) {
+            int64_t n0 = p * PANEL_COLS, g0 = n0 / TM_NBITS_GROUP;
+            int64_t width = min64(PANEL_COLS, h->n - n0);
+            int groups = (int)min64(groups_per, h->groups - g0);
+            jb->to_panel(h, jb->data, g0, groups, jb->k_pad, packed);
+            tm_sgemm_epilogue ep, *use = NULL;
+            if (jb->ep) {
+                ep = *jb->ep;
+                if (ep.bias) ep.bias += n0;
+                if (ep.residual) ep.residual += n0;
+                use = &ep;
+            }
+            tm_sgemm_bpacked(jb->m, width, jb->k_pad, jb->a, jb->k_pad, packed, jb->panel,
+                             jb->depth, jb->y + n0, h->n, use, NULL);
+        }
+}
+
+static void run(tm_pool *pool, int nth, tm_pool_fn fn, void *arg);
+static int threads_for(int64_t units, int64_t n, int64_t k, tm_pool *pool);
+
+static void panel_path(const tm__nbits_packed *h, const uint8_t *data, const kernels *kr,
+                       int64_t m, const float *a, float *y, float *buf,
+                       const tm_sgemm_epilogue *ep, tm_pool *pool) {
+    int64_t k_pad = padded_k(h->k, h->block);
+    float *rows = buf, *slots = buf + round_up(m, 32) * k_pad;
+    reorder_job rj = {a, rows, m, h->k, k_pad};
+    run(pool, threads_for(m, h->n, h->k, pool), reorder_slice, &rj);
+    panel_job jb = {h, data, kr->arch->panel, m, k_pad, rows, y, ep, slots, 0, 0, 0};
+    tm_sgemm_pack_layout(&jb.panel, &jb.depth);
+    int64_t panels = (h->n + PANEL_COLS - 1) / PANEL_COLS;
+    int nth = threads_for(panels, h->n, h->k, pool);
+    if (nth > PANEL_SLOTS) nth = PANEL_SLOTS;
+    if (nth <= 1) panel_slice(&jb, 0, 1);
+    else tm_pool_run(pool, nth, panel_slice, &jb);
+}
+
 void tm_nbits_matmul(const void *packed, int64_t m, const float *a, float *y, void *scratch,
-                     tm_pool *pool) {
+                     const tm_sgemm_epilogue *ep, tm_pool *pool) {
     kernels kr;
     if (m <= 0) return;
     if (!pick(&kr)) {
@@ -373,14 +466,21 @@ void tm_nbits_matmul(const void *packed, int64_t m, const float *a, float *y, vo
     if (m <= GEMV_MAX_ROWS || !kr.tile) {
         for (int64_t r = 0; r < m; r++) reorder_row(a + r * h.k, h.k, k_pad, buf + r * k_pad, 1);
         int nth = threads_for(h.groups, h.n, h.k, pool);
-        gemv_job jb = {&h, data, gemv_of(&kr, &h), m, buf, k_pad, y, 0};
+        gemv_job jb = {&h, data, gemv_of(&kr, &h), m, buf, k_pad, y, ep, 0};
         run(pool, nth, gemv_slice, &jb);
+        return;
+    }
+    int panel_width, panel_depth;
+    tm_sgemm_pack_layout(&panel_width, &panel_depth);
+    if (m >= PANEL_MIN_ROWS && kr.arch && kr.arch->panel && panel_width == PANEL_COLS &&
+        h.block >= TM_NBITS_CHUNK && !getenv("TM_NBITS_TILE")) {
+        panel_path(&h, data, &kr, m, a, y, buf, ep, pool);
         return;
     }
     int simd = kr.arch && kr.tile->nr % 16 == 0;
     tile_job jb = {&h, data, kr.tile, dequant_of(&kr, &h), simd ? kr.arch->pack : pack_portable,
                    simd ? kr.arch->store : store_portable, m, a, y, buf, k_pad,
-                   (m + kr.tile->nr - 1) / kr.tile->nr, 0};
+                   (m + kr.tile->nr - 1) / kr.tile->nr, ep, 0};
     run(pool, threads_for(jb.row_panels, h.n, h.k, pool), pack_slice, &jb);
     int64_t steps = (h.groups + STEP_GROUPS - 1) / STEP_GROUPS;
     run(pool, threads_for(steps, h.n, h.k, pool), tile_slice, &jb);

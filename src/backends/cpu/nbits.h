@@ -11,6 +11,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "gemm.h"
 #include "pool.h"
 
 /* The weights as MatMulNBits stores them. */
@@ -36,11 +37,13 @@ int tm_nbits_packed_check(const void *p, size_t bytes, int64_t n, int64_t k, int
  * thread count. */
 size_t tm_nbits_scratch(int64_t m, int64_t k, int64_t block);
 
-/* y (m, n) = a (m, k) . W^T with W the repacked weights. Allocates nothing; the result does
- * not depend on the thread count. Under TM_REFERENCE_KERNELS=1 (or TM_KERNEL_ISA=scalar)
- * the portable C GEMV runs for every row. */
+/* y (m, n) = a (m, k) . W^T with W the repacked weights, then the epilogue ep (bias per
+ * column, an activation, a residual of row stride n; NULL: none) on each block of y as it
+ * is finished. Allocates nothing; the result does not depend on the thread count. Under
+ * TM_REFERENCE_KERNELS=1 (or TM_KERNEL_ISA=scalar) the portable C GEMV runs for every
+ * row. */
 void tm_nbits_matmul(const void *packed, int64_t m, const float *a, float *y, void *scratch,
-                     tm_pool *pool);
+                     const tm_sgemm_epilogue *ep, tm_pool *pool);
 
 /* The weights dequantized from their stored layout, w (k, n) row-major = (q - zero point)
  * * scale, split over the pool by columns: the per-run way (DEQUANTIZE_NBITS). */
@@ -95,12 +98,19 @@ typedef void (*tm__nbits_pack_fn)(const float *a, int64_t k, int64_t k_pad, int 
 typedef void (*tm__nbits_store_fn)(const float *acc, int nr, int rows, int cols, float *y,
                                    int64_t ldy);
 
+/* Groups [g0, g0 + groups) (groups <= 8) dequantized over the padded K (the kernels' k
+ * order) as one packed-B panel of 32 columns (gemm.h's layout for a panel width of 32):
+ * dst[p * 32 + j], columns past the groups zero. */
+typedef void (*tm__nbits_panel_fn)(const tm__nbits_packed *h, const uint8_t *data, int64_t g0,
+                                   int groups, int64_t k_pad, float *dst);
+
 typedef struct tm__nbits_arch {
     const char *name;
     tm__nbits_gemv_fn gemv;
     tm__nbits_dequant_fn dequant;
     tm__nbits_pack_fn pack;      /* for nr a multiple of 16 */
     tm__nbits_store_fn store;    /* likewise */
+    tm__nbits_panel_fn panel;    /* NULL: no panel path */
 } tm__nbits_arch;
 
 /* NULL where the compiler or the CPU lacks AVX-512. Blocks of 32 or more. */

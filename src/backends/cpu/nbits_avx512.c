@@ -200,7 +200,40 @@ static void store(const float *acc, int nr, int rows, int cols, float *y, int64_
     }
 }
 
-static const tm__nbits_arch avx512 = {"avx512", gemv, dequant, pack, store};
+/* Groups [g0, g0 + groups) (up to 8: 32 columns, missing ones zero) dequantized over
+ * the padded K, in the kernels' k order, as one packed-B panel of 32 columns: dst[p * 32
+ * + j]. Sixteen columns' 16 values of k at a time (the even k of a chunk, then its odd
+ * k), transposed so that each k's columns are stored as one vector. */
+static void dequant_panel(const tm__nbits_packed *h, const uint8_t *data, int64_t g0,
+                          int groups, int64_t k_pad, float *dst) {
+    int64_t half = h->block / 2, per_block = h->block / TM_NBITS_CHUNK;
+    for (int64_t c = 0; c < k_pad / TM_NBITS_CHUNK; c++) {
+        int64_t blk = c / per_block, j = (c % per_block) * 16;
+        for (int side = 0; side < 2; side++)        /* columns 0-15, then 16-31 */
+            for (int odd = 0; odd < 2; odd++) {     /* even k, then odd k */
+                __m512 in[16], out[16];
+#pragma GCC unroll 16
+                for (int q = 0; q < 16; q++) {
+                    int gi = side * 4 + q / 4, col = q % 4;
+                    if (gi >= groups) {
+                        in[q] = _mm512_setzero_ps();
+                        continue;
+                    }
+                    const uint8_t *rec = data + ((g0 + gi) * h->blocks + blk) * h->record;
+                    __m512i x = _mm512_cvtepu8_epi32(
+                        _mm_loadu_si128((const __m128i *)(rec + col * half + j)));
+                    if (odd) x = _mm512_srli_epi32(x, 4);
+                    in[q] = _mm512_permutexvar_ps(x, table(h, rec, col));
+                }
+                transpose16(in, out);
+                float *d = dst + (c * TM_NBITS_CHUNK + 16 * odd) * 32 + 16 * side;
+#pragma GCC unroll 16
+                for (int p = 0; p < 16; p++) _mm512_storeu_ps(d + p * 32, out[p]);
+            }
+    }
+}
+
+static const tm__nbits_arch avx512 = {"avx512", gemv, dequant, pack, store, dequant_panel};
 
 const tm__nbits_arch *tm__nbits_arch_avx512(void) {
     __builtin_cpu_init();

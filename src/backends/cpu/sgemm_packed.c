@@ -118,6 +118,14 @@ void tm_sgemm_pack_a(int trans_a, int64_t m, int64_t k, const float *a, int64_t 
 
 /* ---- The epilogue ---------------------------------------------------------------------- */
 
+static void epilogue(const tm_sgemm_epilogue *ep, float *c, int64_t ldc, int64_t i0,
+                     int64_t i1, int64_t j0, int64_t j1);
+
+void tm_sgemm_epilogue_apply(const tm_sgemm_epilogue *ep, float *c, int64_t ldc, int64_t i0,
+                             int64_t i1, int64_t j0, int64_t j1) {
+    epilogue(ep, c, ldc, i0, i1, j0, j1);
+}
+
 /* Rows [i0, i1), columns [j0, j1) of c, holding the products: bias, activation, residual. */
 static void epilogue(const tm_sgemm_epilogue *ep, float *c, int64_t ldc, int64_t i0,
                      int64_t i1, int64_t j0, int64_t j1) {

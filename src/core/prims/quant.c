@@ -211,7 +211,7 @@ tm_status tm__kernel_matmul_nbits(const tm_kcall *k) {
         if (!tm_nbits_packed_check(P->data, (size_t)P->dims[0], N, K, k->a->i[3]))
             return tm__fail(k->err, TM_ERR_RUNTIME, "matmul_nbits: the repacked weights do not "
                             "match (%lld, %lld)", (long long)N, (long long)K);
-        tm_nbits_matmul(P->data, M, A->data, Y->data, k->scratch, k->pool);
+        tm_nbits_matmul(P->data, M, A->data, Y->data, k->scratch, NULL, k->pool);
         return TM_OK;
     }
     nbits_weights wt = weights_of(k, 1);
