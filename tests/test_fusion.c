@@ -1,4 +1,5 @@
-/* Tests of the passes that make fused primitives with their own kernels (LINEAR, ...):
+/* Tests of the passes that make fused primitives with their own kernels (LINEAR,
+ * MATMUL_NBITS with an epilogue, ...):
  * each pattern is traced on symbolic inputs, the passes run, the fused node is checked,
  * then the rewritten trace is replayed eagerly, kernel by kernel, and compared with the
  * unfused pattern evaluated eagerly on the same inputs. Near misses must stay unfused.
@@ -100,6 +101,53 @@ static tm_val lin_silu(tm_ctx *c, const tm_val *in, tm_val *extra) {
     (void)extra;
     tm_val g = bin(c, TM_P_MATMUL, in[0], weights(c, 2, W2, 7));
     return bin(c, TM_P_MUL, g, un(c, TM_P_SIGMOID, g));
+}
+
+/* ---- MATMUL_NBITS epilogues ------------------------------------------------------------ */
+
+/* x (..., K) times N columns of seeded 4-bit weights (blocks of 32, default zero point)
+ * repacked by NBITS_PACK, as the MatMulNBits lowering makes it. */
+static tm_val nbits(tm_ctx *c, tm_val x, int64_t n, int64_t k, uint64_t seed) {
+    int64_t bd[3] = {n, k / 32, 16}, sd[1] = {n * (k / 32)};
+    tm_tensor *b = tm_tensor_alloc(TM_UINT8, 3, bd, NULL), *sc = tm_tensor_alloc(TM_FLOAT, 1, sd, NULL);
+    uint64_t s = seed * 0x9e3779b97f4a7c15ULL + 1;
+    for (int64_t i = 0; i < tm_numel(3, bd); i++) {
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        ((uint8_t *)b->data)[i] = (uint8_t)s;
+    }
+    for (int64_t i = 0; i < sd[0]; i++) ((float *)sc->data)[i] = 0.01f + 0.001f * (float)(i % 7);
+    tm_args a;
+    memset(&a, 0, sizeof a);
+    a.i[0] = k;
+    a.i[1] = n;
+    a.i[2] = 4;
+    a.i[3] = 32;
+    tm_val w[2] = {tm_val_tensor(c, b, 0), tm_val_tensor(c, sc, 0)};
+    tm_val packed = tm_prim(c, TM_P_NBITS_PACK, w, 2, &a);
+    a.i[6] = 1;
+    tm_val in[2] = {x, packed};
+    return tm_prim(c, TM_P_MATMUL_NBITS, in, 2, &a);
+}
+static const int64_t NB_BIAS[3] = {1, 1, 40};
+static tm_val nbits_full(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    (void)extra;
+    tm_val y = bin(c, TM_P_ADD, nbits(c, in[0], 40, 64, 11), weights(c, 3, NB_BIAS, 12));
+    return bin(c, TM_P_ADD, gelu_erf(c, 3, y), in[1]);
+}
+static tm_val nbits_residual(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    (void)extra;
+    return bin(c, TM_P_ADD, in[1], nbits(c, in[0], 40, 64, 13));
+}
+static const int64_t NB_ROW[2] = {1, 96};
+static tm_val nbits_many_rows(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    (void)extra;
+    tm_val y = bin(c, TM_P_ADD, nbits(c, in[0], 96, 128, 14), weights(c, 2, NB_ROW, 15));
+    return un(c, TM_P_RELU, y);
+}
+static tm_val nbits_shared(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    tm_val y = nbits(c, in[0], 40, 64, 16);
+    *extra = un(c, TM_P_NEG, y);
+    return bin(c, TM_P_ADD, y, in[1]);
 }
 
 /* ---- CONV_PACKED patterns -------------------------------------------------------------- */
@@ -273,6 +321,13 @@ static const pattern patterns[] = {
     {"weight with a batch dim", 1, {3}, {{2, 3, 16}}, lin_batched_w, TM_P_MATMUL, 0},
     {"weight not constant", 2, {2, 2}, {{8, 16}, {16, 8}}, lin_variable_w, TM_P_MATMUL, 0},
     {"matmul + silu (saved chain)", 1, {2}, {{7, 33}}, lin_silu, TM_P_LINEAR, 1},
+    {"nbits + bias + gelu + residual", 2, {3, 3}, {{2, 6, 64}, {2, 6, 40}}, nbits_full,
+     TM_P_MATMUL_NBITS, 1},
+    {"nbits one row + residual (a decode step)", 2, {3, 3}, {{1, 1, 64}, {1, 1, 40}},
+     nbits_residual, TM_P_MATMUL_NBITS, 1},
+    {"nbits 600 rows + bias + relu (panel path)", 1, {2}, {{600, 128}}, nbits_many_rows,
+     TM_P_MATMUL_NBITS, 1},
+    {"nbits output read twice", 2, {2, 2}, {{5, 64}, {5, 40}}, nbits_shared, TM_P_ADD, 0},
     {"pointwise conv + batch norm + affine + hardswish + residual", 2, {4, 4},
      {{2, 8, 9, 35}, {2, 20, 9, 35}}, conv_pointwise_bn, TM_P_CONV_PACKED, 1},
     {"3x3 conv + bias + relu", 1, {4}, {{1, 12, 13, 37}}, conv_3x3_relu, TM_P_CONV_PACKED, 1},
@@ -330,11 +385,16 @@ static tm_val replay(tm_ctx *t, const tm_pass_roots *roots, tm_ctx *e, const tm_
     return got;
 }
 
+/* Live nodes of prim (MATMUL_NBITS: only those given an epilogue). */
 static int count_prim(const tm_ctx *t, const tm_pass_roots *roots, int prim) {
     uint8_t *live = NULL;
     int *uses = tm__pass_live_use_counts(t, roots, &live);
     int n = 0;
-    for (int32_t i = 0; i < t->n_nodes; i++) n += live[i] && t->nodes[i].prim == prim;
+    for (int32_t i = 0; i < t->n_nodes; i++) {
+        const tm_args *a = &t->nodes[i].args;
+        int epilogue = a->i[7] || a->i[8] || a->i[TM_NBITS_ARG_CHAIN];
+        n += live[i] && t->nodes[i].prim == prim && (prim != TM_P_MATMUL_NBITS || epilogue);
+    }
     free(uses);
     free(live);
     return n;
@@ -353,7 +413,8 @@ static void run_pattern(const pattern *p) {
     int got_prim = t.nodes[t.vals[y].producer].prim;
     int fused = p->want_fused ? count_prim(&t, &roots, TM_P_LINEAR) +
                                     count_prim(&t, &roots, TM_P_CONV_PACKED) +
-                                    count_prim(&t, &roots, TM_P_ATTENTION) : 0;
+                                    count_prim(&t, &roots, TM_P_ATTENTION) +
+                                    count_prim(&t, &roots, TM_P_MATMUL_NBITS) : 0;
     CHECK(got_prim == p->want_prim && fused == p->want_fused,
           "%s: the result comes from %s (%d fused nodes), expected %s (%d)", p->name,
           tm_prims[got_prim].name, fused, tm_prims[p->want_prim].name, p->want_fused);

@@ -543,7 +543,7 @@ int main(void) {
     test_matmul_nbits(4, 32, 64, 6, 5, 2, 0, TM_FLOAT16);
     /* The 4-bit fast paths on every ISA this CPU has: the GEMV (rows 1-8: groups of 4
      * rows and a remainder), the tile path (more rows: row panels of the f32 tile and
-     * a remainder) and the panel path (64 rows or more: panels of 32 columns), each block size, each kind of zero point, K a whole number of blocks
+     * a remainder) and the panel path (512 rows or more: panels of 32 columns), each block size, each kind of zero point, K a whole number of blocks
      * or not (an odd number of blocks of 16 leaves half a chunk), N around the groups of
      * 4 columns and the 12-column steps. */
     const char *isas[] = {"avx512", "avx2", "scalar"};
@@ -569,7 +569,7 @@ int main(void) {
         nbits_pool = tm_pool_create(3);
         test_matmul_nbits(4, 32, 512, 301, 1, 1, 0, TM_FLOAT);
         test_matmul_nbits(4, 64, 512, 301, 40, 0, 0, TM_FLOAT);
-        test_matmul_nbits(4, 32, 480, 301, 100, 2, 0, TM_FLOAT);   /* the panel path */
+        test_matmul_nbits(4, 32, 480, 301, 600, 2, 0, TM_FLOAT);   /* the panel path */
         tm_pool_free(nbits_pool);
         nbits_pool = NULL;
     }

@@ -70,6 +70,16 @@ typedef struct tm_pass_epilogue {
     tm_val out;
 } tm_pass_epilogue;
 
+/* 1 when v is a known f32 tensor of n values laid along the last of `rank` dims (the
+ * others 1): a bias along the output's columns. */
+int tm__pass_is_row_vector(const tm_ctx *c, tm_val v, int rank, int64_t n);
+/* A row-vector bias of n values as a 1-D constant (v itself when it is 1-D; TM_NONE when
+ * out of memory). */
+tm_val tm__pass_bias_vector(tm_ctx *c, tm_val b, int64_t n);
+/* The live node (from `from` on) reading v when it is v's only live reader and v is not a
+ * root, else -1. */
+int32_t tm__pass_only_reader(const tm_pass_scan *s, tm_val v, int32_t from);
+
 /* Matches the run after value `from` made by node `at` (nothing matched: last == at,
  * out == from). Steps keep from's dtype (f32) and dims; swallowed values are read only
  * inside the run and are not roots. */
@@ -83,5 +93,6 @@ tm_status tm__pass_matmul_integer(tm_ctx *c, const tm_pass_roots *roots);
 tm_status tm__pass_attention(tm_ctx *c, const tm_pass_roots *roots);
 tm_status tm__pass_linear(tm_ctx *c, const tm_pass_roots *roots);
 tm_status tm__pass_conv(tm_ctx *c, const tm_pass_roots *roots);
+tm_status tm__pass_nbits(tm_ctx *c, const tm_pass_roots *roots);
 
 #endif

@@ -64,10 +64,12 @@ const char *tm_nbits_kernel_name(void) {
     return kr.arch ? kr.arch->name : "portable";
 }
 
-/* From this many rows, the panel path (below). */
-#define PANEL_MIN_ROWS 64
-/* Columns per panel of the panel path, and threads with a panel buffer each. */
-#define PANEL_COLS 32
+/* From this many rows, the panel path (below): measured against the tile path on MiniLM's
+ * products, slower at 128 rows, faster at 1024. */
+#define PANEL_MIN_ROWS 512
+/* Columns per panel of the panel path (a multiple of 32; the epilogue runs on row pieces
+ * this long), and threads with a panel buffer each. */
+#define PANEL_COLS 128
 #define PANEL_SLOTS 4
 
 /* Floats of one thread's panel: PANEL_COLS x k_pad in the packed-B layout. */
@@ -269,7 +271,6 @@ typedef struct tile_job {
     float *y;
     float *panels;        /* row panels: (k_pad, ar->nr) each, ar->nr rows of a */
     int64_t k_pad, row_panels;
-    const tm_sgemm_epilogue *ep;
     _Atomic int64_t next; /* first unclaimed column step (claim.h) */
 } tile_job;
 
@@ -346,9 +347,7 @@ static void column_step(const tile_job *jb, int64_t g0, int groups) {
         }
         for (int64_t rp = 0; rp < rps; rp++) {
             int64_t row0 = (rp0 + rp) * nr;
-            int rows = (int)min64(nr, jb->m - row0);
-            jb->store(acc[rp], nr, rows, cols, jb->y + row0 * h->n + n0, h->n);
-            tm_sgemm_epilogue_apply(jb->ep, jb->y, h->n, row0, row0 + rows, n0, n0 + cols);
+            jb->store(acc[rp], nr, (int)min64(nr, jb->m - row0), cols, jb->y + row0 * h->n + n0, h->n);
         }
     }
 }
@@ -362,6 +361,17 @@ static void tile_slice(void *arg, int ith, int nth) {
             int64_t g0 = t * STEP_GROUPS;
             column_step(jb, g0, (int)min64(STEP_GROUPS, jb->h->groups - g0));
         }
+}
+
+typedef struct epilogue_job {
+    const tm_sgemm_epilogue *ep;
+    float *y;
+    int64_t m, n;
+} epilogue_job;
+
+static void epilogue_slice(void *arg, int ith, int nth) {
+    const epilogue_job *j = arg;
+    tm_sgemm_epilogue_apply(j->ep, j->y, j->n, j->m * ith / nth, j->m * (ith + 1) / nth, 0, j->n);
 }
 
 static void run(tm_pool *pool, int nth, tm_pool_fn fn, void *arg) {
@@ -417,7 +427,16 @@ static void panel_slice(void *arg, int ith, int nth) {
             int64_t n0 = p * PANEL_COLS, g0 = n0 / TM_NBITS_GROUP;
             int64_t width = min64(PANEL_COLS, h->n - n0);
             int groups = (int)min64(groups_per, h->groups - g0);
-            jb->to_panel(h, jb->data, g0, groups, jb->k_pad, packed);
+            /* gemm.h's layout: depth block after depth block, in each every 32-column
+             * panel of the block's rows. */
+            int64_t panels32 = (width + 31) / 32;
+            for (int64_t d0 = 0; d0 < jb->k_pad; d0 += jb->depth) {
+                int64_t rows = min64(jb->depth, jb->k_pad - d0);
+                for (int64_t q = 0; q < panels32; q++)
+                    jb->to_panel(h, jb->data, g0 + q * 8, (int)min64(8, groups - q * 8),
+                                 d0 / TM_NBITS_CHUNK, rows / TM_NBITS_CHUNK,
+                                 packed + d0 * panels32 * 32 + q * rows * 32);
+            }
             tm_sgemm_epilogue ep, *use = NULL;
             if (jb->ep) {
                 ep = *jb->ep;
@@ -472,7 +491,8 @@ void tm_nbits_matmul(const void *packed, int64_t m, const float *a, float *y, vo
     }
     int panel_width, panel_depth;
     tm_sgemm_pack_layout(&panel_width, &panel_depth);
-    if (m >= PANEL_MIN_ROWS && kr.arch && kr.arch->panel && panel_width == PANEL_COLS &&
+    if (m >= PANEL_MIN_ROWS && kr.arch && kr.arch->panel && panel_width == 32 &&
+        panel_depth % TM_NBITS_CHUNK == 0 &&
         h.block >= TM_NBITS_CHUNK && !getenv("TM_NBITS_TILE")) {
         panel_path(&h, data, &kr, m, a, y, buf, ep, pool);
         return;
@@ -480,10 +500,16 @@ void tm_nbits_matmul(const void *packed, int64_t m, const float *a, float *y, vo
     int simd = kr.arch && kr.tile->nr % 16 == 0;
     tile_job jb = {&h, data, kr.tile, dequant_of(&kr, &h), simd ? kr.arch->pack : pack_portable,
                    simd ? kr.arch->store : store_portable, m, a, y, buf, k_pad,
-                   (m + kr.tile->nr - 1) / kr.tile->nr, ep, 0};
+                   (m + kr.tile->nr - 1) / kr.tile->nr, 0};
     run(pool, threads_for(jb.row_panels, h.n, h.k, pool), pack_slice, &jb);
     int64_t steps = (h.groups + STEP_GROUPS - 1) / STEP_GROUPS;
     run(pool, threads_for(steps, h.n, h.k, pool), tile_slice, &jb);
+    /* The tile path finishes 12 columns at a time: its epilogue runs afterwards over whole
+     * rows (one pass over y, where the unfused graph made one per step), split by rows. */
+    if (ep) {
+        epilogue_job ej = {ep, y, m, h.n};
+        run(pool, threads_for(m, h.n, h.k, pool), epilogue_slice, &ej);
+    }
 }
 
 /* ---- The per-run dequantization ------------------------------------------------------- */

@@ -98,11 +98,11 @@ typedef void (*tm__nbits_pack_fn)(const float *a, int64_t k, int64_t k_pad, int 
 typedef void (*tm__nbits_store_fn)(const float *acc, int nr, int rows, int cols, float *y,
                                    int64_t ldy);
 
-/* Groups [g0, g0 + groups) (groups <= 8) dequantized over the padded K (the kernels' k
- * order) as one packed-B panel of 32 columns (gemm.h's layout for a panel width of 32):
- * dst[p * 32 + j], columns past the groups zero. */
+/* Groups [g0, g0 + groups) (groups <= 8) dequantized over chunks [c0, c0 + chunks) of
+ * the padded K (the kernels' k order) as one panel of 32 columns of gemm.h's packed-B
+ * layout: dst[(p - 32 c0) * 32 + j], columns past the groups zero. */
 typedef void (*tm__nbits_panel_fn)(const tm__nbits_packed *h, const uint8_t *data, int64_t g0,
-                                   int groups, int64_t k_pad, float *dst);
+                                   int groups, int64_t c0, int64_t chunks, float *dst);
 
 typedef struct tm__nbits_arch {
     const char *name;

@@ -201,13 +201,14 @@ static void store(const float *acc, int nr, int rows, int cols, float *y, int64_
 }
 
 /* Groups [g0, g0 + groups) (up to 8: 32 columns, missing ones zero) dequantized over
- * the padded K, in the kernels' k order, as one packed-B panel of 32 columns: dst[p * 32
- * + j]. Sixteen columns' 16 values of k at a time (the even k of a chunk, then its odd
- * k), transposed so that each k's columns are stored as one vector. */
+ * chunks [c0, c0 + chunks) of the padded K, in the kernels' k order, as one packed-B
+ * panel of 32 columns: dst[(p - 32 c0) * 32 + j]. Sixteen columns' 16 values of k at a
+ * time (the even k of a chunk, then its odd k), transposed so that each k's columns are
+ * stored as one vector. */
 static void dequant_panel(const tm__nbits_packed *h, const uint8_t *data, int64_t g0,
-                          int groups, int64_t k_pad, float *dst) {
+                          int groups, int64_t c0, int64_t chunks, float *dst) {
     int64_t half = h->block / 2, per_block = h->block / TM_NBITS_CHUNK;
-    for (int64_t c = 0; c < k_pad / TM_NBITS_CHUNK; c++) {
+    for (int64_t c = c0; c < c0 + chunks; c++) {
         int64_t blk = c / per_block, j = (c % per_block) * 16;
         for (int side = 0; side < 2; side++)        /* columns 0-15, then 16-31 */
             for (int odd = 0; odd < 2; odd++) {     /* even k, then odd k */
@@ -226,7 +227,7 @@ static void dequant_panel(const tm__nbits_packed *h, const uint8_t *data, int64_
                     in[q] = _mm512_permutexvar_ps(x, table(h, rec, col));
                 }
                 transpose16(in, out);
-                float *d = dst + (c * TM_NBITS_CHUNK + 16 * odd) * 32 + 16 * side;
+                float *d = dst + ((c - c0) * TM_NBITS_CHUNK + 16 * odd) * 32 + 16 * side;
 #pragma GCC unroll 16
                 for (int p = 0; p < 16; p++) _mm512_storeu_ps(d + p * 32, out[p]);
             }

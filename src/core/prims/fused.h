@@ -51,6 +51,9 @@ int tm__chain_decode(const int64_t *args, int room, tm_chain *ch);
 /* 1 when prim may be a chain step with that operand kind. */
 int tm__chain_step_ok(int prim, int operand);
 
+/* Where MATMUL_NBITS's packed form keeps its epilogue chain in args (quant.def). */
+#define TM_NBITS_ARG_CHAIN 9
+
 /* y[0..n) = chain(x[0..n)); y may equal x. Fits tm_sgemm_epilogue's activation (arg: the
  * chain). */
 void tm__chain_apply(const void *chain, const float *x, float *y, int64_t n);

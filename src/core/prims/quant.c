@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "../ctx.h"
+#include "fused.h"
 #include "../../backends/cpu/gemm.h" /* tm_use_reference_kernels */
 #include "../../backends/cpu/nbits.h"
 #include "../../backends/cpu/qgemm.h"
@@ -112,8 +113,28 @@ tm_status tm__shape_matmul_nbits(tm_ctx *c, int prim, const tm_args *a,
     const tm_vinfo *A = in[0];
     int packed = a->i[6] != 0;
     if (packed) {
-        /* Only the repacked weights: 4-bit, f32, no g_idx (nbits_pack checked the rest). */
-        const tm_vinfo *P = nin == 2 ? in[1] : NULL;
+        /* Only the repacked weights: 4-bit, f32, no g_idx (nbits_pack checked the rest);
+         * then the epilogue's bias and residual. */
+        int with_bias = a->i[7] != 0, with_residual = a->i[8] != 0;
+        tm_chain ch;
+        if (!tm__chain_decode(a->i + TM_NBITS_ARG_CHAIN, TM_ARGS_MAX_I - TM_NBITS_ARG_CHAIN, &ch))
+            return tm_ctx_fail(c, TM_ERR_INVALID_ARGUMENT, "matmul_nbits: bad epilogue chain");
+        if (nin != 2 + with_bias + with_residual)
+            return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_nbits: expected %d inputs, got %d",
+                               2 + with_bias + with_residual, nin);
+        if (with_bias && (in[2]->dtype != TM_FLOAT || in[2]->rank != 1 || in[2]->dims[0] != N))
+            return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_nbits: the bias must be float32 (%lld)",
+                               (long long)N);
+        if (with_residual) {
+            const tm_vinfo *r = in[nin - 1];
+            int ok = r->dtype == TM_FLOAT && r->rank == A->rank;
+            for (int d = 0; ok && d < A->rank; d++)
+                ok = r->dims[d] == (d == A->rank - 1 ? N : A->dims[d]);
+            if (!ok)
+                return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_nbits: the residual must be float32 "
+                                   "of the output's dims");
+        }
+        const tm_vinfo *P = nin >= 2 ? in[1] : NULL;
         if (!P || P->dtype != TM_UINT8 || P->rank != 1 || a->i[2] != 4 || a->i[5] ||
             A->dtype != TM_FLOAT || a->i[3] < 16 || (a->i[3] & (a->i[3] - 1)) ||
             (P->dims[0] != (int64_t)tm_nbits_packed_size(N, K, a->i[3], 0) &&
@@ -211,7 +232,15 @@ tm_status tm__kernel_matmul_nbits(const tm_kcall *k) {
         if (!tm_nbits_packed_check(P->data, (size_t)P->dims[0], N, K, k->a->i[3]))
             return tm__fail(k->err, TM_ERR_RUNTIME, "matmul_nbits: the repacked weights do not "
                             "match (%lld, %lld)", (long long)N, (long long)K);
-        tm_nbits_matmul(P->data, M, A->data, Y->data, k->scratch, NULL, k->pool);
+        int with_bias = k->a->i[7] != 0, with_residual = k->a->i[8] != 0;
+        tm_chain ch;
+        if (!tm__chain_decode(k->a->i + TM_NBITS_ARG_CHAIN, TM_ARGS_MAX_I - TM_NBITS_ARG_CHAIN, &ch))
+            return tm__fail(k->err, TM_ERR_INVALID_ARGUMENT, "matmul_nbits: bad epilogue chain");
+        tm_sgemm_epilogue ep = {with_bias ? k->in[2]->data : NULL, 0,
+                                ch.n ? tm__chain_apply : NULL, &ch,
+                                with_residual ? k->in[k->nin - 1]->data : NULL, N};
+        tm_nbits_matmul(P->data, M, A->data, Y->data, k->scratch,
+                        with_bias || with_residual || ch.n ? &ep : NULL, k->pool);
         return TM_OK;
     }
     nbits_weights wt = weights_of(k, 1);

@@ -26,15 +26,6 @@ typedef struct matcher {
     int n_packed;
 } matcher;
 
-/* A known f32 tensor of n values laid along the last of `rank` dims (the others 1). */
-static int is_row_vector(const tm_ctx *c, tm_val v, int rank, int64_t n) {
-    const tm_vinfo *vi = &c->vals[v];
-    if (!vi->data || vi->dtype != TM_FLOAT || vi->rank != rank) return 0;
-    for (int d = 0; d < rank - 1; d++)
-        if (vi->dims[d] != 1) return 0;
-    return vi->dims[rank - 1] == n;
-}
-
 /* The packed copy of weight w (K, N) as a constant, made once per weight: once per plan,
  * and once per model for an initializer (the model's cache, shared by its plans). */
 static tm_val packed_weight_of(matcher *m, tm_val w, int64_t k, int64_t n, int panel,
@@ -68,25 +59,6 @@ static tm_val packed_weight_of(matcher *m, tm_val w, int64_t k, int64_t n, int p
     return v;
 }
 
-/* A bias of n values as a 1-D constant. */
-static tm_val bias_vector(tm_ctx *c, tm_val b, int64_t n) {
-    if (c->vals[b].rank == 1) return b;
-    tm_tensor *t = tm_tensor_alloc(TM_FLOAT, 1, &n, c->allocator);
-    if (!t) return TM_NONE;
-    memcpy(t->data, c->vals[b].data->data, (size_t)n * sizeof(float));
-    return tm_val_tensor(c, t, 0);
-}
-
-
-/* The live node reading v when it is v's only reader, else -1. */
-static int32_t only_reader(const tm_pass_scan *s, tm_val v, int32_t from) {
-    if (v < 0 || v >= s->n_uses || s->uses[v] != 1 || tm__pass_is_root(s->roots, v)) return -1;
-    for (int32_t i = from; i < s->c->n_nodes; i++)
-        for (int j = 0; s->live[i] && j < s->c->nodes[i].nin; j++)
-            if (s->c->nodes[i].in[j] == v) return i;
-    return -1;
-}
-
 static tm_status fuse_at(matcher *m, int32_t mm) {
     tm_ctx *c = m->scan.c;
     const tm_rnode *node = &c->nodes[mm];
@@ -101,12 +73,12 @@ static tm_status fuse_at(matcher *m, int32_t mm) {
     /* A bias first (ADD of a row vector), then whatever elementwise run follows. */
     int32_t at = mm;
     tm_val cur = y, bias = TM_NONE;
-    int32_t r = only_reader(&m->scan, y, mm + 1);
+    int32_t r = tm__pass_only_reader(&m->scan, y, mm + 1);
     if (r >= 0 && c->nodes[r].prim == TM_P_ADD && c->nodes[r].nin == 2) {
         const tm_rnode *add = &c->nodes[r];
         tm_val other = add->in[0] == y ? add->in[1] : add->in[0];
         const tm_vinfo *oi = &c->vals[add->out[0]];
-        if (is_row_vector(c, other, yi->rank, n) && oi->rank == yi->rank &&
+        if (tm__pass_is_row_vector(c, other, yi->rank, n) && oi->rank == yi->rank &&
             !memcmp(oi->dims, yi->dims, (size_t)yi->rank * sizeof yi->dims[0])) {
             bias = other;
             at = r;
@@ -121,7 +93,7 @@ static tm_status fuse_at(matcher *m, int32_t mm) {
     int nin = 0;
     in[nin++] = x;
     in[nin++] = packed_weight_of(m, w, k, n, panel, depth);
-    if (bias != TM_NONE) in[nin++] = bias_vector(c, bias, n);
+    if (bias != TM_NONE) in[nin++] = tm__pass_bias_vector(c, bias, n);
     if (ep.residual != TM_NONE) in[nin++] = ep.residual;
     for (int i = 0; i < nin; i++)
         if (in[i] == TM_NONE) return tm_ctx_ok(c) ? TM_ERR_NO_MEMORY : c->status;

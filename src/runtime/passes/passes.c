@@ -16,6 +16,7 @@ static const tm_pass_fn passes[] = {
     tm__pass_attention,
     tm__pass_linear,   /* after gelu: a fused GELU becomes a step of its chain */
     tm__pass_conv,
+    tm__pass_nbits,    /* after gelu too */
 };
 
 int tm__pass_uses(const tm_ctx *c, tm_val v) {
@@ -181,4 +182,28 @@ tm_status tm__run_passes(tm_ctx *c, const tm_pass_roots *roots) {
         if (st != TM_OK) return st;
     }
     return TM_OK;
+}
+
+int tm__pass_is_row_vector(const tm_ctx *c, tm_val v, int rank, int64_t n) {
+    const tm_vinfo *vi = &c->vals[v];
+    if (!vi->data || vi->dtype != TM_FLOAT || vi->rank != rank) return 0;
+    for (int d = 0; d < rank - 1; d++)
+        if (vi->dims[d] != 1) return 0;
+    return vi->dims[rank - 1] == n;
+}
+
+int32_t tm__pass_only_reader(const tm_pass_scan *s, tm_val v, int32_t from) {
+    if (v < 0 || v >= s->n_uses || s->uses[v] != 1 || tm__pass_is_root(s->roots, v)) return -1;
+    for (int32_t i = from; i < s->c->n_nodes; i++)
+        for (int j = 0; s->live[i] && j < s->c->nodes[i].nin; j++)
+            if (s->c->nodes[i].in[j] == v) return i;
+    return -1;
+}
+
+tm_val tm__pass_bias_vector(tm_ctx *c, tm_val b, int64_t n) {
+    if (c->vals[b].rank == 1) return b;
+    tm_tensor *t = tm_tensor_alloc(TM_FLOAT, 1, &n, c->allocator);
+    if (!t) return TM_NONE;
+    memcpy(t->data, c->vals[b].data->data, (size_t)n * sizeof(float));
+    return tm_val_tensor(c, t, 0);
 }
