@@ -37,8 +37,8 @@ WORK = os.path.join(HERE, ".work")
 # Hook for the q4 decoder with its 4-bit weights dequantized in the graph (to float32 at
 # plan time) instead of kept packed and read by our MatMulNBits kernel: the extra
 # `transmuter bench` arguments and environment that select it. None until the option
-# exists (None: those cases are listed as not measured): `--dequantize-nbits`.
-Q4_DEQUANTIZED = dict(args=["--dequantize-nbits"], env={})
+# exists (None: those cases are listed as not measured): `--dequantize-nbits-once`.
+Q4_DEQUANTIZED = dict(args=["--dequantize-nbits-once"], env={})
 
 # A round lasts about this long (the repeat count adapts to the case, within --repeat):
 # short rounds, many of them, so that both runtimes see the same moments of a shared

@@ -127,7 +127,9 @@ typedef struct tm_load_options {
     /* com.microsoft MatMulNBits: 0 (default) multiplies with the 4-bit weights as they are
      * (repacked once per model, still 4-bit); 1 dequantizes them to float in every run and
      * multiplies with MatMul, as runtimes without a packed 4-bit kernel do (slower, and a
-     * layer's f32 weights live in the arena while it runs): for comparisons. */
+     * layer's f32 weights live in the arena while it runs); 2 dequantizes them once, when
+     * a plan is made, and multiplies in f32 like a float model (its speed, and 8x the
+     * weights' memory per plan): for comparisons. */
     int dequantize_nbits;
 } tm_load_options;
 

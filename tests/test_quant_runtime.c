@@ -256,6 +256,33 @@ static void test_dequantize_nbits(const char *model, const char *cases) {
     CHECK(cache_entries(per_run) == 0 && cache_entries(packed) > 0,
           "dequantize_nbits packs nothing (%d entries, %d with packing)", cache_entries(per_run),
           cache_entries(packed));
+    /* dequantize_nbits = 2: the weights dequantized once, folded into the plan (no
+     * per-run dequantization, no 4-bit kernel left), the same values. */
+    tm_model *once = NULL;
+    lo.dequantize_nbits = 2;
+    CHECK(tm_model_load(model, &lo, &once, &err) == TM_OK, "%s: %s", model, err.message);
+    if (once) {
+        for (int eager = 0; eager < 2; eager++) {
+            tm_tensor *a = run(packed, in, eager), *b = run(once, in, eager);
+            double worst = max_diff(a, b);
+            CHECK(worst < 1e-5, "dequantize_nbits = 2 (%s) differs from the packed kernels by %g",
+                  eager ? "eager" : "plan", worst);
+            tm_tensor_free(a);
+            tm_tensor_free(b);
+        }
+        tm_plan *p = NULL;
+        tm_plan *q = NULL;
+        CHECK(tm_plan_create(once, 3, NAMES, (const tm_tensor *const *)in, NULL, &p, &err) == TM_OK &&
+              tm_plan_create(per_run, 3, NAMES, (const tm_tensor *const *)in, NULL, &q, &err) == TM_OK,
+              "plans: %s", err.message);
+        if (p && q)
+            CHECK(tm_plan_n_kernels(p) < tm_plan_n_kernels(q),
+                  "dequantize_nbits = 2 folds the dequantization (%d kernels, %d per run)",
+                  tm_plan_n_kernels(p), tm_plan_n_kernels(q));
+        tm_plan_free(p);
+        tm_plan_free(q);
+        tm_model_free(once);
+    }
     for (int i = 0; i < 3; i++) tm_tensor_free(in[i]);
     tm_model_free(packed);
     tm_model_free(per_run);

@@ -294,7 +294,7 @@ done:
 
 static void usage(void) {
     fprintf(stderr, "usage: transmuter generate MODEL --prompt-ids 1,2,3 --max-new N [--eager] "
-                    "[--threads N] [--compute-type f32] [--dequantize-nbits]\n");
+                    "[--threads N] [--compute-type f32] [--dequantize-nbits[-once]]\n");
 }
 
 int tm__cmd_generate(int argc, char **argv) {
@@ -309,6 +309,7 @@ int tm__cmd_generate(int argc, char **argv) {
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) lo.threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--eager")) l.eager = 1;
         else if (!strcmp(argv[i], "--dequantize-nbits")) lo.dequantize_nbits = 1;
+        else if (!strcmp(argv[i], "--dequantize-nbits-once")) lo.dequantize_nbits = 2;
         else if (!strcmp(argv[i], "--compute-type") && i + 1 < argc) {
             const char *t = argv[++i];
             if (strcmp(t, "f32") && strcmp(t, "float32")) {

@@ -27,16 +27,17 @@ static void usage(FILE *f) {
             "  transmuter run MODEL --inputs DIR --out DIR [--eager] [--static NAME ...]\n"
             "                 [--quiet]\n"
             "                 [--threads N] [--compute-type f32] [--dump DIR]\n"
-            "                 [--dequantize-nbits]\n"
+            "                 [--dequantize-nbits[-once]]\n"
             "  transmuter test-onnx DIR... [--mode eager|plan|both] [--expected-failures FILE]\n"
             "                 [--quiet]\n"
             "  transmuter compare OUT_DIR REF_DIR [--rtol R] [--atol A]\n"
             "  transmuter bench MODEL --inputs DIR [--static NAME ...] [--threads N]\n"
-            "                 [--repeat N] [--warmup W] [--out DIR] [--dequantize-nbits] [--serve]\n"
+            "                 [--repeat N] [--warmup W] [--out DIR] [--dequantize-nbits[-once]]\n"
+            "                 [--serve]\n"
             "                 (one JSON line; --serve: then one per 'run N' line on stdin)\n"
             "  transmuter ls hf://OWNER/REPO[@REVISION]   (.onnx files: sizes, variants)\n"
             "  transmuter generate MODEL --prompt-ids 1,2,3 --max-new N [--eager] [--threads N]\n"
-            "                 [--dequantize-nbits]\n"
+            "                 [--dequantize-nbits[-once]]\n"
             "                 (greedy decoding with a merged decoder; ids to stdout)\n"
             "  transmuter finetune MODEL --data FILE.jsonl|DIR --out OUT.onnx [--steps N]\n"
             "                 [--batch-size B] [--lr LR] ...   (see transmuter finetune --help)\n"
@@ -206,6 +207,7 @@ static int cmd_run(int argc, char **argv) {
         }
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--dequantize-nbits")) lo.dequantize_nbits = 1;
+        else if (!strcmp(argv[i], "--dequantize-nbits-once")) lo.dequantize_nbits = 2;
         else if (!strcmp(argv[i], "--compute-type") && i + 1 < argc) {
             const char *t = argv[++i];
             if (!strcmp(t, "f32") || !strcmp(t, "float32")) lo.compute_type = TM_FLOAT;
@@ -933,6 +935,7 @@ static int cmd_bench(int argc, char **argv) {
         else if (!strcmp(argv[i], "--repeat") && i + 1 < argc) repeat = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--warmup") && i + 1 < argc) warmup = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--dequantize-nbits")) dequantize_nbits = 1;
+        else if (!strcmp(argv[i], "--dequantize-nbits-once")) dequantize_nbits = 2;
         else if (!strcmp(argv[i], "--static") && i + 1 < argc && n_static < 64) static_names[n_static++] = argv[++i];
         else if (argv[i][0] != '-' && !model_path) model_path = argv[i];
         else {

@@ -400,6 +400,7 @@ typedef struct panel_job {
     float *y;
     const tm_sgemm_epilogue *ep;
     float *slots;         /* PANEL_SLOTS buffers of panel_slot_floats(k_pad) */
+    int64_t cols;         /* columns per claimed panel: 32, 64 or PANEL_COLS */
     int panel, depth;
     _Atomic int64_t next; /* first unclaimed panel (claim.h) */
 } panel_job;
@@ -420,12 +421,12 @@ static void panel_slice(void *arg, int ith, int nth) {
     panel_job *jb = arg;
     const tm__nbits_packed *h = jb->h;
     float *packed = jb->slots + ith * panel_slot_floats(jb->k_pad);
-    int64_t panels = (h->n + PANEL_COLS - 1) / PANEL_COLS, p0, p1;
-    int groups_per = PANEL_COLS / TM_NBITS_GROUP;
+    int64_t cols = jb->cols, panels = (h->n + cols - 1) / cols, p0, p1;
+    int groups_per = (int)(cols / TM_NBITS_GROUP);
     while ((p0 = tm__claim(&jb->next, panels, nth, 1, &p1)) < panels)
         for (int64_t p = p0; p < p1; p++) {
-            int64_t n0 = p * PANEL_COLS, g0 = n0 / TM_NBITS_GROUP;
-            int64_t width = min64(PANEL_COLS, h->n - n0);
+            int64_t n0 = p * cols, g0 = n0 / TM_NBITS_GROUP;
+            int64_t width = min64(cols, h->n - n0);
             int groups = (int)min64(groups_per, h->groups - g0);
             /* gemm.h's layout: depth block after depth block, in each every 32-column
              * panel of the block's rows. */
@@ -459,11 +460,13 @@ static void panel_path(const tm__nbits_packed *h, const uint8_t *data, const ker
     float *rows = buf, *slots = buf + round_up(m, 32) * k_pad;
     reorder_job rj = {a, rows, m, h->k, k_pad};
     run(pool, threads_for(m, h->n, h->k, pool), reorder_slice, &rj);
-    panel_job jb = {h, data, kr->arch->panel, m, k_pad, rows, y, ep, slots, 0, 0, 0};
+    panel_job jb = {h, data, kr->arch->panel, m, k_pad, rows, y, ep, slots, PANEL_COLS, 0, 0, 0};
     tm_sgemm_pack_layout(&jb.panel, &jb.depth);
-    int64_t panels = (h->n + PANEL_COLS - 1) / PANEL_COLS;
-    int nth = threads_for(panels, h->n, h->k, pool);
+    int nth = threads_for((h->n + 31) / 32, h->n, h->k, pool);
     if (nth > PANEL_SLOTS) nth = PANEL_SLOTS;
+    /* Narrower panels where wide ones would leave a thread idle (N = 384 on 2 threads:
+     * three panels of 128). */
+    while (jb.cols > 32 && (h->n + jb.cols - 1) / jb.cols < 3 * nth) jb.cols /= 2;
     if (nth <= 1) panel_slice(&jb, 0, 1);
     else tm_pool_run(pool, nth, panel_slice, &jb);
 }

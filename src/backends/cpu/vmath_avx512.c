@@ -26,11 +26,20 @@ static inline __m512 exp_nonpositive(__m512 w) {
     return _mm512_scalef_ps(p, n);
 }
 
+/* 1 / d for d >= 1 (erfc's 1 / (1 + z / 2)): the 14-bit estimate and one Newton step,
+ * within an ulp or two of the division, which the FMA pipes do not wait on. */
+static inline __m512 recip(__m512 d) {
+    __m512 r = _mm512_rcp14_ps(d);
+    return _mm512_mul_ps(r, _mm512_fnmadd_ps(d, r, _mm512_set1_ps(2.0f)));
+}
+
 /* 0.5 x (1 + erf(x / sqrt 2)) with 1 + erf(-u) = erfc(u), as gelu_erf_f32. */
 static inline __m512 gelu16(__m512 x) {
-    __m512 z = _mm512_mul_ps(_mm512_abs_ps(x), _mm512_set1_ps(0.70710678118654752440f));
-    __m512 t = _mm512_div_ps(_mm512_set1_ps(1.0f),
-                             _mm512_fmadd_ps(_mm512_set1_ps(0.5f), z, _mm512_set1_ps(1.0f)));
+    /* |x| / sqrt 2, capped where erfc is 0 anyway (so that 1 / (1 + z / 2) stays finite;
+     * a NaN becomes the cap here and is restored at the end). */
+    __m512 z = _mm512_min_ps(_mm512_mul_ps(_mm512_abs_ps(x), _mm512_set1_ps(0.70710678118654752440f)),
+                             _mm512_set1_ps(1e4f));
+    __m512 t = recip(_mm512_fmadd_ps(_mm512_set1_ps(0.5f), z, _mm512_set1_ps(1.0f)));
     __m512 p = _mm512_set1_ps(0.17087277f);
     p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(-0.82215223f));
     p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(1.48851587f));
@@ -53,9 +62,11 @@ static inline __m512 gelu16(__m512 x) {
 /* gy times GELU's derivative, Phi(x) + x phi(x): the cdf as in gelu16, the density
  * exp(-x^2 / 2) / sqrt(2 pi) by exp_nonpositive, as gelu_erf_derivative_f32. */
 static inline __m512 gelu_grad16(__m512 x, __m512 gy) {
-    __m512 z = _mm512_mul_ps(_mm512_abs_ps(x), _mm512_set1_ps(0.70710678118654752440f));
-    __m512 t = _mm512_div_ps(_mm512_set1_ps(1.0f),
-                             _mm512_fmadd_ps(_mm512_set1_ps(0.5f), z, _mm512_set1_ps(1.0f)));
+    /* |x| / sqrt 2, capped where erfc is 0 anyway (so that 1 / (1 + z / 2) stays finite;
+     * a NaN becomes the cap here and is restored at the end). */
+    __m512 z = _mm512_min_ps(_mm512_mul_ps(_mm512_abs_ps(x), _mm512_set1_ps(0.70710678118654752440f)),
+                             _mm512_set1_ps(1e4f));
+    __m512 t = recip(_mm512_fmadd_ps(_mm512_set1_ps(0.5f), z, _mm512_set1_ps(1.0f)));
     __m512 p = _mm512_set1_ps(0.17087277f);
     p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(-0.82215223f));
     p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(1.48851587f));

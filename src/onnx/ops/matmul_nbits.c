@@ -33,8 +33,11 @@ static tm_status lower_matmul_nbits(tm_lower *L) {
     for (int i = 0; i < 3; i++)
         if (in[i] == TM_NONE) return tm_lfail(L, TM_ERR_NOT_FOUND, "input %d is required", i);
     if (c->dequantize_nbits) {
-        /* The per-run way (load option dequantize_nbits): W (K, N) in f32, then MatMul. */
-        tm_val w = tm_prim(c, TM_P_DEQUANTIZE_NBITS, in + 1, n - 1, &a);
+        /* Load option dequantize_nbits: W (K, N) in f32, then MatMul; in every run (1), or
+         * once, folded at plan time, the product then packed like any float weight (2). */
+        tm_val w = tm_prim(c, c->dequantize_nbits == 2 ? TM_P_DEQUANTIZE_NBITS_ONCE
+                                                       : TM_P_DEQUANTIZE_NBITS,
+                           in + 1, n - 1, &a);
         if (w != TM_NONE && tm_vdtype(c, w) != tm_vdtype(c, in[0]))
             return tm_lfail(L, TM_ERR_DTYPE, "input 2 (scales) must have A's dtype %s",
                             tm_dtype_name(tm_vdtype(c, in[0])));
