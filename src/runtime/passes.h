@@ -80,11 +80,23 @@ tm_val tm__pass_bias_vector(tm_ctx *c, tm_val b, int64_t n);
  * root, else -1. */
 int32_t tm__pass_only_reader(const tm_pass_scan *s, tm_val v, int32_t from);
 
+/* The bias after product y (made by node mm, N = n columns): an ADD of y and a row vector
+ * that is y's only live reader. Returns the bias value (TM_NONE: none, *at = mm and *cur
+ * = y) and sets *at / *cur to the ADD and its output. */
+tm_val tm__pass_match_bias(const tm_pass_scan *s, int32_t mm, tm_val y, int64_t n, int32_t *at,
+                           tm_val *cur);
+
 /* Matches the run after value `from` made by node `at` (nothing matched: last == at,
  * out == from). Steps keep from's dtype (f32) and dims; swallowed values are read only
  * inside the run and are not roots. */
 void tm__pass_match_epilogue(const tm_pass_scan *s, int32_t at, tm_val from,
                              int allow_residual, tm_pass_epilogue *ep);
+
+/* Overwrites ep->last with prim on in[0..nin) (in[0]: the product's input) as
+ * tm__pass_rewrite does, then moves the scan's reader counts: the swallowed nodes' inputs
+ * lose one, in[0] and the residual gain one. TM_ERR_SHAPE: the node was left alone. */
+tm_status tm__pass_rewrite_epilogue(tm_pass_scan *s, const tm_pass_epilogue *ep, int prim,
+                                    const tm_val *in, int nin, const tm_args *a);
 
 /* The passes (one file each in passes/). */
 tm_status tm__pass_layernorm(tm_ctx *c, const tm_pass_roots *roots);

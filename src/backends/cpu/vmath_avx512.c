@@ -33,10 +33,11 @@ static inline __m512 recip(__m512 d) {
     return _mm512_mul_ps(r, _mm512_fnmadd_ps(d, r, _mm512_set1_ps(2.0f)));
 }
 
-/* 0.5 x (1 + erf(x / sqrt 2)) with 1 + erf(-u) = erfc(u), as gelu_erf_f32. */
-static inline __m512 gelu16(__m512 x) {
+/* 1 + erf(x / sqrt 2), with 1 + erf(-u) written erfc(u) so negative x keeps its relative
+ * accuracy (erfc in Numerical Recipes' Chebyshev form, as the scalar kernels have it). */
+static inline __m512 one_plus_erf16(__m512 x) {
     /* |x| / sqrt 2, capped where erfc is 0 anyway (so that 1 / (1 + z / 2) stays finite;
-     * a NaN becomes the cap here and is restored at the end). */
+     * a NaN becomes the cap here: callers restore it). */
     __m512 z = _mm512_min_ps(_mm512_mul_ps(_mm512_abs_ps(x), _mm512_set1_ps(0.70710678118654752440f)),
                              _mm512_set1_ps(1e4f));
     __m512 t = recip(_mm512_fmadd_ps(_mm512_set1_ps(0.5f), z, _mm512_set1_ps(1.0f)));
@@ -52,8 +53,12 @@ static inline __m512 gelu16(__m512 x) {
     p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(-1.26551223f));
     __m512 e = _mm512_mul_ps(t, exp_nonpositive(_mm512_fnmadd_ps(z, z, p)));
     __mmask16 neg = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LT_OQ);
-    __m512 h = _mm512_mask_blend_ps(neg, _mm512_sub_ps(_mm512_set1_ps(2.0f), e), e);
-    __m512 y = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(0.5f), x), h);
+    return _mm512_mask_blend_ps(neg, _mm512_sub_ps(_mm512_set1_ps(2.0f), e), e);
+}
+
+/* 0.5 x (1 + erf(x / sqrt 2)), as gelu_erf_f32. */
+static inline __m512 gelu16(__m512 x) {
+    __m512 y = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(0.5f), x), one_plus_erf16(x));
     /* NaN in, NaN out (the comparisons above treat it as positive). */
     __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
     return _mm512_mask_mov_ps(y, nan, x);
@@ -62,29 +67,10 @@ static inline __m512 gelu16(__m512 x) {
 /* gy times GELU's derivative, Phi(x) + x phi(x): the cdf as in gelu16, the density
  * exp(-x^2 / 2) / sqrt(2 pi) by exp_nonpositive, as gelu_erf_derivative_f32. */
 static inline __m512 gelu_grad16(__m512 x, __m512 gy) {
-    /* |x| / sqrt 2, capped where erfc is 0 anyway (so that 1 / (1 + z / 2) stays finite;
-     * a NaN becomes the cap here and is restored at the end). */
-    __m512 z = _mm512_min_ps(_mm512_mul_ps(_mm512_abs_ps(x), _mm512_set1_ps(0.70710678118654752440f)),
-                             _mm512_set1_ps(1e4f));
-    __m512 t = recip(_mm512_fmadd_ps(_mm512_set1_ps(0.5f), z, _mm512_set1_ps(1.0f)));
-    __m512 p = _mm512_set1_ps(0.17087277f);
-    p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(-0.82215223f));
-    p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(1.48851587f));
-    p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(-1.13520398f));
-    p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(0.27886807f));
-    p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(-0.18628806f));
-    p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(0.09678418f));
-    p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(0.37409196f));
-    p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(1.00002368f));
-    p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(-1.26551223f));
-    __m512 e = _mm512_mul_ps(t, exp_nonpositive(_mm512_fnmadd_ps(z, z, p)));
-    __mmask16 neg = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LT_OQ);
-    __m512 h = _mm512_mask_blend_ps(neg, _mm512_sub_ps(_mm512_set1_ps(2.0f), e), e);
-    __m512 cdf = _mm512_mul_ps(_mm512_set1_ps(0.5f), h);
+    __m512 cdf = _mm512_mul_ps(_mm512_set1_ps(0.5f), one_plus_erf16(x));
     __m512 w = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(-0.5f), x), x);
     __m512 pdf = _mm512_mul_ps(_mm512_set1_ps(0.39894228040143267794f), exp_nonpositive(w));
-    __m512 d = _mm512_fmadd_ps(x, pdf, cdf);
-    __m512 y = _mm512_mul_ps(gy, d);
+    __m512 y = _mm512_mul_ps(gy, _mm512_fmadd_ps(x, pdf, cdf));
     /* NaN in x gives NaN (the comparisons above treat it as positive). */
     __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
     return _mm512_mask_mov_ps(y, nan, x);

@@ -170,15 +170,8 @@ static tm_status fuse_at(tm_pass_scan *s, int32_t at) {
     a.i[CP_BIAS] = has_bias;
     a.i[CP_RESIDUAL] = ep.residual != TM_NONE;
     tm__chain_encode(&ep.chain, a.i + CP_CHAIN);
-    tm_val old_in[2] = {c->nodes[ep.last].in[0], c->nodes[ep.last].nin > 1 ? c->nodes[ep.last].in[1] : TM_NONE};
-    tm_status st = tm__pass_rewrite(c, ep.last, TM_P_CONV_PACKED, in, nin, &a);
-    if (st == TM_ERR_SHAPE) return TM_OK;
-    if (st != TM_OK) return st;
-    for (int i = 0; i < 2; i++)
-        if (old_in[i] >= 0 && old_in[i] < s->n_uses) s->uses[old_in[i]]--;
-    if (x < s->n_uses) s->uses[x]++;
-    if (ep.residual != TM_NONE && ep.residual < s->n_uses) s->uses[ep.residual]++;
-    return TM_OK;
+    tm_status st = tm__pass_rewrite_epilogue(s, &ep, TM_P_CONV_PACKED, in, nin, &a);
+    return st == TM_ERR_SHAPE ? TM_OK : st;
 }
 
 tm_status tm__pass_conv(tm_ctx *c, const tm_pass_roots *roots) {

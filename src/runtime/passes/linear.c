@@ -63,7 +63,7 @@ static tm_status fuse_at(matcher *m, int32_t mm) {
     tm_ctx *c = m->scan.c;
     const tm_rnode *node = &c->nodes[mm];
     tm_val x = node->in[0], w = node->in[1], y = node->out[0];
-    const tm_vinfo *xi = &c->vals[x], *wi = &c->vals[w], *yi = &c->vals[y];
+    const tm_vinfo *xi = &c->vals[x], *wi = &c->vals[w];
     if (xi->dtype != TM_FLOAT || wi->dtype != TM_FLOAT || !wi->data || xi->data) return TM_OK;
     if (xi->rank < 2 || wi->rank != xi->rank) return TM_OK;
     for (int d = 0; d < wi->rank - 2; d++)
@@ -71,20 +71,8 @@ static tm_status fuse_at(matcher *m, int32_t mm) {
     int64_t k = wi->dims[wi->rank - 2], n = wi->dims[wi->rank - 1];
     if (k < 1 || n < 1 || tm_numel(xi->rank, xi->dims) / k < MIN_ROWS) return TM_OK;
     /* A bias first (ADD of a row vector), then whatever elementwise run follows. */
-    int32_t at = mm;
-    tm_val cur = y, bias = TM_NONE;
-    int32_t r = tm__pass_only_reader(&m->scan, y, mm + 1);
-    if (r >= 0 && c->nodes[r].prim == TM_P_ADD && c->nodes[r].nin == 2) {
-        const tm_rnode *add = &c->nodes[r];
-        tm_val other = add->in[0] == y ? add->in[1] : add->in[0];
-        const tm_vinfo *oi = &c->vals[add->out[0]];
-        if (tm__pass_is_row_vector(c, other, yi->rank, n) && oi->rank == yi->rank &&
-            !memcmp(oi->dims, yi->dims, (size_t)yi->rank * sizeof yi->dims[0])) {
-            bias = other;
-            at = r;
-            cur = add->out[0];
-        }
-    }
+    int32_t at;
+    tm_val cur, bias = tm__pass_match_bias(&m->scan, mm, y, n, &at, &cur);
     tm_pass_epilogue ep;
     tm__pass_match_epilogue(&m->scan, at, cur, 1, &ep);
     int panel, depth;
@@ -106,16 +94,9 @@ static tm_status fuse_at(matcher *m, int32_t mm) {
     a.i[4] = bias != TM_NONE;
     a.i[5] = ep.residual != TM_NONE;
     tm__chain_encode(&ep.chain, a.i + ARG_CHAIN);
-    int32_t last = ep.last;
-    tm_val old_in[2] = {c->nodes[last].in[0], c->nodes[last].nin > 1 ? c->nodes[last].in[1] : TM_NONE};
-    tm_status st = tm__pass_rewrite(c, last, TM_P_LINEAR, in, nin, &a);
+    tm_status st = tm__pass_rewrite_epilogue(&m->scan, &ep, TM_P_LINEAR, in, nin, &a);
     if (st == TM_ERR_SHAPE) return TM_OK;
     if (st != TM_OK) return st;
-    /* The swallowed nodes lose their reader; the product's inputs gain one. */
-    for (int i = 0; i < 2; i++)
-        if (old_in[i] >= 0 && old_in[i] < m->scan.n_uses) m->scan.uses[old_in[i]]--;
-    if (x < m->scan.n_uses) m->scan.uses[x]++;
-    if (ep.residual != TM_NONE && ep.residual < m->scan.n_uses) m->scan.uses[ep.residual]++;
     /* A weight the context owns (a copy of misaligned file data, a folded constant) that
      * only this product read is dead now: free it at once, so that making a plan never
      * holds every weight twice over. (The dead product still names it; nothing reads a

@@ -24,20 +24,8 @@ static tm_status fuse_at(tm_pass_scan *s, int32_t mm) {
     if (yi->dtype != TM_FLOAT || yi->rank < 1) return TM_OK;
     if (c->tape && c->vals[x].tracked) return TM_OK;
     int64_t n = na->i[1];
-    int32_t at = mm;
-    tm_val cur = y, bias = TM_NONE;
-    int32_t r = tm__pass_only_reader(s, y, mm + 1);
-    if (r >= 0 && c->nodes[r].prim == TM_P_ADD && c->nodes[r].nin == 2) {
-        const tm_rnode *add = &c->nodes[r];
-        tm_val other = add->in[0] == y ? add->in[1] : add->in[0];
-        const tm_vinfo *oi = &c->vals[add->out[0]];
-        if (tm__pass_is_row_vector(c, other, yi->rank, n) && oi->rank == yi->rank &&
-            !memcmp(oi->dims, yi->dims, (size_t)yi->rank * sizeof yi->dims[0])) {
-            bias = other;
-            at = r;
-            cur = add->out[0];
-        }
-    }
+    int32_t at;
+    tm_val cur, bias = tm__pass_match_bias(s, mm, y, n, &at, &cur);
     tm_pass_epilogue ep;
     tm__pass_match_epilogue(s, at, cur, 1, &ep);
     if (ep.residual != TM_NONE && c->tape && c->vals[ep.residual].tracked) return TM_OK;
@@ -54,18 +42,8 @@ static tm_status fuse_at(tm_pass_scan *s, int32_t mm) {
     a.i[7] = bias != TM_NONE;
     a.i[8] = ep.residual != TM_NONE;
     tm__chain_encode(&ep.chain, a.i + TM_NBITS_ARG_CHAIN);
-    int32_t last = ep.last;
-    tm_val old_in[2] = {c->nodes[last].in[0], c->nodes[last].nin > 1 ? c->nodes[last].in[1] : TM_NONE};
-    tm_status st = tm__pass_rewrite(c, last, TM_P_MATMUL_NBITS, in, nin, &a);
-    if (st == TM_ERR_SHAPE) return TM_OK;
-    if (st != TM_OK) return st;
-    /* The swallowed nodes lose their reader; the product's inputs gain one. */
-    for (int i = 0; i < 2; i++)
-        if (old_in[i] >= 0 && old_in[i] < s->n_uses) s->uses[old_in[i]]--;
-    for (int i = 0; i < 2; i++)
-        if (in[i] < s->n_uses) s->uses[in[i]]++;
-    if (ep.residual != TM_NONE && ep.residual < s->n_uses) s->uses[ep.residual]++;
-    return TM_OK;
+    tm_status st = tm__pass_rewrite_epilogue(s, &ep, TM_P_MATMUL_NBITS, in, nin, &a);
+    return st == TM_ERR_SHAPE ? TM_OK : st;
 }
 
 tm_status tm__pass_nbits(tm_ctx *c, const tm_pass_roots *roots) {

@@ -207,3 +207,37 @@ tm_val tm__pass_bias_vector(tm_ctx *c, tm_val b, int64_t n) {
     memcpy(t->data, c->vals[b].data->data, (size_t)n * sizeof(float));
     return tm_val_tensor(c, t, 0);
 }
+
+tm_val tm__pass_match_bias(const tm_pass_scan *s, int32_t mm, tm_val y, int64_t n, int32_t *at,
+                           tm_val *cur) {
+    tm_ctx *c = s->c;
+    const tm_vinfo *yi = &c->vals[y];
+    *at = mm;
+    *cur = y;
+    int32_t r = tm__pass_only_reader(s, y, mm + 1);
+    if (r < 0 || c->nodes[r].prim != TM_P_ADD || c->nodes[r].nin != 2) return TM_NONE;
+    const tm_rnode *add = &c->nodes[r];
+    tm_val other = add->in[0] == y ? add->in[1] : add->in[0];
+    const tm_vinfo *oi = &c->vals[add->out[0]];
+    if (!tm__pass_is_row_vector(c, other, yi->rank, n) || oi->rank != yi->rank ||
+        memcmp(oi->dims, yi->dims, (size_t)yi->rank * sizeof yi->dims[0]))
+        return TM_NONE;
+    *at = r;
+    *cur = add->out[0];
+    return other;
+}
+
+tm_status tm__pass_rewrite_epilogue(tm_pass_scan *s, const tm_pass_epilogue *ep, int prim,
+                                    const tm_val *in, int nin, const tm_args *a) {
+    tm_ctx *c = s->c;
+    const tm_rnode *last = &c->nodes[ep->last];
+    tm_val old_in[2] = {last->in[0], last->nin > 1 ? last->in[1] : TM_NONE};
+    tm_status st = tm__pass_rewrite(c, ep->last, prim, in, nin, a);
+    if (st != TM_OK) return st;
+    /* The swallowed nodes lose their reader; the product's input and the residual gain one. */
+    for (int i = 0; i < 2; i++)
+        if (old_in[i] >= 0 && old_in[i] < s->n_uses) s->uses[old_in[i]]--;
+    if (in[0] < s->n_uses) s->uses[in[0]]++;
+    if (ep->residual != TM_NONE && ep->residual < s->n_uses) s->uses[ep->residual]++;
+    return TM_OK;
+}
