@@ -328,7 +328,8 @@ int main(void) {
     test_against_torch("f64");
     test_errors();
     test_dump();
-    snprintf(tmp, sizeof tmp, "%s/tm_finetune_XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    const char *tmpdir = getenv("TMPDIR");
+    snprintf(tmp, sizeof tmp, "%s/tm_finetune_XXXXXX", tmpdir && *tmpdir ? tmpdir : "/tmp");
     if (!mkdtemp(tmp)) {
         printf("FAIL: cannot create %s\n", tmp);
         return 1;

@@ -471,8 +471,8 @@ static void emit_sparse(out *o, const uint8_t *p, size_t len, int main_graph) {
             if (main_graph && f.number == 1) {
                 tensor_fields t;
                 scan_tensor(s, f.data, f.len, &t);
-                if (t.name && find_replacement(s, t.name, t.name_len)) {
-                    replacement *rp = find_replacement(s, t.name, t.name_len);
+                replacement *rp = t.name ? find_replacement(s, t.name, t.name_len) : NULL;
+                if (rp) {
                     fail_at(s, TM_ERR_UNSUPPORTED, rp->name, "initializer '%s' is a sparse "
                             "initializer; replacing one is not supported", rp->name);
                     return;
@@ -504,31 +504,27 @@ static void emit_attribute(out *o, const uint8_t *p, size_t len, int unused) {
     }
 }
 
-/* NodeProto (field 5: attributes) and FunctionProto (field 7: nodes) */
-static void emit_node(out *o, const uint8_t *p, size_t len, int unused) {
+/* A message copied field by field, its LEN field `number` written by `sub`. */
+static void emit_rewriting(out *o, const uint8_t *p, size_t len, uint32_t number, emit_fn sub) {
     saver *s = o->s;
     tm_pb_reader r = reader_at(s, p, len);
     tm_pb_field f;
     int rc;
     while (read_field(s, &r, &f, &rc)) {
-        if (f.number == 5 && f.wire == TM_PB_LEN)
-            put_message(o, 5, emit_attribute, f.data, f.len, 0);
+        if (f.number == number && f.wire == TM_PB_LEN)
+            put_message(o, number, sub, f.data, f.len, 0);
         else
             put_verbatim(o, &r, &f);
     }
 }
 
+/* NodeProto (field 5: attributes) and FunctionProto (field 7: nodes) */
+static void emit_node(out *o, const uint8_t *p, size_t len, int unused) {
+    emit_rewriting(o, p, len, 5, emit_attribute);
+}
+
 static void emit_function(out *o, const uint8_t *p, size_t len, int unused) {
-    saver *s = o->s;
-    tm_pb_reader r = reader_at(s, p, len);
-    tm_pb_field f;
-    int rc;
-    while (read_field(s, &r, &f, &rc)) {
-        if (f.number == 7 && f.wire == TM_PB_LEN)
-            put_message(o, 7, emit_node, f.data, f.len, 0);
-        else
-            put_verbatim(o, &r, &f);
-    }
+    emit_rewriting(o, p, len, 7, emit_node);
 }
 
 static void emit_graph(out *o, const uint8_t *p, size_t len, int main_graph) {
