@@ -1,14 +1,29 @@
 /* The harness shared by tests/test_*.c (header-only, included once per test program): the
- * pass/fail counters with CHECK and check, tensors made from doubles and read back as doubles
- * (when src/core/tensor.h is included first), and an xorshift64 stream (when CHECK_RNG_SEED is). */
+ * pass/fail counters with CHECK and check, read_all (a file's bytes), tensors made from
+ * doubles and read back as doubles (when src/core/tensor.h is included first), and an
+ * xorshift64 stream (when CHECK_RNG_SEED is). */
 #ifndef TM_TESTS_CHECK_H
 #define TM_TESTS_CHECK_H
 
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 static int passed, failed;
+
+/* A whole file into *data (malloc'd, one spare byte) and *size; 0 when it cannot be read. */
+static inline int read_all(const char *path, uint8_t **data, size_t *size) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    *data = malloc((size_t)n + 1);
+    *size = fread(*data, 1, (size_t)n, f);
+    fclose(f);
+    return *size == (size_t)n;
+}
 
 /* Counts cond; on failure prints "FAIL file:line: " and the printf-style message. */
 #define CHECK(cond, ...)                                       \

@@ -14,26 +14,7 @@
 #include "check.h"
 
 /* ---- Counting every allocation of the process (not under sanitizers) ---------------- */
-#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
-#define INTERPOSE 1
-extern void *__libc_malloc(size_t);
-extern void *__libc_calloc(size_t, size_t);
-extern void *__libc_realloc(void *, size_t);
-extern void *__libc_memalign(size_t, size_t);
-static volatile long process_allocs;
-void *malloc(size_t n) { process_allocs++; return __libc_malloc(n); }
-void *calloc(size_t a, size_t b) { process_allocs++; return __libc_calloc(a, b); }
-void *realloc(void *p, size_t n) { process_allocs++; return __libc_realloc(p, n); }
-int posix_memalign(void **p, size_t align, size_t n) {
-    process_allocs++;
-    *p = __libc_memalign(align, n);
-    return *p ? 0 : 12;
-}
-void *aligned_alloc(size_t align, size_t n) { process_allocs++; return __libc_memalign(align, n); }
-#else
-#define INTERPOSE 0
-static long process_allocs;
-#endif
+#include "count_allocs.h"
 
 /* ---- The injected allocator -------------------------------------------------------- */
 static long injected_allocs, injected_frees;
@@ -157,7 +138,7 @@ static void test_bert(void) {
         /* Nothing in the process allocates while a plan runs, fast kernels included: the
          * GEMM packs into the session's scratch and the pool's threads exist already
          * (tests/run.sh runs this test with the fast and the reference kernels). */
-        if (INTERPOSE)
+        if (COUNTING_ALLOCS)
             CHECK(p1 == p0, "process allocations while the plan ran (%s GEMM): %ld",
                   tm_sgemm_kernel_name(), p1 - p0);
         CHECK(max_diff(out, ref) <= 1e-4, "plan vs ORT: %g", max_diff(out, ref));

@@ -22,26 +22,7 @@
 #define NONZERO "tests/data/grad/nonzero.onnx"
 
 /* ---- Counting allocations (not under sanitizers) ------------------------------------ */
-#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
-extern void *__libc_malloc(size_t);
-extern void *__libc_calloc(size_t, size_t);
-extern void *__libc_realloc(void *, size_t);
-extern void *__libc_memalign(size_t, size_t);
-static volatile long process_allocs;
-void *malloc(size_t n) { process_allocs++; return __libc_malloc(n); }
-void *calloc(size_t a, size_t b) { process_allocs++; return __libc_calloc(a, b); }
-void *realloc(void *p, size_t n) { process_allocs++; return __libc_realloc(p, n); }
-int posix_memalign(void **p, size_t align, size_t n) {
-    process_allocs++;
-    *p = __libc_memalign(align, n);
-    return *p ? 0 : 12;
-}
-void *aligned_alloc(size_t align, size_t n) { process_allocs++; return __libc_memalign(align, n); }
-#define COUNTING 1
-#else
-static long process_allocs;
-#define COUNTING 0
-#endif
+#include "count_allocs.h"
 
 static long injected_allocs, injected_frees;
 static void *count_alloc(void *user, size_t size) {
@@ -544,7 +525,7 @@ static void test_no_allocation(void) {
     long a1 = injected_allocs, p1 = process_allocs;
     check(st == TM_OK && a1 == a0, "injected allocations while a gradient plan ran: %ld (%s)",
           a1 - a0, err.message);
-    if (COUNTING) check(p1 == p0, "process allocations while a gradient plan ran: %ld", p1 - p0);
+    if (COUNTING_ALLOCS) check(p1 == p0, "process allocations while a gradient plan ran: %ld", p1 - p0);
     tm_value_desc d;
     tm_plan_output(p, 0, &d);
     check(!strcmp(d.name, "loss") && d.rank == 0, "output 0 is the loss, a scalar");

@@ -483,18 +483,6 @@ static void test_api_errors(void) {
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) tm_tensor_free(all[i]);
 }
 
-static int read_all(const char *path, uint8_t **data, size_t *size) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return 0;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    *data = malloc((size_t)n + 1);
-    *size = fread(*data, 1, (size_t)n, f);
-    fclose(f);
-    return *size == (size_t)n;
-}
-
 static void write_all(const char *path, const uint8_t *data, size_t size) {
     FILE *f = fopen(path, "wb");
     if (f) {

@@ -25,18 +25,6 @@
 
 static char out_dir[512];
 
-static int read_all(const char *path, uint8_t **data, size_t *size) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return 0;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    *data = malloc((size_t)n + 1);
-    *size = fread(*data, 1, (size_t)n, f);
-    fclose(f);
-    return *size == (size_t)n;
-}
-
 static int same_file(const char *a, const char *b) {
     uint8_t *x = NULL, *y = NULL;
     size_t nx = 0, ny = 0;
