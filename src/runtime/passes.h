@@ -98,6 +98,11 @@ void tm__pass_match_epilogue(const tm_pass_scan *s, int32_t at, tm_val from,
 tm_status tm__pass_rewrite_epilogue(tm_pass_scan *s, const tm_pass_epilogue *ep, int prim,
                                     const tm_val *in, int nin, const tm_args *a);
 
+/* Runs fuse(scan, i) on every live node i that `wants` (in order, over the nodes there
+ * are when it starts), with the scan's reader counts; stops at the first failure. */
+tm_status tm__pass_each(tm_ctx *c, const tm_pass_roots *roots, int (*wants)(const tm_rnode *),
+                        tm_status (*fuse)(tm_pass_scan *, int32_t));
+
 /* The passes (one file each in passes/). */
 tm_status tm__pass_layernorm(tm_ctx *c, const tm_pass_roots *roots);
 tm_status tm__pass_gelu(tm_ctx *c, const tm_pass_roots *roots);

@@ -174,17 +174,10 @@ static tm_status fuse_at(tm_pass_scan *s, int32_t at) {
     return st == TM_ERR_SHAPE ? TM_OK : st;
 }
 
+static int is_conv(const tm_rnode *n) {
+    return n->prim == TM_P_CONV || n->prim == TM_P_CONV_TRANSPOSE;
+}
+
 tm_status tm__pass_conv(tm_ctx *c, const tm_pass_roots *roots) {
-    uint8_t *live = NULL;
-    int *uses = tm__pass_live_use_counts(c, roots, &live);
-    if (!uses) return TM_ERR_NO_MEMORY;
-    tm_pass_scan s = {c, uses, c->n_vals, roots, live};
-    tm_status st = TM_OK;
-    int32_t n_nodes = c->n_nodes;
-    for (int32_t i = 0; i < n_nodes && st == TM_OK; i++)
-        if (live[i] && (c->nodes[i].prim == TM_P_CONV || c->nodes[i].prim == TM_P_CONV_TRANSPOSE))
-            st = fuse_at(&s, i);
-    free(uses);
-    free(live);
-    return st;
+    return tm__pass_each(c, roots, is_conv, fuse_at);
 }

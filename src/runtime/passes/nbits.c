@@ -46,16 +46,8 @@ static tm_status fuse_at(tm_pass_scan *s, int32_t mm) {
     return st == TM_ERR_SHAPE ? TM_OK : st;
 }
 
+static int is_nbits(const tm_rnode *n) { return n->prim == TM_P_MATMUL_NBITS; }
+
 tm_status tm__pass_nbits(tm_ctx *c, const tm_pass_roots *roots) {
-    uint8_t *live = NULL;
-    int *uses = tm__pass_live_use_counts(c, roots, &live);
-    if (!uses) return TM_ERR_NO_MEMORY;
-    tm_pass_scan s = {c, uses, c->n_vals, roots, live};
-    tm_status st = TM_OK;
-    int32_t n_nodes = c->n_nodes;
-    for (int32_t i = 0; i < n_nodes && st == TM_OK; i++)
-        if (live[i] && c->nodes[i].prim == TM_P_MATMUL_NBITS) st = fuse_at(&s, i);
-    free(uses);
-    free(live);
-    return st;
+    return tm__pass_each(c, roots, is_nbits, fuse_at);
 }

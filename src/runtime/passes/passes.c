@@ -241,3 +241,18 @@ tm_status tm__pass_rewrite_epilogue(tm_pass_scan *s, const tm_pass_epilogue *ep,
     if (ep->residual != TM_NONE && ep->residual < s->n_uses) s->uses[ep->residual]++;
     return TM_OK;
 }
+
+tm_status tm__pass_each(tm_ctx *c, const tm_pass_roots *roots, int (*wants)(const tm_rnode *),
+                        tm_status (*fuse)(tm_pass_scan *, int32_t)) {
+    uint8_t *live = NULL;
+    int *uses = tm__pass_live_use_counts(c, roots, &live);
+    if (!uses) return TM_ERR_NO_MEMORY;
+    tm_pass_scan s = {c, uses, c->n_vals, roots, live};
+    tm_status st = TM_OK;
+    int32_t n_nodes = c->n_nodes;
+    for (int32_t i = 0; i < n_nodes && st == TM_OK; i++)
+        if (live[i] && wants(&c->nodes[i])) st = fuse(&s, i);
+    free(uses);
+    free(live);
+    return st;
+}
