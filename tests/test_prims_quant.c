@@ -33,6 +33,11 @@ static tm_val make(tm_ctx *c, tm_dtype dt, int rank, const int64_t *dims, tm_ten
 
 /* When set, the 4-bit tests run their kernels on these threads. */
 static tm_pool *nbits_pool;
+/* When set, rows of activations far from 1 in size: row m scaled by 1, 1e-30, 1e30, and
+ * every fourth row holding a NaN (its outputs must all be NaN). The integer GEMV scales
+ * each block of a row on its own. */
+static int extreme_rows;
+static const float row_scales[4] = {1.0f, 1e-30f, 1e30f, 1.0f};
 
 static void test_matmul_nbits_with(int bits, int64_t bs, int64_t K, int64_t N, int64_t M,
                                    int zp_kind, int with_g, tm_dtype adt, int repack) {
@@ -129,7 +134,12 @@ static void test_matmul_nbits_with(int bits, int64_t bs, int64_t K, int64_t N, i
                 }
                 double got = adt == TM_FLOAT16 ? tm_f16_to_f32(((uint16_t *)ty->data)[m * N + n])
                                                : ((float *)ty->data)[m * N + n];
-                double err = fabs(got - want) / (1e-6 + size);
+                if (isnan(want)) {
+                    CHECK(isnan(got), "M %lld K %lld N %lld: row %lld with a NaN gave %g", (long long)M,
+                          (long long)K, (long long)N, (long long)m, got);
+                    continue;
+                }
+                double err = fabs(got - want) / (extreme_rows ? 1e-300 + size : 1e-6 + size);
                 if (err > worst) worst = err;
             }
         CHECK(worst < (adt == TM_FLOAT16 ? 2e-3 : 1e-5),
@@ -572,6 +582,13 @@ int main(void) {
         test_matmul_nbits(4, 32, 480, 301, 600, 2, 0, TM_FLOAT);   /* the panel path */
         tm_pool_free(nbits_pool);
         nbits_pool = NULL;
+        /* Rows of very small and very large values, and NaN: the GEMV (a row at a time and
+         * four at a time) and the panel path. */
+        extreme_rows = 1;
+        for (int64_t m = 1; m <= 8; m += 7)
+            for (int zp = 0; zp < 3; zp++) test_matmul_nbits(4, 32, 96, 20, m, zp, 0, TM_FLOAT);
+        test_matmul_nbits(4, 16, 80, 20, 120, 1, 0, TM_FLOAT);
+        extreme_rows = 0;
     }
     unsetenv("TM_KERNEL_ISA");
     test_gather_bq(TM_UINT8, 0);

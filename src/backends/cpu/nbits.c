@@ -1,55 +1,51 @@
 /* tm_nbits_matmul: the 4-bit MATMUL_NBITS fast path. Repacks the weights (once, at plan
- * time), re-orders the activations once per call, then either runs the GEMV kernel over
- * column groups (a few rows: the weights stream once from memory), or dequantizes a group
- * of columns a slice of K at a time into a small buffer and multiplies it with the f32
- * GEMM tile (gemm.h) against the activations packed as the tile's B panel (more rows: the
- * dequantization is shared by all of them). Portable C stands in for the AVX-512 kernels
- * (nbits_avx512.c) elsewhere; the reference lives in core/prims/quant.c. */
+ * time) into groups of 16 columns, one 32-bit lane each. Fewer rows than PANEL_MIN_ROWS:
+ * each row is split exactly into three int8 digits per block (nbits.h) and the integer
+ * GEMV (AVX-512 VNNI, nbits_avx512.c) multiplies the nibbles by them, 4 rows per pass
+ * over a group's weights, which then stay in cache for the next 4; the f32 result per
+ * block is as accurate as f32 sums. More rows: panels of columns dequantized straight
+ * into the packed-B layout of the f32 GEMM (gemm.h), which multiplies every row by them,
+ * so each weight is dequantized once per call. Portable C stands in for the AVX-512
+ * kernels elsewhere (a float GEMV); the reference lives in core/prims/quant.c. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "claim.h"
 #include "gemm.h"
 #include "nbits.h"
 
-/* Up to this many rows the GEMV (4 rows per pass over the weights) beats the tile path. */
-#define GEMV_MAX_ROWS 8
-/* k values dequantized per tile call: the tile's B slice (this many rows of 32 floats)
- * and the weight rows stay in L1 together. */
-#define SLICE_K 128
-/* Row panels of the tile path kept at once (their accumulators are on the stack). */
-#define ROW_PANELS 16
+/* From this many rows the panel path (dequantized panels and the f32 GEMM) beats the
+ * integer GEMV; the portable float GEMV gives way to it sooner. */
+#define PANEL_MIN_ROWS 96
+#define PORTABLE_PANEL_MIN_ROWS 9
+/* Columns per panel of the panel path (a multiple of every GEMM panel width; the
+ * epilogue runs on row pieces this long), and threads with a panel buffer each. */
+#define PANEL_COLS 128
+#define PANEL_SLOTS 4
 /* Below this many weights a call runs on the calling thread. */
 #define PARALLEL_MIN_WEIGHTS (1 << 15)
-
+/* Rows per pass of the GEMVs over a group's weights. */
+#define PASS_ROWS 4
 
 static int64_t round_up(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 #define PACK_MAGIC 0x344e4d54u   /* "TMN4" */
-#define PACK_VERSION 1u
+#define PACK_VERSION 2u
 
 static int64_t blocks_of(int64_t k, int64_t block) { return (k + block - 1) / block; }
-
-/* k padded to whole chunks of 32 (covering every stored block). */
-static int64_t padded_k(int64_t k, int64_t block) {
-    return round_up(round_up(k, block), TM_NBITS_CHUNK);
-}
 
 /* ---- Choosing kernels ----------------------------------------------------------------- */
 
 typedef struct kernels {
     const tm__nbits_arch *arch;    /* NULL: portable C */
-    const tm__sgemm_arch *tile;    /* f32 tile for many rows; NULL: GEMV for every row */
 } kernels;
 
 static int pick(kernels *kr) {
     if (tm_use_reference_kernels()) return 0;
     const char *isa = getenv("TM_KERNEL_ISA");
     if (isa && !strcmp(isa, "scalar")) return 0;
-    int allow512 = !isa || !strcmp(isa, "avx512");
-    kr->arch = allow512 ? tm__nbits_arch_avx512() : NULL;
-    kr->tile = allow512 ? tm__sgemm_arch_avx512() : NULL;
-    if (!kr->tile) kr->tile = tm__sgemm_arch_avx2();
+    kr->arch = !isa || !strcmp(isa, "avx512") ? tm__nbits_arch_avx512() : NULL;
     return 1;
 }
 
@@ -64,23 +60,21 @@ const char *tm_nbits_kernel_name(void) {
     return kr.arch ? kr.arch->name : "portable";
 }
 
-/* From this many rows, the panel path (below): measured against the tile path on MiniLM's
- * products, slower at 128 rows, faster at 1024. */
-#define PANEL_MIN_ROWS 512
-/* Columns per panel of the panel path (a multiple of 32; the epilogue runs on row pieces
- * this long), and threads with a panel buffer each. */
-#define PANEL_COLS 128
-#define PANEL_SLOTS 4
-
 /* Floats of one thread's panel: PANEL_COLS x k_pad in the packed-B layout. */
 static int64_t panel_slot_floats(int64_t k_pad) { return round_up(PANEL_COLS * k_pad, 16); }
 
+size_t tm__nbits_qrow_bytes(int64_t k_pad, int64_t blocks) {
+    return (size_t)(round_up(3 * k_pad, 64) + round_up(8 * blocks, 64));
+}
+
 size_t tm_nbits_scratch(int64_t m, int64_t k, int64_t block) {
-    /* The GEMV's rows, or the tile path's row panels (up to 32 rows each), or the panel
-     * path's re-ordered rows and panel buffers. */
-    int64_t k_pad = padded_k(k, block), floats = round_up(m, 32) * k_pad;
-    if (m >= PANEL_MIN_ROWS) floats += PANEL_SLOTS * panel_slot_floats(k_pad);
-    return (size_t)floats * sizeof(float) + 128;
+    /* The integer path's split rows and their descriptors, or the panel path's padded
+     * rows (when K is not a whole number of blocks) and panel buffers. */
+    int64_t blocks = blocks_of(k, block), k_pad = blocks * block;
+    size_t split = (size_t)m * (tm__nbits_qrow_bytes(k_pad, blocks) + sizeof(tm__nbits_qrow));
+    size_t panel = sizeof(float) * (size_t)((k_pad != k ? round_up(m * k_pad, 16) : 0) +
+                                            PANEL_SLOTS * panel_slot_floats(k_pad));
+    return (split > panel ? split : panel) + 128;
 }
 
 /* ---- The repacked layout -------------------------------------------------------------- */
@@ -114,6 +108,13 @@ int tm_nbits_packed_check(const void *p, size_t bytes, int64_t n, int64_t k, int
     return bytes == tm_nbits_packed_size(n, k, block, h.zp_float) && !memcmp(&h, &want, sizeof h);
 }
 
+/* Where weight (column c of its group, k = i within the block) lies in a record: the
+ * byte, and 0 for its low nibble or 4 for its high one. */
+static int64_t nibble_at(int c, int64_t i, int *shift) {
+    *shift = i % 8 < 4 ? 0 : 4;
+    return (i / 8) * 64 + c * 4 + i % 4;
+}
+
 void tm_nbits_pack(const tm_nbits_weights *w, void *dst) {
     tm__nbits_packed h;
     layout(w->n, w->k, w->block, w->zp_float != NULL, &h);
@@ -123,10 +124,16 @@ void tm_nbits_pack(const tm_nbits_weights *w, void *dst) {
     int64_t half = w->block / 2;
     /* Columns past n (the last group's) stay zero: nibbles, scale and zero point. */
     for (int64_t n = 0; n < w->n; n++) {
-        int64_t g = n / TM_NBITS_GROUP, c = n % TM_NBITS_GROUP;
+        int64_t g = n / TM_NBITS_GROUP;
+        int c = (int)(n % TM_NBITS_GROUP);
         for (int64_t blk = 0; blk < h.blocks; blk++) {
             uint8_t *rec = out + h.data_offset + (g * h.blocks + blk) * h.record;
-            memcpy(rec + c * half, w->b + (n * h.blocks + blk) * half, (size_t)half);
+            const uint8_t *src = w->b + (n * h.blocks + blk) * half;
+            for (int64_t i = 0; i < w->block; i++) {
+                int shift;
+                unsigned q = (src[i / 2] >> (i & 1 ? 4 : 0)) & 15;
+                rec[nibble_at(c, i, &shift)] |= (uint8_t)(q << shift);
+            }
             memcpy(rec + tm__nbits_scales_at(w->block) + 4 * c, w->scales + n * h.blocks + blk, 4);
             uint8_t *zps = rec + tm__nbits_zps_at(w->block);
             if (w->zp_float) {
@@ -152,227 +159,49 @@ static void record_params(const tm__nbits_packed *h, const uint8_t *rec, int c, 
     else *zp = (float)zps[c];
 }
 
-/* Chunk ch of column c of group g (32 weights in the re-ordered k) into w; zeros past the
- * blocks (a block of 16 leaves the last chunk half empty when their count is odd). */
-static void dequant_chunk(const tm__nbits_packed *h, const uint8_t *data, int64_t g, int c,
-                          int64_t ch, float *w) {
-    int64_t half = h->block / 2;
-    /* Bytes [8s, 8s + 8) of the chunk hold k in [32ch + 16s, 32ch + 16s + 16): one block. */
-    for (int s = 0; s < 2; s++) {
-        int64_t k0 = TM_NBITS_CHUNK * ch + 16 * s, blk = k0 / h->block;
-        if (blk >= h->blocks) {
-            for (int p = 8 * s; p < 8 * s + 8; p++) w[p] = w[16 + p] = 0.0f;
-            continue;
-        }
-        const uint8_t *rec = data + (g * h->blocks + blk) * h->record;
-        const uint8_t *bytes = rec + c * half + (k0 % h->block) / 2;
-        float scale, zp;
-        record_params(h, rec, c, &scale, &zp);
-        for (int p = 0; p < 8; p++) {
-            w[8 * s + p] = ((float)(bytes[p] & 15) - zp) * scale;
-            w[16 + 8 * s + p] = ((float)(bytes[p] >> 4) - zp) * scale;
-        }
-    }
-}
-
+/* The float GEMV: rows (up to PASS_ROWS) of a (row stride lda, k values) times the
+ * columns of groups [g0, g1), a sum per block added to each column's total. */
 static void gemv_portable(const tm__nbits_packed *h, const uint8_t *data, const float *a,
                           int64_t lda, int rows, int64_t g0, int64_t g1, float *y, int64_t ldy) {
-    int64_t chunks = padded_k(h->k, h->block) / TM_NBITS_CHUNK;
     for (int64_t g = g0; g < g1; g++)
         for (int c = 0; c < TM_NBITS_GROUP && g * TM_NBITS_GROUP + c < h->n; c++) {
-            float acc[4][TM_NBITS_CHUNK];
-            memset(acc, 0, sizeof acc);
-            for (int64_t ch = 0; ch < chunks; ch++) {
-                float w[TM_NBITS_CHUNK];
-                dequant_chunk(h, data, g, c, ch, w);
-                for (int r = 0; r < rows; r++)
-                    for (int p = 0; p < TM_NBITS_CHUNK; p++)
-                        acc[r][p] += w[p] * a[r * lda + ch * TM_NBITS_CHUNK + p];
-            }
-            for (int r = 0; r < rows; r++) {
-                float sum = 0.0f;
-                for (int p = 0; p < TM_NBITS_CHUNK; p++) sum += acc[r][p];
-                y[r * ldy + g * TM_NBITS_GROUP + c] = sum;
-            }
-        }
-}
-
-static void dequant_portable(const tm__nbits_packed *h, const uint8_t *data, int64_t g0,
-                             int groups, int64_t c0, int64_t chunks, float *w, int64_t ldw) {
-    for (int gi = 0; gi < groups; gi++)
-        for (int c = 0; c < TM_NBITS_GROUP; c++)
-            for (int64_t ch = c0; ch < c0 + chunks; ch++)
-                dequant_chunk(h, data, g0 + gi, c, ch,
-                              w + (gi * TM_NBITS_GROUP + c) * ldw + (ch - c0) * TM_NBITS_CHUNK);
-}
-
-/* The AVX-512 kernels take blocks of 32 or more (a chunk inside one block). */
-static tm__nbits_gemv_fn gemv_of(const kernels *kr, const tm__nbits_packed *h) {
-    return kr->arch && h->block >= TM_NBITS_CHUNK ? kr->arch->gemv : gemv_portable;
-}
-
-static tm__nbits_dequant_fn dequant_of(const kernels *kr, const tm__nbits_packed *h) {
-    return kr->arch && h->block >= TM_NBITS_CHUNK ? kr->arch->dequant : dequant_portable;
-}
-
-/* Row i of a in the kernels' order: within each 32, the even k then the odd k. */
-static void reorder_row(const float *a, int64_t k, int64_t k_pad, float *dst, int64_t step) {
-    for (int64_t c = 0; c < k_pad; c += TM_NBITS_CHUNK)
-        for (int p = 0; p < TM_NBITS_CHUNK; p++) {
-            int64_t src = c + (p < 16 ? 2 * p : 2 * (p - 16) + 1);
-            dst[(c + p) * step] = src < k ? a[src] : 0.0f;
-        }
-}
-
-/* ---- The GEMV path -------------------------------------------------------------------- */
-
-typedef struct gemv_job {
-    const tm__nbits_packed *h;
-    const uint8_t *data;
-    tm__nbits_gemv_fn gemv;
-    int64_t m;
-    const float *a;       /* re-ordered rows, k_pad apart */
-    int64_t k_pad;
-    float *y;
-    const tm_sgemm_epilogue *ep;
-    _Atomic int64_t next; /* first unclaimed column group (claim.h) */
-} gemv_job;
-
-static void gemv_slice(void *arg, int ith, int nth) {
-    gemv_job *jb = arg;
-    (void)ith;
-    int64_t g0, g1;
-    while ((g0 = tm__claim(&jb->next, jb->h->groups, nth, 4, &g1)) < jb->h->groups) {
-        for (int64_t r = 0; r < jb->m; r += 4) {
-            int rows = (int)min64(4, jb->m - r);
-            jb->gemv(jb->h, jb->data, jb->a + r * jb->k_pad, jb->k_pad, rows, g0, g1,
-                     jb->y + r * jb->h->n, jb->h->n);
-        }
-        tm_sgemm_epilogue_apply(jb->ep, jb->y, jb->h->n, 0, jb->m, g0 * TM_NBITS_GROUP,
-                                min64(g1 * TM_NBITS_GROUP, jb->h->n));
-    }
-}
-
-/* ---- The tile path -------------------------------------------------------------------- */
-
-/* Column groups dequantized per step: 12 columns, whole tiles for mr 12 or 6. */
-#define STEP_GROUPS 3
-#define STEP_COLUMNS (STEP_GROUPS * TM_NBITS_GROUP)
-
-typedef struct tile_job {
-    const tm__nbits_packed *h;
-    const uint8_t *data;
-    const tm__sgemm_arch *ar;
-    tm__nbits_dequant_fn dequant;
-    tm__nbits_pack_fn pack;
-    tm__nbits_store_fn store;
-    int64_t m;
-    const float *a;
-    float *y;
-    float *panels;        /* row panels: (k_pad, ar->nr) each, ar->nr rows of a */
-    int64_t k_pad, row_panels;
-    _Atomic int64_t next; /* first unclaimed column step (claim.h) */
-} tile_job;
-
-/* Portable tm__nbits_pack_fn: chunk by chunk, so that the 32 x nr floats being written stay
- * in L1 while each row's 32 values are read in order. */
-static void pack_portable(const float *a, int64_t k, int64_t k_pad, int rows, int nr,
-                          float *panel) {
-    for (int64_t c = 0; c < k_pad; c += TM_NBITS_CHUNK) {
-        float *dst = panel + c * nr;
-        for (int lane = 0; lane < nr; lane++) {
-            if (lane >= rows) {
-                for (int p = 0; p < TM_NBITS_CHUNK; p++) dst[p * nr + lane] = 0.0f;
-                continue;
-            }
-            const float *src = a + lane * k;
-            for (int p = 0; p < 16; p++) {
-                int64_t even = c + 2 * p, odd = even + 1;
-                dst[p * nr + lane] = even < k ? src[even] : 0.0f;
-                dst[(16 + p) * nr + lane] = odd < k ? src[odd] : 0.0f;
-            }
-        }
-    }
-}
-
-static void store_portable(const float *acc, int nr, int rows, int cols, float *y, int64_t ldy) {
-    for (int r = 0; r < rows; r++)
-        for (int j = 0; j < cols; j++) y[r * ldy + j] = acc[j * nr + r];
-}
-
-static void pack_slice(void *arg, int ith, int nth) {
-    const tile_job *jb = arg;
-    int nr = jb->ar->nr;
-    for (int64_t rp = jb->row_panels * ith / nth; rp < jb->row_panels * (ith + 1) / nth; rp++)
-        jb->pack(jb->a + rp * nr * jb->h->k, jb->h->k, jb->k_pad, (int)min64(nr, jb->m - rp * nr),
-                 nr, jb->panels + rp * jb->k_pad * nr);
-}
-
-/* The columns of groups [g0, g0 + groups) for every row. The weights are the tile's A
- * (one row per column, broadcast element by element), the row panels its packed B, so
- * each output tile is (columns, rows) and is stored transposed. */
-static void column_step(const tile_job *jb, int64_t g0, int groups) {
-    const tm__nbits_packed *h = jb->h;
-    const tm__sgemm_arch *ar = jb->ar;
-    int mr = ar->mr, nr = ar->nr;
-    int64_t n0 = g0 * TM_NBITS_GROUP;
-    int cols = (int)min64(groups * TM_NBITS_GROUP, h->n - n0);
-    /* The tile reads mr rows of w from each call's first row: room for the last call. */
-    _Alignas(64) float w[(STEP_COLUMNS + 16) * SLICE_K];
-    _Alignas(64) float acc[ROW_PANELS][STEP_COLUMNS * 32];   /* (columns, nr <= 32) */
-    if (mr > 16 || nr > 32) abort();   /* an arch table out of step with this file */
-    /* Rows the last tile call reads past the dequantized ones: zeros (no garbage floats). */
-    int dequantized = groups * TM_NBITS_GROUP, read = (cols + mr - 1) / mr * mr;
-    if (read > dequantized)
-        memset(w + dequantized * SLICE_K, 0, sizeof(float) * (size_t)((read - dequantized) * SLICE_K));
-    for (int64_t rp0 = 0; rp0 < jb->row_panels; rp0 += ROW_PANELS) {
-        int64_t rps = min64(ROW_PANELS, jb->row_panels - rp0);
-        for (int64_t k0 = 0; k0 < jb->k_pad; k0 += SLICE_K) {
-            int64_t kc = min64(SLICE_K, jb->k_pad - k0);
-            jb->dequant(h, jb->data, g0, groups, k0 / TM_NBITS_CHUNK, kc / TM_NBITS_CHUNK, w, SLICE_K);
-            for (int64_t rp = 0; rp < rps; rp++) {
-                int rows = (int)min64(nr, jb->m - (rp0 + rp) * nr);
-                const float *panel = jb->panels + ((rp0 + rp) * jb->k_pad + k0) * nr;
-                for (int c0 = 0; c0 < cols; c0 += mr) {
-                    /* A full tile of columns: the tile over A's rows in place (the dequantized
-                     * columns are its rows, SLICE_K apart), with no strides to spill. */
-                    if (cols - c0 >= mr && ar->tile_rows)
-                        ar->tile_rows(kc, w + c0 * SLICE_K, SLICE_K, panel, acc[rp] + c0 * nr,
-                                      nr, rows, k0 ? 1.0f : 0.0f);
-                    else
-                        ar->tile(kc, w + c0 * SLICE_K, SLICE_K, 1, panel, acc[rp] + c0 * nr, nr,
-                                 (int)min64(mr, cols - c0), rows, 1.0f, k0 ? 1.0f : 0.0f);
+            float acc[PASS_ROWS] = {0};
+            for (int64_t blk = 0; blk < h->blocks; blk++) {
+                const uint8_t *rec = data + (g * h->blocks + blk) * h->record;
+                int64_t k0 = blk * h->block, kc = min64(h->block, h->k - k0);
+                float scale, zp, part[PASS_ROWS] = {0};
+                record_params(h, rec, c, &scale, &zp);
+                for (int64_t i = 0; i < kc; i++) {
+                    int shift;
+                    unsigned q = (rec[nibble_at(c, i, &shift)] >> shift) & 15;
+                    float w = ((float)q - zp) * scale;
+                    for (int r = 0; r < rows; r++) part[r] += a[r * lda + k0 + i] * w;
                 }
+                for (int r = 0; r < rows; r++) acc[r] += part[r];
+            }
+            for (int r = 0; r < rows; r++) y[r * ldy + g * TM_NBITS_GROUP + c] = acc[r];
+        }
+}
+
+/* Portable tm__nbits_panel_fn. */
+static void panel_portable(const tm__nbits_packed *h, const uint8_t *data, int64_t g0, int groups,
+                           int64_t k0, int64_t kc, int P, float *dst) {
+    for (int64_t p = 0; p < kc; p++) memset(dst + p * P, 0, sizeof(float) * (size_t)P);
+    for (int gi = 0; gi < groups; gi++)
+        for (int64_t p = 0; p < kc; p++) {
+            int64_t k = k0 + p, blk = k / h->block, i = k % h->block;
+            const uint8_t *rec = data + ((g0 + gi) * h->blocks + blk) * h->record;
+            for (int c = 0; c < TM_NBITS_GROUP; c++) {
+                float scale, zp;
+                int shift;
+                record_params(h, rec, c, &scale, &zp);
+                unsigned q = (rec[nibble_at(c, i, &shift)] >> shift) & 15;
+                dst[p * P + gi * TM_NBITS_GROUP + c] = ((float)q - zp) * scale;
             }
         }
-        for (int64_t rp = 0; rp < rps; rp++) {
-            int64_t row0 = (rp0 + rp) * nr;
-            jb->store(acc[rp], nr, (int)min64(nr, jb->m - row0), cols, jb->y + row0 * h->n + n0, h->n);
-        }
-    }
 }
 
-static void tile_slice(void *arg, int ith, int nth) {
-    tile_job *jb = arg;
-    (void)ith;
-    int64_t steps = (jb->h->groups + STEP_GROUPS - 1) / STEP_GROUPS, t0, t1;
-    while ((t0 = tm__claim(&jb->next, steps, nth, 1, &t1)) < steps)
-        for (int64_t t = t0; t < t1; t++) {
-            int64_t g0 = t * STEP_GROUPS;
-            column_step(jb, g0, (int)min64(STEP_GROUPS, jb->h->groups - g0));
-        }
-}
-
-typedef struct epilogue_job {
-    const tm_sgemm_epilogue *ep;
-    float *y;
-    int64_t m, n;
-} epilogue_job;
-
-static void epilogue_slice(void *arg, int ith, int nth) {
-    const epilogue_job *j = arg;
-    tm_sgemm_epilogue_apply(j->ep, j->y, j->n, j->m * ith / nth, j->m * (ith + 1) / nth, 0, j->n);
-}
+/* ---- Splitting work ------------------------------------------------------------------- */
 
 static void run(tm_pool *pool, int nth, tm_pool_fn fn, void *arg) {
     if (nth <= 1) fn(arg, 0, 1);
@@ -384,37 +213,89 @@ static int threads_for(int64_t units, int64_t n, int64_t k, tm_pool *pool) {
     return units < nth ? (int)units : nth;
 }
 
+/* ---- The GEMV paths ------------------------------------------------------------------- */
+
+typedef struct gemv_job {
+    const tm__nbits_packed *h;
+    const uint8_t *data;
+    const tm__nbits_arch *arch;   /* NULL: the portable float GEMV on a */
+    int64_t m;
+    const float *a;
+    const tm__nbits_qrow *q;      /* the split rows (arch) */
+    float *y;
+    const tm_sgemm_epilogue *ep;
+    _Atomic int64_t next;         /* first unclaimed column group (claim.h) */
+} gemv_job;
+
+/* A few groups at a time for many rows, so that their weights stay in L1 from one pass
+ * of PASS_ROWS rows to the next. */
+static void gemv_slice(void *arg, int ith, int nth) {
+    gemv_job *jb = arg;
+    (void)ith;
+    int64_t g0, g1 = 0, most = jb->m > PASS_ROWS ? 2 : jb->h->groups;
+    while ((g0 = tm__claim(&jb->next, jb->h->groups, nth, 4, &g1)) < jb->h->groups)
+        for (int64_t s0 = g0; s0 < g1; s0 += most) {
+            int64_t s1 = min64(g1, s0 + most);
+            for (int64_t r = 0; r < jb->m; r += PASS_ROWS) {
+                int rows = (int)min64(PASS_ROWS, jb->m - r);
+                float *y = jb->y + r * jb->h->n;
+                if (jb->arch) jb->arch->gemv(jb->h, jb->data, jb->q + r, rows, s0, s1, y, jb->h->n);
+                else gemv_portable(jb->h, jb->data, jb->a + r * jb->h->k, jb->h->k, rows, s0, s1, y, jb->h->n);
+            }
+            tm_sgemm_epilogue_apply(jb->ep, jb->y, jb->h->n, 0, jb->m, s0 * TM_NBITS_GROUP,
+                                    min64(s1 * TM_NBITS_GROUP, jb->h->n));
+        }
+}
+
+typedef struct split_job {
+    const tm__nbits_packed *h;
+    tm__nbits_split_fn split;
+    const float *a;
+    uint8_t *rows;           /* m buffers of tm__nbits_qrow_bytes, 64-aligned */
+    tm__nbits_qrow *q;
+    int64_t m;
+} split_job;
+
+static void split_slice(void *arg, int ith, int nth) {
+    const split_job *j = arg;
+    const tm__nbits_packed *h = j->h;
+    size_t bytes = tm__nbits_qrow_bytes(h->blocks * h->block, h->blocks);
+    for (int64_t r = j->m * ith / nth; r < j->m * (ith + 1) / nth; r++)
+        j->split(j->a + r * h->k, h->k, h->block, h->blocks, j->rows + (size_t)r * bytes, j->q + r);
+}
+
 /* ---- The panel path ------------------------------------------------------------------
- * Many rows: PANEL_COLS columns at a time dequantized over the whole of K (in the
- * kernels' k order) and laid out as the packed-B GEMM's panels, then multiplied by every
- * re-ordered row with tm_sgemm_bpacked, whose micro-kernel reads the rows where they lie
- * at the f32 GEMM's speed; the epilogue runs on each tile there. One panel's
- * dequantization serves all rows. */
+ * PANEL_COLS columns at a time dequantized over the whole of K into the packed-B GEMM's
+ * panels, then multiplied by every row with tm_sgemm_bpacked, whose micro-kernel reads
+ * the rows where they lie at the f32 GEMM's speed; the epilogue runs on each tile there.
+ * One panel's dequantization serves all rows. */
 
 typedef struct panel_job {
     const tm__nbits_packed *h;
     const uint8_t *data;
     tm__nbits_panel_fn to_panel;
     int64_t m, k_pad;
-    const float *a;       /* re-ordered rows, k_pad apart */
+    const float *a;       /* rows k_pad apart */
     float *y;
     const tm_sgemm_epilogue *ep;
     float *slots;         /* PANEL_SLOTS buffers of panel_slot_floats(k_pad) */
-    int64_t cols;         /* columns per claimed panel: 32, 64 or PANEL_COLS */
+    int64_t cols;         /* columns per claimed panel: PANEL_COLS or a narrower multiple of P */
     int panel, depth;
     _Atomic int64_t next; /* first unclaimed panel (claim.h) */
 } panel_job;
 
-typedef struct reorder_job {
+typedef struct pad_job {
     const float *a;
     float *dst;
     int64_t m, k, k_pad;
-} reorder_job;
+} pad_job;
 
-static void reorder_slice(void *arg, int ith, int nth) {
-    const reorder_job *j = arg;
-    for (int64_t r = j->m * ith / nth; r < j->m * (ith + 1) / nth; r++)
-        reorder_row(j->a + r * j->k, j->k, j->k_pad, j->dst + r * j->k_pad, 1);
+static void pad_slice(void *arg, int ith, int nth) {
+    const pad_job *j = arg;
+    for (int64_t r = j->m * ith / nth; r < j->m * (ith + 1) / nth; r++) {
+        memcpy(j->dst + r * j->k_pad, j->a + r * j->k, sizeof(float) * (size_t)j->k);
+        memset(j->dst + r * j->k_pad + j->k, 0, sizeof(float) * (size_t)(j->k_pad - j->k));
+    }
 }
 
 static void panel_slice(void *arg, int ith, int nth) {
@@ -422,21 +303,18 @@ static void panel_slice(void *arg, int ith, int nth) {
     const tm__nbits_packed *h = jb->h;
     float *packed = jb->slots + ith * panel_slot_floats(jb->k_pad);
     int64_t cols = jb->cols, panels = (h->n + cols - 1) / cols, p0, p1;
-    int groups_per = (int)(cols / TM_NBITS_GROUP);
+    int P = jb->panel, per = P / TM_NBITS_GROUP;
     while ((p0 = tm__claim(&jb->next, panels, nth, 1, &p1)) < panels)
         for (int64_t p = p0; p < p1; p++) {
             int64_t n0 = p * cols, g0 = n0 / TM_NBITS_GROUP;
-            int64_t width = min64(cols, h->n - n0);
-            int groups = (int)min64(groups_per, h->groups - g0);
-            /* gemm.h's layout: depth block after depth block, in each every 32-column
-             * panel of the block's rows. */
-            int64_t panels32 = (width + 31) / 32;
+            int64_t width = min64(cols, h->n - n0), panelsP = (width + P - 1) / P;
+            /* gemm.h's layout: depth block after depth block, in each every P-column panel
+             * of the block's rows. */
             for (int64_t d0 = 0; d0 < jb->k_pad; d0 += jb->depth) {
                 int64_t rows = min64(jb->depth, jb->k_pad - d0);
-                for (int64_t q = 0; q < panels32; q++)
-                    jb->to_panel(h, jb->data, g0 + q * 8, (int)min64(8, groups - q * 8),
-                                 d0 / TM_NBITS_CHUNK, rows / TM_NBITS_CHUNK,
-                                 packed + d0 * panels32 * 32 + q * rows * 32);
+                for (int64_t q = 0; q < panelsP; q++)
+                    jb->to_panel(h, jb->data, g0 + q * per, (int)min64(per, h->groups - g0 - q * per),
+                                 d0, rows, P, packed + d0 * panelsP * P + q * rows * P);
             }
             tm_sgemm_epilogue ep, *use = NULL;
             if (jb->ep) {
@@ -450,69 +328,55 @@ static void panel_slice(void *arg, int ith, int nth) {
         }
 }
 
-static void run(tm_pool *pool, int nth, tm_pool_fn fn, void *arg);
-static int threads_for(int64_t units, int64_t n, int64_t k, tm_pool *pool);
-
-static void panel_path(const tm__nbits_packed *h, const uint8_t *data, const kernels *kr,
-                       int64_t m, const float *a, float *y, float *buf,
+static void panel_path(const tm__nbits_packed *h, const uint8_t *data, tm__nbits_panel_fn to_panel,
+                       int P, int depth, int64_t m, const float *a, float *y, float *buf,
                        const tm_sgemm_epilogue *ep, tm_pool *pool) {
-    int64_t k_pad = padded_k(h->k, h->block);
-    float *rows = buf, *slots = buf + round_up(m, 32) * k_pad;
-    reorder_job rj = {a, rows, m, h->k, k_pad};
-    run(pool, threads_for(m, h->n, h->k, pool), reorder_slice, &rj);
-    panel_job jb = {h, data, kr->arch->panel, m, k_pad, rows, y, ep, slots, PANEL_COLS, 0, 0, 0};
-    tm_sgemm_pack_layout(&jb.panel, &jb.depth);
-    int nth = threads_for((h->n + 31) / 32, h->n, h->k, pool);
+    int64_t k_pad = h->blocks * h->block;
+    const float *rows = a;
+    float *slots = buf;
+    if (k_pad != h->k) {
+        pad_job pj = {a, buf, m, h->k, k_pad};
+        run(pool, threads_for(m, h->n, h->k, pool), pad_slice, &pj);
+        rows = buf;
+        slots = buf + round_up(m * k_pad, 16);
+    }
+    panel_job jb = {h, data, to_panel, m, k_pad, rows, y, ep, slots, PANEL_COLS, P, depth, 0};
+    int nth = threads_for((h->n + P - 1) / P, h->n, h->k, pool);
     if (nth > PANEL_SLOTS) nth = PANEL_SLOTS;
     /* Narrower panels where wide ones would leave a thread idle (N = 384 on 2 threads:
      * three panels of 128). */
-    while (jb.cols > 32 && (h->n + jb.cols - 1) / jb.cols < 3 * nth) jb.cols /= 2;
-    if (nth <= 1) panel_slice(&jb, 0, 1);
-    else tm_pool_run(pool, nth, panel_slice, &jb);
+    while (jb.cols > P && (jb.cols / 2) % P == 0 && (h->n + jb.cols - 1) / jb.cols < 3 * nth)
+        jb.cols /= 2;
+    run(pool, nth, panel_slice, &jb);
 }
 
 void tm_nbits_matmul(const void *packed, int64_t m, const float *a, float *y, void *scratch,
                      const tm_sgemm_epilogue *ep, tm_pool *pool) {
     kernels kr;
     if (m <= 0) return;
-    if (!pick(&kr)) {
-        /* The reference: portable C, one pass over the weights per 4 rows. */
-        kr.arch = NULL;
-        kr.tile = NULL;
-    }
+    int fast = pick(&kr);
+    if (!fast) kr.arch = NULL;   /* the reference: the portable float GEMV for every row */
     tm__nbits_packed h;
     memcpy(&h, packed, sizeof h);
     const uint8_t *data = (const uint8_t *)packed + h.data_offset;
-    int64_t k_pad = padded_k(h.k, h.block);
-    float *buf = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
-    if (m <= GEMV_MAX_ROWS || !kr.tile) {
-        for (int64_t r = 0; r < m; r++) reorder_row(a + r * h.k, h.k, k_pad, buf + r * k_pad, 1);
-        int nth = threads_for(h.groups, h.n, h.k, pool);
-        gemv_job jb = {&h, data, gemv_of(&kr, &h), m, buf, k_pad, y, ep, 0};
-        run(pool, nth, gemv_slice, &jb);
+    uint8_t *buf = (uint8_t *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
+    int P, depth;
+    tm_sgemm_pack_layout(&P, &depth);
+    if (fast && m >= (kr.arch ? PANEL_MIN_ROWS : PORTABLE_PANEL_MIN_ROWS) && P % TM_NBITS_GROUP == 0 &&
+        PANEL_COLS % P == 0 && depth % 8 == 0) {
+        panel_path(&h, data, kr.arch ? kr.arch->panel : panel_portable, P, depth, m, a, y,
+                   (float *)buf, ep, pool);
         return;
     }
-    int panel_width, panel_depth;
-    tm_sgemm_pack_layout(&panel_width, &panel_depth);
-    if (m >= PANEL_MIN_ROWS && kr.arch && kr.arch->panel && panel_width == 32 &&
-        panel_depth % TM_NBITS_CHUNK == 0 &&
-        h.block >= TM_NBITS_CHUNK && !getenv("TM_NBITS_TILE")) {
-        panel_path(&h, data, &kr, m, a, y, buf, ep, pool);
-        return;
+    gemv_job jb = {&h, data, kr.arch, m, a, NULL, y, ep, 0};
+    if (kr.arch) {
+        size_t bytes = tm__nbits_qrow_bytes(h.blocks * h.block, h.blocks);
+        tm__nbits_qrow *q = (tm__nbits_qrow *)(buf + (size_t)m * bytes);
+        split_job sj = {&h, kr.arch->split, a, buf, q, m};
+        run(pool, threads_for(m, h.n, h.k, pool), split_slice, &sj);
+        jb.q = q;
     }
-    int simd = kr.arch && kr.tile->nr % 16 == 0;
-    tile_job jb = {&h, data, kr.tile, dequant_of(&kr, &h), simd ? kr.arch->pack : pack_portable,
-                   simd ? kr.arch->store : store_portable, m, a, y, buf, k_pad,
-                   (m + kr.tile->nr - 1) / kr.tile->nr, 0};
-    run(pool, threads_for(jb.row_panels, h.n, h.k, pool), pack_slice, &jb);
-    int64_t steps = (h.groups + STEP_GROUPS - 1) / STEP_GROUPS;
-    run(pool, threads_for(steps, h.n, h.k, pool), tile_slice, &jb);
-    /* The tile path finishes 12 columns at a time: its epilogue runs afterwards over whole
-     * rows (one pass over y, where the unfused graph made one per step), split by rows. */
-    if (ep) {
-        epilogue_job ej = {ep, y, m, h.n};
-        run(pool, threads_for(m, h.n, h.k, pool), epilogue_slice, &ej);
-    }
+    run(pool, threads_for(h.groups, h.n, h.k, pool), gemv_slice, &jb);
 }
 
 /* ---- The per-run dequantization ------------------------------------------------------- */

@@ -1,11 +1,12 @@
-/* 4-bit block-quantized matrix multiply for MATMUL_NBITS (f32 activations, f32
- * accumulation: MatMulNBits' accuracy_level 0). The weights are repacked once (plan
- * time, tm_nbits_pack) into one sequential stream, still 4-bit: per group of 4 columns and
- * per block, their nibbles, scales and zero points side by side. A few rows: a GEMV that
- * dequantizes through a 16-entry table per block (vpermps), columns split over the pool;
- * more rows: a group of columns dequantized a slice of K at a time and multiplied with the
- * f32 GEMM tile (gemm.h). Other bit widths, g_idx and half precision stay with the
- * reference kernel (core/prims/quant.c). */
+/* 4-bit block-quantized matrix multiply for MATMUL_NBITS (f32 activations, results as
+ * accurate as f32 sums: MatMulNBits' accuracy_level 0). The weights are repacked once
+ * (plan time, tm_nbits_pack) into one sequential stream, still 4-bit: per group of 16
+ * columns and per block, their nibbles interleaved column by column, then their scales
+ * and zero points. A few rows: a GEMV in integers (AVX-512 VNNI) on each row split
+ * exactly into three int8 digits per block, columns split over the pool; many rows:
+ * panels of columns dequantized into the packed-B layout of the f32 GEMM (gemm.h).
+ * Other bit widths, g_idx and half precision stay with the reference kernel
+ * (core/prims/quant.c). */
 #ifndef TM_BACKENDS_CPU_NBITS_H
 #define TM_BACKENDS_CPU_NBITS_H
 
@@ -33,7 +34,7 @@ void tm_nbits_pack(const tm_nbits_weights *w, void *dst);
 /* 1 when p (of `bytes` bytes) holds repacked weights of these dimensions. */
 int tm_nbits_packed_check(const void *p, size_t bytes, int64_t n, int64_t k, int64_t block);
 
-/* Bytes of scratch tm_nbits_matmul needs (activations re-ordered); independent of the
+/* Bytes of scratch tm_nbits_matmul needs (rows split into digits, or panels); independent of the
  * thread count. */
 size_t tm_nbits_scratch(int64_t m, int64_t k, int64_t block);
 
@@ -54,12 +55,8 @@ const char *tm_nbits_kernel_name(void);
 
 /* ---- Between nbits.c and nbits_avx512.c ---------------------------------------------- */
 
-/* Columns per group of the repacked layout, and values per chunk: 16 packed bytes hold 32
- * values, the low nibbles the even k and the high nibbles the odd k, so the kernels take
- * activations re-ordered to match: within each 32 values of k, the 16 even ones, then the
- * 16 odd ones (zero-padded to whole chunks). */
-#define TM_NBITS_GROUP 4
-#define TM_NBITS_CHUNK 32
+/* Columns per group of the repacked layout: one 32-bit lane of a 512-bit vector each. */
+#define TM_NBITS_GROUP 16
 
 typedef struct tm__nbits_packed {
     uint32_t magic, version;
@@ -70,50 +67,52 @@ typedef struct tm__nbits_packed {
     int32_t pad;
 } tm__nbits_packed;
 
-/* Offsets inside a record: TM_NBITS_GROUP * block/2 bytes of nibbles (column by column),
- * then TM_NBITS_GROUP f32 scales, then TM_NBITS_GROUP zero points (bytes, or f32). */
-static inline int64_t tm__nbits_scales_at(int64_t block) { return TM_NBITS_GROUP * block / 2; }
+/* A record (group, block) holds block / 8 vectors of 64 bytes, one per octet of k: in
+ * octet o, bytes 4c..4c+3 are column c's k = 8o + j (low nibble of byte 4c + j) and
+ * k = 8o + 4 + j (its high nibble), j = 0..3, so that one vpdpbusd lane multiplies a
+ * column's four weights by four activations broadcast to every lane. Then the 16 columns'
+ * f32 scales, then their 16 zero points (bytes, or f32). */
+static inline int64_t tm__nbits_scales_at(int64_t block) { return 8 * block; }
 static inline int64_t tm__nbits_zps_at(int64_t block) {
     return tm__nbits_scales_at(block) + TM_NBITS_GROUP * 4;
 }
 
-/* rows (1..4) rows of re-ordered activations (row stride lda floats) times the columns of
- * groups [g0, g1): y[r * ldy + n] for the columns below n. */
+/* One row of activations split for the integer GEMV: per block b, a scale sa[b] and
+ * integers v = d0 * 65536 + d1 * 256 + d2 (three int8 digits, |v| <= 127 * 65536) with
+ * a ~ sa[b] * v (an error below 2^-24 of the block's largest |a|), and sum[b], the sum of
+ * the block's v. Digit arrays are k_pad bytes each (zeros past k). */
+typedef struct tm__nbits_qrow {
+    const int8_t *d[3];
+    const float *sa, *sum;
+} tm__nbits_qrow;
+
+/* Bytes of one split row (any alignment of the buffer: the layout aligns to 64). */
+size_t tm__nbits_qrow_bytes(int64_t k_pad, int64_t blocks);
+/* Row a (k floats) split into the buffer at p (tm__nbits_qrow_bytes of it, 64-aligned);
+ * q points into it. A block with a value that is not finite gets sa NaN. */
+typedef void (*tm__nbits_split_fn)(const float *a, int64_t k, int64_t block, int64_t blocks,
+                                   void *p, tm__nbits_qrow *q);
+
+/* rows (1..4) split rows times the columns of groups [g0, g1): y[r * ldy + n] for the
+ * columns below n. */
 typedef void (*tm__nbits_gemv_fn)(const tm__nbits_packed *h, const uint8_t *data,
-                                  const float *a, int64_t lda, int rows, int64_t g0, int64_t g1,
+                                  const tm__nbits_qrow *rows, int nrows, int64_t g0, int64_t g1,
                                   float *y, int64_t ldy);
-/* The columns of groups [g0, g0 + groups) dequantized over chunks [c0, c0 + chunks), in
- * the re-ordered k, into w (row j: column 4 * g0 + j, row stride ldw). */
-typedef void (*tm__nbits_dequant_fn)(const tm__nbits_packed *h, const uint8_t *data, int64_t g0,
-                                     int groups, int64_t c0, int64_t chunks, float *w,
-                                     int64_t ldw);
 
-/* Rows [0, rows) (rows <= nr) of a (row stride k) into one row panel of the tile path:
- * (k_pad, nr) floats, lane r holding row r in the kernels' k order; zeros past k and in
- * lanes from rows on. */
-typedef void (*tm__nbits_pack_fn)(const float *a, int64_t k, int64_t k_pad, int rows, int nr,
-                                  float *panel);
-/* The tile path's transposed store: y[r * ldy + j] = acc[j * nr + r] for r < rows, j < cols
- * (cols <= 16). */
-typedef void (*tm__nbits_store_fn)(const float *acc, int nr, int rows, int cols, float *y,
-                                   int64_t ldy);
-
-/* Groups [g0, g0 + groups) (groups <= 8) dequantized over chunks [c0, c0 + chunks) of
- * the padded K (the kernels' k order) as one panel of 32 columns of gemm.h's packed-B
- * layout: dst[(p - 32 c0) * 32 + j], columns past the groups zero. */
+/* The columns of groups [g0, g0 + groups) (groups * 16 <= the panel width P) dequantized
+ * over k in [k0, k0 + kc) (multiples of 8) as one panel of gemm.h's packed-B layout:
+ * dst[(p - k0) * P + j], columns past the groups zero. */
 typedef void (*tm__nbits_panel_fn)(const tm__nbits_packed *h, const uint8_t *data, int64_t g0,
-                                   int groups, int64_t c0, int64_t chunks, float *dst);
+                                   int groups, int64_t k0, int64_t kc, int P, float *dst);
 
 typedef struct tm__nbits_arch {
     const char *name;
+    tm__nbits_split_fn split;
     tm__nbits_gemv_fn gemv;
-    tm__nbits_dequant_fn dequant;
-    tm__nbits_pack_fn pack;      /* for nr a multiple of 16 */
-    tm__nbits_store_fn store;    /* likewise */
-    tm__nbits_panel_fn panel;    /* NULL: no panel path */
+    tm__nbits_panel_fn panel;    /* for P a multiple of 16 */
 } tm__nbits_arch;
 
-/* NULL where the compiler or the CPU lacks AVX-512. Blocks of 32 or more. */
+/* NULL where the compiler or the CPU lacks AVX-512 with BW and VNNI. */
 const tm__nbits_arch *tm__nbits_arch_avx512(void);
 
 #endif

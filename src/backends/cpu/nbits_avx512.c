@@ -1,244 +1,254 @@
-/* AVX-512 kernels of MATMUL_NBITS' 4-bit fast path on the repacked weights (blocks of 32
- * or more): per block and column a 16-entry table (q - zero point) * scale, then each 16
- * packed bytes give 32 dequantized weights with one vpmovzxbd, a shift and two vpermps
- * (low nibbles: the even k of 32, high nibbles: the odd k; the activations come
- * re-ordered to match, see nbits.h). The GEMV multiplies them in; the dequantizer stores
- * them for the f32 GEMM tile. Compiled with -mavx512f (Makefile), used only when the CPU
- * has it. */
+/* AVX-512 kernels of MATMUL_NBITS' 4-bit fast path on the repacked weights (nbits.h:
+ * groups of 16 columns, a column per 32-bit lane). The GEMV works in integers: each row
+ * of activations is split, per block, into a scale and three int8 digits (split), so
+ * that a = scale * (d0 * 65536 + d1 * 256 + d2) to within 2^-24 of the block's largest
+ * |a|; vpdpbusd multiplies a lane's four nibbles by four digits broadcast to every lane,
+ * one accumulator per digit; per block the three sums combine in f32, the zero point
+ * comes off as z * (the block's sum of digits-integers), and the scales multiply in.
+ * Every product and sum inside a block is exact, so the result is as accurate as f32
+ * sums of the dequantized weights. The panel dequantizer writes (q - z) * scale for 16
+ * columns a vector at a time into the f32 GEMM's packed-B layout. Compiled with
+ * -mavx512f -mavx512bw -mavx512vnni (Makefile), used only when the CPU has them. */
+#include <math.h>
 #include <string.h>
 #include "nbits.h"
 
-#if defined(__x86_64__) && defined(__AVX512F__)
+#if defined(__x86_64__) && defined(__AVX512F__) && defined(__AVX512BW__) && \
+    defined(__AVX512VNNI__)
 #include <immintrin.h>
 
-/* q - z for q = 0..15, one row per integer zero point z: the table's only rounding is
- * then the multiply by the scale, as in the reference's (q - z) * scale. */
-#define ROW(z) {0 - (z), 1 - (z), 2 - (z), 3 - (z), 4 - (z), 5 - (z), 6 - (z), 7 - (z), \
-                8 - (z), 9 - (z), 10 - (z), 11 - (z), 12 - (z), 13 - (z), 14 - (z), 15 - (z)}
-static const float q_minus_z[16][16] __attribute__((aligned(64))) = {
-    ROW(0), ROW(1), ROW(2), ROW(3), ROW(4), ROW(5), ROW(6), ROW(7),
-    ROW(8), ROW(9), ROW(10), ROW(11), ROW(12), ROW(13), ROW(14), ROW(15)};
-#undef ROW
+static inline int64_t round_up(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
 
-/* Column c's table for the record at rec. */
-static inline __m512 table(const tm__nbits_packed *h, const uint8_t *rec, int c) {
-    float scale;
-    memcpy(&scale, rec + tm__nbits_scales_at(h->block) + 4 * c, sizeof scale);
-    __m512 s = _mm512_set1_ps(scale);
-    const uint8_t *zps = rec + tm__nbits_zps_at(h->block);
-    if (!h->zp_float) return _mm512_mul_ps(_mm512_load_ps(q_minus_z[zps[c] & 15]), s);
-    float z;
-    memcpy(&z, zps + 4 * c, sizeof z);
-    __m512 q = _mm512_sub_ps(_mm512_load_ps(q_minus_z[0]), _mm512_set1_ps(z));
-    return _mm512_mul_ps(q, s);
+/* The largest integer of a split value: its top digit then stays within [-127, 127]. */
+#define FULL (127 * 65536)
+
+static inline __mmask16 lanes(int64_t count) {
+    return count >= 16 ? (__mmask16)0xffff : count <= 0 ? 0 : (__mmask16)((1u << count) - 1);
 }
 
-/* One group of 4 columns; rows a compile-time constant in each caller. Two accumulators
- * per column for a single row (two chains of FMAs), one per row otherwise. */
+/* The low byte of each 32-bit lane, sign-centred: ((v + 128) & 255) - 128. */
+static inline __m512i low_digit(__m512i v) {
+    const __m512i c = _mm512_set1_epi32(128), m = _mm512_set1_epi32(255);
+    return _mm512_sub_epi32(_mm512_and_si512(_mm512_add_epi32(v, c), m), c);
+}
+
+static void split(const float *a, int64_t k, int64_t block, int64_t blocks, void *p,
+                  tm__nbits_qrow *q) {
+    if (block <= 0) return;
+    int64_t k_pad = blocks * block;
+    int8_t *d = p;
+    float *sa = (float *)(d + round_up(3 * k_pad, 64)), *sum = sa + blocks;
+    for (int i = 0; i < 3; i++) q->d[i] = d + i * k_pad;
+    q->sa = sa;
+    q->sum = sum;
+    for (int64_t b = 0; b < blocks; b++) {
+        int64_t k0 = b * block;
+        __m512 mx = _mm512_setzero_ps();
+        for (int64_t i = 0; i < block; i += 16) {
+            __m512 x = _mm512_maskz_loadu_ps(lanes(k - k0 - i), a + k0 + i);
+            mx = _mm512_max_ps(mx, _mm512_abs_ps(x));
+        }
+        /* max_ps drops a NaN operand: a NaN or infinity shows in the sum instead. */
+        float top = _mm512_reduce_max_ps(mx), total = 0.0f;
+        for (int64_t i = 0; i < block; i += 16)
+            total += _mm512_reduce_add_ps(_mm512_maskz_loadu_ps(lanes(k - k0 - i), a + k0 + i));
+        if (!isfinite(top) || !isfinite(total) || top == 0.0f) {
+            memset(d + k0, 0, (size_t)block);
+            memset(d + k_pad + k0, 0, (size_t)block);
+            memset(d + 2 * k_pad + k0, 0, (size_t)block);
+            sa[b] = top == 0.0f && isfinite(total) ? 0.0f : NAN;
+            sum[b] = 0.0f;
+            continue;
+        }
+        sa[b] = top / (float)FULL;
+        /* A block of tiny values scaled up first, so that FULL / top stays finite. */
+        __m512 up = _mm512_set1_ps(top < 0x1p-60f ? 0x1p64f : 1.0f);
+        __m512 inv = _mm512_set1_ps((float)FULL / (top < 0x1p-60f ? top * 0x1p64f : top));
+        const __m512i hi = _mm512_set1_epi32(FULL), lo = _mm512_set1_epi32(-FULL);
+        int64_t s = 0;
+        for (int64_t i = 0; i < block; i += 16) {
+            __m512 x = _mm512_maskz_loadu_ps(lanes(k - k0 - i), a + k0 + i);
+            __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_mul_ps(x, up), inv));   /* nearest */
+            v = _mm512_max_epi32(_mm512_min_epi32(v, hi), lo);
+            s += _mm512_reduce_add_epi32(v);
+            __m512i d2 = low_digit(v), r = _mm512_srai_epi32(_mm512_sub_epi32(v, d2), 8);
+            __m512i d1 = low_digit(r), d0 = _mm512_srai_epi32(_mm512_sub_epi32(r, d1), 8);
+            _mm_storeu_si128((__m128i *)(d + k0 + i), _mm512_cvtepi32_epi8(d0));
+            _mm_storeu_si128((__m128i *)(d + k_pad + k0 + i), _mm512_cvtepi32_epi8(d1));
+            _mm_storeu_si128((__m128i *)(d + 2 * k_pad + k0 + i), _mm512_cvtepi32_epi8(d2));
+        }
+        sum[b] = (float)s;
+    }
+}
+
+static inline __m512i bcast4(const int8_t *p) {
+    int32_t v;
+    memcpy(&v, p, sizeof v);
+    return _mm512_set1_epi32(v);
+}
+
+/* The zero points of a record as f32, one per lane. */
+static inline __m512 zero_points(const tm__nbits_packed *h, const uint8_t *rec) {
+    const uint8_t *zps = rec + tm__nbits_zps_at(h->block);
+    if (h->zp_float) return _mm512_loadu_ps(zps);
+    return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)zps)));
+}
+
+/* One group of 16 columns; rows a compile-time constant in each caller. A single row
+ * keeps the low and high nibbles' sums apart (six chains of vpdpbusd), more rows share
+ * one accumulator per digit. */
 static inline __attribute__((always_inline)) void gemv_group(const tm__nbits_packed *h,
                                                              const uint8_t *rec,
-                                                             const float *a, int64_t lda,
-                                                             int rows, float *y, int64_t ldy,
-                                                             int cols) {
-    enum { C = TM_NBITS_GROUP };
-    const int split = rows == 1;
-    int64_t half = h->block / 2;
-    __m512 acc[C][4][2];
+                                                             const tm__nbits_qrow *q, int rows,
+                                                             float *y, int64_t ldy, int cols) {
+    const __m512i nib = _mm512_set1_epi8(0x0f);
+    const int split2 = rows == 1;
+    const int64_t octets = h->block / 8;
+    __m512 out[4];
 #pragma GCC unroll 4
-    for (int c = 0; c < C; c++)
-#pragma GCC unroll 4
-        for (int r = 0; r < rows; r++) acc[c][r][0] = acc[c][r][1] = _mm512_setzero_ps();
+    for (int r = 0; r < rows; r++) out[r] = _mm512_setzero_ps();
     for (int64_t blk = 0; blk < h->blocks; blk++, rec += h->record) {
-        _mm_prefetch((const char *)rec + 8 * h->record, _MM_HINT_T0);
-        __m512 tab[C];
+        for (int64_t off = 0; off < h->record; off += 64)
+            _mm_prefetch((const char *)rec + 16 * h->record + off, _MM_HINT_T0);
+        __m512i acc[4][3][2];
 #pragma GCC unroll 4
-        for (int c = 0; c < C; c++) tab[c] = table(h, rec, c);
-        for (int64_t j = 0; j < half; j += 16) {
-            const float *ak = a + blk * h->block + 2 * j;
-            __m512 even[4], odd[4];
+        for (int r = 0; r < rows; r++)
+#pragma GCC unroll 3
+            for (int p = 0; p < 3; p++) acc[r][p][0] = acc[r][p][1] = _mm512_setzero_si512();
+        int64_t k0 = blk * h->block;
+        for (int64_t o = 0; o < octets; o++) {
+            __m512i v = _mm512_loadu_si512(rec + 64 * o);
+            __m512i lo = _mm512_and_si512(v, nib), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
 #pragma GCC unroll 4
-            for (int r = 0; r < rows; r++) {
-                even[r] = _mm512_loadu_ps(ak + r * lda);
-                odd[r] = _mm512_loadu_ps(ak + r * lda + 16);
-            }
-#pragma GCC unroll 4
-            for (int c = 0; c < C; c++) {
-                __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(rec + c * half + j)));
-                __m512 lo = _mm512_permutexvar_ps(x, tab[c]);
-                __m512 hi = _mm512_permutexvar_ps(_mm512_srli_epi32(x, 4), tab[c]);
-#pragma GCC unroll 4
-                for (int r = 0; r < rows; r++) {
-                    acc[c][r][0] = _mm512_fmadd_ps(lo, even[r], acc[c][r][0]);
-                    acc[c][r][split] = _mm512_fmadd_ps(hi, odd[r], acc[c][r][split]);
+            for (int r = 0; r < rows; r++)
+#pragma GCC unroll 3
+                for (int p = 0; p < 3; p++) {
+                    const int8_t *d = q[r].d[p] + k0 + 8 * o;
+                    acc[r][p][0] = _mm512_dpbusd_epi32(acc[r][p][0], lo, bcast4(d));
+                    acc[r][p][split2] = _mm512_dpbusd_epi32(acc[r][p][split2], hi, bcast4(d + 4));
                 }
+        }
+        __m512 z = zero_points(h, rec);
+        __m512 s = _mm512_loadu_ps(rec + tm__nbits_scales_at(h->block));
+#pragma GCC unroll 4
+        for (int r = 0; r < rows; r++) {
+            __m512i s0 = acc[r][0][0], s1 = acc[r][1][0], s2 = acc[r][2][0];
+            if (split2) {
+                s0 = _mm512_add_epi32(s0, acc[r][0][1]);
+                s1 = _mm512_add_epi32(s1, acc[r][1][1]);
+                s2 = _mm512_add_epi32(s2, acc[r][2][1]);
             }
+            __m512 t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), _mm512_set1_ps(256.0f),
+                                       _mm512_cvtepi32_ps(s2));
+            t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0), _mm512_set1_ps(65536.0f), t);
+            t = _mm512_fnmadd_ps(z, _mm512_set1_ps(q[r].sum[blk]), t);
+            out[r] = _mm512_fmadd_ps(t, _mm512_mul_ps(s, _mm512_set1_ps(q[r].sa[blk])), out[r]);
         }
     }
 #pragma GCC unroll 4
-    for (int c = 0; c < C; c++)
-#pragma GCC unroll 4
-        for (int r = 0; r < rows; r++) {
-            __m512 s = split ? _mm512_add_ps(acc[c][r][0], acc[c][r][1]) : acc[c][r][0];
-            if (c < cols) y[r * ldy + c] = _mm512_reduce_add_ps(s);
-        }
+    for (int r = 0; r < rows; r++) _mm512_mask_storeu_ps(y + r * ldy, lanes(cols), out[r]);
 }
 
-static void gemv(const tm__nbits_packed *h, const uint8_t *data, const float *a, int64_t lda,
+/* One row and one group, with its six chains of vpdpbusd (a digit each for the low and
+ * the high nibbles) in named registers, two octets per step (every block has an even
+ * number of them). */
+static inline __attribute__((always_inline)) void gemv_group1(const tm__nbits_packed *h,
+                                                              const uint8_t *rec,
+                                                              const tm__nbits_qrow *q,
+                                                              float *y, int cols) {
+    const __m512i nib = _mm512_set1_epi8(0x0f);
+    const int64_t octets = h->block / 8;
+    const int8_t *d0 = q->d[0], *d1 = q->d[1], *d2 = q->d[2];
+    __m512 out = _mm512_setzero_ps(), out2 = _mm512_setzero_ps();
+    for (int64_t blk = 0; blk < h->blocks; blk++, rec += h->record) {
+        for (int64_t off = 0; off < h->record; off += 64)
+            _mm_prefetch((const char *)rec + 16 * h->record + off, _MM_HINT_T0);
+        __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, b0 = a0, b1 = a0, b2 = a0;
+        int64_t k = blk * h->block;
+        for (int64_t o = 0; o < octets; o += 2, k += 16) {
+            __m512i v = _mm512_loadu_si512(rec + 64 * o), w = _mm512_loadu_si512(rec + 64 * o + 64);
+            __m512i lo = _mm512_and_si512(v, nib), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
+            __m512i lo2 = _mm512_and_si512(w, nib), hi2 = _mm512_and_si512(_mm512_srli_epi16(w, 4), nib);
+            a0 = _mm512_dpbusd_epi32(a0, lo, bcast4(d0 + k));
+            b0 = _mm512_dpbusd_epi32(b0, hi, bcast4(d0 + k + 4));
+            a1 = _mm512_dpbusd_epi32(a1, lo, bcast4(d1 + k));
+            b1 = _mm512_dpbusd_epi32(b1, hi, bcast4(d1 + k + 4));
+            a2 = _mm512_dpbusd_epi32(a2, lo, bcast4(d2 + k));
+            b2 = _mm512_dpbusd_epi32(b2, hi, bcast4(d2 + k + 4));
+            a0 = _mm512_dpbusd_epi32(a0, lo2, bcast4(d0 + k + 8));
+            b0 = _mm512_dpbusd_epi32(b0, hi2, bcast4(d0 + k + 12));
+            a1 = _mm512_dpbusd_epi32(a1, lo2, bcast4(d1 + k + 8));
+            b1 = _mm512_dpbusd_epi32(b1, hi2, bcast4(d1 + k + 12));
+            a2 = _mm512_dpbusd_epi32(a2, lo2, bcast4(d2 + k + 8));
+            b2 = _mm512_dpbusd_epi32(b2, hi2, bcast4(d2 + k + 12));
+        }
+        __m512 t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(a1, b1)), _mm512_set1_ps(256.0f),
+                                   _mm512_cvtepi32_ps(_mm512_add_epi32(a2, b2)));
+        t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(a0, b0)), _mm512_set1_ps(65536.0f), t);
+        t = _mm512_fnmadd_ps(zero_points(h, rec), _mm512_set1_ps(q->sum[blk]), t);
+        __m512 s = _mm512_mul_ps(_mm512_loadu_ps(rec + tm__nbits_scales_at(h->block)),
+                                 _mm512_set1_ps(q->sa[blk]));
+        if (blk & 1) out2 = _mm512_fmadd_ps(t, s, out2);
+        else out = _mm512_fmadd_ps(t, s, out);
+    }
+    _mm512_mask_storeu_ps(y, lanes(cols), _mm512_add_ps(out, out2));
+}
+
+static void gemv(const tm__nbits_packed *h, const uint8_t *data, const tm__nbits_qrow *q,
                  int rows, int64_t g0, int64_t g1, float *y, int64_t ldy) {
     for (int64_t g = g0; g < g1; g++) {
         const uint8_t *rec = data + g * h->blocks * h->record;
         int64_t n = g * TM_NBITS_GROUP;
         int cols = (int)(h->n - n < TM_NBITS_GROUP ? h->n - n : TM_NBITS_GROUP);
         switch (rows) {
-        case 1: gemv_group(h, rec, a, lda, 1, y + n, ldy, cols); break;
-        case 2: gemv_group(h, rec, a, lda, 2, y + n, ldy, cols); break;
-        case 3: gemv_group(h, rec, a, lda, 3, y + n, ldy, cols); break;
-        default: gemv_group(h, rec, a, lda, 4, y + n, ldy, cols); break;
+        case 1: gemv_group1(h, rec, q, y + n, cols); break;
+        case 2: gemv_group(h, rec, q, 2, y + n, ldy, cols); break;
+        case 3: gemv_group(h, rec, q, 3, y + n, ldy, cols); break;
+        default: gemv_group(h, rec, q, 4, y + n, ldy, cols); break;
         }
     }
 }
 
-static void dequant(const tm__nbits_packed *h, const uint8_t *data, int64_t g0, int groups,
-                    int64_t c0, int64_t chunks, float *w, int64_t ldw) {
-    int64_t half = h->block / 2, per_block = h->block / TM_NBITS_CHUNK;
+/* Groups [g0, g0 + groups) over k in [k0, k0 + kc) into a packed-B panel of P columns:
+ * per octet of k, the low and high nibbles of 16 columns, then each of the four bytes of
+ * a lane shifted down in turn, converted, less the zero points, times the scales. */
+static void panel(const tm__nbits_packed *h, const uint8_t *data, int64_t g0, int groups,
+                  int64_t k0, int64_t kc, int P, float *dst) {
+    const __m512i nib = _mm512_set1_epi8(0x0f), byte = _mm512_set1_epi32(0xff);
+    for (int gi = groups; gi < P / TM_NBITS_GROUP; gi++)
+        for (int64_t p = 0; p < kc; p++)
+            _mm512_storeu_ps(dst + p * P + gi * TM_NBITS_GROUP, _mm512_setzero_ps());
     for (int gi = 0; gi < groups; gi++) {
         const uint8_t *group = data + (g0 + gi) * h->blocks * h->record;
-        for (int64_t c = c0; c < c0 + chunks; c++) {
-            int64_t blk = c / per_block, j = (c % per_block) * 16;
+        for (int64_t k = k0; k < k0 + kc; k += 8) {
+            int64_t blk = k / h->block, o = (k % h->block) / 8;
             const uint8_t *rec = group + blk * h->record;
-            /* The next call's records (the next slice of K), while the tile computes. */
-            if (j == 0) {
-                const char *ahead = (const char *)rec + chunks / per_block * h->record;
-                _mm_prefetch(ahead, _MM_HINT_T0);
-                _mm_prefetch(ahead + 64, _MM_HINT_T0);
-            }
-            for (int col = 0; col < TM_NBITS_GROUP; col++) {
-                __m512 tab = table(h, rec, col);
-                __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(rec + col * half + j)));
-                float *dst = w + (gi * TM_NBITS_GROUP + col) * ldw + (c - c0) * TM_NBITS_CHUNK;
-                _mm512_storeu_ps(dst, _mm512_permutexvar_ps(x, tab));
-                _mm512_storeu_ps(dst + 16, _mm512_permutexvar_ps(_mm512_srli_epi32(x, 4), tab));
+            __m512 z = zero_points(h, rec);
+            __m512 s = _mm512_loadu_ps(rec + tm__nbits_scales_at(h->block));
+            __m512i v = _mm512_loadu_si512(rec + 64 * o);
+            __m512i lo = _mm512_and_si512(v, nib), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
+            float *d = dst + (k - k0) * P + gi * TM_NBITS_GROUP;
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++) {
+                __m512i ql = _mm512_and_si512(_mm512_srli_epi32(lo, 8 * j), byte);
+                __m512i qh = _mm512_and_si512(_mm512_srli_epi32(hi, 8 * j), byte);
+                __m512 wl = _mm512_mul_ps(_mm512_sub_ps(_mm512_cvtepi32_ps(ql), z), s);
+                __m512 wh = _mm512_mul_ps(_mm512_sub_ps(_mm512_cvtepi32_ps(qh), z), s);
+                _mm512_storeu_ps(d + j * P, wl);
+                _mm512_storeu_ps(d + (4 + j) * P, wh);
             }
         }
     }
 }
 
-/* out[j] lane i = in[i] lane j: unpack within 128-bit lanes, then 4 x 4 blocks of them. */
-static inline __attribute__((always_inline)) void transpose16(const __m512 in[16],
-                                                              __m512 out[16]) {
-    __m512 t[16], u[16];
-#pragma GCC unroll 8
-    for (int i = 0; i < 8; i++) {
-        t[2 * i] = _mm512_unpacklo_ps(in[2 * i], in[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_ps(in[2 * i], in[2 * i + 1]);
-    }
-    /* u[4G + q], 128-bit lane L: column 4L + q of rows 4G..4G+3. */
-#pragma GCC unroll 4
-    for (int g = 0; g < 4; g++) {
-        u[4 * g] = _mm512_shuffle_ps(t[4 * g], t[4 * g + 2], 0x44);
-        u[4 * g + 1] = _mm512_shuffle_ps(t[4 * g], t[4 * g + 2], 0xEE);
-        u[4 * g + 2] = _mm512_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0x44);
-        u[4 * g + 3] = _mm512_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0xEE);
-    }
-#pragma GCC unroll 4
-    for (int q = 0; q < 4; q++) {
-        __m512 v0 = _mm512_shuffle_f32x4(u[q], u[4 + q], 0x44);
-        __m512 v1 = _mm512_shuffle_f32x4(u[q], u[4 + q], 0xEE);
-        __m512 v2 = _mm512_shuffle_f32x4(u[8 + q], u[12 + q], 0x44);
-        __m512 v3 = _mm512_shuffle_f32x4(u[8 + q], u[12 + q], 0xEE);
-        out[q] = _mm512_shuffle_f32x4(v0, v2, 0x88);
-        out[4 + q] = _mm512_shuffle_f32x4(v0, v2, 0xDD);
-        out[8 + q] = _mm512_shuffle_f32x4(v1, v3, 0x88);
-        out[12 + q] = _mm512_shuffle_f32x4(v1, v3, 0xDD);
-    }
-}
-
-static inline __mmask16 lanes(int64_t count) {
-    return count >= 16 ? (__mmask16)0xffff : count <= 0 ? 0 : (__mmask16)((1u << count) - 1);
-}
-
-/* 16 rows at a time: each row's chunk of 32 split into its even and odd k (two vpermt2ps),
- * then each 16 x 16 block transposed, so the panel is written a full vector at a time. The
- * loops are unrolled so that the blocks stay in registers. */
-static void pack(const float *a, int64_t k, int64_t k_pad, int rows, int nr, float *panel) {
-    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
-    for (int h = 0; h < nr; h += 16)
-        for (int64_t c = 0; c < k_pad; c += TM_NBITS_CHUNK) {
-            __mmask16 m0 = lanes(k - c), m1 = lanes(k - c - 16);
-            for (int half = 0; half < 2; half++) {
-                __m512i idx = half ? odd : even;
-                __m512 in[16], out[16];
-#pragma GCC unroll 16
-                for (int r = 0; r < 16; r++) {
-                    const float *src = a + (int64_t)(h + r) * k + c;
-                    __mmask16 live = h + r < rows ? 0xffff : 0;
-                    __m512 lo = _mm512_maskz_loadu_ps(m0 & live, src);
-                    __m512 hi = _mm512_maskz_loadu_ps(m1 & live, src + 16);
-                    in[r] = _mm512_permutex2var_ps(lo, idx, hi);
-                }
-                transpose16(in, out);
-                float *dst = panel + (c + 16 * half) * nr + h;
-#pragma GCC unroll 16
-                for (int p = 0; p < 16; p++) _mm512_storeu_ps(dst + p * nr, out[p]);
-            }
-        }
-}
-
-static void store(const float *acc, int nr, int rows, int cols, float *y, int64_t ldy) {
-    __mmask16 m = lanes(cols);
-    for (int h = 0; h < rows; h += 16) {
-        __m512 in[16], out[16];
-#pragma GCC unroll 16
-        for (int j = 0; j < 16; j++)
-            in[j] = _mm512_maskz_loadu_ps(j < cols ? 0xffff : 0, acc + j * nr + h);
-        transpose16(in, out);
-        int n = rows - h < 16 ? rows - h : 16;
-#pragma GCC unroll 16
-        for (int r = 0; r < 16; r++)
-            if (r < n) _mm512_mask_storeu_ps(y + (h + r) * ldy, m, out[r]);
-    }
-}
-
-/* Groups [g0, g0 + groups) (up to 8: 32 columns, missing ones zero) dequantized over
- * chunks [c0, c0 + chunks) of the padded K, in the kernels' k order, as one packed-B
- * panel of 32 columns: dst[(p - 32 c0) * 32 + j]. Sixteen columns' 16 values of k at a
- * time (the even k of a chunk, then its odd k), transposed so that each k's columns are
- * stored as one vector. */
-static void dequant_panel(const tm__nbits_packed *h, const uint8_t *data, int64_t g0,
-                          int groups, int64_t c0, int64_t chunks, float *dst) {
-    int64_t half = h->block / 2, per_block = h->block / TM_NBITS_CHUNK;
-    for (int64_t c = c0; c < c0 + chunks; c++) {
-        int64_t blk = c / per_block, j = (c % per_block) * 16;
-        for (int side = 0; side < 2; side++)        /* columns 0-15, then 16-31 */
-            for (int odd = 0; odd < 2; odd++) {     /* even k, then odd k */
-                __m512 in[16], out[16];
-#pragma GCC unroll 16
-                for (int q = 0; q < 16; q++) {
-                    int gi = side * 4 + q / 4, col = q % 4;
-                    if (gi >= groups) {
-                        in[q] = _mm512_setzero_ps();
-                        continue;
-                    }
-                    const uint8_t *rec = data + ((g0 + gi) * h->blocks + blk) * h->record;
-                    __m512i x = _mm512_cvtepu8_epi32(
-                        _mm_loadu_si128((const __m128i *)(rec + col * half + j)));
-                    if (odd) x = _mm512_srli_epi32(x, 4);
-                    in[q] = _mm512_permutexvar_ps(x, table(h, rec, col));
-                }
-                transpose16(in, out);
-                float *d = dst + ((c - c0) * TM_NBITS_CHUNK + 16 * odd) * 32 + 16 * side;
-#pragma GCC unroll 16
-                for (int p = 0; p < 16; p++) _mm512_storeu_ps(d + p * 32, out[p]);
-            }
-    }
-}
-
-static const tm__nbits_arch avx512 = {"avx512", gemv, dequant, pack, store, dequant_panel};
+static const tm__nbits_arch avx512 = {"avx512-vnni", split, gemv, panel};
 
 const tm__nbits_arch *tm__nbits_arch_avx512(void) {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") ? &avx512 : 0;
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                   __builtin_cpu_supports("avx512vnni")
+               ? &avx512
+               : 0;
 }
 
 #else
