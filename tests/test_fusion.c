@@ -303,6 +303,16 @@ static tm_val attn_llama(tm_ctx *c, const tm_val *in, tm_val *extra) {
                    in[3]);
     return bin(c, TM_P_MATMUL, softmax_last(c, s), repeat_kv(c, in[2], 2, 3, 9, 16));
 }
+/* softmax(q k^T * 0.125 + mask) v on (B, H, S, D) operands as given: head sizes and
+ * lengths around the vector kernels' tiles (16-float vectors, 4-row and 6-row tiles,
+ * query blocks of 64). */
+static tm_val attn_plain(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    (void)extra;
+    tm_val kt = transpose(c, in[1], 0, 1, 3, 2);
+    tm_val s = bin(c, TM_P_ADD, bin(c, TM_P_MUL, scalar(c, 4, 0.125), bin(c, TM_P_MATMUL, in[0], kt)),
+                   in[3]);
+    return bin(c, TM_P_MATMUL, softmax_last(c, s), in[2]);
+}
 /* The scores are read twice: nothing fuses. */
 static tm_val attn_shared(tm_ctx *c, const tm_val *in, tm_val *extra) {
     tm_val kt = transpose(c, in[1], 0, 1, 3, 2);
@@ -350,6 +360,14 @@ static const pattern patterns[] = {
      TM_P_RESHAPE, 1},
     {"LLaMA decode attention (grouped kv, scale, mask)", 4, {4, 4, 4, 4},
      {{1, 6, 1, 16}, {1, 2, 9, 16}, {1, 2, 9, 16}, {1, 1, 1, 9}}, attn_llama, TM_P_ATTENTION, 1},
+    {"attention D 32, 70 queries and keys (two query blocks)", 4, {4, 4, 4, 4},
+     {{2, 3, 70, 32}, {2, 3, 70, 32}, {2, 3, 70, 32}, {2, 1, 70, 70}}, attn_plain, TM_P_ATTENTION, 1},
+    {"attention D 48, 37 keys", 4, {4, 4, 4, 4},
+     {{1, 2, 5, 48}, {1, 2, 37, 48}, {1, 2, 37, 48}, {1, 1, 5, 37}}, attn_plain, TM_P_ATTENTION, 1},
+    {"attention D 80, 20 keys, one mask row", 4, {4, 4, 4, 4},
+     {{1, 1, 9, 80}, {1, 1, 20, 80}, {1, 1, 20, 80}, {1, 1, 1, 20}}, attn_plain, TM_P_ATTENTION, 1},
+    {"attention D 64, one query (a decode step)", 4, {4, 4, 4, 4},
+     {{1, 4, 1, 64}, {1, 4, 33, 64}, {1, 4, 33, 64}, {1, 1, 1, 33}}, attn_plain, TM_P_ATTENTION, 1},
     {"attention scores read twice", 3, {4, 4, 4}, {{1, 2, 5, 8}, {1, 2, 6, 8}, {1, 2, 6, 8}},
      attn_shared, TM_P_MATMUL, 0},
 };

@@ -14,7 +14,21 @@ typedef struct tm__vmath {
     void (*gelu_erf)(const float *x, float *y, int64_t n);
     /* y[0..n) = gy * GELU'(x) (erf form); y may equal gy. */
     void (*gelu_erf_grad)(const float *x, const float *gy, float *y, int64_t n);
+    /* Attention's two products for one block of query rows, for head sizes d a multiple
+     * of 16 up to TM_ATTN_MAX_D. scores: s (rows, sk; row stride lds) = q (rows, d; row
+     * stride ldq) . k^T with k (sk, d; row stride ldk), through kt, scratch of
+     * d * round_up(sk, 16) floats that gets k transposed (when pack; else it holds the
+     * same k from the call before). values: o (rows, d; row stride
+     * ldo) = p (rows, sk; row stride lds) . v (sk, d; row stride ldv). Each element is one
+     * chain of FMAs in order, so results do not depend on how rows are split. */
+    void (*attn_scores)(int64_t rows, int64_t sk, int64_t d, const float *q, int64_t ldq,
+                        const float *k, int64_t ldk, float *s, int64_t lds, float *kt,
+                        int pack);
+    void (*attn_values)(int64_t rows, int64_t sk, int64_t d, const float *p, int64_t lds,
+                        const float *v, int64_t ldv, float *o, int64_t ldo);
 } tm__vmath;
+
+#define TM_ATTN_MAX_D 256
 
 /* The table for this CPU, or NULL (reference kernels asked for, or no vector unit). */
 const tm__vmath *tm__vmath_active(void);

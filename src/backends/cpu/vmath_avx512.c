@@ -96,7 +96,136 @@ static void gelu_erf(const float *x, float *y, int64_t n) {
     }
 }
 
-static const tm__vmath vmath512 = {"avx512", gelu_erf, gelu_erf_grad};
+/* ---- Attention's products ------------------------------------------------------------
+ * Register tiles of R rows by NV vectors of 16: scores broadcast a query element and
+ * multiply a row of k transposed (the keys along the vector), values broadcast a
+ * probability and multiply a row of v. */
+
+static inline __mmask16 mask_upto(int64_t n) {
+    return n >= 16 ? (__mmask16)0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1);
+}
+
+static inline __attribute__((always_inline)) void scores_tile(int R, int NV, int64_t d,
+                                                              const float *q, int64_t ldq,
+                                                              const float *kt, int64_t ldt,
+                                                              float *s, int64_t lds,
+                                                              int64_t live) {
+    __m512 acc[4][4];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) acc[r][v] = _mm512_setzero_ps();
+    for (int64_t p = 0; p < d; p++) {
+        __m512 kv[4];
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) kv[v] = _mm512_loadu_ps(kt + p * ldt + 16 * v);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            __m512 b = _mm512_set1_ps(q[r * ldq + p]);
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; v++) acc[r][v] = _mm512_fmadd_ps(b, kv[v], acc[r][v]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++)
+            _mm512_mask_storeu_ps(s + r * lds + 16 * v, mask_upto(live - 16 * v), acc[r][v]);
+}
+
+static void attn_scores(int64_t rows, int64_t sk, int64_t d, const float *q, int64_t ldq,
+                        const float *k, int64_t ldk, float *s, int64_t lds, float *kt, int pack) {
+    int64_t ldt = (sk + 15) / 16 * 16;
+    /* k transposed: kt[p * ldt + j] = k[j * ldk + p], zeros past sk. */
+    if (!pack) {
+        /* kt holds it from the call before */
+    } else if ((double)sk * (double)ldk < 2147483647.0) {
+        /* Sixteen keys' element p at a time, gathered (zeros past sk). */
+        const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+        for (int64_t j0 = 0; j0 < ldt; j0 += 16) {
+            __mmask16 m = mask_upto(sk - j0);
+            __m512i idx = _mm512_mullo_epi32(lane, _mm512_set1_epi32((int)ldk));
+            const float *base = k + j0 * ldk;
+            for (int64_t p = 0; p < d; p++)
+                _mm512_storeu_ps(kt + p * ldt + j0,
+                                 _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, idx, base + p, 4));
+        }
+    } else {
+        for (int64_t p = 0; p < d; p++)
+            for (int64_t j = 0; j < ldt; j++) kt[p * ldt + j] = j < sk ? k[j * ldk + p] : 0.0f;
+    }
+    for (int64_t j0 = 0; j0 < sk; j0 += 64) {
+        int nv = (int)((sk - j0 + 15) / 16 < 4 ? (sk - j0 + 15) / 16 : 4);
+        for (int64_t i0 = 0; i0 < rows; i0 += 4) {
+            int r = (int)(rows - i0 < 4 ? rows - i0 : 4);
+            const float *qi = q + i0 * ldq;
+            const float *kj = kt + j0;
+            float *si = s + i0 * lds + j0;
+            int64_t live = sk - j0;
+#define SC(R, NV) case (R) * 8 + (NV): scores_tile(R, NV, d, qi, ldq, kj, ldt, si, lds, live); break
+            switch (r * 8 + nv) {
+                SC(1, 1); SC(1, 2); SC(1, 3); SC(1, 4);
+                SC(2, 1); SC(2, 2); SC(2, 3); SC(2, 4);
+                SC(3, 1); SC(3, 2); SC(3, 3); SC(3, 4);
+                default: SC(4, 1); SC(4, 2); SC(4, 3); SC(4, 4);
+            }
+#undef SC
+        }
+    }
+}
+
+static inline __attribute__((always_inline)) void values_tile(int R, int NV, int64_t sk,
+                                                              const float *p, int64_t lds,
+                                                              const float *v, int64_t ldv,
+                                                              float *o, int64_t ldo) {
+    __m512 acc[6][4];
+#pragma GCC unroll 6
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int c = 0; c < NV; c++) acc[r][c] = _mm512_setzero_ps();
+    for (int64_t j = 0; j < sk; j++) {
+        __m512 vv[4];
+#pragma GCC unroll 4
+        for (int c = 0; c < NV; c++) vv[c] = _mm512_loadu_ps(v + j * ldv + 16 * c);
+#pragma GCC unroll 6
+        for (int r = 0; r < R; r++) {
+            __m512 b = _mm512_set1_ps(p[r * lds + j]);
+#pragma GCC unroll 4
+            for (int c = 0; c < NV; c++) acc[r][c] = _mm512_fmadd_ps(b, vv[c], acc[r][c]);
+        }
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int c = 0; c < NV; c++) _mm512_storeu_ps(o + r * ldo + 16 * c, acc[r][c]);
+}
+
+static void attn_values(int64_t rows, int64_t sk, int64_t d, const float *p, int64_t lds,
+                        const float *v, int64_t ldv, float *o, int64_t ldo) {
+    for (int64_t c0 = 0; c0 < d; c0 += 64) {
+        int nv = (int)((d - c0) / 16 < 4 ? (d - c0) / 16 : 4);
+        /* Six rows where the tile is two vectors wide or less, four otherwise. */
+        int64_t most = nv <= 2 ? 6 : 4;
+        for (int64_t i0 = 0; i0 < rows; i0 += most) {
+            int r = (int)(rows - i0 < most ? rows - i0 : most);
+            const float *pi = p + i0 * lds;
+            const float *vc = v + c0;
+            float *oi = o + i0 * ldo + c0;
+#define VA(R, NV) case (R) * 8 + (NV): values_tile(R, NV, sk, pi, lds, vc, ldv, oi, ldo); break
+            switch (r * 8 + nv) {
+                VA(1, 1); VA(1, 2); VA(1, 3); VA(1, 4);
+                VA(2, 1); VA(2, 2); VA(2, 3); VA(2, 4);
+                VA(3, 1); VA(3, 2); VA(3, 3); VA(3, 4);
+                VA(4, 1); VA(4, 2); VA(4, 3); VA(4, 4);
+                VA(5, 1); VA(5, 2);
+                default: VA(6, 1); VA(6, 2);
+            }
+#undef VA
+        }
+    }
+}
+
+static const tm__vmath vmath512 = {"avx512", gelu_erf, gelu_erf_grad, attn_scores, attn_values};
 
 const tm__vmath *tm__vmath_avx512(void) {
     __builtin_cpu_init();

@@ -14,6 +14,7 @@
 #include "../ctx.h"
 #include "fused.h"
 #include "../../backends/cpu/gemm.h"
+#include "../../backends/cpu/vmath.h"
 
 /* Query rows per task: the score block (rows x Sk) stays in cache. */
 #define QUERY_BLOCK 64
@@ -116,7 +117,19 @@ static size_t slice_floats(const geometry *g) {
     size_t gemm = tm_sgemm_scratch(0, 1, rows, g->k.s, g->q.d);
     size_t pv = tm_sgemm_scratch(0, 0, rows, g->v.d, g->k.s);
     if (pv > gemm) gemm = pv;
+    /* The vector kernels' k transposed, where they take the head size. */
+    size_t kt = (size_t)(g->q.d * ((g->k.s + 15) / 16 * 16));
+    if (kt > gemm / sizeof(float)) gemm = kt * sizeof(float);
     return (size_t)(rows * g->k.s) + gemm / sizeof(float) + 32;
+}
+
+/* The vector kernels for these head sizes, or NULL (the GEMMs). */
+static const tm__vmath *vector_kernels(const geometry *g) {
+    const tm__vmath *vm = tm__vmath_active();
+    if (!vm || !vm->attn_scores || g->q.d % 16 || g->v.d % 16 || g->q.d > TM_ATTN_MAX_D ||
+        g->v.d > TM_ATTN_MAX_D)
+        return NULL;
+    return vm;
 }
 
 tm_status tm__shape_attention(tm_ctx *c, int prim, const tm_args *a, const tm_vinfo *const *in,
@@ -183,6 +196,8 @@ static void attention_slice(void *arg, int ith, int nth) {
     int64_t rows_max = g->q.s < QUERY_BLOCK ? g->q.s : QUERY_BLOCK;
     float *gemm = scores + rows_max * g->k.s;
     int64_t tasks = g->q.b * g->q.h * ac->blocks;
+    const tm__vmath *vm = vector_kernels(g);
+    int64_t packed = -1;
     for (int64_t t = tasks * ith / nth; t < tasks * (ith + 1) / nth; t++) {
         int64_t b = t / (g->q.h * ac->blocks), h = t / ac->blocks % g->q.h;
         int64_t i0 = t % ac->blocks * QUERY_BLOCK;
@@ -191,11 +206,18 @@ static void attention_slice(void *arg, int ith, int nth) {
         const float *k = ac->k + b * g->k.batch_stride + kv * g->k.head_stride;
         const float *v = ac->v + b * g->v.batch_stride + kv * g->v.head_stride;
         float *o = ac->out + b * g->out.batch_stride + h * g->out.head_stride + i0 * g->out.row_stride;
-        tm_sgemm(0, 1, rows, g->k.s, g->q.d, 1.0f, q, g->q.row_stride, k, g->k.row_stride, 0.0f,
-                 scores, g->k.s, gemm, NULL);
+        /* k transposed once for the query blocks and heads that share it. */
+        int64_t head = b * g->k.h + kv;
+        if (vm) vm->attn_scores(rows, g->k.s, g->q.d, q, g->q.row_stride, k, g->k.row_stride,
+                                scores, g->k.s, gemm, head != packed);
+        else tm_sgemm(0, 1, rows, g->k.s, g->q.d, 1.0f, q, g->q.row_stride, k, g->k.row_stride,
+                      0.0f, scores, g->k.s, gemm, NULL);
+        packed = head;
         for (int64_t r = 0; r < rows; r++) finish_scores(ac, b, h, i0 + r, scores + r * g->k.s);
-        tm_sgemm(0, 0, rows, g->v.d, g->k.s, 1.0f, scores, g->k.s, v, g->v.row_stride, 0.0f, o,
-                 g->out.row_stride, gemm, NULL);
+        if (vm) vm->attn_values(rows, g->k.s, g->v.d, scores, g->k.s, v, g->v.row_stride, o,
+                                g->out.row_stride);
+        else tm_sgemm(0, 0, rows, g->v.d, g->k.s, 1.0f, scores, g->k.s, v, g->v.row_stride, 0.0f,
+                      o, g->out.row_stride, gemm, NULL);
     }
 }
 
