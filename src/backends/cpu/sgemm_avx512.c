@@ -67,6 +67,9 @@ TILE_PACKED(12)
 TILE_PACKED(8)
 TILE_PACKED(4)
 
+/* Floats of packed B the row tile prefetches ahead of its reads (32 steps of k). */
+#define B_AHEAD (32 * NR)
+
 /* The 12x32 tile over A's rows where they lie (row stride lda, k contiguous), with the
  * rows reached from four base pointers and two strides, so that the loop fits the
  * general registers (twelve row pointers would spill). Full tiles only. */
@@ -79,6 +82,9 @@ static void tile_rows12(int64_t k, const float *a, int64_t lda, const float *b, 
     int64_t l1 = lda, l2 = 2 * lda;
 #pragma GCC unroll 2
     for (int64_t p = 0; p < k; p++) {
+        /* B a few KB ahead: the first row tile over a panel streams it from memory. */
+        _mm_prefetch((const char *)(b + B_AHEAD), _MM_HINT_T0);
+        _mm_prefetch((const char *)(b + B_AHEAD + 16), _MM_HINT_T0);
         __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
         const float *row[4] = {a0 + p, a1 + p, a2 + p, a3 + p};
 #pragma GCC unroll 4
@@ -179,6 +185,8 @@ static void tile_indirect(int64_t k, const float *a, const float *b, const int64
             even[i][0] = even[i][1] = odd[i][0] = odd[i][1] = _mm512_setzero_ps();           \
         int64_t p = 0;                                                                       \
         for (; p + 2 <= k; p += 2, b += 2 * NR) {                                            \
+            for (int l = 0; l < 2 * NR; l += 16)                                             \
+                _mm_prefetch((const char *)(b + B_AHEAD + l), _MM_HINT_T0);                  \
             __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);                   \
             __m512 b2 = _mm512_loadu_ps(b + NR), b3 = _mm512_loadu_ps(b + NR + 16);         \
             for (int i = 0; i < M; i++) {                                                    \
