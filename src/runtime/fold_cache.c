@@ -11,7 +11,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 #include "runtime.h"
-#include "../backends/cpu/gemm.h"
+#include "chunks.h"
 
 /* Inputs not in a mapped file are hashed when no larger than this; bigger ones make the
  * fold uncacheable (hashing would cost as much as folding). */
@@ -33,10 +33,7 @@ typedef struct model_fold_cache {
     const tm_allocator *allocator;   /* the model's, for the folded tensors */
     entry *entries;
     int n, cap;
-    void **chunks;        /* huge-page chunks holding the larger folds (chunk_take) */
-    int n_chunks, chunk_cap;
-    uint8_t *chunk_next;
-    size_t chunk_left;
+    tm_chunks chunks;     /* huge-page chunks holding the larger folds (chunks.h) */
 } model_fold_cache;
 
 /* The mapped file holding [p, p + n), or NULL. */
@@ -130,47 +127,13 @@ static void release_pages(const void *p, size_t n) {
     if (end > begin) madvise((void *)begin, end - begin, MADV_DONTNEED);
 }
 
-/* Folds of at least this many bytes (without a custom allocator) go into big chunks on
- * huge pages: a decode step streams every packed weight once, and with 2 MiB pages it
- * takes a TLB miss per 2 MiB instead of per 4 KiB, and the hardware prefetchers, which
- * stop at page boundaries, run on. Chunks live as long as the cache. */
-#define CHUNKED_MIN_BYTES ((size_t)64 << 10)
-#define CHUNK_BYTES ((size_t)32 << 20)
-#define HUGE_PAGE ((size_t)2 << 20)
-
-/* bytes (a multiple of 64 apart) from the current chunk, or a new one; NULL: no memory. */
-static void *chunk_take(model_fold_cache *fc, size_t bytes) {
-    bytes = (bytes + 63) / 64 * 64;
-    if (fc->n_chunks == 0 || fc->chunk_left < bytes) {
-        size_t size = bytes > CHUNK_BYTES ? (bytes + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE : CHUNK_BYTES;
-        if (fc->n_chunks == fc->chunk_cap) {
-            int cap = fc->chunk_cap ? 2 * fc->chunk_cap : 8;
-            void **c = realloc(fc->chunks, (size_t)cap * sizeof *c);
-            if (!c) return NULL;
-            fc->chunks = c;
-            fc->chunk_cap = cap;
-        }
-        void *p = aligned_alloc(HUGE_PAGE, size);
-        if (!p) return NULL;
-        /* Advised before anything touches it (a touch first would fault in small pages). */
-        tm_sgemm_advise_packed(p, size);
-        fc->chunks[fc->n_chunks++] = p;
-        fc->chunk_next = p;
-        fc->chunk_left = size;
-    }
-    void *p = fc->chunk_next;
-    fc->chunk_next += bytes;
-    fc->chunk_left -= bytes;
-    return p;
-}
-
-/* The output of a fold, zero-filled. */
+/* The output of a fold, zero-filled: the larger ones in the cache's huge-page chunks. */
 static tm_tensor *folded_tensor(model_fold_cache *fc, const tm_vinfo *out) {
     size_t elem = tm_dtype_elem_size(out->dtype);
     size_t bytes = (size_t)tm_numel(out->rank, out->dims) * elem;
-    if (fc->allocator || out->dtype == TM_STRING || elem == 0 || bytes < CHUNKED_MIN_BYTES)
+    if (fc->allocator || out->dtype == TM_STRING || elem == 0 || bytes < TM_CHUNKED_MIN_BYTES)
         return tm_tensor_alloc(out->dtype, out->rank, out->dims, fc->allocator);
-    void *data = chunk_take(fc, bytes);
+    void *data = tm__chunks_take(&fc->chunks, bytes);
     if (!data) return NULL;
     memset(data, 0, bytes);
     return tm_tensor_borrow(out->dtype, out->rank, out->dims, data);   /* the chunk owns it */
@@ -249,8 +212,7 @@ void tm__fold_cache_free(tm_fold_cache *base) {
         tm_tensor_free(fc->entries[i].t);
     }
     free(fc->entries);
-    for (int i = 0; i < fc->n_chunks; i++) free(fc->chunks[i]);
-    free(fc->chunks);
+    tm__chunks_free(&fc->chunks);
     pthread_mutex_destroy(&fc->lock);
     free(fc);
 }

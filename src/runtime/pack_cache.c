@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include "chunks.h"
 #include "pack_cache.h"
 
 typedef struct entry {
@@ -15,6 +16,7 @@ struct tm_pack_cache {
     pthread_mutex_t lock;
     entry *entries;
     size_t n, cap;
+    tm_chunks chunks;   /* the larger entries' memory (tm__pack_cache_alloc) */
 };
 
 tm_pack_cache *tm__pack_cache_create(void) {
@@ -27,6 +29,7 @@ void tm__pack_cache_free(tm_pack_cache *pc) {
     if (!pc) return;
     for (size_t i = 0; i < pc->n; i++) tm_tensor_free(pc->entries[i].t);
     free(pc->entries);
+    tm__chunks_free(&pc->chunks);
     pthread_mutex_destroy(&pc->lock);
     free(pc);
 }
@@ -76,6 +79,14 @@ const tm_tensor *tm__pack_cache_put(tm_pack_cache *pc, const tm_pack_key *key, t
     pc->entries[pc->n++] = (entry){*key, t};
     pthread_mutex_unlock(&pc->lock);
     return t;
+}
+
+void *tm__pack_cache_alloc(tm_pack_cache *pc, size_t bytes) {
+    if (!pc || bytes < TM_CHUNKED_MIN_BYTES) return NULL;
+    pthread_mutex_lock(&pc->lock);
+    void *p = tm__chunks_take(&pc->chunks, bytes);
+    pthread_mutex_unlock(&pc->lock);
+    return p;
 }
 
 size_t tm__pack_cache_count(tm_pack_cache *pc) {

@@ -29,6 +29,12 @@ const tm_tensor *tm__pack_cache_find(tm_pack_cache *pc, const tm_pack_key *key);
  * memory. Thread-safe. */
 const tm_tensor *tm__pack_cache_put(tm_pack_cache *pc, const tm_pack_key *key, tm_tensor *t);
 
+/* bytes (64-aligned, not zeroed) for a tensor that will go to tm__pack_cache_put: large
+ * ones from the cache's huge-page chunks (chunks.h), which hold them until the cache is
+ * freed; NULL when smaller than TM_CHUNKED_MIN_BYTES (use an ordinary allocation) or out
+ * of memory. Thread-safe. */
+void *tm__pack_cache_alloc(tm_pack_cache *pc, size_t bytes);
+
 /* Entries held (for tests). */
 size_t tm__pack_cache_count(tm_pack_cache *pc);
 

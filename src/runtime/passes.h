@@ -33,9 +33,10 @@ int *tm__pass_use_counts(const tm_ctx *c);
  * With live_out, also a calloc'ed flag per node: 1 when the roots need it. */
 int *tm__pass_live_use_counts(const tm_ctx *c, const tm_pass_roots *roots, uint8_t **live_out);
 /* A 1-D float32 tensor of `floats` for packed weights, not zero-filled (the packing
- * writes every element); large ones on huge pages where the OS gives them. NULL when out
- * of memory. */
-tm_tensor *tm__pass_packed_tensor(tm_ctx *c, int64_t floats);
+ * writes every element); large ones on huge pages where the OS gives them. shared: it
+ * will go to the model's pack cache (tm__pack_cache_put), whose huge-page chunks then
+ * hold it when it is large enough (pack_cache.h). NULL when out of memory. */
+tm_tensor *tm__pass_packed_tensor(tm_ctx *c, int64_t floats, int shared);
 /* 1 when v is one of the roots. */
 int tm__pass_is_root(const tm_pass_roots *roots, tm_val v);
 /* The recorded node producing v when it is primitive prim, else NULL. */

@@ -135,7 +135,7 @@ static tm_status fuse_at(tm_pass_scan *s, int32_t at) {
         tm_sgemm_pack_a_layout(&panel, &depth);
         depth = (int)c_g;   /* one block: the kernel multiplies a row tile in one go */
         int64_t count = (int64_t)tm_sgemm_packed_floats(m * ksize, c_g, panel);
-        tm_tensor *t = tm__pass_packed_tensor(c, count);
+        tm_tensor *t = tm__pass_packed_tensor(c, count, 0);
         if (!t) return TM_ERR_NO_MEMORY;
         tm_sgemm_pack_a(0, m * ksize, c_g, wf, c_g, panel, depth, t->data);
         packed = tm_val_tensor(c, t, 0);
@@ -148,7 +148,7 @@ static tm_status fuse_at(tm_pass_scan *s, int32_t at) {
         if (k_g <= 288) depth = (int)k_g;
         size_t per_group = tm_sgemm_packed_floats(m_g, k_g, panel);
         int64_t count = (int64_t)(per_group * (size_t)group);
-        tm_tensor *t = tm__pass_packed_tensor(c, count);
+        tm_tensor *t = tm__pass_packed_tensor(c, count, 0);
         if (!t) return TM_ERR_NO_MEMORY;
         for (int64_t g = 0; g < group; g++)
             tm_sgemm_pack_a(0, m_g, k_g, wf + g * m_g * k_g, k_g, panel, depth,

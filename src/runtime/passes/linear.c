@@ -41,7 +41,7 @@ static tm_val packed_weight_of(matcher *m, tm_val w, int64_t k, int64_t n, int p
         v = tm_val_tensor(c, (tm_tensor *)shared, 1);
     } else {
         int64_t count = (int64_t)tm_sgemm_packed_floats(n, k, panel);
-        tm_tensor *t = tm__pass_packed_tensor(c, count);
+        tm_tensor *t = tm__pass_packed_tensor(c, count, c->pack_cache && key.origin);
         if (!t) return TM_NONE;
         tm_sgemm_pack_b(0, n, k, wi->data->data, n, panel, depth, t->data);
         if (c->pack_cache && key.origin) {

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "../passes.h"
+#include "../pack_cache.h"
 #include "../../backends/cpu/gemm.h"
 
 typedef tm_status (*tm_pass_fn)(tm_ctx *c, const tm_pass_roots *roots);
@@ -74,10 +75,15 @@ int *tm__pass_live_use_counts(const tm_ctx *c, const tm_pass_roots *roots, uint8
     return uses;
 }
 
-tm_tensor *tm__pass_packed_tensor(tm_ctx *c, int64_t floats) {
+tm_tensor *tm__pass_packed_tensor(tm_ctx *c, int64_t floats, int shared) {
     const size_t huge = (size_t)2 << 20;
     size_t bytes = (size_t)(floats > 0 ? floats : 1) * sizeof(float);
     void *data;
+    if (shared && !c->allocator && c->pack_cache &&
+        (data = tm__pack_cache_alloc(c->pack_cache, bytes)) != NULL) {
+        /* In the model's chunks on huge pages, which own it. */
+        return tm_tensor_borrow(TM_FLOAT, 1, &floats, data);
+    }
     if (!c->allocator && bytes >= 2 * huge) {
         /* Whole huge pages: aligned to 2 MiB, advised before anything touches them (a
          * zero fill would fault them in as small pages first). */
