@@ -48,17 +48,18 @@ static tm_val param(tm_ctx *c, int seed) {
 
 /* Variants of the patterns; the last ones must not fuse. */
 enum {
-    LN, LN_NO_BETA, LN_MUL_SQUARE, RMS_RECIPROCAL, RMS_DIV,
+    LN, LN_NO_BETA, LN_MUL_SQUARE, RMS_RECIPROCAL, RMS_DIV, RMS_ONE_OVER,
     GELU_A, GELU_B, GELU_C, GELU_MUL_HALF_SQRT,
-    BAD_LN_POW3, BAD_LN_SHARED, BAD_GELU_HALF, BAD_GELU_ROOT, N_VARIANTS
+    BAD_LN_POW3, BAD_LN_SHARED, BAD_GELU_HALF, BAD_GELU_ROOT, BAD_RMS_TWO_OVER, N_VARIANTS
 };
 static const char *names[N_VARIANTS] = {
     "layer norm", "layer norm without beta", "layer norm with d*d", "RMS norm (reciprocal)",
-    "RMS norm (div)", "gelu (x*h)*0.5", "gelu (x*0.5)*h", "gelu x*(h*0.5)", "gelu x*(1/sqrt 2)",
-    "pow 3", "d read outside (RMS norm of d)", "0.49 for 0.5", "intermediate is a root"};
+    "RMS norm (div)", "RMS norm (x * (1 / s), LLaMA's export)", "gelu (x*h)*0.5", "gelu (x*0.5)*h", "gelu x*(h*0.5)", "gelu x*(1/sqrt 2)",
+    "pow 3", "d read outside (RMS norm of d)", "0.49 for 0.5", "intermediate is a root",
+    "x * (2 / s)"};
 static const int want_prim[N_VARIANTS] = {
     TM_P_LAYERNORM, TM_P_LAYERNORM, TM_P_LAYERNORM, TM_P_LAYERNORM, TM_P_LAYERNORM,
-    TM_P_GELU, TM_P_GELU, TM_P_GELU, TM_P_GELU, -1, -1, -1, -1};
+    TM_P_LAYERNORM, TM_P_GELU, TM_P_GELU, TM_P_GELU, TM_P_GELU, -1, -1, -1, -1, -1};
 
 /* Builds the variant on x; *extra gets a value that must stay alive (or TM_NONE). */
 static tm_val build(tm_ctx *c, int v, tm_val x, tm_val *extra) {
@@ -72,11 +73,12 @@ static tm_val build(tm_ctx *c, int v, tm_val x, tm_val *extra) {
         if (v == BAD_LN_SHARED) *extra = un(c, TM_P_NEG, d);
         return v == LN_NO_BETA ? y : bin(c, TM_P_ADD, param(c, 7), y);
     }
-    if (v == RMS_RECIPROCAL || v == RMS_DIV) {
+    if (v == RMS_RECIPROCAL || v == RMS_DIV || v == RMS_ONE_OVER || v == BAD_RMS_TWO_OVER) {
         tm_val var = mean_last(c, bin(c, TM_P_POW, x, k(c, 2.0)));
         tm_val s = un(c, TM_P_SQRT, bin(c, TM_P_ADD, k(c, 1e-6), var));
         tm_val n = v == RMS_DIV ? bin(c, TM_P_DIV, x, s)
-                                : bin(c, TM_P_MUL, x, un(c, TM_P_RECIPROCAL, s));
+                   : v == RMS_RECIPROCAL ? bin(c, TM_P_MUL, x, un(c, TM_P_RECIPROCAL, s))
+                   : bin(c, TM_P_MUL, x, bin(c, TM_P_DIV, k(c, v == RMS_ONE_OVER ? 1.0 : 2.0), s));
         return bin(c, TM_P_MUL, param(c, 5), n);
     }
     tm_val u = v == GELU_MUL_HALF_SQRT ? bin(c, TM_P_MUL, k(c, 0.70710678), x)

@@ -2,7 +2,8 @@
  * Layer norm as TorchScript exports it, after lowering (ReduceMean is sum then divide):
  *   m = sum(x)/C; d = x - m; v = sum(d^2)/C; y = d / sqrt(v + eps) * gamma [+ beta]
  * RMS norm as LLaMA exports it:
- *   v = sum(x^2)/C; y = weight * (x * 1/sqrt(v + eps))   (or x / sqrt(v + eps))
+ *   v = sum(x^2)/C; y = weight * (x * 1/sqrt(v + eps))   (or x / sqrt(v + eps)), the
+ *   reciprocal a RECIPROCAL or a division of 1
  * Only f32, gamma/beta/weight over the last axis that are constants or model parameters
  * (trainable weights, read from the parameter store: 1-D only, taken as they are), every
  * intermediate read once and not a root. Not the kernel (core/prims/nn.c). */
@@ -78,12 +79,20 @@ static tm_val match_normalise(const matcher *m, const tm_rnode *n, double *eps, 
         d = n->in[0];
         s = n->in[1];
     } else if (n->prim == TM_P_MUL) {
-        for (int i = 0; i < 2 && s == TM_NONE; i++)
+        for (int i = 0; i < 2 && s == TM_NONE; i++) {
+            const tm_rnode *div;
             if (inner_node(m, n->in[i], TM_P_RECIPROCAL)) {
                 d = n->in[1 - i];
                 s = tm__pass_producer(m->c, n->in[i], TM_P_RECIPROCAL)->in[0];
                 if (!inner(m, s)) return TM_NONE;
+            } else if ((div = inner_node(m, n->in[i], TM_P_DIV)) != NULL &&
+                       tm__pass_scalar_is(m->c, div->in[0], 1.0)) {
+                /* 1 / sqrt(...) as a division (LLaMA's exports) */
+                d = n->in[1 - i];
+                s = div->in[1];
+                if (!inner(m, s)) return TM_NONE;
             }
+        }
     }
     if (s == TM_NONE) return TM_NONE;
     const tm_rnode *root = inner_node(m, s, TM_P_SQRT);
