@@ -34,12 +34,6 @@ ORT_DIR = os.path.join(HERE, ".ort")
 ORT_BENCH = os.path.join(HERE, "ort_bench.mjs")
 WORK = os.path.join(HERE, ".work")
 
-# Hook for the q4 decoder with its 4-bit weights dequantized in the graph (to float32 at
-# plan time) instead of kept packed and read by our MatMulNBits kernel: the extra
-# `transmuter bench` arguments and environment that select it. None until the option
-# exists (None: those cases are listed as not measured): `--dequantize-nbits-once`.
-Q4_DEQUANTIZED = dict(args=["--dequantize-nbits-once"], env={})
-
 # A round lasts about this long (the repeat count adapts to the case, within --repeat):
 # short rounds, many of them, so that both runtimes see the same moments of a shared
 # machine's load.
@@ -69,7 +63,10 @@ def ensure_model(path, recipe):
         return False
     kind, base, args = recipe
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    if kind == "inflate":
+    if kind == "dequantize-graph":
+        # The q4 export with its weights dequantized in the graph (bench/dequantize_graph.py).
+        sh(["/usr/bin/python3", os.path.join(HERE, "dequantize_graph.py"), base, path])
+    elif kind == "inflate":
         sh(["/usr/bin/python3", os.path.join(tools, "skeleton.py"), "inflate", base, path])
     else:
         sh(["/usr/bin/python3", os.path.join(tools, "quantize_variants.py"), kind, base, path] + args)
@@ -169,14 +166,20 @@ def case_list(skip_large):
         big_q4 = os.path.join(big, "decoder_model_merged_q4.onnx")
         big_fp32_recipe = ("inflate", os.path.join(sk, "llama-600m", "decoder_model_merged.skeleton.onnx"), [])
         big_q4_recipe = ("q4", big_fp32, ["--block", "32", "--gbq", "--dedupe"])
-        big_variants = [("fp32", big_fp32, big_fp32_recipe, None), ("q4", big_q4, big_q4_recipe, None),
-                        ("q4-dequantized", big_q4, big_q4_recipe, "dequantized")]
-        for var, path, recipe, hook in big_variants:
+        # q4 both ways: packed (MatMulNBits, our 4-bit kernel and ONNX Runtime's), and the
+        # same export with its weights dequantized in the graph (bench/dequantize_graph.py:
+        # standard operators from the packed nibbles to f32 weights), run by both runtimes,
+        # which then multiply f32 weights.
+        big_q4dq = os.path.join(big, "decoder_model_merged_q4_dequantized.onnx")
+        big_variants = [("fp32", big_fp32, big_fp32_recipe, [], 1e-4),
+                        ("q4", big_q4, big_q4_recipe, [], 1e-2),
+                        ("q4-dequantized", big_q4dq, ("dequantize-graph", big_q4, []),
+                         [("q4", big_q4, big_q4_recipe)], 1e-4)]
+        for var, path, recipe, more_deps, tol in big_variants:
             for label, spec in decoder_shapes[:1] + decoder_shapes[2:]:
                 cases.append(dict(name=f"llama-600m-{var}-{label}", model=path, recipe=recipe,
-                                  deps=[("fp32", big_fp32, big_fp32_recipe)], spec=dict(spec, vocab=151936),
-                                  static=["use_cache_branch"], tol=1e-4 if var == "fp32" else 1e-2,
-                                  hook=hook))
+                                  deps=[("fp32", big_fp32, big_fp32_recipe)] + more_deps,
+                                  spec=dict(spec, vocab=151936), static=["use_cache_branch"], tol=tol))
     real = os.path.join(SHARED, "models", "real")
     cases.append(dict(name="ppocr-det-640", model=os.path.join(real, "ppocr", "ch_PP-OCRv4_det_infer.onnx"),
                       spec=dict(dims={"x": 1}, shape={"x": [1, 3, 640, 640]}), tol=1e-3))
@@ -230,9 +233,6 @@ def ours_cmd(case, inputs, threads, repeat, out_dir):
         cmd += ["--static", s]
     env = dict(os.environ)
     env.pop("TM_PROFILE", None)
-    if case.get("hook") == "dequantized":
-        cmd += Q4_DEQUANTIZED.get("args", [])
-        env.update(Q4_DEQUANTIZED.get("env", {}))
     return cmd, env
 
 
@@ -438,11 +438,6 @@ def main():
     rows, skipped, bandwidth, gemms, worst = [], [], [], [], (0.0, "")
     for case in case_list(args.skip_large):
         if wanted and case["name"] not in wanted:
-            continue
-        if case.get("hook") == "dequantized" and Q4_DEQUANTIZED is None:
-            skipped.append((case["name"], "no option yet to dequantize 4-bit weights in the graph "
-                            "(hook Q4_DEQUANTIZED in bench/run.py)"))
-            print(f"skip {case['name']}: {skipped[-1][1]}")
             continue
         ok = True
         for _, dep_path, dep_recipe in case.get("deps", []):

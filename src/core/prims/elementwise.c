@@ -876,6 +876,28 @@ FLOAT_ROW(row_f64, double, pow, fmod, python_mod_f64)
 INT_ROW(row_i32, int32_t, uint32_t)
 INT_ROW(row_i64, int64_t, uint64_t)
 
+static void row_generic(const void *job, const int64_t *offset, const int64_t *step,
+                        int64_t out_offset, int64_t n);
+
+/* uint8 (bytes of packed weights dequantized in a graph, folded at plan time): the
+ * arithmetic that wraps, shifts and bitwise ops as plain loops; the rest element by
+ * element. */
+static void row_u8(const void *job, const int64_t *offset, const int64_t *step,
+                   int64_t out_offset, int64_t n) {
+    const binary_job *j = job;
+    switch (j->prim) {
+    case TM_P_ADD: BINARY_LOOP(uint8_t, uint8_t, uint8_t, x + y); break;
+    case TM_P_SUB: BINARY_LOOP(uint8_t, uint8_t, uint8_t, x - y); break;
+    case TM_P_MUL: BINARY_LOOP(uint8_t, uint8_t, uint8_t, x * y); break;
+    case TM_P_BITAND: BINARY_LOOP(uint8_t, uint8_t, uint8_t, x & y); break;
+    case TM_P_BITOR: BINARY_LOOP(uint8_t, uint8_t, uint8_t, x | y); break;
+    case TM_P_BITXOR: BINARY_LOOP(uint8_t, uint8_t, uint8_t, x ^ y); break;
+    case TM_P_SHL: BINARY_LOOP(uint8_t, uint8_t, uint8_t, y >= 8 ? 0 : x << y); break;
+    case TM_P_SHR: BINARY_LOOP(uint8_t, uint8_t, uint8_t, y >= 8 ? 0 : x >> y); break;
+    default: row_generic(job, offset, step, out_offset, n); break;
+    }
+}
+
 static void row_bool(const void *job, const int64_t *offset, const int64_t *step,
                      int64_t out_offset, int64_t n) {
     const binary_job *j = job;
@@ -968,6 +990,7 @@ static row_fn binary_row(const binary_job *j) {
     case TM_DOUBLE: return row_f64;
     case TM_INT32: return row_i32;
     case TM_INT64: return row_i64;
+    case TM_UINT8: return j->out_dtype == TM_UINT8 ? row_u8 : row_generic;
     case TM_BOOL:
         return (prim == TM_P_AND || prim == TM_P_OR || prim == TM_P_XOR ||
                 is_comparison(prim)) ? row_bool : row_generic;
