@@ -493,6 +493,66 @@ done:
     for (int i = 0; i < 4; i++) tm_tensor_free(own[i]);
 }
 
+/* The word-embedding gradient of a plan is kept in its session between runs, zeroed
+ * only where the last run wrote (INDEX_ADD_KEPT): runs with other token ids, then the
+ * first ids again, must each give the eager gradients, no row left over from before. */
+static void test_embedding_rows_between_runs(void) {
+    tm_model *m = load(SEQCLS "/model.onnx", 1, 0, NULL, NULL);
+    if (!m) return;
+    tm_tensor *own[4];
+    batch b = bert_batch(own);
+    tm_grad_options go = ce_options();
+    int word = tm_model_param_index(m, "model.bert.embeddings.word_embeddings.weight");
+    tm_param_desc d;
+    check(word >= 0 && tm_model_param(m, word, &d) == TM_OK, "the word embeddings are a parameter");
+    if (word < 0) goto done;
+    tm_tensor *ids[2] = {own[0], tm_tensor_clone(own[0], NULL)};
+    int64_t vocab = d.tensor->dims[0], n_ids = tm_tensor_numel(own[0]);
+    int64_t *second = ids[1]->data;
+    for (int64_t i = 0; i < n_ids; i++) second[i] = (second[i] + vocab / 2) % vocab;
+    tm_plan *p = NULL;
+    tm_session *s = NULL;
+    tm_error err;
+    tm_status st = tm_grad_plan_create(m, b.n, b.names, b.in, NULL, &go, &p, &err);
+    if (st == TM_OK) st = tm_session_create(p, &s, &err);
+    check(st == TM_OK, "gradient plan: %s", err.message);
+    int g = -1;
+    for (int j = 0; st == TM_OK && j < tm_plan_n_grads(p); j++)
+        if (tm_plan_grad_param(p, j) == word) g = 1 + j;
+    static const int order[4] = {0, 1, 1, 0};
+    for (int r = 0; st == TM_OK && g > 0 && r < 4; r++) {
+        b.in[0] = ids[order[r]];
+        st = tm_session_run(s, b.n, b.names, b.in, NULL, &err);
+        tm_tensor *eager[64] = {0};
+        if (st == TM_OK) st = tm_run_eager_grad(m, b.n, b.names, b.in, &go, eager, &err);
+        check(st == TM_OK, "run %d: %s", r, err.message);
+        if (st != TM_OK) break;
+        const tm_tensor *planned = tm_session_result(s, g);
+        double worst = 0;
+        int64_t nonzero_rows = 0, row = d.tensor->dims[1];
+        for (int64_t i = 0; i < vocab; i++) {
+            int any = 0;
+            for (int64_t e = i * row; e < (i + 1) * row; e++) {
+                worst = fmax(worst, fabs(at(planned, e) - at(eager[g], e)));
+                any |= at(planned, e) != 0;
+            }
+            nonzero_rows += any;
+        }
+        check(worst < 1e-6 && nonzero_rows > 0 && nonzero_rows <= n_ids,
+              "run %d (ids %d): word-embedding gradient as eager (worst %.2g), %lld rows "
+              "written of %lld ids", r, order[r], worst, (long long)nonzero_rows,
+              (long long)n_ids);
+        for (int i = 0; i < 64; i++) tm_tensor_free(eager[i]);
+    }
+    check(g > 0, "the plan has the word embeddings' gradient");
+    tm_session_free(s);
+    tm_plan_free(p);
+    tm_tensor_free(ids[1]);
+done:
+    tm_model_free(m);
+    for (int i = 0; i < 4; i++) tm_tensor_free(own[i]);
+}
+
 /* A gradient plan's run allocates nothing: through the model's allocator, and (outside
  * sanitizer builds) in the whole process, with caller outputs or results read in place.
  * Its arena is planned by lifetimes: smaller than every value it holds added up. */
@@ -741,6 +801,7 @@ int main(void) {
     test_convnet();
     test_losses();
     test_updates_in_place();
+    test_embedding_rows_between_runs();
     test_no_allocation();
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;

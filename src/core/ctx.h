@@ -37,6 +37,9 @@ enum {
 #define TM_PF_QUANTIZE 32u   /* quantizes its float input: every output is cut from the gradient */
 #define TM_PF_NO_GRAD 64u    /* a fused primitive without a gradient rule: passes do not make it
                               * over a value the tape tracks (passes.c) */
+#define TM_PF_KEPT 128u      /* its outputs keep their contents between runs of a session: a
+                              * plan gives them arena space of their own, zeroed when the
+                              * session is made (plan.c) */
 
 #define TM_ARGS_MAX_I 64
 /* Non-tensor parameters of a primitive call (axes, perms, pads, dtypes, scalars).

@@ -112,5 +112,6 @@ tm_status tm__pass_attention(tm_ctx *c, const tm_pass_roots *roots);
 tm_status tm__pass_linear(tm_ctx *c, const tm_pass_roots *roots);
 tm_status tm__pass_conv(tm_ctx *c, const tm_pass_roots *roots);
 tm_status tm__pass_nbits(tm_ctx *c, const tm_pass_roots *roots);
+tm_status tm__pass_index_add(tm_ctx *c, const tm_pass_roots *roots);
 
 #endif

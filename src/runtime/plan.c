@@ -10,7 +10,7 @@
 #include "runtime.h"
 #include "passes.h"
 
-enum { PV_INPUT, PV_CONST, PV_ARENA, PV_ALIAS, PV_PARAM };
+enum { PV_INPUT, PV_CONST, PV_ARENA, PV_ALIAS, PV_PARAM, PV_KEPT };
 
 typedef struct plan_value {
     int kind;
@@ -21,7 +21,7 @@ typedef struct plan_value {
     int input;            /* PV_INPUT: plan input index; PV_PARAM: model parameter */
     tm_tensor *constant;  /* PV_CONST */
     int const_owned;
-    size_t offset;        /* PV_ARENA */
+    size_t offset;        /* PV_ARENA, PV_KEPT (an arena value placed by place_arena) */
     int alias_of;         /* PV_ALIAS: plan value whose buffer it shares */
 } plan_value;
 
@@ -51,6 +51,7 @@ struct tm_plan {
     int n_kernels;
     plan_kernel *kernels;
     size_t arena_bytes, scratch_bytes;
+    size_t kept_bytes;    /* the arena's start: outputs of TM_PF_KEPT kernels */
     int n_graph_inputs;
     int *input_pv;        /* per graph input: plan value, or -1 (static / unused) */
     tm_dtype *input_dtype;
@@ -187,13 +188,28 @@ typedef struct block {
 } block;
 
 /* Places arena values by lifetime: a value is live from its producing kernel to its
- * last reader; first fit among the gaps of the blocks live at that point. */
+ * last reader; first fit among the gaps of the blocks live at that point. The outputs of
+ * TM_PF_KEPT kernels come first, at the arena's start, live for the whole run: nothing
+ * else ever writes there, so they hold what the last run left (kept_bytes, zeroed when a
+ * session is made). */
 static tm_status place_arena(builder *b) {
     tm_plan *p = b->p;
     block *live = calloc((size_t)p->n_values + 1, sizeof *live);
     if (!live) return TM_ERR_NO_MEMORY;
     int n_live = 0;
     size_t top = 0;
+    for (int k = 0; k < p->n_kernels; k++) {
+        if (!(tm_prims[p->kernels[k].prim].flags & TM_PF_KEPT)) continue;
+        for (int o = 0; o < p->kernels[k].nout; o++) {
+            plan_value *v = &p->values[p->kernels[k].out[o]];
+            if (v->kind != PV_ARENA) continue;
+            v->offset = top;
+            live[n_live++] = (block){top, align64(v->nbytes ? v->nbytes : 1), p->n_kernels};
+            top += live[n_live - 1].size;
+            v->kind = PV_KEPT;
+        }
+    }
+    p->kept_bytes = top;
     for (int k = 0; k < p->n_kernels; k++) {
         /* Retire blocks whose last use is before k. */
         int w = 0;
@@ -810,11 +826,12 @@ tm_status tm_session_create(tm_plan *p, tm_session **out, tm_error *err) {
         memcpy(t->dims, v->dims, sizeof t->dims);
         t->nbytes = v->nbytes;
         if (v->kind == PV_CONST) t->data = v->constant->data;
-        if (v->kind == PV_ARENA) t->data = (char *)s->arena + v->offset;
+        if (v->kind == PV_ARENA || v->kind == PV_KEPT) t->data = (char *)s->arena + v->offset;
         if (v->kind == PV_PARAM) t->data = m->params[v->input].value->data;
     }
     for (int i = 0; i < p->n_values; i++)
         if (p->values[i].kind == PV_ALIAS) s->tensors[i].data = s->tensors[root_of(p, i)].data;
+    if (p->kept_bytes) memset(s->arena, 0, p->kept_bytes);
     const char *prof = getenv("TM_PROFILE");
     if (prof && (prof[0] == '1' || prof[0] == '2'))
         s->profile = calloc((size_t)p->n_kernels + 1, sizeof *s->profile);

@@ -242,7 +242,11 @@ static void packed_slice(void *arg, int ith, int nth) {
         int64_t j0 = cp * ar->nr, j1 = min64(min64(g1, cp + chunk) * ar->nr, g->n);
         for (int64_t pc = 0; pc < g->k; pc += ar->kc) {
             int64_t kc = min64(ar->kc, g->k - pc);
-            if (g->trans_b)
+            if (g->trans_b && ar->pack_bt)
+                for (int64_t j = j0; j < j1; j += ar->nr)
+                    ar->pack_bt(g->b, g->ldb, pc, kc, j, min64(ar->nr, j1 - j),
+                                region + (j - j0) / ar->nr * stride);
+            else if (g->trans_b)
                 for (int64_t j = j0; j < j1; j += ar->nr)
                     pack_bt_panel(g->b, g->ldb, pc, kc, j, min64(ar->nr, j1 - j), ar->nr,
                                   region + (j - j0) / ar->nr * stride);

@@ -149,6 +149,12 @@ typedef void (*tm__sgemm_cols_tile_fn)(int64_t k, const float *a, int64_t step,
                                        const float *b_packed, float *c, int64_t ldc, int nr,
                                        float beta);
 
+/* One panel of op(B) with B stored transposed ((n, k), row stride ldb): columns
+ * [j0, j0 + cols) of op(B) (cols <= NR), steps [p0, p0 + kc), packed NR floats a step
+ * with zeros past cols. */
+typedef void (*tm__sgemm_pack_bt_fn)(const float *b, int64_t ldb, int64_t p0, int64_t kc,
+                                     int64_t j0, int64_t cols, float *dst);
+
 typedef struct tm__sgemm_arch {
     const char *name;
     int mr, nr;                 /* register tile */
@@ -160,6 +166,7 @@ typedef struct tm__sgemm_arch {
     tm__sgemm_packed_fn tile_packed;
     tm__sgemm_rows_tile_fn tile_rows;
     tm__sgemm_cols_tile_fn tile_cols;   /* NULL: tile */
+    tm__sgemm_pack_bt_fn pack_bt;       /* NULL: plain loops */
 } tm__sgemm_arch;
 
 /* The arch tm_sgemm uses (NULL: the reference, TM_REFERENCE_KERNELS=1). */

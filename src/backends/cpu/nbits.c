@@ -132,7 +132,8 @@ void tm_nbits_pack(const tm_nbits_weights *w, void *dst) {
             for (int64_t i = 0; i < w->block; i++) {
                 int shift;
                 unsigned q = (src[i / 2] >> (i & 1 ? 4 : 0)) & 15;
-                rec[nibble_at(c, i, &shift)] |= (uint8_t)(q << shift);
+                int64_t at = nibble_at(c, i, &shift);   /* sets shift before it is read */
+                rec[at] |= (uint8_t)(q << shift);
             }
             memcpy(rec + tm__nbits_scales_at(w->block) + 4 * c, w->scales + n * h.blocks + blk, 4);
             uint8_t *zps = rec + tm__nbits_zps_at(w->block);

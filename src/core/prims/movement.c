@@ -1188,6 +1188,7 @@ tm_status tm__shape_index_add(tm_ctx *c, int prim, const tm_args *a, const tm_vi
 typedef struct index_add_job {
     const tm_kcall *k;
     int64_t rows, row_len, n;
+    const int64_t *stale;     /* INDEX_ADD_KEPT: rows the last run wrote (count first) */
 } index_add_job;
 
 /* Zeroes n bytes. Large outputs (an embedding table's gradient: 47 MB for MiniLM) are
@@ -1211,15 +1212,22 @@ static void zero_bytes(void *p, size_t n) {
     memset(p, 0, n);
 }
 
-/* Slice ith of nth owns a range of output rows: it zeroes them, then adds the updates
- * aimed at them in order of j, so any thread count gives the same sums. */
+/* Slice ith of nth owns a range of output rows: it zeroes them (INDEX_ADD_KEPT: only the
+ * stale rows among them), then adds the updates aimed at them in order of j, so any
+ * thread count gives the same sums. */
 static void index_add_slice(void *arg, int ith, int nth) {
     const index_add_job *job = arg;
     const tm_tensor *indices = job->k->in[0], *updates = job->k->in[1];
     tm_tensor *y = job->k->out[0];
     int64_t r0 = job->rows * ith / nth, r1 = job->rows * (ith + 1) / nth, len = job->row_len;
-    size_t esize = tm_dtype_elem_size(y->dtype);
-    zero_bytes((char *)y->data + (size_t)(r0 * len) * esize, (size_t)((r1 - r0) * len) * esize);
+    size_t esize = tm_dtype_elem_size(y->dtype), row_bytes = (size_t)len * esize;
+    if (!job->stale) {
+        zero_bytes((char *)y->data + (size_t)r0 * row_bytes, (size_t)(r1 - r0) * row_bytes);
+    } else {
+        for (int64_t j = 0; j < job->stale[0]; j++)
+            if (job->stale[1 + j] >= r0 && job->stale[1 + j] < r1)
+                memset((char *)y->data + (size_t)job->stale[1 + j] * row_bytes, 0, row_bytes);
+    }
     for (int64_t j = 0; j < job->n; j++) {
         int64_t r = load_index(indices, j);
         if (r < 0) r += job->rows;
@@ -1248,7 +1256,7 @@ static void index_add_slice(void *arg, int ith, int nth) {
 tm_status tm__kernel_index_add(const tm_kcall *k) {
     const tm_tensor *indices = k->in[0];
     tm_tensor *y = k->out[0];
-    index_add_job job = {k, y->dims[0], product(y->dims, 1, y->rank), indices->dims[0]};
+    index_add_job job = {k, y->dims[0], product(y->dims, 1, y->rank), indices->dims[0], NULL};
     for (int64_t j = 0; j < job.n; j++) {
         int64_t v;
         if (resolve_index(k, load_index(indices, j), job.rows, 0, &v) != TM_OK) return TM_ERR_RUNTIME;
@@ -1257,5 +1265,47 @@ tm_status tm__kernel_index_add(const tm_kcall *k) {
     if (nth > job.rows) nth = (int)job.rows;
     if (nth <= 1) index_add_slice(&job, 0, 1);
     else tm_pool_run(k->pool, nth, index_add_slice, &job);
+    return TM_OK;
+}
+
+/* ---- INDEX_ADD_KEPT ------------------------------------------------------------------ */
+
+tm_status tm__shape_index_add_kept(tm_ctx *c, int prim, const tm_args *a,
+                                   const tm_vinfo *const *in, int nin, tm_vinfo *out, int nout,
+                                   size_t *scratch) {
+    if (tm__shape_index_add(c, prim, a, in, nin, out, 1, scratch) != TM_OK) return c->status;
+    int64_t written = in[0]->dims[0] + 1;
+    set_out(&out[1], TM_INT64, 1, &written);
+    return TM_OK;
+}
+
+/* Output 0 holds the last run's sums, zero except in the rows output 1 lists: those rows
+ * are zeroed and the rest is left as it is (a table of 30522 rows with 128 written is
+ * 0.4% of a full zeroing). A list that cannot be the last run's (a count out of range,
+ * a row outside the table) zeroes the whole table instead. */
+tm_status tm__kernel_index_add_kept(const tm_kcall *k) {
+    const tm_tensor *indices = k->in[0];
+    tm_tensor *y = k->out[0];
+    int64_t *written = k->out[1]->data;
+    index_add_job job = {k, y->dims[0], product(y->dims, 1, y->rank), indices->dims[0], written};
+    for (int64_t j = 0; j < job.n; j++) {
+        int64_t v;
+        if (resolve_index(k, load_index(indices, j), job.rows, 0, &v) != TM_OK) return TM_ERR_RUNTIME;
+    }
+    int known = written[0] >= 0 && written[0] <= job.n;
+    for (int64_t j = 0; known && j < written[0]; j++)
+        known = written[1 + j] >= 0 && written[1 + j] < job.rows;
+    if (!known) job.stale = NULL;
+    size_t work = known ? (size_t)job.n * (size_t)job.row_len * tm_dtype_elem_size(y->dtype)
+                        : y->nbytes;
+    int nth = work < INDEX_ADD_PARALLEL_BYTES ? 1 : tm_pool_threads(k->pool);
+    if (nth > job.rows) nth = (int)job.rows;
+    if (nth <= 1) index_add_slice(&job, 0, 1);
+    else tm_pool_run(k->pool, nth, index_add_slice, &job);
+    for (int64_t j = 0; j < job.n; j++) {
+        int64_t r = load_index(indices, j);
+        written[1 + j] = r < 0 ? r + job.rows : r;
+    }
+    written[0] = job.n;
     return TM_OK;
 }

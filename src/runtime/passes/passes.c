@@ -18,6 +18,7 @@ static const tm_pass_fn passes[] = {
     tm__pass_linear,   /* after gelu: a fused GELU becomes a step of its chain */
     tm__pass_conv,
     tm__pass_nbits,    /* after gelu too */
+    tm__pass_index_add,
 };
 
 int tm__pass_uses(const tm_ctx *c, tm_val v) {
