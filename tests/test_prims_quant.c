@@ -33,11 +33,11 @@ static tm_val make(tm_ctx *c, tm_dtype dt, int rank, const int64_t *dims, tm_ten
 
 /* When set, the 4-bit tests run their kernels on these threads. */
 static tm_pool *nbits_pool;
-/* When set, rows of activations far from 1 in size: row m scaled by 1, 1e-30, 1e30, and
+/* When set, rows of activations far from 1 in size: row m scaled by 1, 1e-35, 1e30, and
  * every fourth row holding a NaN (its outputs must all be NaN). The integer GEMV scales
- * each block of a row on its own. */
+ * each block of a row on its own (1e-35: FULL / max|a| would overflow without a pre-scaling). */
 static int extreme_rows;
-static const float row_scales[4] = {1.0f, 1e-30f, 1e30f, 1.0f};
+static const float row_scales[4] = {1.0f, 1e-35f, 1e30f, 1.0f};
 
 static void test_matmul_nbits_with(int bits, int64_t bs, int64_t K, int64_t N, int64_t M,
                                    int zp_kind, int with_g, tm_dtype adt, int repack) {
@@ -50,7 +50,10 @@ static void test_matmul_nbits_with(int bits, int64_t bs, int64_t K, int64_t N, i
     float *scale = malloc(sizeof(float) * (size_t)(N * kb));
     float *zp = malloc(sizeof(float) * (size_t)(N * kb));
     int32_t *g = malloc(sizeof(int32_t) * (size_t)K);
-    for (int64_t i = 0; i < M * K; i++) a[i] = next_f();
+    for (int64_t i = 0; i < M * K; i++)
+        a[i] = next_f() * (extreme_rows ? row_scales[(i / K) % 4] : 1.0f);
+    if (extreme_rows)
+        for (int64_t m = 3; m < M; m += 4) a[m * K + K / 2] = NAN;
     for (int64_t i = 0; i < N * kb * bs; i++) q[i] = next_u32() % (1u << bits);
     for (int64_t i = 0; i < N * kb; i++) {
         scale[i] = next_f() * 0.1f;

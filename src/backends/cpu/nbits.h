@@ -84,6 +84,8 @@ static inline int64_t tm__nbits_zps_at(int64_t block) {
 typedef struct tm__nbits_qrow {
     const int8_t *d[3];
     const float *sa, *sum;
+    const float *down;   /* per block 0, or -64 where sa would be subnormal: then sa holds
+                          * it times 2^64 and the block's sums are scaled back by 2^down */
 } tm__nbits_qrow;
 
 /* Bytes of one split row (any alignment of the buffer: the layout aligns to 64). */

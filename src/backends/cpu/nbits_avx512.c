@@ -37,10 +37,11 @@ static void split(const float *a, int64_t k, int64_t block, int64_t blocks, void
     if (block <= 0) return;
     int64_t k_pad = blocks * block;
     int8_t *d = p;
-    float *sa = (float *)(d + round_up(3 * k_pad, 64)), *sum = sa + blocks;
+    float *sa = (float *)(d + round_up(3 * k_pad, 64)), *sum = sa + blocks, *down = sum + blocks;
     for (int i = 0; i < 3; i++) q->d[i] = d + i * k_pad;
     q->sa = sa;
     q->sum = sum;
+    q->down = down;
     for (int64_t b = 0; b < blocks; b++) {
         int64_t k0 = b * block;
         __m512 mx = _mm512_setzero_ps();
@@ -57,13 +58,17 @@ static void split(const float *a, int64_t k, int64_t block, int64_t blocks, void
             memset(d + k_pad + k0, 0, (size_t)block);
             memset(d + 2 * k_pad + k0, 0, (size_t)block);
             sa[b] = top == 0.0f && isfinite(total) ? 0.0f : NAN;
-            sum[b] = 0.0f;
+            sum[b] = down[b] = 0.0f;
             continue;
         }
-        sa[b] = top / (float)FULL;
-        /* A block of tiny values scaled up first, so that FULL / top stays finite. */
-        __m512 up = _mm512_set1_ps(top < 0x1p-60f ? 0x1p64f : 1.0f);
-        __m512 inv = _mm512_set1_ps((float)FULL / (top < 0x1p-60f ? top * 0x1p64f : top));
+        /* A block of tiny values scaled up by 2^64 first, so that FULL / top stays finite
+         * and sa a normal float; the GEMV scales its sums back down. */
+        int tiny = top < 0x1p-60f;
+        float top_up = tiny ? top * 0x1p64f : top;
+        sa[b] = top_up / (float)FULL;
+        down[b] = tiny ? -64.0f : 0.0f;
+        __m512 up = _mm512_set1_ps(tiny ? 0x1p64f : 1.0f);
+        __m512 inv = _mm512_set1_ps((float)FULL / top_up);
         const __m512i hi = _mm512_set1_epi32(FULL), lo = _mm512_set1_epi32(-FULL);
         int64_t s = 0;
         for (int64_t i = 0; i < block; i += 16) {
@@ -142,6 +147,7 @@ static inline __attribute__((always_inline)) void gemv_group(const tm__nbits_pac
                                        _mm512_cvtepi32_ps(s2));
             t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0), _mm512_set1_ps(65536.0f), t);
             t = _mm512_fnmadd_ps(z, _mm512_set1_ps(q[r].sum[blk]), t);
+            if (q[r].down[blk] != 0.0f) t = _mm512_scalef_ps(t, _mm512_set1_ps(q[r].down[blk]));
             out[r] = _mm512_fmadd_ps(t, _mm512_mul_ps(s, _mm512_set1_ps(q[r].sa[blk])), out[r]);
         }
     }
@@ -186,6 +192,7 @@ static inline __attribute__((always_inline)) void gemv_group1(const tm__nbits_pa
                                    _mm512_cvtepi32_ps(_mm512_add_epi32(a2, b2)));
         t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(a0, b0)), _mm512_set1_ps(65536.0f), t);
         t = _mm512_fnmadd_ps(zero_points(h, rec), _mm512_set1_ps(q->sum[blk]), t);
+        if (q->down[blk] != 0.0f) t = _mm512_scalef_ps(t, _mm512_set1_ps(q->down[blk]));
         __m512 s = _mm512_mul_ps(_mm512_loadu_ps(rec + tm__nbits_scales_at(h->block)),
                                  _mm512_set1_ps(q->sa[blk]));
         if (blk & 1) out2 = _mm512_fmadd_ps(t, s, out2);
