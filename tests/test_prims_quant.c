@@ -399,6 +399,7 @@ static void test_qgemm(void) {
 static void run_dynamic_quantize(const float *x, int64_t n, uint8_t *y, float *scale, uint8_t *zp) {
     tm_ctx c;
     tm_ctx_init(&c, TM_MODE_EAGER, NULL);
+    c.pool = nbits_pool;
     tm_tensor *tx;
     tm_val vx = make(&c, TM_FLOAT, 1, &n, &tx);
     memcpy(tx->data, x, sizeof(float) * (size_t)n);
@@ -449,6 +450,24 @@ static void test_dynamic_quantize(void) {
               (long long)n, bad);
     }
     unsetenv("TM_KERNEL_ISA");
+    /* Large enough to be split over threads (the range per slice, then the stores): the
+     * same bytes as on one thread; the extremes in the last and a middle slice. */
+    const int64_t big = 200003;
+    float *xb = malloc(sizeof(float) * (size_t)big);
+    uint8_t *yb = malloc((size_t)big), *yb2 = malloc((size_t)big);
+    for (int64_t i = 0; i < big; i++) xb[i] = next_f();
+    xb[big - 2] = -7.5f;
+    xb[big / 2 + 3] = 9.25f;
+    run_dynamic_quantize(xb, big, yb, &s, &z);
+    nbits_pool = tm_pool_create(3);
+    run_dynamic_quantize(xb, big, yb2, &s2, &z2);
+    tm_pool_free(nbits_pool);
+    nbits_pool = NULL;
+    CHECK(s == s2 && z == z2 && !memcmp(yb, yb2, (size_t)big) && s == 16.75f / 255.0f,
+          "dynamic_quantize of %lld on threads: scale %g/%g zp %u/%u", (long long)big, s, s2, z, z2);
+    free(xb);
+    free(yb);
+    free(yb2);
 }
 
 /* ---- CONV_INTEGER ----------------------------------------------------------------------- */

@@ -552,28 +552,80 @@ static void dynamic_store_avx512(const float *x, size_t n, float scale, float zp
 }
 #endif
 
+/* From this many elements the two passes are split over the pool: slices of whole
+ * 64-element pieces, each slice's range, then the stores (the same bytes for any
+ * thread count: a minimum and a maximum are exact). */
+#define DYNAMIC_PARALLEL_MIN ((size_t)1 << 16)
+#define DYNAMIC_SLICES 16
+
+typedef struct dynamic_job {
+    const float *x;
+    size_t n;
+    int fast;
+    float lo[DYNAMIC_SLICES], hi[DYNAMIC_SLICES];
+    float scale, zp;
+    uint8_t *y;
+    int store;   /* 0: the ranges, 1: the stores */
+} dynamic_job;
+
+static void dynamic_slice(void *arg, int ith, int nth) {
+    dynamic_job *j = arg;
+    size_t pieces = (j->n + 63) / 64;
+    size_t i0 = pieces * (size_t)ith / (size_t)nth * 64, i1 = pieces * (size_t)(ith + 1) / (size_t)nth * 64;
+    if (i1 > j->n) i1 = j->n;
+    if (i0 >= i1) {
+        j->lo[ith] = j->hi[ith] = 0.0f;
+        return;
+    }
+    if (!j->store) {
+#ifdef QUANT_X86
+        if (j->fast) {
+            dynamic_range_avx512(j->x + i0, i1 - i0, &j->lo[ith], &j->hi[ith]);
+            return;
+        }
+#endif
+        dynamic_range_ref(j->x + i0, i1 - i0, &j->lo[ith], &j->hi[ith]);
+        return;
+    }
+#ifdef QUANT_X86
+    if (j->fast) {
+        dynamic_store_avx512(j->x + i0, i1 - i0, j->scale, j->zp, j->y + i0);
+        return;
+    }
+#endif
+    dynamic_store_ref(j->x + i0, i1 - i0, j->scale, j->zp, j->y + i0);
+}
+
 tm_status tm__kernel_dynamic_quantize(const tm_kcall *k) {
     const tm_tensor *X = k->in[0];
-    size_t n = (size_t)tm_numel(X->rank, X->dims);
-    const float *x = X->data;
-    float lo, hi, scale, zp;
-    int fast = 0;
+    dynamic_job j;
+    memset(&j, 0, sizeof j);
+    j.x = X->data;
+    j.n = (size_t)tm_numel(X->rank, X->dims);
+    j.y = k->out[0]->data;
 #ifdef QUANT_X86
     const char *isa = getenv("TM_KERNEL_ISA");
     __builtin_cpu_init();
-    fast = !tm_use_reference_kernels() && (!isa || !strcmp(isa, "avx512")) &&
-           __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl");
-    if (fast) dynamic_range_avx512(x, n, &lo, &hi);
+    j.fast = !tm_use_reference_kernels() && (!isa || !strcmp(isa, "avx512")) &&
+             __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vl");
 #endif
-    if (!fast) dynamic_range_ref(x, n, &lo, &hi);
-    dynamic_params(lo, hi, &scale, &zp);
-#ifdef QUANT_X86
-    if (fast) dynamic_store_avx512(x, n, scale, zp, k->out[0]->data);
-#endif
-    if (!fast) dynamic_store_ref(x, n, scale, zp, k->out[0]->data);
-    *(float *)k->out[1]->data = scale;
-    *(uint8_t *)k->out[2]->data = (uint8_t)zp;
+    int nth = j.n < DYNAMIC_PARALLEL_MIN ? 1 : tm_pool_threads(k->pool);
+    if (nth > DYNAMIC_SLICES) nth = DYNAMIC_SLICES;
+    if (nth <= 1) dynamic_slice(&j, 0, 1);
+    else tm_pool_run(k->pool, nth, dynamic_slice, &j);
+    /* Each slice's range includes 0, as the whole one does. */
+    float lo = 0.0f, hi = 0.0f;
+    for (int i = 0; i < nth; i++) {
+        lo = j.lo[i] < lo ? j.lo[i] : lo;
+        hi = j.hi[i] > hi ? j.hi[i] : hi;
+    }
+    dynamic_params(lo, hi, &j.scale, &j.zp);
+    j.store = 1;
+    if (nth <= 1) dynamic_slice(&j, 0, 1);
+    else tm_pool_run(k->pool, nth, dynamic_slice, &j);
+    *(float *)k->out[1]->data = j.scale;
+    *(uint8_t *)k->out[2]->data = (uint8_t)j.zp;
     return TM_OK;
 }
 
