@@ -20,7 +20,7 @@
 #define PORTABLE_PANEL_MIN_ROWS 9
 /* Columns per panel of the panel path (a multiple of every GEMM panel width; the
  * epilogue runs on row pieces this long), and threads with a panel buffer each. */
-#define PANEL_COLS 512
+#define PANEL_COLS 128
 #define PANEL_SLOTS 4
 /* Below this many weights a call runs on the calling thread. */
 #define PARALLEL_MIN_WEIGHTS (1 << 15)
