@@ -288,8 +288,50 @@ static void test_dequantize_nbits(const char *model, const char *cases) {
     tm_model_free(per_run);
 }
 
+/* The q4 export with its weights dequantized in the graph by standard operators
+ * (model_q4_dequantized.onnx, from bench/dequantize_graph.py): a plan folds the chain
+ * (BitShift, Sub, Concat, Cast, (q - zp) * scale, Transpose) into f32 weights, releasing
+ * each folded step once its last reader has run, and gives the packed kernels' outputs;
+ * so does an eager run, which releases the same values. */
+static void test_dequantized_in_graph(void) {
+    tm_model *packed = NULL, *graph = NULL;
+    tm_error err;
+    CHECK(tm_model_load("tests/data/tiny/bert/model_q4.onnx", NULL, &packed, &err) == TM_OK,
+          "model_q4: %s", err.message);
+    CHECK(tm_model_load("tests/data/tiny/bert/model_q4_dequantized.onnx", NULL, &graph, &err) == TM_OK,
+          "model_q4_dequantized: %s", err.message);
+    if (packed && graph) {
+        tm_tensor *in[3];
+        inputs_of("tests/data/tiny/bert/model_q4.cases/default/inputs", 2, 7, in);
+        for (int eager = 0; eager < 2; eager++) {
+            tm_tensor *a = run(packed, in, eager), *b = run(graph, in, eager);
+            double worst = max_diff(a, b);
+            CHECK(worst < 1e-5, "dequantized in the graph (%s) differs from the packed kernels by %g",
+                  eager ? "eager" : "plan", worst);
+            tm_tensor_free(a);
+            tm_tensor_free(b);
+        }
+        tm_plan *p = NULL;
+        CHECK(tm_plan_create(graph, 3, NAMES, (const tm_tensor *const *)in, NULL, &p, &err) == TM_OK,
+              "plan: %s", err.message);
+        /* Nothing of the chain is left to run: its kernels all folded. */
+        tm_plan *q = NULL;
+        CHECK(tm_plan_create(packed, 3, NAMES, (const tm_tensor *const *)in, NULL, &q, &err) == TM_OK,
+              "plan: %s", err.message);
+        if (p && q)
+            CHECK(tm_plan_n_kernels(p) <= tm_plan_n_kernels(q), "the chain folds (%d kernels, %d packed)",
+                  tm_plan_n_kernels(p), tm_plan_n_kernels(q));
+        tm_plan_free(p);
+        tm_plan_free(q);
+        for (int i = 0; i < 3; i++) tm_tensor_free(in[i]);
+    }
+    tm_model_free(packed);
+    tm_model_free(graph);
+}
+
 int main(void) {
     test_pass();
+    test_dequantized_in_graph();
     test_fold_cache("tests/data/tiny/bert/model_quantized.onnx",
                     "tests/data/tiny/bert/model_quantized.cases/default/inputs", 2e-3);
     test_fold_cache("tests/data/tiny/bert/model_q4.onnx",

@@ -280,8 +280,12 @@ int tm_host_f64(tm_ctx *c, tm_val v, double *out) {
 }
 
 void tm_val_release(tm_ctx *c, tm_val v) {
-    if (c->mode != TM_MODE_EAGER || v < 0 || v >= c->n_vals) return;
+    if (v < 0 || v >= c->n_vals) return;
     tm_vinfo *vi = &c->vals[v];
+    /* A trace releases only what it folded itself and no recorded node reads (a constant
+     * computed on the way to another, such as a weight dequantized in the graph). */
+    if (c->mode == TM_MODE_TRACE && (!vi->owned || vi->read)) return;
+    if (c->mode != TM_MODE_EAGER && c->mode != TM_MODE_TRACE) return;
     if (vi->pinned || vi->kept || !vi->data) return;
     if (vi->owned) tm_tensor_free(vi->data);
     vi->data = NULL;
@@ -346,6 +350,8 @@ static tm_status record(tm_ctx *c, int prim, const tm_val *in, int nin, const tm
     n->in = malloc((size_t)(nin ? nin : 1) * sizeof *n->in);
     if (!n->in) return tm_ctx_fail(c, TM_ERR_NO_MEMORY, "out of memory recording a trace");
     if (nin) memcpy(n->in, in, (size_t)nin * sizeof *in);
+    for (int i = 0; i < nin; i++)
+        if (in[i] >= 0 && in[i] < c->n_vals) c->vals[in[i]].read = 1;
     for (int i = 0; i < nout; i++) {
         n->out[i] = out[i];
         c->vals[out[i]].producer = c->n_nodes;

@@ -64,6 +64,7 @@ typedef struct tm_vinfo {
     uint8_t tracked;      /* depends on a differentiated value (taping, see autodiff.h) */
     uint8_t cut;          /* depends on one only through a quantizing cast: no gradient */
     uint8_t kept;         /* read by the eager tape: not released before the backward */
+    uint8_t read;         /* trace: an input of a recorded node, which the plan keeps */
     int32_t param;        /* >= 0: the model parameter it reads (trace: a plan entry) */
     const void *origin;   /* borrowed data (an initializer), or what a copy was made of */
 } tm_vinfo;

@@ -611,46 +611,97 @@ static tm_status run_nodes(tm_interp *ip, tm_scope *scope, const tm_node *nodes,
     return TM_OK;
 }
 
-/* For the eager top level: after node i, names whose last reader is i are dropped. */
+/* At the top level: after node i, names whose last reader is i are dropped (eagerly their
+ * values are freed; in a trace, constants folded there and read by no recorded node). A
+ * node reads its inputs and every name a node of its subgraphs reads, at any depth (an
+ * If or Loop body captures outer names). */
 typedef struct drop_list {
     int *start;           /* per node: first index into names */
     const char **names;
 } drop_list;
 
+typedef struct last_reader {
+    const char *name;
+    int at;
+} last_reader;
+
+static size_t count_reads(const tm_graph *g);
+
+static size_t count_node_reads(const tm_node *n) {
+    size_t k = (size_t)n->n_inputs;
+    for (int a = 0; a < n->n_attrs; a++) {
+        if (n->attrs[a].type == TM_ATTR_GRAPH && n->attrs[a].g) k += count_reads(n->attrs[a].g);
+        if (n->attrs[a].type == TM_ATTR_GRAPHS)
+            for (size_t q = 0; q < n->attrs[a].n; q++) k += count_reads(n->attrs[a].graphs[q]);
+    }
+    return k;
+}
+
+static size_t count_reads(const tm_graph *g) {
+    size_t k = 0;
+    for (int i = 0; i < g->n_nodes; i++) k += count_node_reads(&g->nodes[i]);
+    return k;
+}
+
+/* Records `at` as the last reader of each name node n reads, unless a later node did. */
+static void note_reads(last_reader *map, size_t cap, const tm_node *n, int at);
+
+static void note_graph_reads(last_reader *map, size_t cap, const tm_graph *g, int at) {
+    for (int i = 0; i < g->n_nodes; i++) note_reads(map, cap, &g->nodes[i], at);
+}
+
+static void note_reads(last_reader *map, size_t cap, const tm_node *n, int at) {
+    for (int j = 0; j < n->n_inputs; j++) {
+        const char *name = n->inputs[j];
+        if (!name[0]) continue;
+        size_t h = (size_t)hash_str(name) & (cap - 1);
+        while (map[h].name && strcmp(map[h].name, name)) h = (h + 1) & (cap - 1);
+        if (!map[h].name) map[h] = (last_reader){name, at};
+    }
+    for (int a = 0; a < n->n_attrs; a++) {
+        if (n->attrs[a].type == TM_ATTR_GRAPH && n->attrs[a].g)
+            note_graph_reads(map, cap, n->attrs[a].g, at);
+        if (n->attrs[a].type == TM_ATTR_GRAPHS)
+            for (size_t q = 0; q < n->attrs[a].n; q++)
+                note_graph_reads(map, cap, n->attrs[a].graphs[q], at);
+    }
+}
+
 static tm_status build_drops(const tm_graph *g, drop_list *d) {
     memset(d, 0, sizeof *d);
-    int total = 0;
-    for (int i = 0; i < g->n_nodes; i++) total += g->nodes[i].n_inputs;
-    d->start = calloc((size_t)g->n_nodes + 1, sizeof *d->start);
-    d->names = calloc((size_t)total + 1, sizeof *d->names);
-    if (!d->start || !d->names) return TM_ERR_NO_MEMORY;
-    int k = 0;
-    for (int i = 0; i < g->n_nodes; i++) {
-        d->start[i] = k;
-        const tm_node *n = &g->nodes[i];
-        for (int j = 0; j < n->n_inputs; j++) {
-            const char *name = n->inputs[j];
-            if (!name[0]) continue;
-            int used_later = 0;
-            for (int o = 0; o < g->n_outputs && !used_later; o++)
-                if (!strcmp(g->outputs[o].name, name)) used_later = 1;
-            /* Later readers, including subgraphs that capture the name. */
-            for (int m = i + 1; m < g->n_nodes && !used_later; m++) {
-                const tm_node *later = &g->nodes[m];
-                for (int q = 0; q < later->n_inputs && !used_later; q++)
-                    if (!strcmp(later->inputs[q], name)) used_later = 1;
-                for (int q = 0; q < later->n_attrs && !used_later; q++)
-                    if (later->attrs[q].type == TM_ATTR_GRAPH ||
-                        later->attrs[q].type == TM_ATTR_GRAPHS)
-                        used_later = 1; /* conservative: subgraphs may read any outer name */
-            }
-            int dup = 0;
-            for (int q = d->start[i]; q < k; q++)
-                if (!strcmp(d->names[q], name)) dup = 1;
-            if (!used_later && !dup) d->names[k++] = name;
-        }
+    size_t total = count_reads(g), cap = 16;
+    while (cap < 2 * total + 2) cap *= 2;
+    last_reader *map = calloc(cap, sizeof *map);
+    d->start = calloc((size_t)g->n_nodes + 2, sizeof *d->start);
+    d->names = calloc(total + 1, sizeof *d->names);
+    if (!map || !d->start || !d->names) {
+        free(map);
+        return TM_ERR_NO_MEMORY;
     }
-    d->start[g->n_nodes] = k;
+    /* Last nodes first: the first to note a name is its last reader. */
+    for (int i = g->n_nodes - 1; i >= 0; i--) note_reads(map, cap, &g->nodes[i], i);
+    /* Bucket the names by their last reader (graph outputs are never dropped). */
+    for (size_t h = 0; h < cap; h++) {
+        if (!map[h].name) continue;
+        int output = 0;
+        for (int o = 0; o < g->n_outputs && !output; o++)
+            output = !strcmp(g->outputs[o].name, map[h].name);
+        if (output) map[h].name = NULL;
+        else d->start[map[h].at + 1]++;
+    }
+    for (int i = 0; i < g->n_nodes; i++) d->start[i + 1] += d->start[i];
+    int *fill = calloc((size_t)g->n_nodes + 1, sizeof *fill);
+    if (!fill) {
+        free(map);
+        return TM_ERR_NO_MEMORY;
+    }
+    for (size_t h = 0; h < cap; h++)
+        if (map[h].name) {
+            int at = map[h].at;
+            d->names[d->start[at] + fill[at]++] = map[h].name;
+        }
+    free(fill);
+    free(map);
     return TM_OK;
 }
 
@@ -658,7 +709,7 @@ static tm_status run_top(tm_interp *ip, tm_scope *scope, int first, tm_live *liv
     const tm_graph *g = ip->model->graph;
     tm_ctx *c = ip->ctx;
     opset_env ops = {ip->model->opsets, ip->model->n_opsets};
-    if (c->mode != TM_MODE_EAGER)
+    if (c->mode != TM_MODE_EAGER && c->mode != TM_MODE_TRACE)
         return run_nodes(ip, scope, g->nodes, g->n_nodes, first, NULL, &ops, 0, live);
     drop_list d;
     if (build_drops(g, &d) != TM_OK) {
@@ -668,7 +719,8 @@ static tm_status run_top(tm_interp *ip, tm_scope *scope, int first, tm_live *liv
     }
     tm_status st = TM_OK;
     for (int i = first; i < g->n_nodes && st == TM_OK; i++) {
-        st = run_nodes(ip, scope, g->nodes, i + 1, i, NULL, &ops, 0, NULL);
+        st = run_nodes(ip, scope, g->nodes, i + 1, i, NULL, &ops, 0,
+                       c->mode == TM_MODE_TRACE ? live : NULL);
         for (int k = d.start[i]; k < d.start[i + 1] && st == TM_OK; k++)
             scope_unbind(c, scope, d.names[k]);
     }

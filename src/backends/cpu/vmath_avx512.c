@@ -105,32 +105,33 @@ static inline __mmask16 mask_upto(int64_t n) {
     return n >= 16 ? (__mmask16)0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1);
 }
 
-static inline __attribute__((always_inline)) void scores_tile(int R, int NV, int64_t d,
-                                                              const float *q, int64_t ldq,
-                                                              const float *kt, int64_t ldt,
-                                                              float *s, int64_t lds,
-                                                              int64_t live) {
-    __m512 acc[4][4];
-#pragma GCC unroll 4
+/* c (R, 16 NV; row stride ldc) = a (R, k; row stride lda) . b (k, 16 NV; row stride ldb),
+ * the last vector of each row stored only up to `live` columns: both products' tile. */
+static inline __attribute__((always_inline)) void tile_ab(int R, int NV, int64_t k,
+                                                          const float *a, int64_t lda,
+                                                          const float *b, int64_t ldb,
+                                                          float *c, int64_t ldc, int64_t live) {
+    __m512 acc[6][4];
+#pragma GCC unroll 6
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
         for (int v = 0; v < NV; v++) acc[r][v] = _mm512_setzero_ps();
-    for (int64_t p = 0; p < d; p++) {
-        __m512 kv[4];
+    for (int64_t p = 0; p < k; p++) {
+        __m512 bv[4];
 #pragma GCC unroll 4
-        for (int v = 0; v < NV; v++) kv[v] = _mm512_loadu_ps(kt + p * ldt + 16 * v);
-#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) bv[v] = _mm512_loadu_ps(b + p * ldb + 16 * v);
+#pragma GCC unroll 6
         for (int r = 0; r < R; r++) {
-            __m512 b = _mm512_set1_ps(q[r * ldq + p]);
+            __m512 x = _mm512_set1_ps(a[r * lda + p]);
 #pragma GCC unroll 4
-            for (int v = 0; v < NV; v++) acc[r][v] = _mm512_fmadd_ps(b, kv[v], acc[r][v]);
+            for (int v = 0; v < NV; v++) acc[r][v] = _mm512_fmadd_ps(x, bv[v], acc[r][v]);
         }
     }
-#pragma GCC unroll 4
+#pragma GCC unroll 6
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
         for (int v = 0; v < NV; v++)
-            _mm512_mask_storeu_ps(s + r * lds + 16 * v, mask_upto(live - 16 * v), acc[r][v]);
+            _mm512_mask_storeu_ps(c + r * ldc + 16 * v, mask_upto(live - 16 * v), acc[r][v]);
 }
 
 static void attn_scores(int64_t rows, int64_t sk, int64_t d, const float *q, int64_t ldq,
@@ -162,7 +163,7 @@ static void attn_scores(int64_t rows, int64_t sk, int64_t d, const float *q, int
             const float *kj = kt + j0;
             float *si = s + i0 * lds + j0;
             int64_t live = sk - j0;
-#define SC(R, NV) case (R) * 8 + (NV): scores_tile(R, NV, d, qi, ldq, kj, ldt, si, lds, live); break
+#define SC(R, NV) case (R) * 8 + (NV): tile_ab(R, NV, d, qi, ldq, kj, ldt, si, lds, live); break
             switch (r * 8 + nv) {
                 SC(1, 1); SC(1, 2); SC(1, 3); SC(1, 4);
                 SC(2, 1); SC(2, 2); SC(2, 3); SC(2, 4);
@@ -172,32 +173,6 @@ static void attn_scores(int64_t rows, int64_t sk, int64_t d, const float *q, int
 #undef SC
         }
     }
-}
-
-static inline __attribute__((always_inline)) void values_tile(int R, int NV, int64_t sk,
-                                                              const float *p, int64_t lds,
-                                                              const float *v, int64_t ldv,
-                                                              float *o, int64_t ldo) {
-    __m512 acc[6][4];
-#pragma GCC unroll 6
-    for (int r = 0; r < R; r++)
-#pragma GCC unroll 4
-        for (int c = 0; c < NV; c++) acc[r][c] = _mm512_setzero_ps();
-    for (int64_t j = 0; j < sk; j++) {
-        __m512 vv[4];
-#pragma GCC unroll 4
-        for (int c = 0; c < NV; c++) vv[c] = _mm512_loadu_ps(v + j * ldv + 16 * c);
-#pragma GCC unroll 6
-        for (int r = 0; r < R; r++) {
-            __m512 b = _mm512_set1_ps(p[r * lds + j]);
-#pragma GCC unroll 4
-            for (int c = 0; c < NV; c++) acc[r][c] = _mm512_fmadd_ps(b, vv[c], acc[r][c]);
-        }
-    }
-#pragma GCC unroll 6
-    for (int r = 0; r < R; r++)
-#pragma GCC unroll 4
-        for (int c = 0; c < NV; c++) _mm512_storeu_ps(o + r * ldo + 16 * c, acc[r][c]);
 }
 
 static void attn_values(int64_t rows, int64_t sk, int64_t d, const float *p, int64_t lds,
@@ -211,7 +186,7 @@ static void attn_values(int64_t rows, int64_t sk, int64_t d, const float *p, int
             const float *pi = p + i0 * lds;
             const float *vc = v + c0;
             float *oi = o + i0 * ldo + c0;
-#define VA(R, NV) case (R) * 8 + (NV): values_tile(R, NV, sk, pi, lds, vc, ldv, oi, ldo); break
+#define VA(R, NV) case (R) * 8 + (NV): tile_ab(R, NV, sk, pi, lds, vc, ldv, oi, ldo, 16 * (NV)); break
             switch (r * 8 + nv) {
                 VA(1, 1); VA(1, 2); VA(1, 3); VA(1, 4);
                 VA(2, 1); VA(2, 2); VA(2, 3); VA(2, 4);
