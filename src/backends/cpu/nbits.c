@@ -108,11 +108,14 @@ int tm_nbits_packed_check(const void *p, size_t bytes, int64_t n, int64_t k, int
     return bytes == tm_nbits_packed_size(n, k, block, h.zp_float) && !memcmp(&h, &want, sizeof h);
 }
 
-/* Where weight (column c of its group, k = i within the block) lies in a record: the
- * byte, and 0 for its low nibble or 4 for its high one. */
-static int64_t nibble_at(int c, int64_t i, int *shift) {
-    *shift = i % 8 < 4 ? 0 : 4;
-    return (i / 8) * 64 + c * 4 + i % 4;
+/* Where weight (column c of its group, k = i within the block) lies in a record: its
+ * byte, and its shift there (0: the low nibble, 4: the high one). */
+static int64_t nibble_byte(int c, int64_t i) { return (i / 8) * 64 + c * 4 + i % 4; }
+static int nibble_shift(int64_t i) { return i % 8 < 4 ? 0 : 4; }
+
+/* The weight's 4-bit value. */
+static unsigned nibble(const uint8_t *rec, int c, int64_t i) {
+    return (rec[nibble_byte(c, i)] >> nibble_shift(i)) & 15;
 }
 
 void tm_nbits_pack(const tm_nbits_weights *w, void *dst) {
@@ -130,10 +133,8 @@ void tm_nbits_pack(const tm_nbits_weights *w, void *dst) {
             uint8_t *rec = out + h.data_offset + (g * h.blocks + blk) * h.record;
             const uint8_t *src = w->b + (n * h.blocks + blk) * half;
             for (int64_t i = 0; i < w->block; i++) {
-                int shift;
                 unsigned q = (src[i / 2] >> (i & 1 ? 4 : 0)) & 15;
-                int64_t at = nibble_at(c, i, &shift);   /* sets shift before it is read */
-                rec[at] |= (uint8_t)(q << shift);
+                rec[nibble_byte(c, i)] |= (uint8_t)(q << nibble_shift(i));
             }
             memcpy(rec + tm__nbits_scales_at(w->block) + 4 * c, w->scales + n * h.blocks + blk, 4);
             uint8_t *zps = rec + tm__nbits_zps_at(w->block);
@@ -173,9 +174,7 @@ static void gemv_portable(const tm__nbits_packed *h, const uint8_t *data, const 
                 float scale, zp, part[PASS_ROWS] = {0};
                 record_params(h, rec, c, &scale, &zp);
                 for (int64_t i = 0; i < kc; i++) {
-                    int shift;
-                    unsigned q = (rec[nibble_at(c, i, &shift)] >> shift) & 15;
-                    float w = ((float)q - zp) * scale;
+                    float w = ((float)nibble(rec, c, i) - zp) * scale;
                     for (int r = 0; r < rows; r++) part[r] += a[r * lda + k0 + i] * w;
                 }
                 for (int r = 0; r < rows; r++) acc[r] += part[r];
@@ -194,10 +193,8 @@ static void panel_portable(const tm__nbits_packed *h, const uint8_t *data, int64
             const uint8_t *rec = data + ((g0 + gi) * h->blocks + blk) * h->record;
             for (int c = 0; c < TM_NBITS_GROUP; c++) {
                 float scale, zp;
-                int shift;
                 record_params(h, rec, c, &scale, &zp);
-                unsigned q = (rec[nibble_at(c, i, &shift)] >> shift) & 15;
-                dst[p * P + gi * TM_NBITS_GROUP + c] = ((float)q - zp) * scale;
+                dst[p * P + gi * TM_NBITS_GROUP + c] = ((float)nibble(rec, c, i) - zp) * scale;
             }
         }
 }

@@ -127,8 +127,10 @@ void tm_sgemm_epilogue_apply(const tm_sgemm_epilogue *ep, float *c, int64_t ldc,
 }
 
 /* Rows [i0, i1), columns [j0, j1) of c, holding the products: bias, activation, residual.
- * Its loops vectorized (-O2 leaves loops that need a check for aliasing scalar). */
+ * Its loops vectorized (GCC's -O2 leaves loops that need a check for aliasing scalar). */
+#if defined(__GNUC__) && !defined(__clang__)
 __attribute__((optimize("O3", "no-trapping-math")))
+#endif
 static void epilogue(const tm_sgemm_epilogue *ep, float *c, int64_t ldc, int64_t i0,
                      int64_t i1, int64_t j0, int64_t j1) {
     if (!ep || (!ep->bias && !ep->activation && !ep->residual)) return;
