@@ -7,7 +7,6 @@
  * into the packed-B layout of the f32 GEMM (gemm.h), which multiplies every row by them,
  * so each weight is dequantized once per call. Portable C stands in for the AVX-512
  * kernels elsewhere (a float GEMV); the reference lives in core/prims/quant.c. */
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "claim.h"
@@ -64,7 +63,7 @@ const char *tm_nbits_kernel_name(void) {
 static int64_t panel_slot_floats(int64_t k_pad) { return round_up(PANEL_COLS * k_pad, 16); }
 
 size_t tm__nbits_qrow_bytes(int64_t k_pad, int64_t blocks) {
-    return (size_t)(round_up(3 * k_pad, 64) + round_up(12 * blocks, 64));
+    return (size_t)(tm__nbits_qrow_floats_at(k_pad) + round_up(3 * (int64_t)sizeof(float) * blocks, 64));
 }
 
 size_t tm_nbits_scratch(int64_t m, int64_t k, int64_t block) {

@@ -88,8 +88,11 @@ typedef struct tm__nbits_qrow {
                           * it times 2^64 and the block's sums are scaled back by 2^down */
 } tm__nbits_qrow;
 
-/* Bytes of one split row (any alignment of the buffer: the layout aligns to 64). */
+/* Bytes of one split row (any alignment of the buffer: the layout aligns to 64): the
+ * three digit arrays, then from tm__nbits_qrow_floats_at the blocks' sa, sum and down
+ * (blocks floats each). */
 size_t tm__nbits_qrow_bytes(int64_t k_pad, int64_t blocks);
+static inline int64_t tm__nbits_qrow_floats_at(int64_t k_pad) { return (3 * k_pad + 63) / 64 * 64; }
 /* Row a (k floats) split into the buffer at p (tm__nbits_qrow_bytes of it, 64-aligned);
  * q points into it. A block with a value that is not finite gets sa NaN. */
 typedef void (*tm__nbits_split_fn)(const float *a, int64_t k, int64_t block, int64_t blocks,

@@ -17,8 +17,6 @@
     defined(__AVX512VNNI__)
 #include <immintrin.h>
 
-static inline int64_t round_up(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
-
 /* The largest integer of a split value: its top digit then stays within [-127, 127]. */
 #define FULL (127 * 65536)
 
@@ -37,7 +35,7 @@ static void split(const float *a, int64_t k, int64_t block, int64_t blocks, void
     if (block <= 0) return;
     int64_t k_pad = blocks * block;
     int8_t *d = p;
-    float *sa = (float *)(d + round_up(3 * k_pad, 64)), *sum = sa + blocks, *down = sum + blocks;
+    float *sa = (float *)(d + tm__nbits_qrow_floats_at(k_pad)), *sum = sa + blocks, *down = sum + blocks;
     for (int i = 0; i < 3; i++) q->d[i] = d + i * k_pad;
     q->sa = sa;
     q->sum = sum;
@@ -99,15 +97,25 @@ static inline __m512 zero_points(const tm__nbits_packed *h, const uint8_t *rec) 
     return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)zps)));
 }
 
-/* One group of 16 columns; rows a compile-time constant in each caller. A single row
- * keeps the low and high nibbles' sums apart (six chains of vpdpbusd), more rows share
- * one accumulator per digit. */
+/* A block's three digit sums (per lane, exact) into f32, less the zero point times the
+ * block's sum of integers, scaled back where the row's block was tiny, times the scales,
+ * added to out. */
+static inline __m512 finish_block(__m512i s0, __m512i s1, __m512i s2, __m512 z, __m512 s,
+                                  const tm__nbits_qrow *q, int64_t blk, __m512 out) {
+    __m512 t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), _mm512_set1_ps(256.0f), _mm512_cvtepi32_ps(s2));
+    t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0), _mm512_set1_ps(65536.0f), t);
+    t = _mm512_fnmadd_ps(z, _mm512_set1_ps(q->sum[blk]), t);
+    if (q->down[blk] != 0.0f) t = _mm512_scalef_ps(t, _mm512_set1_ps(q->down[blk]));
+    return _mm512_fmadd_ps(t, _mm512_mul_ps(s, _mm512_set1_ps(q->sa[blk])), out);
+}
+
+/* One group of 16 columns for 2 to 4 rows (a compile-time constant in each caller), one
+ * accumulator per row and digit (one row: gemv_group1). */
 static inline __attribute__((always_inline)) void gemv_group(const tm__nbits_packed *h,
                                                              const uint8_t *rec,
                                                              const tm__nbits_qrow *q, int rows,
                                                              float *y, int64_t ldy, int cols) {
     const __m512i nib = _mm512_set1_epi8(0x0f);
-    const int split2 = rows == 1;
     const int64_t octets = h->block / 8;
     __m512 out[4];
 #pragma GCC unroll 4
@@ -115,11 +123,11 @@ static inline __attribute__((always_inline)) void gemv_group(const tm__nbits_pac
     for (int64_t blk = 0; blk < h->blocks; blk++, rec += h->record) {
         for (int64_t off = 0; off < h->record; off += 64)
             _mm_prefetch((const char *)rec + 16 * h->record + off, _MM_HINT_T0);
-        __m512i acc[4][3][2];
+        __m512i acc[4][3];
 #pragma GCC unroll 4
         for (int r = 0; r < rows; r++)
 #pragma GCC unroll 3
-            for (int p = 0; p < 3; p++) acc[r][p][0] = acc[r][p][1] = _mm512_setzero_si512();
+            for (int p = 0; p < 3; p++) acc[r][p] = _mm512_setzero_si512();
         int64_t k0 = blk * h->block;
         for (int64_t o = 0; o < octets; o++) {
             __m512i v = _mm512_loadu_si512(rec + 64 * o);
@@ -129,27 +137,15 @@ static inline __attribute__((always_inline)) void gemv_group(const tm__nbits_pac
 #pragma GCC unroll 3
                 for (int p = 0; p < 3; p++) {
                     const int8_t *d = q[r].d[p] + k0 + 8 * o;
-                    acc[r][p][0] = _mm512_dpbusd_epi32(acc[r][p][0], lo, bcast4(d));
-                    acc[r][p][split2] = _mm512_dpbusd_epi32(acc[r][p][split2], hi, bcast4(d + 4));
+                    acc[r][p] = _mm512_dpbusd_epi32(acc[r][p], lo, bcast4(d));
+                    acc[r][p] = _mm512_dpbusd_epi32(acc[r][p], hi, bcast4(d + 4));
                 }
         }
         __m512 z = zero_points(h, rec);
         __m512 s = _mm512_loadu_ps(rec + tm__nbits_scales_at(h->block));
 #pragma GCC unroll 4
-        for (int r = 0; r < rows; r++) {
-            __m512i s0 = acc[r][0][0], s1 = acc[r][1][0], s2 = acc[r][2][0];
-            if (split2) {
-                s0 = _mm512_add_epi32(s0, acc[r][0][1]);
-                s1 = _mm512_add_epi32(s1, acc[r][1][1]);
-                s2 = _mm512_add_epi32(s2, acc[r][2][1]);
-            }
-            __m512 t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), _mm512_set1_ps(256.0f),
-                                       _mm512_cvtepi32_ps(s2));
-            t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0), _mm512_set1_ps(65536.0f), t);
-            t = _mm512_fnmadd_ps(z, _mm512_set1_ps(q[r].sum[blk]), t);
-            if (q[r].down[blk] != 0.0f) t = _mm512_scalef_ps(t, _mm512_set1_ps(q[r].down[blk]));
-            out[r] = _mm512_fmadd_ps(t, _mm512_mul_ps(s, _mm512_set1_ps(q[r].sa[blk])), out[r]);
-        }
+        for (int r = 0; r < rows; r++)
+            out[r] = finish_block(acc[r][0], acc[r][1], acc[r][2], z, s, &q[r], blk, out[r]);
     }
 #pragma GCC unroll 4
     for (int r = 0; r < rows; r++) _mm512_mask_storeu_ps(y + r * ldy, lanes(cols), out[r]);
@@ -188,15 +184,11 @@ static inline __attribute__((always_inline)) void gemv_group1(const tm__nbits_pa
             a2 = _mm512_dpbusd_epi32(a2, lo2, bcast4(d2 + k + 8));
             b2 = _mm512_dpbusd_epi32(b2, hi2, bcast4(d2 + k + 12));
         }
-        __m512 t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(a1, b1)), _mm512_set1_ps(256.0f),
-                                   _mm512_cvtepi32_ps(_mm512_add_epi32(a2, b2)));
-        t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(a0, b0)), _mm512_set1_ps(65536.0f), t);
-        t = _mm512_fnmadd_ps(zero_points(h, rec), _mm512_set1_ps(q->sum[blk]), t);
-        if (q->down[blk] != 0.0f) t = _mm512_scalef_ps(t, _mm512_set1_ps(q->down[blk]));
-        __m512 s = _mm512_mul_ps(_mm512_loadu_ps(rec + tm__nbits_scales_at(h->block)),
-                                 _mm512_set1_ps(q->sa[blk]));
-        if (blk & 1) out2 = _mm512_fmadd_ps(t, s, out2);
-        else out = _mm512_fmadd_ps(t, s, out);
+        __m512 z = zero_points(h, rec), s = _mm512_loadu_ps(rec + tm__nbits_scales_at(h->block));
+        __m512i s0 = _mm512_add_epi32(a0, b0), s1 = _mm512_add_epi32(a1, b1), s2 = _mm512_add_epi32(a2, b2);
+        /* Two float chains, even and odd blocks. */
+        if (blk & 1) out2 = finish_block(s0, s1, s2, z, s, q, blk, out2);
+        else out = finish_block(s0, s1, s2, z, s, q, blk, out);
     }
     _mm512_mask_storeu_ps(y, lanes(cols), _mm512_add_ps(out, out2));
 }
