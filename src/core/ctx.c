@@ -285,7 +285,6 @@ void tm_val_release(tm_ctx *c, tm_val v) {
     /* A trace releases only what it folded itself and no recorded node reads (a constant
      * computed on the way to another, such as a weight dequantized in the graph). */
     if (c->mode == TM_MODE_TRACE && (!vi->owned || vi->read)) return;
-    if (c->mode != TM_MODE_EAGER && c->mode != TM_MODE_TRACE) return;
     if (vi->pinned || vi->kept || !vi->data) return;
     if (vi->owned) tm_tensor_free(vi->data);
     vi->data = NULL;

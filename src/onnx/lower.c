@@ -709,8 +709,6 @@ static tm_status run_top(tm_interp *ip, tm_scope *scope, int first, tm_live *liv
     const tm_graph *g = ip->model->graph;
     tm_ctx *c = ip->ctx;
     opset_env ops = {ip->model->opsets, ip->model->n_opsets};
-    if (c->mode != TM_MODE_EAGER && c->mode != TM_MODE_TRACE)
-        return run_nodes(ip, scope, g->nodes, g->n_nodes, first, NULL, &ops, 0, live);
     drop_list d;
     if (build_drops(g, &d) != TM_OK) {
         free(d.start);
@@ -720,7 +718,7 @@ static tm_status run_top(tm_interp *ip, tm_scope *scope, int first, tm_live *liv
     tm_status st = TM_OK;
     for (int i = first; i < g->n_nodes && st == TM_OK; i++) {
         st = run_nodes(ip, scope, g->nodes, i + 1, i, NULL, &ops, 0,
-                       c->mode == TM_MODE_TRACE ? live : NULL);
+                       c->mode == TM_MODE_TRACE ? live : NULL);   /* eager: no breaks */
         for (int k = d.start[i]; k < d.start[i + 1] && st == TM_OK; k++)
             scope_unbind(c, scope, d.names[k]);
     }
