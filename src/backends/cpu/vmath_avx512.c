@@ -134,27 +134,32 @@ static inline __attribute__((always_inline)) void tile_ab(int R, int NV, int64_t
             _mm512_mask_storeu_ps(c + r * ldc + 16 * v, mask_upto(live - 16 * v), acc[r][v]);
 }
 
+/* k (sk, d; row stride ldk) transposed: kt[p * ldt + j] = k[j * ldk + p], zeros from sk
+ * to ldt (a multiple of 16). Sixteen keys' element p at a time by a gather, whose offsets
+ * (lane * ldk) must fit 32 bits. */
+static void transpose_keys(int64_t sk, int64_t d, const float *k, int64_t ldk, float *kt,
+                           int64_t ldt) {
+    if (15 * ldk > 2147483647) {
+        for (int64_t p = 0; p < d; p++)
+            for (int64_t j = 0; j < ldt; j++) kt[p * ldt + j] = j < sk ? k[j * ldk + p] : 0.0f;
+        return;
+    }
+    const __m512i idx = _mm512_mullo_epi32(
+        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+        _mm512_set1_epi32((int)ldk));
+    for (int64_t j0 = 0; j0 < ldt; j0 += 16) {
+        __mmask16 m = mask_upto(sk - j0);
+        const float *base = k + j0 * ldk;
+        for (int64_t p = 0; p < d; p++)
+            _mm512_storeu_ps(kt + p * ldt + j0,
+                             _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, idx, base + p, 4));
+    }
+}
+
 static void attn_scores(int64_t rows, int64_t sk, int64_t d, const float *q, int64_t ldq,
                         const float *k, int64_t ldk, float *s, int64_t lds, float *kt, int pack) {
     int64_t ldt = (sk + 15) / 16 * 16;
-    /* k transposed: kt[p * ldt + j] = k[j * ldk + p], zeros past sk. */
-    if (!pack) {
-        /* kt holds it from the call before */
-    } else if ((double)sk * (double)ldk < 2147483647.0) {
-        /* Sixteen keys' element p at a time, gathered (zeros past sk). */
-        const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-        for (int64_t j0 = 0; j0 < ldt; j0 += 16) {
-            __mmask16 m = mask_upto(sk - j0);
-            __m512i idx = _mm512_mullo_epi32(lane, _mm512_set1_epi32((int)ldk));
-            const float *base = k + j0 * ldk;
-            for (int64_t p = 0; p < d; p++)
-                _mm512_storeu_ps(kt + p * ldt + j0,
-                                 _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, idx, base + p, 4));
-        }
-    } else {
-        for (int64_t p = 0; p < d; p++)
-            for (int64_t j = 0; j < ldt; j++) kt[p * ldt + j] = j < sk ? k[j * ldk + p] : 0.0f;
-    }
+    if (pack) transpose_keys(sk, d, k, ldk, kt, ldt);   /* else kt holds it from the call before */
     for (int64_t j0 = 0; j0 < sk; j0 += 64) {
         int nv = (int)((sk - j0 + 15) / 16 < 4 ? (sk - j0 + 15) / 16 : 4);
         for (int64_t i0 = 0; i0 < rows; i0 += 4) {
