@@ -13,7 +13,9 @@ both. The outputs of the timed sessions are compared. It also probes the machine
 weights read per token against that bandwidth, and for MiniLM 8x128 the GFLOP/s of the
 big matrix products inside the model (TM_PROFILE=1) against the FMA peak.
 
-Results go to bench/RESULTS.md; the last line printed is `worst ratio R (CASE)`.
+Results go to bench/RESULTS.md (a run with --cases or --threads other than 1,2 writes
+bench/.work/RESULTS-partial.md instead, leaving the full table alone); the last line printed is
+`worst ratio R (CASE)`.
 Models come from bench/models/ (materialised by bench/materialize.sh or here) and
 ../shared/models/real. ONNX Runtime is the npm package onnxruntime-node, installed into
 bench/.ort/. Not a test: nothing here asserts a timing.
@@ -494,7 +496,11 @@ def main():
 
 
 def write_results(args, probe, rows, skipped, bandwidth, gemms, worst):
-    with open(os.path.join(HERE, "RESULTS.md"), "w") as f:
+    partial = bool(args.cases) or args.threads != "1,2" or args.skip_large
+    path = os.path.join(WORK, "RESULTS-partial.md") if partial else os.path.join(HERE, "RESULTS.md")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    print(f"results: {os.path.relpath(path)}")
+    with open(path, "w") as f:
         f.write("# Transmuter vs ONNX Runtime\n\n")
         f.write(f"Machine: {machine()}. Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.\n")
         if probe:
