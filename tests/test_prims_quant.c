@@ -364,13 +364,14 @@ static void test_qgemm_batched(void) {
 
 static void test_qgemm(void) {
     const tm_dtype dts[2] = {TM_UINT8, TM_INT8};
-    /* Rows around the AVX-512 tile (6), depths around the group of 4 and longer,
-     * columns around the 64-column panel and its 16-lane vectors. */
-    const int64_t ms[] = {1, 5, 6, 7, 13}, ks[] = {1, 3, 4, 5, 17, 64, 131},
+    /* Rows around the AVX-512 tile (6) and the AMX one (16), depths around the group of 4,
+     * the AMX step of 64 bytes and longer, columns around the 64-column panel and its
+     * 16-lane vectors. "amx" is the default's choice (VNNI where the CPU or OS has no AMX). */
+    const int64_t ms[] = {1, 5, 6, 7, 13, 16, 17, 33}, ks[] = {1, 3, 4, 5, 17, 63, 64, 65, 131, 258},
                   ns[] = {1, 15, 16, 63, 64, 65, 130};
-    const char *isas[] = {"avx512", "avx2", "scalar"};
+    const char *isas[] = {"amx", "avx512", "avx2", "scalar"};
     tm_pool *pool = tm_pool_create(3);
-    for (int is = 0; is < 3; is++) {
+    for (int is = 0; is < 4; is++) {
         setenv("TM_KERNEL_ISA", isas[is], 1);
         for (int da = 0; da < 2; da++)
             for (int db = 0; db < 2; db++) {
@@ -386,9 +387,10 @@ static void test_qgemm(void) {
                 test_qgemm_case(dts[da], dts[db], 9, 37, 70, 2, 1, 1, pool);
                 test_qgemm_case(dts[da], dts[db], 2, 64, 129, 1, 2, 1, pool);
                 test_qgemm_case(dts[da], dts[db], 30, 100, 200, 2, 2, 1, pool);
+                test_qgemm_case(dts[da], dts[db], 50, 200, 129, 2, 1, 1, pool);
             }
         /* Sums that wrap around int32: (255 - 0) * (-128 - 127) summed 40000 times. */
-        test_qgemm_case(TM_UINT8, TM_INT8, 2, 40000, 17, 0, 0, 0, NULL);
+        test_qgemm_case(TM_UINT8, TM_INT8, 17, 40000, 17, 0, 0, 0, NULL);
     }
     unsetenv("TM_KERNEL_ISA");
     tm_pool_free(pool);

@@ -1,6 +1,6 @@
 /* tm_qgemm: the exact 8-bit GEMM behind MATMUL_INTEGER. Packs B (plan time, through a
  * constant-folded primitive), re-centres A when it is signed, computes the row sums the
- * zero points need, and runs a micro-kernel (qgemm_avx512.c, qgemm_avx2.c) over column
+ * zero points need, and runs a micro-kernel (qgemm_amx.c, qgemm_avx512.c, qgemm_avx2.c) over column
  * panels split across the pool; or the plain C reference on the same packed B. */
 #include <stdlib.h>
 #include <string.h>
@@ -167,8 +167,10 @@ void tm_qgemm_reference(const tm_qgemm_args *g) {
 static const tm__qgemm_arch *pick_arch(void) {
     if (tm_use_reference_kernels()) return NULL;
     const char *isa = getenv("TM_KERNEL_ISA");
-    int allow512 = !isa || !strcmp(isa, "avx512"), allow2 = allow512 || !strcmp(isa, "avx2");
-    const tm__qgemm_arch *ar = allow512 ? tm__qgemm_arch_avx512() : NULL;
+    int allow_amx = !isa || !strcmp(isa, "amx");
+    int allow512 = allow_amx || !strcmp(isa, "avx512"), allow2 = allow512 || !strcmp(isa, "avx2");
+    const tm__qgemm_arch *ar = allow_amx ? tm__qgemm_arch_amx() : NULL;
+    if (!ar && allow512) ar = tm__qgemm_arch_avx512();
     if (!ar && allow2) ar = tm__qgemm_arch_avx2();
     return ar;
 }
@@ -202,6 +204,7 @@ static void panels(const qgemm_job *jb, int64_t p0, int64_t p1) {
     const uint8_t *base = g->b_packed;
     int64_t step = jb->ar->mr, block = ROW_BLOCK_BYTES / (g->k > 0 ? g->k : 1) / step * step;
     if (block < step) block = step;
+    if (jb->ar->begin) jb->ar->begin();
     for (int64_t i0 = 0; i0 < g->m; i0 += block) {
         int64_t i1 = g->m - i0 < block ? g->m : i0 + block;
         for (int64_t p = p0; p < p1; p++) {
@@ -227,6 +230,7 @@ static void panels(const qgemm_job *jb, int64_t p0, int64_t p1) {
             }
         }
     }
+    if (jb->ar->end) jb->ar->end();
 }
 
 static void panel_slice(void *arg, int ith, int nth) {

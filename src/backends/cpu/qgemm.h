@@ -1,7 +1,7 @@
 /* Exact 8-bit integer matrix multiply for the CPU kernels: A (m, k) uint8/int8 times B
  * (k, n) uint8/int8 into int32, or rescaled into f32 (acc * scale + bias), with zero
  * points folded in by row and column sums. B is packed once (tm_qgemm_pack_b) into the
- * layout of the micro-kernels (AVX-512 VNNI, or AVX2 widening to int16), picked at run
+ * layout of the micro-kernels (AMX tiles, AVX-512 VNNI, or AVX2 widening to int16), picked at run
  * time; a plain C reference reads the same packed B. Not a float GEMM (gemm.h). */
 #ifndef TM_BACKENDS_CPU_QGEMM_H
 #define TM_BACKENDS_CPU_QGEMM_H
@@ -61,8 +61,9 @@ void tm_qgemm(const tm_qgemm_args *g, void *scratch, tm_pool *pool);
 /* The plain C implementation, always (same result bit for bit). */
 void tm_qgemm_reference(const tm_qgemm_args *g);
 
-/* The micro-kernel tm_qgemm would use now ("avx512vnni", "avx2" or "reference");
- * TM_KERNEL_ISA=avx2|scalar forces a lesser one. */
+/* The micro-kernel tm_qgemm would use now ("amx", "avx512vnni", "avx2" or "reference");
+ * TM_KERNEL_ISA=avx512|avx2|scalar forces a lesser one (avx512: VNNI without AMX), and
+ * TM_KERNEL_ISA=amx is the default's choice. */
 const char *tm_qgemm_kernel_name(void);
 
 /* ---- Between qgemm.c and the micro-kernel files ---------------------------------------- */
@@ -101,13 +102,18 @@ typedef struct tm__qgemm_epilogue {
 typedef void (*tm__qgemm_tile_fn)(int64_t k, const uint8_t *a, int64_t lda, int mr,
                                   const int8_t *panel, int nr, const tm__qgemm_epilogue *e);
 
+/* begin/end (NULL for none): around each thread's run of tiles (AMX: the tile
+ * configuration, loaded per thread, and released after). */
 typedef struct tm__qgemm_arch {
     const char *name;
     int mr;
     tm__qgemm_tile_fn tile;
+    void (*begin)(void);
+    void (*end)(void);
 } tm__qgemm_arch;
 
-/* NULL where the compiler or the CPU lacks the instructions. */
+/* NULL where the compiler, the CPU or the OS (AMX's tile state) lacks the instructions. */
+const tm__qgemm_arch *tm__qgemm_arch_amx(void);
 const tm__qgemm_arch *tm__qgemm_arch_avx512(void);
 const tm__qgemm_arch *tm__qgemm_arch_avx2(void);
 

@@ -8,42 +8,16 @@
 
 #if defined(__x86_64__) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
 #include <immintrin.h>
+#include "qgemm_epilogue_avx512.h"
 
 #define MR 6
 #define COLUMN_VECTORS (TM_QGEMM_NR / 16)
-
-static inline __mmask16 lane_mask(int count) {
-    return count >= 16 ? (__mmask16)0xffff : count <= 0 ? 0 : (__mmask16)((1u << count) - 1);
-}
 
 /* Four bytes of a row, as a broadcast 32-bit lane. */
 static inline __m512i row_quad(const uint8_t *p) {
     int32_t v;
     memcpy(&v, p, sizeof v);
     return _mm512_set1_epi32(v);
-}
-
-static inline void epilogue(__m512i acc, int r, int t, int nr, const tm__qgemm_epilogue *e) {
-    __mmask16 m = lane_mask(nr - 16 * t);
-    if (e->rowsum) {
-        __m512i zb = _mm512_loadu_si512(e->zb + 16 * t);
-        acc = _mm512_sub_epi32(acc, _mm512_mullo_epi32(zb, _mm512_set1_epi32(e->rowsum[r])));
-    }
-    if (e->za[r]) {
-        __m512i ct = _mm512_loadu_si512(e->colterm + 16 * t);
-        acc = _mm512_sub_epi32(acc, _mm512_mullo_epi32(ct, _mm512_set1_epi32(e->za[r])));
-    }
-    if (e->c_int) {
-        _mm512_mask_storeu_epi32(e->c_int + r * e->ldc + 16 * t, m, acc);
-        return;
-    }
-    __m512 s = e->scale_per_col ? _mm512_maskz_loadu_ps(m, e->scale + 16 * t)
-                                : _mm512_set1_ps(e->scale[0]);
-    __m512 y = _mm512_mul_ps(_mm512_cvtepi32_ps(acc), s);
-    if (e->bias)
-        y = _mm512_add_ps(y, e->bias_per_col ? _mm512_maskz_loadu_ps(m, e->bias + 16 * t)
-                                             : _mm512_set1_ps(e->bias[0]));
-    _mm512_mask_storeu_ps(e->c_float + r * e->ldc + 16 * t, m, y);
 }
 
 /* rows: a compile-time constant in each caller, so acc lives in registers. */
@@ -90,7 +64,7 @@ static inline __attribute__((always_inline)) void tile_rows(int rows, int64_t k,
     for (int r = 0; r < rows; r++)
 #pragma GCC unroll 4
         for (int t = 0; t < COLUMN_VECTORS; t++)
-            if (16 * t < nr) epilogue(acc[r][t], r, t, nr, e);
+            if (16 * t < nr) tm__qgemm_epilogue16(acc[r][t], r, t, nr, e);
 }
 
 static void tile(int64_t k, const uint8_t *a, int64_t lda, int mr, const int8_t *panel,
@@ -105,7 +79,7 @@ static void tile(int64_t k, const uint8_t *a, int64_t lda, int mr, const int8_t 
     }
 }
 
-static const tm__qgemm_arch avx512 = {"avx512vnni", MR, tile};
+static const tm__qgemm_arch avx512 = {"avx512vnni", MR, tile, NULL, NULL};
 
 const tm__qgemm_arch *tm__qgemm_arch_avx512(void) {
     __builtin_cpu_init();
