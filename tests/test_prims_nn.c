@@ -293,6 +293,68 @@ static void test_layernorm(void) {
     run_layernorm(TM_FLOAT, 2, long_rows, 1, 0, &p4097, &p4097, 1e-5, "long rows");
 }
 
+/* The f32 rows of one LAYERNORM call (rows x count, scale and maybe bias over the row)
+ * into y, mean and inv_std. */
+static void layernorm_f32_bits(int64_t rows, int64_t count, int rms, int with_bias,
+                               const double *x, const double *s, const double *b, float *y,
+                               float *mean, float *inv_std) {
+    tm_ctx c;
+    tm_ctx_init(&c, TM_MODE_EAGER, NULL);
+    int64_t dims[2] = {rows, count}, pd[1] = {count};
+    tm_val in[3] = {make(&c, TM_FLOAT, 2, dims, (double *)x), make(&c, TM_FLOAT, 1, pd, (double *)s),
+                    with_bias ? make(&c, TM_FLOAT, 1, pd, (double *)b) : TM_NONE};
+    tm_args a;
+    memset(&a, 0, sizeof a);
+    a.i[0] = 1;
+    a.i[1] = rms;
+    a.f[0] = 1e-5;
+    tm_val out[3];
+    tm_prim_n(&c, TM_P_LAYERNORM, in, with_bias ? 3 : 2, &a, out, 3);
+    check(tm_ctx_ok(&c), "layernorm f32 bits: %s", c.err.message);
+    if (tm_ctx_ok(&c)) {
+        memcpy(y, tm_vdata(&c, out[0])->data, (size_t)(rows * count) * sizeof *y);
+        memcpy(mean, tm_vdata(&c, out[1])->data, (size_t)rows * sizeof *mean);
+        memcpy(inv_std, tm_vdata(&c, out[2])->data, (size_t)rows * sizeof *inv_std);
+    }
+    tm_ctx_destroy(&c);
+}
+
+/* The vector rows (AVX-512 where the CPU has it) give the plain loops' bits: lengths
+ * around their 16 lanes, with and without bias, both norms, a NaN in one row. */
+static void test_layernorm_vector_rows(void) {
+    const int64_t counts[] = {1, 7, 15, 16, 17, 33, 384, 1001};
+    for (size_t ci = 0; ci < sizeof counts / sizeof *counts; ci++) {
+        int64_t count = counts[ci], rows = 3, n = rows * count;
+        double *x = random_values(n, 3.0), *s = random_values(count, 1.5), *b = random_values(count, 1.0);
+        for (int64_t i = 0; i < n; i++) x[i] += 7.0;
+        if (count > 10) x[count + 5] = NAN;
+        float *y[2], *mean[2], *inv[2];
+        for (int form = 0; form < 4; form++) {
+            for (int k = 0; k < 2; k++) {
+                y[k] = malloc((size_t)n * sizeof(float));
+                mean[k] = malloc((size_t)rows * sizeof(float));
+                inv[k] = malloc((size_t)rows * sizeof(float));
+                if (k) setenv("TM_KERNEL_ISA", "scalar", 1);
+                layernorm_f32_bits(rows, count, form & 1, form >> 1, x, s, b, y[k], mean[k], inv[k]);
+                unsetenv("TM_KERNEL_ISA");
+            }
+            check(!memcmp(y[0], y[1], (size_t)n * sizeof(float)) &&
+                      !memcmp(mean[0], mean[1], (size_t)rows * sizeof(float)) &&
+                      !memcmp(inv[0], inv[1], (size_t)rows * sizeof(float)),
+                  "layernorm f32 rows of %lld (rms %d, bias %d): vector and plain rows differ",
+                  (long long)count, form & 1, form >> 1);
+            for (int k = 0; k < 2; k++) {
+                free(y[k]);
+                free(mean[k]);
+                free(inv[k]);
+            }
+        }
+        free(x);
+        free(s);
+        free(b);
+    }
+}
+
 /* Rows whose mean is far larger than their spread (mean 36,000, sigma 1, as in ONNX
  * Runtime's transformer test graphs): the float32 kernel must stay within a few float
  * ulps of the double evaluation of its own (float) inputs; rounding the mean to float
@@ -638,6 +700,7 @@ int main(void) {
     test_softmax_errors();
     test_layernorm();
     test_layernorm_ill_conditioned();
+    test_layernorm_vector_rows();
     test_layernorm_errors();
     test_softmax_grad();
     test_layernorm_grad();

@@ -540,6 +540,70 @@ static void layernorm_row_f32(const float *x, float *y, int64_t n, const float *
         for (int64_t j = 0; j < n; j++) y[j] = (float)(((double)x[j] - mean) * inv_std) * scale[j];
 }
 
+#ifdef NN_X86
+/* layernorm_row_f32 sixteen lanes at a time, each lane one of its PARTIALS double sums
+ * (two vectors of 8), in the same order: the same bits. The products stay two roundings
+ * (float multiply, then add), as the scalar form without contraction. */
+__attribute__((target("avx512f"))) static double sum_lanes_avx512(__m512d lo, __m512d hi) {
+    double part[PARTIALS];
+    _mm512_storeu_pd(part, lo);
+    _mm512_storeu_pd(part + 8, hi);
+    double total = 0.0;
+    for (int q = 0; q < PARTIALS; q++) total += part[q];
+    return total;
+}
+
+__attribute__((target("avx512f")))
+static void layernorm_row_f32_avx512(const float *x, float *y, int64_t n, const float *scale,
+                                     const float *bias, int rms, double epsilon,
+                                     float *mean_out, float *inv_std_out) {
+    int64_t whole = n / PARTIALS * PARTIALS;
+    double mean = 0.0;
+    if (!rms && n) {
+        __m512d lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();
+        for (int64_t j = 0; j < whole; j += PARTIALS) {
+            __m512 v = _mm512_loadu_ps(x + j);
+            lo = _mm512_add_pd(lo, _mm512_cvtps_pd(_mm512_castps512_ps256(v)));
+            hi = _mm512_add_pd(hi, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
+        }
+        double total = sum_lanes_avx512(lo, hi);
+        for (int64_t j = whole; j < n; j++) total += x[j];
+        mean = total / (double)n;
+    }
+    double variance = 0.0;
+    if (n) {
+        __m512d c = _mm512_set1_pd(mean), lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();
+        for (int64_t j = 0; j < whole; j += PARTIALS) {
+            __m512 v = _mm512_loadu_ps(x + j);
+            __m512d dl = _mm512_sub_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(v)), c);
+            __m512d dh = _mm512_sub_pd(_mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))), c);
+            lo = _mm512_add_pd(lo, _mm512_mul_pd(dl, dl));
+            hi = _mm512_add_pd(hi, _mm512_mul_pd(dh, dh));
+        }
+        double total = sum_lanes_avx512(lo, hi);
+        for (int64_t j = whole; j < n; j++) total += ((double)x[j] - mean) * ((double)x[j] - mean);
+        variance = total / (double)n;
+    }
+    double inv_std = 1.0 / sqrt(variance + epsilon);
+    *mean_out = (float)mean;
+    *inv_std_out = (float)inv_std;
+    __m512d c = _mm512_set1_pd(mean), is = _mm512_set1_pd(inv_std);
+    int64_t j = 0;
+    for (; j < n; j += 16) {
+        __mmask16 m = n - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - j)) - 1);
+        __m512 v = _mm512_maskz_loadu_ps(m, x + j);
+        __m512d dl = _mm512_mul_pd(_mm512_sub_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(v)), c), is);
+        __m512d dh = _mm512_mul_pd(_mm512_sub_pd(_mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))), c), is);
+        __m512 t = _mm512_castpd_ps(_mm512_insertf64x4(
+            _mm512_castps_pd(_mm512_castps256_ps512(_mm512_cvtpd_ps(dl))),
+            _mm256_castps_pd(_mm512_cvtpd_ps(dh)), 1));
+        t = _mm512_mul_ps(t, _mm512_maskz_loadu_ps(m, scale + j));
+        if (bias) t = _mm512_add_ps(t, _mm512_maskz_loadu_ps(m, bias + j));
+        _mm512_mask_storeu_ps(y + j, m, t);
+    }
+}
+#endif
+
 static void layernorm_row_generic(const tm_tensor *x, tm_tensor *y, int64_t first, int64_t n,
                                   const double *scale, const double *bias, int rms,
                                   double epsilon, float *mean_out, float *inv_std_out) {
@@ -561,6 +625,23 @@ static void layernorm_row_generic(const tm_tensor *x, tm_tensor *y, int64_t firs
     }
 }
 
+typedef void (*layernorm_row_fn)(const float *x, float *y, int64_t n, const float *scale,
+                                 const float *bias, int rms, double epsilon, float *mean_out,
+                                 float *inv_std_out);
+
+/* The f32 row this CPU runs (the same bits either way; TM_KERNEL_ISA=scalar|avx2 or
+ * TM_REFERENCE_KERNELS=1 keep the plain loops). */
+static layernorm_row_fn layernorm_row_pick(void) {
+#ifdef NN_X86
+    const char *isa = getenv("TM_KERNEL_ISA");
+    __builtin_cpu_init();
+    if (!tm_use_reference_kernels() && (!isa || !strcmp(isa, "avx512")) &&
+        __builtin_cpu_supports("avx512f"))
+        return layernorm_row_f32_avx512;
+#endif
+    return layernorm_row_f32;
+}
+
 typedef struct layernorm_job {
     const tm_tensor *x;
     tm_tensor *y;
@@ -569,6 +650,7 @@ typedef struct layernorm_job {
     const void *scale, *bias;
     int rms;
     double epsilon;
+    layernorm_row_fn row_f32;
 } layernorm_job;
 
 static void layernorm_rows(const void *arg, int64_t r0, int64_t r1) {
@@ -576,9 +658,8 @@ static void layernorm_rows(const void *arg, int64_t r0, int64_t r1) {
     int64_t count = j->count;
     for (int64_t r = r0; r < r1; r++) {
         if (j->x->dtype == TM_FLOAT)
-            layernorm_row_f32((const float *)j->x->data + r * count,
-                              (float *)j->y->data + r * count, count, j->scale, j->bias, j->rms,
-                              j->epsilon, &j->mean[r], &j->inv_std[r]);
+            j->row_f32((const float *)j->x->data + r * count, (float *)j->y->data + r * count,
+                       count, j->scale, j->bias, j->rms, j->epsilon, &j->mean[r], &j->inv_std[r]);
         else
             layernorm_row_generic(j->x, j->y, r * count, count, j->scale, j->bias, j->rms,
                                   j->epsilon, &j->mean[r], &j->inv_std[r]);
@@ -605,7 +686,7 @@ tm_status tm__kernel_layernorm(const tm_kcall *kc) {
         scale = kc->scratch;
         bias = n_params > 1 ? (const char *)kc->scratch + (size_t)count * elem : NULL;
     }
-    layernorm_job job = {x, y, mean, inv_std, count, scale, bias, rms, epsilon};
+    layernorm_job job = {x, y, mean, inv_std, count, scale, bias, rms, epsilon, layernorm_row_pick()};
     if (x->dtype == TM_FLOAT) nn_rows_run(kc->pool, rows, count, layernorm_rows, &job);
     else layernorm_rows(&job, 0, rows);
     return TM_OK;
