@@ -34,10 +34,18 @@ static tm_val const_tensor(tm_ctx *c, tm_dtype dt, int rank, const int64_t *dims
     return tm_val_tensor(c, t, 0);
 }
 
-/* a (M, K) uint8 -> MATMUL_INTEGER with B (K, N) int8 -> CAST f32 -> MUL scale -> ADD bias;
- * the scale (scale_rows, scale_cols): (1, N) per column, (1, 1), or a near miss. In trace
- * mode a is symbolic. */
-static chain build(tm_ctx *c, tm_val a, int64_t scale_rows, int64_t scale_cols) {
+/* A (1, 1) f32 constant, for the binary primitives' aligned ranks. */
+static tm_val const_value(tm_ctx *c, double v) {
+    int64_t d[2] = {1, 1};
+    tm_tensor *t = tm_tensor_alloc(TM_FLOAT, 2, d, NULL);
+    ((float *)t->data)[0] = (float)v;
+    return tm_val_tensor(c, t, 0);
+}
+
+/* a (M, K) uint8 -> MATMUL_INTEGER with B (K, N) int8 -> CAST f32 -> MUL scale -> ADD bias
+ * [-> GELU of form gelu - 1 when gelu is 1 or 2; its erf chain when 3]; the scale (scale_rows, scale_cols): (1, N) per
+ * column, (1, 1), or a near miss. In trace mode a is symbolic. */
+static chain build_gelu(tm_ctx *c, tm_val a, int64_t scale_rows, int64_t scale_cols, int gelu) {
     chain ch;
     ch.a = a;
     int64_t bd[2] = {K, N}, sd[2] = {scale_rows, scale_cols}, bsd[2] = {1, N};
@@ -61,7 +69,25 @@ static chain build(tm_ctx *c, tm_val a, int64_t scale_rows, int64_t scale_cols) 
     ch.bias = const_tensor(c, TM_FLOAT, 2, bsd, 3);
     tm_val add_in[2] = {prod, ch.bias};
     ch.y = tm_prim(c, TM_P_ADD, add_in, 2, NULL);
+    if (gelu == 3) {   /* the export's erf chain: x * 0.5 * (1 + erf(x / sqrt 2)) */
+        tm_val x = ch.y;
+        tm_val d_in[2] = {x, const_value(c, 1.41421356237309504880)};
+        tm_val e = tm_prim(c, TM_P_ERF, (tm_val[]){tm_prim(c, TM_P_DIV, d_in, 2, NULL)}, 1, NULL);
+        tm_val h_in[2] = {e, const_value(c, 1.0)};
+        tm_val m_in[2] = {x, const_value(c, 0.5)};
+        tm_val p_in[2] = {tm_prim(c, TM_P_MUL, m_in, 2, NULL), tm_prim(c, TM_P_ADD, h_in, 2, NULL)};
+        ch.y = tm_prim(c, TM_P_MUL, p_in, 2, NULL);
+    } else if (gelu) {
+        tm_args ga;
+        memset(&ga, 0, sizeof ga);
+        ga.i[0] = gelu - 1;
+        ch.y = tm_prim(c, TM_P_GELU, &ch.y, 1, &ga);
+    }
     return ch;
+}
+
+static chain build(tm_ctx *c, tm_val a, int64_t scale_rows, int64_t scale_cols) {
+    return build_gelu(c, a, scale_rows, scale_cols, 0);
 }
 
 static int32_t producer_prim(const tm_ctx *c, tm_val v) {
@@ -70,34 +96,49 @@ static int32_t producer_prim(const tm_ctx *c, tm_val v) {
 }
 
 static void test_pass(void) {
-    /* Fused: the ADD's node becomes MATMUL_INTEGER with scale and bias. */
-    tm_ctx t;
-    tm_ctx_init(&t, TM_MODE_TRACE, NULL);
+    /* Fused: the ADD's node (or the GELU's after it) becomes MATMUL_INTEGER with scale and
+     * bias (and the GELU). */
+    for (int gelu = 0; gelu < 4; gelu++) {
+        tm_ctx t;
+        tm_ctx_init(&t, TM_MODE_TRACE, NULL);
+        int64_t ad[2] = {M, K};
+        tm_val a = tm_val_symbolic(&t, TM_UINT8, 2, ad, 0);
+        uint64_t seed_state = rng_state;
+        chain ch = build_gelu(&t, a, 1, N, gelu);
+        tm_pass_roots roots = {&ch.y, 1};
+        CHECK(tm_ctx_ok(&t) && tm__run_passes(&t, &roots) == TM_OK, "pass: %s", t.err.message);
+        int32_t node = t.vals[ch.y].producer;
+        CHECK(node >= 0 && t.nodes[node].prim == TM_P_MATMUL_INTEGER && t.nodes[node].args.i[2] == 1 &&
+                  t.nodes[node].args.i[3] == 1 && t.nodes[node].nin == 5 &&
+                  t.nodes[node].args.i[4] == (gelu != 0) &&
+                  t.nodes[node].args.i[5] == (gelu == 2),
+              "gelu %d: the chain is one MATMUL_INTEGER with scale and bias", gelu);
+        /* The fused node evaluated eagerly equals the chain evaluated eagerly. */
+        tm_ctx e;
+        tm_ctx_init(&e, TM_MODE_EAGER, NULL);
+        tm_val ea = const_tensor(&e, TM_UINT8, 2, ad, 4);
+        rng_state = seed_state;
+        chain ech = build_gelu(&e, ea, 1, N, gelu);
+        if (node >= 0) {
+            const tm_rnode *fused = &t.nodes[node];
+            tm_val fin[5] = {ea, ech.packed, ech.z, ech.scale, ech.bias};
+            tm_val fy = tm_prim(&e, TM_P_MATMUL_INTEGER, fin, 5, &fused->args);
+            CHECK(tm_ctx_ok(&e), "fused eager run: %s", e.err.message);
+            /* Bit for bit, but for the erf chain, whose primitives round on their own. */
+            if (tm_ctx_ok(&e) && gelu < 3)
+                CHECK(!memcmp(tm_vdata(&e, fy)->data, tm_vdata(&e, ech.y)->data, sizeof(float) * M * N),
+                      "gelu %d: fused and unfused results are equal bit for bit", gelu);
+            if (tm_ctx_ok(&e) && gelu == 3) {
+                const float *f = tm_vdata(&e, fy)->data, *u = tm_vdata(&e, ech.y)->data;
+                int bad = 0;
+                for (int i = 0; i < M * N; i++) bad += !(fabsf(f[i] - u[i]) <= 1e-6f + 1e-6f * fabsf(u[i]));
+                CHECK(bad == 0, "erf chain: %d of the fused results differ from the chain's", bad);
+            }
+        }
+        tm_ctx_destroy(&e);
+        tm_ctx_destroy(&t);
+    }
     int64_t ad[2] = {M, K};
-    tm_val a = tm_val_symbolic(&t, TM_UINT8, 2, ad, 0);
-    uint64_t seed_state = rng_state;
-    chain ch = build(&t, a, 1, N);
-    tm_pass_roots roots = {&ch.y, 1};
-    CHECK(tm_ctx_ok(&t) && tm__run_passes(&t, &roots) == TM_OK, "pass: %s", t.err.message);
-    int32_t node = t.vals[ch.y].producer;
-    CHECK(node >= 0 && t.nodes[node].prim == TM_P_MATMUL_INTEGER && t.nodes[node].args.i[2] == 1 &&
-              t.nodes[node].args.i[3] == 1 && t.nodes[node].nin == 5,
-          "the chain is one MATMUL_INTEGER with scale and bias");
-    /* The fused node evaluated eagerly equals the chain evaluated eagerly. */
-    tm_ctx e;
-    tm_ctx_init(&e, TM_MODE_EAGER, NULL);
-    tm_val ea = const_tensor(&e, TM_UINT8, 2, ad, 4);
-    rng_state = seed_state;
-    chain ech = build(&e, ea, 1, N);
-    const tm_rnode *fused = &t.nodes[node];
-    tm_val fin[5] = {ea, ech.packed, ech.z, ech.scale, ech.bias};
-    tm_val fy = tm_prim(&e, TM_P_MATMUL_INTEGER, fin, 5, &fused->args);
-    CHECK(tm_ctx_ok(&e), "fused eager run: %s", e.err.message);
-    if (tm_ctx_ok(&e))
-        CHECK(!memcmp(tm_vdata(&e, fy)->data, tm_vdata(&e, ech.y)->data, sizeof(float) * M * N),
-              "fused and unfused results are equal bit for bit");
-    tm_ctx_destroy(&e);
-    tm_ctx_destroy(&t);
 
     /* Near misses stay as they are. */
     for (int miss = 0; miss < 3; miss++) {

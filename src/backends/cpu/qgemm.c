@@ -159,6 +159,7 @@ void tm_qgemm_reference(const tm_qgemm_args *g) {
             }
             store(g, i, j, acc);
         }
+        if (g->post && g->c_float) g->post(g->post_arg, g->c_float + i * g->ldc, g->n);
     }
 }
 
@@ -227,6 +228,8 @@ static void panels(const qgemm_job *jb, int64_t p0, int64_t p1) {
                     g->bias_count != 1,
                 };
                 jb->ar->tile(g->k, jb->a + i * jb->lda, jb->lda, mr, panel, nr, &e);
+                if (g->post && g->c_float)
+                    for (int r = 0; r < mr; r++) g->post(g->post_arg, e.c_float + r * g->ldc, nr);
             }
         }
     }
@@ -236,7 +239,7 @@ static void panels(const qgemm_job *jb, int64_t p0, int64_t p1) {
 static void panel_slice(void *arg, int ith, int nth) {
     qgemm_job *jb = arg;
     (void)ith;
-    int64_t p0, p1;
+    int64_t p0, p1 = 0;
     while ((p0 = tm__claim(&jb->next, jb->h->panels, nth, 1, &p1)) < jb->h->panels)
         panels(jb, p0, p1);
 }

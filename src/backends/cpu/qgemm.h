@@ -48,6 +48,10 @@ typedef struct tm_qgemm_args {
     int64_t scale_count;
     const float *bias;
     int64_t bias_count;
+    /* NULL, or run over each row's piece of the f32 output (n values, in place) right
+     * after the tile that wrote it (a fused activation, while it is in cache). */
+    void (*post)(const void *arg, float *y, int64_t n);
+    const void *post_arg;
 } tm_qgemm_args;
 
 /* Bytes of scratch tm_qgemm needs: A re-centred to uint8 (signed A) and row sums. */

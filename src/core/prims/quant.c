@@ -674,6 +674,9 @@ tm_status tm__shape_matmul_integer(tm_ctx *c, int prim, const tm_args *a,
     int has_scale = a->i[2] != 0, has_bias = a->i[3] != 0;
     if (nin != 3 + has_scale + has_bias || (has_bias && !has_scale))
         return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_integer: wrong input count %d", nin);
+    if ((a->i[4] && (!has_scale || a->i[4] != 1)) || (a->i[5] != 0 && a->i[5] != 1))
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_integer: GELU (%lld, form %lld) needs the "
+                           "f32 epilogue", (long long)a->i[4], (long long)a->i[5]);
     const tm_vinfo *A = in[0], *B = in[1], *Z = in[2];
     if (!is_q8(A->dtype) || A->rank < 1 || A->dims[A->rank - 1] != K)
         return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_integer: a must be int8 or uint8 with last "
@@ -701,6 +704,11 @@ tm_status tm__shape_matmul_integer(tm_ctx *c, int prim, const tm_args *a,
     out[0].dtype = has_scale ? TM_FLOAT : TM_INT32;
     *scratch = tm_qgemm_scratch(tm_numel(A->rank, A->dims) / K, K, A->dtype == TM_INT8);
     return TM_OK;
+}
+
+/* A fused GELU over a row of the product's f32 output (tm_qgemm's post hook). */
+static void gelu_rows(const void *arg, float *y, int64_t n) {
+    tm__unary_f32_rows(TM_P_GELU, arg, y, y, n);
 }
 
 tm_status tm__kernel_matmul_integer(const tm_kcall *k) {
@@ -731,6 +739,13 @@ tm_status tm__kernel_matmul_integer(const tm_kcall *k) {
         }
     } else {
         g.c_int = k->out[0]->data;
+    }
+    tm_args gelu;
+    if (k->a->i[4]) {
+        memset(&gelu, 0, sizeof gelu);
+        gelu.i[0] = k->a->i[5];
+        g.post = gelu_rows;
+        g.post_arg = &gelu;
     }
     tm_qgemm(&g, k->scratch, k->pool);
     return TM_OK;
