@@ -14,7 +14,8 @@ weights read per token against that bandwidth, and for MiniLM 8x128 the GFLOP/s 
 big matrix products inside the model (TM_PROFILE=1) against the FMA peak.
 
 Results go to bench/RESULTS.md (a run with --cases or --threads other than 1,2 writes
-bench/.work/RESULTS-partial.md instead, leaving the full table alone); the last line printed is
+bench/.work/RESULTS-partial.md instead, leaving the full table alone; --skip-large lists the
+0.6B cases as not measured); the last line printed is
 `worst ratio R (CASE)`.
 Models come from bench/models/ (materialised by bench/materialize.sh or here) and
 ../shared/models/real. ONNX Runtime is the npm package onnxruntime-node, installed into
@@ -438,8 +439,12 @@ def main():
         print(f"machine: FMA peak {probe['fma_peak_gflops']:.1f} GFLOP/s (one core), memory read "
               f"{probe['read_gbs_1t']:.1f} GB/s (1 thread), {probe['read_gbs_2t']:.1f} GB/s (2 threads)")
     rows, skipped, bandwidth, gemms, worst = [], [], [], [], (0.0, "")
-    for case in case_list(args.skip_large):
+    large = {c["name"] for c in case_list(False)} - {c["name"] for c in case_list(True)}
+    for case in case_list(False):
         if wanted and case["name"] not in wanted:
+            continue
+        if args.skip_large and case["name"] in large:
+            skipped.append((case["name"], "left out (--skip-large)"))
             continue
         ok = True
         for _, dep_path, dep_recipe in case.get("deps", []):
@@ -496,7 +501,7 @@ def main():
 
 
 def write_results(args, probe, rows, skipped, bandwidth, gemms, worst):
-    partial = bool(args.cases) or args.threads != "1,2" or args.skip_large
+    partial = bool(args.cases) or args.threads != "1,2"
     path = os.path.join(WORK, "RESULTS-partial.md") if partial else os.path.join(HERE, "RESULTS.md")
     os.makedirs(os.path.dirname(path), exist_ok=True)
     print(f"results: {os.path.relpath(path)}")
