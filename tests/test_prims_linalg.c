@@ -228,7 +228,9 @@ static void clip_activation(const void *arg, const float *x, float *y, int64_t n
 static void test_sgemm_packed(void) {
     const sgemm_case cases[] = {{1, 1, 1}, {1, 40, 7}, {4, 33, 300}, {12, 32, 256},
                                 {13, 65, 257}, {37, 100, 600}, {128, 384, 384},
-                                {130, 513, 65}, {25, 1030, 20}, {20, 70, 300}, {31, 96, 257}};
+                                {130, 513, 65}, {25, 1030, 20}, {20, 70, 300}, {31, 96, 257},
+                                /* around the panel-by-panel order of tasks of <= 48 rows */
+                                {48, 70, 530}, {49, 40, 100}, {24, 300, 520}};
     tm_pool *pools[2] = {tm_pool_create(2), tm_pool_create(3)};
     float hi = 0.75f;
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {

@@ -27,6 +27,10 @@
  * depth, about 270 KB) stays in L2 while B's block streams once from memory for all of
  * them; fewer rows per task only when the threads need more tasks. */
 #define TASK_TILES 22
+/* Tasks of at most this many rows take the panels one by one, every row tile on each. */
+#ifndef PANEL_MAJOR_ROWS
+#define PANEL_MAJOR_ROWS 48
+#endif
 /* Slices per thread: a descheduled thread (a shared machine) then holds little work.
  * The per-call packing path gives each slice its own region of scratch, so it also caps
  * the slices (scratch must not depend on the thread count). */
@@ -237,6 +241,25 @@ static void bpacked_task(const bpacked_job *g, int64_t i0, int64_t i1, int64_t j
                 ar->rows(kcb, g->a + i0 * g->lda + pc, g->lda, (int)(i1 - i0),
                          block + j / ar->nr * kcb * ar->nr, g->c + i0 * g->ldc + j, g->ldc,
                          (int)min64(ar->nr, j1 - j), beta);
+            if (last) epilogue(g->ep, g->c, g->ldc, i0, i1, j0, j1);
+            continue;
+        }
+        if (i1 - i0 <= PANEL_MAJOR_ROWS) {
+            /* Few rows (a short prefill): every row tile meets a panel while it is fresh,
+             * so the first tile's stream from memory overlaps the others' FMAs on the
+             * panel before. Short tiles are packed once for all the panels. */
+            int64_t full = i0 + (i1 - i0) / ar->mr * ar->mr;
+            int tail = (int)(i1 - full);
+            if (tail) pack_a_tile(g->a + full * g->lda + pc, g->lda, tail, kcb, ar->mr, a_tile);
+            for (int64_t j = j0; j < j1; j += ar->nr) {
+                const float *panel = block + j / ar->nr * kcb * ar->nr;
+                int nr = (int)min64(ar->nr, j1 - j);
+                for (int64_t i = i0; i < full; i += ar->mr)
+                    ar->tile_rows(kcb, g->a + i * g->lda + pc, g->lda, panel, g->c + i * g->ldc + j,
+                                  g->ldc, nr, beta);
+                if (tail)
+                    ar->tile_packed(kcb, a_tile, panel, g->c + full * g->ldc + j, g->ldc, tail, nr, beta);
+            }
             if (last) epilogue(g->ep, g->c, g->ldc, i0, i1, j0, j1);
             continue;
         }
