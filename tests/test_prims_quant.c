@@ -388,6 +388,8 @@ static void test_qgemm(void) {
                 test_qgemm_case(dts[da], dts[db], 2, 64, 129, 1, 2, 1, pool);
                 test_qgemm_case(dts[da], dts[db], 30, 100, 200, 2, 2, 1, pool);
                 test_qgemm_case(dts[da], dts[db], 50, 200, 129, 2, 1, 1, pool);
+                /* Enough rows for AMX's split of rows over the threads. */
+                test_qgemm_case(dts[da], dts[db], 257, 70, 130, 2, 2, 1, pool);
             }
         /* Sums that wrap around int32: (255 - 0) * (-128 - 127) summed 40000 times. */
         test_qgemm_case(TM_UINT8, TM_INT8, 17, 40000, 17, 0, 0, 0, NULL);

@@ -15,6 +15,9 @@
 #define PARALLEL_MIN_MACS (1 << 16)
 /* Rows of A per pass over a piece's panels: this many bytes of A (L2 holds them). */
 #define ROW_BLOCK_BYTES (256 << 10)
+#ifndef ROW_SPLIT
+#define ROW_SPLIT 1
+#endif
 
 static int64_t round_up(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
 
@@ -194,20 +197,21 @@ typedef struct qgemm_job {
     const uint8_t *a;          /* uint8 form */
     int64_t lda;
     const int32_t *za, *rowsum;
-    _Atomic int64_t next;      /* first unclaimed panel (claim.h) */
+    _Atomic int64_t next;      /* first unclaimed panel, or tile of rows (claim.h) */
+    int by_rows;               /* threads claim tiles of rows (each over every panel) */
 } qgemm_job;
 
-/* Panels [p0, p1): every row of them, in blocks of rows whose A stays in L2 while it
- * meets each of the panels (a panel alone stays in L1 for the tiles of one block). */
-static void panels(const qgemm_job *jb, int64_t p0, int64_t p1) {
+/* Rows [r0, r1) of panels [p0, p1), in blocks of rows whose A stays in L2 while it meets
+ * each of the panels (a panel alone stays in L1 for the tiles of one block). */
+static void panels(const qgemm_job *jb, int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
     const tm_qgemm_args *g = jb->g;
     const tm__qgemm_packed *h = jb->h;
     const uint8_t *base = g->b_packed;
     int64_t step = jb->ar->mr, block = ROW_BLOCK_BYTES / (g->k > 0 ? g->k : 1) / step * step;
     if (block < step) block = step;
     if (jb->ar->begin) jb->ar->begin();
-    for (int64_t i0 = 0; i0 < g->m; i0 += block) {
-        int64_t i1 = g->m - i0 < block ? g->m : i0 + block;
+    for (int64_t i0 = r0; i0 < r1; i0 += block) {
+        int64_t i1 = r1 - i0 < block ? r1 : i0 + block;
         for (int64_t p = p0; p < p1; p++) {
             int64_t j = p * TM_QGEMM_NR;
             int nr = (int)(g->n - j < TM_QGEMM_NR ? g->n - j : TM_QGEMM_NR);
@@ -240,8 +244,14 @@ static void panel_slice(void *arg, int ith, int nth) {
     qgemm_job *jb = arg;
     (void)ith;
     int64_t p0, p1 = 0;
+    if (jb->by_rows) {
+        int64_t step = jb->ar->mr, tiles = (jb->g->m + step - 1) / step;
+        while ((p0 = tm__claim(&jb->next, tiles, nth, 1, &p1)) < tiles)
+            panels(jb, p0 * step, p1 * step < jb->g->m ? p1 * step : jb->g->m, 0, jb->h->panels);
+        return;
+    }
     while ((p0 = tm__claim(&jb->next, jb->h->panels, nth, 1, &p1)) < jb->h->panels)
-        panels(jb, p0, p1);
+        panels(jb, 0, jb->g->m, p0, p1);
 }
 
 void tm_qgemm(const tm_qgemm_args *g, void *scratch, tm_pool *pool) {
@@ -277,8 +287,12 @@ void tm_qgemm(const tm_qgemm_args *g, void *scratch, tm_pool *pool) {
         }
     double macs = (double)g->m * (double)g->n * (double)g->k;
     int nth = macs < PARALLEL_MIN_MACS ? 1 : tm_pool_threads(pool);
-    if (nth > h.panels) nth = (int)h.panels;
-    qgemm_job jb = {g, ar, &h, a, lda, za, h.zb_any ? rowsum : NULL, 0};
-    if (nth <= 1) panels(&jb, 0, h.panels);
+    /* AMX: threads take tiles of rows, each over every panel, when there are enough of
+     * them. Split by panels, each AMX thread went through all of A for a share of the
+     * columns, and two threads did the work of 1.1-1.5. */
+    int by_rows = ROW_SPLIT && !strcmp(ar->name, "amx") && g->m >= 4 * (int64_t)ar->mr * nth;
+    if (!by_rows && nth > h.panels) nth = (int)h.panels;
+    qgemm_job jb = {g, ar, &h, a, lda, za, h.zb_any ? rowsum : NULL, 0, by_rows};
+    if (nth <= 1) panels(&jb, 0, g->m, 0, h.panels);
     else tm_pool_run(pool, nth, panel_slice, &jb);
 }
