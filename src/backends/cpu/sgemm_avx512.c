@@ -71,16 +71,21 @@ TILE_PACKED(4)
 /* Floats of packed B the row tile prefetches ahead of its reads (32 steps of k). */
 #define B_AHEAD (32 * NR)
 
-/* Where the decode rows kernel's stream of B is prefetched: L1 on AMD (Zen 4, measured),
- * L2 on Intel, whose L1 prefetches hold its few line-fill buffers (0.6B f32 decode step on
- * a Xeon with AMX, one thread: 155 -> 145 ms). Set once, by tm__sgemm_arch_avx512. */
+/* Where the 12-row tile and the decode rows kernel prefetch their stream of B: L1 on AMD
+ * (Zen 4, measured), L2 on Intel, whose L1 prefetches hold its few line-fill buffers (a
+ * Xeon with AMX, one thread: the 0.6B f32 decode step 155 -> 145 ms, a small LLaMA's
+ * 32-token prefill 49 -> 47 ms). Set once, by tm__sgemm_arch_avx512. */
 static int rows_prefetch_l2;
 
 /* The 12x32 tile over A's rows where they lie (row stride lda, k contiguous), with the
  * rows reached from four base pointers and two strides, so that the loop fits the
- * general registers (twelve row pointers would spill). Full tiles only. */
-static void tile_rows12(int64_t k, const float *a, int64_t lda, const float *b, float *c,
-                        int64_t ldc, int nr, float beta) {
+ * general registers (twelve row pointers would spill). Full tiles only. HINT: the
+ * prefetch's, a constant in each of tile_rows12's two calls. */
+static inline __attribute__((always_inline)) void tile_rows12_hint(int64_t k, const float *a,
+                                                                    int64_t lda, const float *b,
+                                                                    float *c, int64_t ldc,
+                                                                    int nr, float beta,
+                                                                    const int to_l2) {
     __m512 acc[MR][2];
 #pragma GCC unroll 12
     for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
@@ -89,8 +94,13 @@ static void tile_rows12(int64_t k, const float *a, int64_t lda, const float *b, 
 #pragma GCC unroll 2
     for (int64_t p = 0; p < k; p++) {
         /* B a few KB ahead: the first row tile over a panel streams it from memory. */
-        _mm_prefetch((const char *)(b + B_AHEAD), _MM_HINT_T0);
-        _mm_prefetch((const char *)(b + B_AHEAD + 16), _MM_HINT_T0);
+        if (to_l2) {
+            _mm_prefetch((const char *)(b + B_AHEAD), _MM_HINT_T2);
+            _mm_prefetch((const char *)(b + B_AHEAD + 16), _MM_HINT_T2);
+        } else {
+            _mm_prefetch((const char *)(b + B_AHEAD), _MM_HINT_T0);
+            _mm_prefetch((const char *)(b + B_AHEAD + 16), _MM_HINT_T0);
+        }
         __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
         const float *row[4] = {a0 + p, a1 + p, a2 + p, a3 + p};
 #pragma GCC unroll 4
@@ -109,6 +119,12 @@ static void tile_rows12(int64_t k, const float *a, int64_t lda, const float *b, 
     __m512 one = _mm512_set1_ps(1.0f);
 #pragma GCC unroll 12
     for (int i = 0; i < MR; i++) store_row(c + i * ldc, acc[i][0], acc[i][1], nr, one, beta);
+}
+
+static void tile_rows12(int64_t k, const float *a, int64_t lda, const float *b, float *c,
+                        int64_t ldc, int nr, float beta) {
+    if (rows_prefetch_l2) tile_rows12_hint(k, a, lda, b, c, ldc, nr, beta, 1);
+    else tile_rows12_hint(k, a, lda, b, c, ldc, nr, beta, 0);
 }
 
 static void tile_packed(int64_t k, const float *a, const float *b, float *c, int64_t ldc,
