@@ -16,6 +16,7 @@
 #if defined(__x86_64__) && defined(__AVX512F__) && defined(__AVX512BW__) && \
     defined(__AVX512VNNI__)
 #include <immintrin.h>
+#include <pthread.h>
 
 /* The largest integer of a split value: its top digit then stays within [-127, 127]. */
 #define FULL (127 * 65536)
@@ -89,7 +90,7 @@ static void split(const float *a, int64_t k, int64_t block, int64_t blocks, void
  * the few line-fill buffers a core has and stalled the stream (0.6B q4 decode step on a
  * Xeon with AMX: 37 -> 29 ms on one thread, 19 -> 17 on two). */
 #define PREFETCH_RECORDS 16
-static int prefetch_l2;   /* set once, by tm__nbits_arch_avx512 */
+static int prefetch_l2;   /* set once, under tm__nbits_arch_avx512's pthread_once */
 
 /* always_inline: a function holding only a prefetch has no visible effect, and GCC
  * drops the calls of one it does not inline. */
@@ -267,9 +268,15 @@ static void panel(const tm__nbits_packed *h, const uint8_t *data, int64_t g0, in
 
 static const tm__nbits_arch avx512 = {"avx512-vnni", split, gemv, panel};
 
-const tm__nbits_arch *tm__nbits_arch_avx512(void) {
+static void pick_prefetch(void) {
     __builtin_cpu_init();
     prefetch_l2 = __builtin_cpu_is("intel");
+}
+
+const tm__nbits_arch *tm__nbits_arch_avx512(void) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, pick_prefetch);   /* written once: kernels on other threads read it */
+    __builtin_cpu_init();
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                    __builtin_cpu_supports("avx512vnni")
                ? &avx512

@@ -1,7 +1,8 @@
 /* tm_qgemm: the exact 8-bit GEMM behind MATMUL_INTEGER. Packs B (plan time, through a
  * constant-folded primitive), re-centres A when it is signed, computes the row sums the
- * zero points need, and runs a micro-kernel (qgemm_amx.c, qgemm_avx512.c, qgemm_avx2.c) over column
- * panels split across the pool; or the plain C reference on the same packed B. */
+ * zero points need, and runs a micro-kernel (qgemm_amx.c, qgemm_avx512.c, qgemm_avx2.c) over
+ * column panels (or tiles of rows) split across the pool; or the plain C reference on the
+ * same packed B. */
 #include <stdlib.h>
 #include <string.h>
 #include "claim.h"
@@ -15,9 +16,6 @@
 #define PARALLEL_MIN_MACS (1 << 16)
 /* Rows of A per pass over a piece's panels: this many bytes of A (L2 holds them). */
 #define ROW_BLOCK_BYTES (256 << 10)
-#ifndef ROW_SPLIT
-#define ROW_SPLIT 1
-#endif
 
 static int64_t round_up(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
 
@@ -287,10 +285,10 @@ void tm_qgemm(const tm_qgemm_args *g, void *scratch, tm_pool *pool) {
         }
     double macs = (double)g->m * (double)g->n * (double)g->k;
     int nth = macs < PARALLEL_MIN_MACS ? 1 : tm_pool_threads(pool);
-    /* AMX: threads take tiles of rows, each over every panel, when there are enough of
-     * them. Split by panels, each AMX thread went through all of A for a share of the
-     * columns, and two threads did the work of 1.1-1.5. */
-    int by_rows = ROW_SPLIT && !strcmp(ar->name, "amx") && g->m >= 4 * (int64_t)ar->mr * nth;
+    /* Threads take tiles of rows, each over every panel, where the arch asks for it and
+     * each thread gets at least 4 (AMX: split by panels, each thread went through all of
+     * A for a share of the columns, and two threads did the work of 1.1-1.5). */
+    int by_rows = ar->split_rows && g->m >= 4 * (int64_t)ar->mr * nth;
     if (!by_rows && nth > h.panels) nth = (int)h.panels;
     qgemm_job jb = {g, ar, &h, a, lda, za, h.zb_any ? rowsum : NULL, 0, by_rows};
     if (nth <= 1) panels(&jb, 0, g->m, 0, h.panels);

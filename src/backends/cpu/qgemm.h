@@ -57,7 +57,8 @@ typedef struct tm_qgemm_args {
 /* Bytes of scratch tm_qgemm needs: A re-centred to uint8 (signed A) and row sums. */
 size_t tm_qgemm_scratch(int64_t m, int64_t k, int a_signed);
 
-/* The product, split over the pool's threads by column panels; results do not depend on
+/* The product, split over the pool's threads by column panels (or tiles of rows, for
+ * the AMX kernel with enough rows); results do not depend on
  * the thread count (integer sums are exact). scratch: tm_qgemm_scratch bytes, any
  * alignment. Allocates nothing. TM_REFERENCE_KERNELS=1 runs the reference. */
 void tm_qgemm(const tm_qgemm_args *g, void *scratch, tm_pool *pool);
@@ -107,13 +108,16 @@ typedef void (*tm__qgemm_tile_fn)(int64_t k, const uint8_t *a, int64_t lda, int 
                                   const int8_t *panel, int nr, const tm__qgemm_epilogue *e);
 
 /* begin/end (NULL for none): around each thread's run of tiles (AMX: the tile
- * configuration, loaded per thread, and released after). */
+ * configuration, loaded per thread, and released after). split_rows: threads share a
+ * product by tiles of rows, each over every panel, when there are enough rows (else by
+ * panels). */
 typedef struct tm__qgemm_arch {
     const char *name;
     int mr;
     tm__qgemm_tile_fn tile;
     void (*begin)(void);
     void (*end)(void);
+    int split_rows;
 } tm__qgemm_arch;
 
 /* NULL where the compiler, the CPU or the OS (AMX's tile state) lacks the instructions. */

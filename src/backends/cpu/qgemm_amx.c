@@ -122,7 +122,7 @@ static void tile(int64_t k, const uint8_t *a, int64_t lda, int mr, const int8_t 
     }
 }
 
-static const tm__qgemm_arch amx = {"amx", ROWS, tile, begin, end};
+static const tm__qgemm_arch amx = {"amx", ROWS, tile, begin, end, 1};
 static int granted;
 
 static void ask(void) {

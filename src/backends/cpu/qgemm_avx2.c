@@ -63,7 +63,7 @@ static void tile(int64_t k, const uint8_t *a, int64_t lda, int mr, const int8_t 
     for (int h = 0; h < nr; h += HALF) half_row(k, a, panel, h, nr, e);
 }
 
-static const tm__qgemm_arch avx2 = {"avx2", 1, tile, NULL, NULL};
+static const tm__qgemm_arch avx2 = {"avx2", 1, tile, NULL, NULL, 0};
 
 const tm__qgemm_arch *tm__qgemm_arch_avx2(void) {
     __builtin_cpu_init();

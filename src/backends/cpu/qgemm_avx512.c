@@ -79,7 +79,7 @@ static void tile(int64_t k, const uint8_t *a, int64_t lda, int mr, const int8_t 
     }
 }
 
-static const tm__qgemm_arch avx512 = {"avx512vnni", MR, tile, NULL, NULL};
+static const tm__qgemm_arch avx512 = {"avx512vnni", MR, tile, NULL, NULL, 0};
 
 const tm__qgemm_arch *tm__qgemm_arch_avx512(void) {
     __builtin_cpu_init();

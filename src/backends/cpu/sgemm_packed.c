@@ -28,9 +28,7 @@
  * them; fewer rows per task only when the threads need more tasks. */
 #define TASK_TILES 22
 /* Tasks of at most this many rows take the panels one by one, every row tile on each. */
-#ifndef PANEL_MAJOR_ROWS
 #define PANEL_MAJOR_ROWS 48
-#endif
 /* Slices per thread: a descheduled thread (a shared machine) then holds little work.
  * The per-call packing path gives each slice its own region of scratch, so it also caps
  * the slices (scratch must not depend on the thread count). */
