@@ -45,6 +45,19 @@ static const tm__sgemm_arch *active_arch(void) {
 
 const tm__sgemm_arch *tm__sgemm_active_arch(void) { return active_arch(); }
 
+static pthread_once_t prefetch_once = PTHREAD_ONCE_INIT;
+static int prefetch_l2;   /* written once, under prefetch_once */
+
+static void pick_prefetch(void) {
+    __builtin_cpu_init();
+    prefetch_l2 = __builtin_cpu_is("intel");
+}
+
+int tm__stream_prefetch_l2(void) {
+    pthread_once(&prefetch_once, pick_prefetch);
+    return prefetch_l2;
+}
+
 /* The vector maths follow the GEMM's choice: none with TM_REFERENCE_KERNELS=1, and none
  * when TM_SGEMM_ARCH=avx2 asks for the AVX2 paths on an AVX-512 machine. */
 static pthread_once_t vmath_once = PTHREAD_ONCE_INIT;
@@ -192,12 +205,6 @@ static void slice(int64_t total, int ith, int nth, int64_t *begin, int64_t *end)
  * of whole lines per row: a weight gradient's C is megabytes no cache holds, and
  * written panel by panel down the rows (a line in each of 96 rows, then the next
  * column) its stores waited on their lines (384 x 1536 x 128: 105 GFLOP/s against 142). */
-static void pack_a_tile(const float *a, int64_t a_row, int64_t a_step, int64_t kc, int rows,
-                        int mr, float *dst) {
-    for (int64_t p = 0; p < kc; p++)
-        for (int r = 0; r < mr; r++) dst[p * mr + r] = r < rows ? a[r * a_row + p * a_step] : 0.0f;
-}
-
 static void compute_rows(const gemm_job *g, int64_t i0, int64_t mc, int64_t pc, int64_t kc,
                          const float *panels, int64_t stride, int64_t j0, int64_t j1,
                          float beta) {
@@ -212,7 +219,7 @@ static void compute_rows(const gemm_job *g, int64_t i0, int64_t mc, int64_t pc, 
         float *c = g->c + (i0 + i) * g->ldc;
         /* A short tile is copied with zero rows, so the kernel reads only A's own memory. */
         int packed = rows < ar->mr;
-        if (packed) pack_a_tile(ai, a_row, a_step, kc, rows, ar->mr, tile_a);
+        if (packed) tm__sgemm_pack_a_tile(ai, a_row, a_step, kc, rows, ar->mr, tile_a);
         for (int64_t j = j0; j < j1; j += ar->nr, panel += stride) {
             int nr = (int)min64(ar->nr, j1 - j);
             if (packed && g->alpha == 1.0f && ar->tile_packed)   /* no FMAs on padding */

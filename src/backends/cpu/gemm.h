@@ -172,6 +172,20 @@ typedef struct tm__sgemm_arch {
 /* The arch tm_sgemm uses (NULL: the reference, TM_REFERENCE_KERNELS=1). */
 const tm__sgemm_arch *tm__sgemm_active_arch(void);
 
+/* A short row tile of A (rows rows; element (r, p) at a[r * a_row + p * a_step], kc steps)
+ * packed mr floats a step with zero rows below, for the tile kernels (tm_sgemm's and the
+ * packed-B GEMM's). Row by row: for A in rows, the reads run along it. */
+static inline void tm__sgemm_pack_a_tile(const float *a, int64_t a_row, int64_t a_step,
+                                         int64_t kc, int rows, int mr, float *dst) {
+    for (int r = 0; r < mr; r++)
+        for (int64_t p = 0; p < kc; p++) dst[p * mr + r] = r < rows ? a[r * a_row + p * a_step] : 0.0f;
+}
+
+/* 1 where kernels streaming weights from memory should prefetch them into L2 rather
+ * than L1: Intel cores, whose L1 prefetches hold their few line-fill buffers and stalled
+ * the stream; 0 on AMD (Zen 4), where L1 was measured best. Decided once. */
+int tm__stream_prefetch_l2(void);
+
 /* NULL where the compiler or the CPU lacks the instructions. */
 const tm__sgemm_arch *tm__sgemm_arch_avx2(void);
 const tm__sgemm_arch *tm__sgemm_arch_avx512(void);

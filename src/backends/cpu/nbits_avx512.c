@@ -16,7 +16,7 @@
 #if defined(__x86_64__) && defined(__AVX512F__) && defined(__AVX512BW__) && \
     defined(__AVX512VNNI__)
 #include <immintrin.h>
-#include <pthread.h>
+#include "gemm.h"   /* tm__stream_prefetch_l2 */
 
 /* The largest integer of a split value: its top digit then stays within [-127, 127]. */
 #define FULL (127 * 65536)
@@ -85,12 +85,10 @@ static void split(const float *a, int64_t k, int64_t block, int64_t blocks, void
     }
 }
 
-/* The weights stream from memory: each record is fetched this many records ahead. Into
- * L1 on AMD (Zen 4, where it was measured), into L2 on Intel, whose L1 prefetches hold
- * the few line-fill buffers a core has and stalled the stream (0.6B q4 decode step on a
- * Xeon with AMX: 37 -> 29 ms on one thread, 19 -> 17 on two). */
+/* The weights stream from memory: each record is fetched this many records ahead, into
+ * L1 or L2 as tm__stream_prefetch_l2 says (0.6B q4 decode step on a Xeon with AMX, L2
+ * against L1: 37 -> 29 ms on one thread, 19 -> 17 on two). */
 #define PREFETCH_RECORDS 16
-static int prefetch_l2;   /* set once, under tm__nbits_arch_avx512's pthread_once */
 
 /* always_inline: a function holding only a prefetch has no visible effect, and GCC
  * drops the calls of one it does not inline. */
@@ -230,7 +228,7 @@ static inline __attribute__((always_inline)) void gemv_groups(const tm__nbits_pa
 
 static void gemv(const tm__nbits_packed *h, const uint8_t *data, const tm__nbits_qrow *q,
                  int rows, int64_t g0, int64_t g1, float *y, int64_t ldy) {
-    if (prefetch_l2) gemv_groups(h, data, q, rows, g0, g1, y, ldy, 1);
+    if (tm__stream_prefetch_l2()) gemv_groups(h, data, q, rows, g0, g1, y, ldy, 1);
     else gemv_groups(h, data, q, rows, g0, g1, y, ldy, 0);
 }
 
@@ -268,14 +266,7 @@ static void panel(const tm__nbits_packed *h, const uint8_t *data, int64_t g0, in
 
 static const tm__nbits_arch avx512 = {"avx512-vnni", split, gemv, panel};
 
-static void pick_prefetch(void) {
-    __builtin_cpu_init();
-    prefetch_l2 = __builtin_cpu_is("intel");
-}
-
 const tm__nbits_arch *tm__nbits_arch_avx512(void) {
-    static pthread_once_t once = PTHREAD_ONCE_INIT;
-    pthread_once(&once, pick_prefetch);   /* written once: kernels on other threads read it */
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                    __builtin_cpu_supports("avx512vnni")

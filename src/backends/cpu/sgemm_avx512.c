@@ -71,11 +71,9 @@ TILE_PACKED(4)
 /* Floats of packed B the row tile prefetches ahead of its reads (32 steps of k). */
 #define B_AHEAD (32 * NR)
 
-/* Where the 12-row tile and the decode rows kernel prefetch their stream of B: L1 on AMD
- * (Zen 4, measured), L2 on Intel, whose L1 prefetches hold its few line-fill buffers (a
- * Xeon with AMX, one thread: the 0.6B f32 decode step 155 -> 145 ms, a small LLaMA's
- * 32-token prefill 49 -> 47 ms). Set once, by tm__sgemm_arch_avx512. */
-static int rows_prefetch_l2;
+/* The 12-row tile and the decode rows kernel prefetch their stream of B into L1 or L2 as
+ * tm__stream_prefetch_l2 says (a Xeon with AMX, one thread, L2 against L1: the 0.6B f32
+ * decode step 155 -> 145 ms, a small LLaMA's 32-token prefill 49 -> 47 ms). */
 
 /* The 12x32 tile over A's rows where they lie (row stride lda, k contiguous), with the
  * rows reached from four base pointers and two strides, so that the loop fits the
@@ -123,7 +121,7 @@ static inline __attribute__((always_inline)) void tile_rows12_hint(int64_t k, co
 
 static void tile_rows12(int64_t k, const float *a, int64_t lda, const float *b, float *c,
                         int64_t ldc, int nr, float beta) {
-    if (rows_prefetch_l2) tile_rows12_hint(k, a, lda, b, c, ldc, nr, beta, 1);
+    if (tm__stream_prefetch_l2()) tile_rows12_hint(k, a, lda, b, c, ldc, nr, beta, 1);
     else tile_rows12_hint(k, a, lda, b, c, ldc, nr, beta, 0);
 }
 
@@ -241,23 +239,15 @@ ROWS_KERNEL(2, _MM_HINT_T2, rows_2_l2)
 ROWS_KERNEL(3, _MM_HINT_T2, rows_3_l2)
 ROWS_KERNEL(4, _MM_HINT_T2, rows_4_l2)
 
+typedef void (*rows_fn)(int64_t k, const float *a, int64_t lda, const float *b, float *c,
+                        int64_t ldc, int nr, float beta);
+
 static void rows(int64_t k, const float *a, int64_t lda, int m, const float *b, float *c,
                  int64_t ldc, int nr, float beta) {
-    if (rows_prefetch_l2) {
-        switch (m) {
-        case 1: rows_1_l2(k, a, lda, b, c, ldc, nr, beta); break;
-        case 2: rows_2_l2(k, a, lda, b, c, ldc, nr, beta); break;
-        case 3: rows_3_l2(k, a, lda, b, c, ldc, nr, beta); break;
-        default: rows_4_l2(k, a, lda, b, c, ldc, nr, beta); break;
-        }
-        return;
-    }
-    switch (m) {
-    case 1: rows_1(k, a, lda, b, c, ldc, nr, beta); break;
-    case 2: rows_2(k, a, lda, b, c, ldc, nr, beta); break;
-    case 3: rows_3(k, a, lda, b, c, ldc, nr, beta); break;
-    default: rows_4(k, a, lda, b, c, ldc, nr, beta); break;
-    }
+    static const rows_fn to_l1[4] = {rows_1, rows_2, rows_3, rows_4},
+                         to_l2[4] = {rows_1_l2, rows_2_l2, rows_3_l2, rows_4_l2};
+    int i = m < 1 ? 0 : m > 4 ? 3 : m - 1;
+    (tm__stream_prefetch_l2() ? to_l2 : to_l1)[i](k, a, lda, b, c, ldc, nr, beta);
 }
 
 static inline float finish(float sum, float alpha, float beta, const float *c) {
@@ -383,7 +373,6 @@ static const tm__sgemm_arch avx512 = {"avx512", MR, NR, 256, 96, 512, tile_12x32
 
 const tm__sgemm_arch *tm__sgemm_arch_avx512(void) {
     __builtin_cpu_init();
-    rows_prefetch_l2 = __builtin_cpu_is("intel");
     return __builtin_cpu_supports("avx512f") ? &avx512 : 0;
 }
 

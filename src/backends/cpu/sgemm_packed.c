@@ -208,25 +208,32 @@ typedef struct bpacked_job {
     int64_t depth;                    /* of B's layout */
 } bpacked_job;
 
-/* One task: rows [i0, i1) by columns [j0, j1), every depth block. Within a block the row
- * tiles sweep the task's panels, so A's tile stays in L1 and B's block in L2; the
- * epilogue follows each row tile's last block. The depth blocks are the same for any
- * split, so results do not depend on the number of threads. */
-/* A short row tile of A (rows of stride lda, kcb steps) packed MR floats a step, zero rows
- * below, for the tile kernels of its height; row by row, so reads run along A. */
-static void pack_a_tile(const float *a, int64_t lda, int rows, int64_t kcb, int mr_max,
-                        float *dst) {
-    for (int r = 0; r < mr_max; r++) {
-        if (r < rows)
-            for (int64_t p = 0; p < kcb; p++) dst[p * mr_max + r] = a[r * lda + p];
-        else
-            for (int64_t p = 0; p < kcb; p++) dst[p * mr_max + r] = 0.0f;
-    }
+/* Row tile i (rows [i, i + rows); a short one packed in a_tile) against panel j. */
+static inline void bpacked_tile(const bpacked_job *g, int64_t i, int rows, const float *a_tile,
+                                int64_t pc, int64_t kcb, const float *block, int64_t j,
+                                int64_t j1, float beta) {
+    const tm__sgemm_arch *ar = g->ar;
+    const float *panel = block + j / ar->nr * kcb * ar->nr;
+    int nr = (int)min64(ar->nr, j1 - j);
+    if (rows == ar->mr)   /* a full tile reads A where it lies */
+        ar->tile_rows(kcb, g->a + i * g->lda + pc, g->lda, panel, g->c + i * g->ldc + j, g->ldc,
+                      nr, beta);
+    else
+        ar->tile_packed(kcb, a_tile, panel, g->c + i * g->ldc + j, g->ldc, rows, nr, beta);
 }
 
+/* One task: rows [i0, i1) by columns [j0, j1), every depth block. Within a block the row
+ * tiles sweep the task's panels, so A's tile stays in L1 and B's block in L2; the
+ * epilogue follows each row tile's last block. A task of few rows (a short prefill) goes
+ * panel by panel instead, every row tile on each while it is fresh, so that the first
+ * tile's stream from memory overlaps the others' FMAs on the panel before. The short
+ * tile at the end (if any) is packed once for all the panels. The depth blocks are the
+ * same for any split, so results do not depend on the number of threads. */
 static void bpacked_task(const bpacked_job *g, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
     const tm__sgemm_arch *ar = g->ar;
     int64_t width = round_up(g->n, ar->nr);
+    int64_t full = i0 + (i1 - i0) / ar->mr * ar->mr;   /* rows in whole tiles */
+    int tail = (int)(i1 - full);
     float a_tile[EDGE_FLOATS] __attribute__((aligned(64)));
     for (int64_t pc = 0; pc < g->k; pc += g->depth) {
         int64_t kcb = min64(g->depth, g->k - pc);
@@ -242,42 +249,19 @@ static void bpacked_task(const bpacked_job *g, int64_t i0, int64_t i1, int64_t j
             if (last) epilogue(g->ep, g->c, g->ldc, i0, i1, j0, j1);
             continue;
         }
+        if (tail) tm__sgemm_pack_a_tile(g->a + full * g->lda + pc, g->lda, 1, kcb, tail, ar->mr, a_tile);
         if (i1 - i0 <= PANEL_MAJOR_ROWS) {
-            /* Few rows (a short prefill): every row tile meets a panel while it is fresh,
-             * so the first tile's stream from memory overlaps the others' FMAs on the
-             * panel before. Short tiles are packed once for all the panels. */
-            int64_t full = i0 + (i1 - i0) / ar->mr * ar->mr;
-            int tail = (int)(i1 - full);
-            if (tail) pack_a_tile(g->a + full * g->lda + pc, g->lda, tail, kcb, ar->mr, a_tile);
-            for (int64_t j = j0; j < j1; j += ar->nr) {
-                const float *panel = block + j / ar->nr * kcb * ar->nr;
-                int nr = (int)min64(ar->nr, j1 - j);
-                for (int64_t i = i0; i < full; i += ar->mr)
-                    ar->tile_rows(kcb, g->a + i * g->lda + pc, g->lda, panel, g->c + i * g->ldc + j,
-                                  g->ldc, nr, beta);
-                if (tail)
-                    ar->tile_packed(kcb, a_tile, panel, g->c + full * g->ldc + j, g->ldc, tail, nr, beta);
-            }
+            for (int64_t j = j0; j < j1; j += ar->nr)
+                for (int64_t i = i0; i < i1; i += ar->mr)
+                    bpacked_tile(g, i, (int)min64(ar->mr, i1 - i), a_tile, pc, kcb, block, j, j1, beta);
             if (last) epilogue(g->ep, g->c, g->ldc, i0, i1, j0, j1);
             continue;
         }
         for (int64_t i = i0; i < i1; i += ar->mr) {
-            int mr = (int)min64(ar->mr, i1 - i);
-            const float *a = g->a + i * g->lda + pc;
-            if (mr == ar->mr) {   /* a full tile reads A where it lies */
-                for (int64_t j = j0; j < j1; j += ar->nr)
-                    ar->tile_rows(kcb, a, g->lda, block + j / ar->nr * kcb * ar->nr,
-                                  g->c + i * g->ldc + j, g->ldc, (int)min64(ar->nr, j1 - j), beta);
-                if (last) epilogue(g->ep, g->c, g->ldc, i, i + mr, j0, j1);
-                continue;
-            }
-            /* A short tile: its rows packed once for all the task's panels. */
-            pack_a_tile(a, g->lda, mr, kcb, ar->mr, a_tile);
+            int rows = (int)min64(ar->mr, i1 - i);
             for (int64_t j = j0; j < j1; j += ar->nr)
-                ar->tile_packed(kcb, a_tile, block + j / ar->nr * kcb * ar->nr,
-                                g->c + i * g->ldc + j, g->ldc, mr, (int)min64(ar->nr, j1 - j),
-                                beta);
-            if (last) epilogue(g->ep, g->c, g->ldc, i, i + mr, j0, j1);
+                bpacked_tile(g, i, rows, a_tile, pc, kcb, block, j, j1, beta);
+            if (last) epilogue(g->ep, g->c, g->ldc, i, i + rows, j0, j1);
         }
     }
 }
