@@ -10,6 +10,7 @@
 #include <string.h>
 #include "../src/runtime/fold_cache.c"
 #include "../src/runtime/passes.h"
+#include "../src/core/prims/fused.h"
 #include "io/npy.h"
 
 #define CHECK_RNG_SEED 88172645463325252ULL
@@ -20,7 +21,7 @@
 enum { M = 5, K = 9, N = 7 };
 
 typedef struct chain {
-    tm_val a, packed, acc, f, y, z, scale, bias;
+    tm_val a, packed, acc, f, y, z, scale, bias, residual;
 } chain;
 
 static tm_val const_tensor(tm_ctx *c, tm_dtype dt, int rank, const int64_t *dims, int seed) {
@@ -43,11 +44,14 @@ static tm_val const_value(tm_ctx *c, double v) {
 }
 
 /* a (M, K) uint8 -> MATMUL_INTEGER with B (K, N) int8 -> CAST f32 -> MUL scale -> ADD bias
- * [-> GELU of form gelu - 1 when gelu is 1 or 2; its erf chain when 3]; the scale (scale_rows, scale_cols): (1, N) per
+ * [-> GELU of form gelu - 1 when gelu is 1 or 2; its erf chain when 3; the erf GELU then
+ * an ADD of the residual r (M, N) when 4]; the scale (scale_rows, scale_cols): (1, N) per
  * column, (1, 1), or a near miss. In trace mode a is symbolic. */
-static chain build_gelu(tm_ctx *c, tm_val a, int64_t scale_rows, int64_t scale_cols, int gelu) {
+static chain build_gelu(tm_ctx *c, tm_val a, int64_t scale_rows, int64_t scale_cols, int gelu,
+                        tm_val r) {
     chain ch;
     ch.a = a;
+    ch.residual = gelu == 4 ? r : TM_NONE;
     int64_t bd[2] = {K, N}, sd[2] = {scale_rows, scale_cols}, bsd[2] = {1, N};
     tm_val b = const_tensor(c, TM_INT8, 2, bd, 1);
     ch.z = tm_const_scalar(c, TM_UINT8, 3.0);
@@ -80,14 +84,18 @@ static chain build_gelu(tm_ctx *c, tm_val a, int64_t scale_rows, int64_t scale_c
     } else if (gelu) {
         tm_args ga;
         memset(&ga, 0, sizeof ga);
-        ga.i[0] = gelu - 1;
+        ga.i[0] = gelu == 2;
         ch.y = tm_prim(c, TM_P_GELU, &ch.y, 1, &ga);
+    }
+    if (gelu == 4) {
+        tm_val r_in[2] = {ch.y, r};
+        ch.y = tm_prim(c, TM_P_ADD, r_in, 2, NULL);
     }
     return ch;
 }
 
 static chain build(tm_ctx *c, tm_val a, int64_t scale_rows, int64_t scale_cols) {
-    return build_gelu(c, a, scale_rows, scale_cols, 0);
+    return build_gelu(c, a, scale_rows, scale_cols, 0, TM_NONE);
 }
 
 static int32_t producer_prim(const tm_ctx *c, tm_val v) {
@@ -96,39 +104,45 @@ static int32_t producer_prim(const tm_ctx *c, tm_val v) {
 }
 
 static void test_pass(void) {
-    /* Fused: the ADD's node (or the GELU's after it) becomes MATMUL_INTEGER with scale and
-     * bias (and the GELU). */
-    for (int gelu = 0; gelu < 4; gelu++) {
+    /* Fused: the ADD's node (or the GELU's, or the residual ADD's after it) becomes
+     * MATMUL_INTEGER with scale and bias (and the GELU as its epilogue chain, and the
+     * residual). */
+    for (int gelu = 0; gelu < 5; gelu++) {
         tm_ctx t;
         tm_ctx_init(&t, TM_MODE_TRACE, NULL);
-        int64_t ad[2] = {M, K};
+        int64_t ad[2] = {M, K}, rd[2] = {M, N};
         tm_val a = tm_val_symbolic(&t, TM_UINT8, 2, ad, 0);
+        tm_val r = tm_val_symbolic(&t, TM_FLOAT, 2, rd, 1);
         uint64_t seed_state = rng_state;
-        chain ch = build_gelu(&t, a, 1, N, gelu);
+        chain ch = build_gelu(&t, a, 1, N, gelu, r);
         tm_pass_roots roots = {&ch.y, 1};
         CHECK(tm_ctx_ok(&t) && tm__run_passes(&t, &roots) == TM_OK, "pass: %s", t.err.message);
         int32_t node = t.vals[ch.y].producer;
-        CHECK(node >= 0 && t.nodes[node].prim == TM_P_MATMUL_INTEGER && t.nodes[node].args.i[2] == 1 &&
-                  t.nodes[node].args.i[3] == 1 && t.nodes[node].nin == 5 &&
-                  t.nodes[node].args.i[4] == (gelu != 0) &&
-                  t.nodes[node].args.i[5] == (gelu == 2),
+        tm_chain fch;
+        int chain_ok = node >= 0 && tm__chain_decode(t.nodes[node].args.i + TM_QGEMM_ARG_CHAIN,
+                                                     TM_ARGS_MAX_I - TM_QGEMM_ARG_CHAIN, &fch) &&
+                       fch.n == (gelu != 0) &&
+                       (!gelu || (fch.step[0].prim == TM_P_GELU && fch.step[0].value == (gelu == 2)));
+        CHECK(chain_ok && t.nodes[node].prim == TM_P_MATMUL_INTEGER && t.nodes[node].args.i[2] == 1 &&
+                  t.nodes[node].args.i[3] == 1 && t.nodes[node].nin == 5 + (gelu == 4) &&
+                  t.nodes[node].args.i[4] == (gelu == 4),
               "gelu %d: the chain is one MATMUL_INTEGER with scale and bias", gelu);
         /* The fused node evaluated eagerly equals the chain evaluated eagerly. */
         tm_ctx e;
         tm_ctx_init(&e, TM_MODE_EAGER, NULL);
-        tm_val ea = const_tensor(&e, TM_UINT8, 2, ad, 4);
+        tm_val ea = const_tensor(&e, TM_UINT8, 2, ad, 4), er = const_tensor(&e, TM_FLOAT, 2, rd, 5);
         rng_state = seed_state;
-        chain ech = build_gelu(&e, ea, 1, N, gelu);
+        chain ech = build_gelu(&e, ea, 1, N, gelu, er);
         if (node >= 0) {
             const tm_rnode *fused = &t.nodes[node];
-            tm_val fin[5] = {ea, ech.packed, ech.z, ech.scale, ech.bias};
-            tm_val fy = tm_prim(&e, TM_P_MATMUL_INTEGER, fin, 5, &fused->args);
+            tm_val fin[6] = {ea, ech.packed, ech.z, ech.scale, ech.bias, er};
+            tm_val fy = tm_prim(&e, TM_P_MATMUL_INTEGER, fin, 5 + (gelu == 4), &fused->args);
             CHECK(tm_ctx_ok(&e), "fused eager run: %s", e.err.message);
             /* Bit for bit, but for the erf chain, whose primitives round on their own. */
             if (tm_ctx_ok(&e) && gelu < 3)
                 CHECK(!memcmp(tm_vdata(&e, fy)->data, tm_vdata(&e, ech.y)->data, sizeof(float) * M * N),
                       "gelu %d: fused and unfused results are equal bit for bit", gelu);
-            if (tm_ctx_ok(&e) && gelu == 3) {
+            if (tm_ctx_ok(&e) && gelu >= 3) {
                 const float *f = tm_vdata(&e, fy)->data, *u = tm_vdata(&e, ech.y)->data;
                 int bad = 0;
                 for (int i = 0; i < M * N; i++) bad += !(fabsf(f[i] - u[i]) <= 1e-6f + 1e-6f * fabsf(u[i]));

@@ -160,7 +160,7 @@ void tm_qgemm_reference(const tm_qgemm_args *g) {
             }
             store(g, i, j, acc);
         }
-        if (g->post && g->c_float) g->post(g->post_arg, g->c_float + i * g->ldc, g->n);
+        if (g->epilogue && g->c_float) tm_sgemm_epilogue_apply(g->epilogue, g->c_float, g->ldc, i, i + 1, 0, g->n);
     }
 }
 
@@ -230,8 +230,8 @@ static void panels(const qgemm_job *jb, int64_t r0, int64_t r1, int64_t p0, int6
                     g->bias_count != 1,
                 };
                 jb->ar->tile(g->k, jb->a + i * jb->lda, jb->lda, mr, panel, nr, &e);
-                if (g->post && g->c_float)
-                    for (int r = 0; r < mr; r++) g->post(g->post_arg, e.c_float + r * g->ldc, nr);
+                if (g->epilogue && g->c_float)
+                    tm_sgemm_epilogue_apply(g->epilogue, g->c_float, g->ldc, i, i + mr, j, j + nr);
             }
         }
     }

@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "gemm.h"   /* tm_sgemm_epilogue */
 #include "pool.h"
 
 /* Columns per packed panel, and the depth step (k in groups of 4). */
@@ -48,10 +49,10 @@ typedef struct tm_qgemm_args {
     int64_t scale_count;
     const float *bias;
     int64_t bias_count;
-    /* NULL, or run over each row's piece of the f32 output (n values, in place) right
-     * after the tile that wrote it (a fused activation, while it is in cache). */
-    void (*post)(const void *arg, float *y, int64_t n);
-    const void *post_arg;
+    /* NULL, or the packed GEMMs' epilogue (its activation and residual; the bias is
+     * the one above) on each tile of f32 output right after the tile, while it is in
+     * cache. */
+    const tm_sgemm_epilogue *epilogue;
 } tm_qgemm_args;
 
 /* Bytes of scratch tm_qgemm needs: A re-centred to uint8 (signed A) and row sums. */

@@ -53,6 +53,8 @@ int tm__chain_step_ok(int prim, int operand);
 
 /* Where MATMUL_NBITS's packed form keeps its epilogue chain in args (quant.def). */
 #define TM_NBITS_ARG_CHAIN 9
+/* Where MATMUL_INTEGER's f32 form keeps its epilogue chain in args (quant.def). */
+#define TM_QGEMM_ARG_CHAIN 5
 
 /* y[0..n) = chain(x[0..n)); y may equal x. Fits tm_sgemm_epilogue's activation (arg: the
  * chain). */

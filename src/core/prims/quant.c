@@ -671,12 +671,14 @@ tm_status tm__shape_matmul_integer(tm_ctx *c, int prim, const tm_args *a,
     (void)prim;
     (void)nout;
     int64_t K = a->i[0], N = a->i[1];
-    int has_scale = a->i[2] != 0, has_bias = a->i[3] != 0;
-    if (nin != 3 + has_scale + has_bias || (has_bias && !has_scale))
+    int has_scale = a->i[2] != 0, has_bias = a->i[3] != 0, has_residual = a->i[4] != 0;
+    if (nin != 3 + has_scale + has_bias + has_residual || ((has_bias || has_residual) && !has_scale))
         return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_integer: wrong input count %d", nin);
-    if ((a->i[4] && (!has_scale || a->i[4] != 1)) || (a->i[5] != 0 && a->i[5] != 1))
-        return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_integer: GELU (%lld, form %lld) needs the "
-                           "f32 epilogue", (long long)a->i[4], (long long)a->i[5]);
+    tm_chain ch;
+    if (!tm__chain_decode(a->i + TM_QGEMM_ARG_CHAIN, TM_ARGS_MAX_I - TM_QGEMM_ARG_CHAIN, &ch) ||
+        (ch.n && !has_scale))
+        return tm_ctx_fail(c, TM_ERR_INVALID_ARGUMENT, "matmul_integer: bad epilogue chain "
+                           "(one needs the f32 output)");
     const tm_vinfo *A = in[0], *B = in[1], *Z = in[2];
     if (!is_q8(A->dtype) || A->rank < 1 || A->dims[A->rank - 1] != K)
         return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_integer: a must be int8 or uint8 with last "
@@ -693,7 +695,7 @@ tm_status tm__shape_matmul_integer(tm_ctx *c, int prim, const tm_args *a,
         return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_integer: a's zero point must be %s with 1, "
                            "%lld or %lld values", tm_dtype_name(A->dtype), (long long)rows,
                            (long long)all_rows);
-    for (int i = 3; i < nin; i++) {
+    for (int i = 3; i < 3 + has_scale + has_bias; i++) {
         int64_t ns = tm_numel(in[i]->rank, in[i]->dims);
         if (in[i]->dtype != TM_FLOAT || (ns != 1 && ns != N))
             return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_integer: %s must be float with 1 or "
@@ -702,13 +704,13 @@ tm_status tm__shape_matmul_integer(tm_ctx *c, int prim, const tm_args *a,
     out[0] = *A;
     out[0].dims[A->rank - 1] = N;
     out[0].dtype = has_scale ? TM_FLOAT : TM_INT32;
+    const tm_vinfo *r = in[nin - 1];
+    if (has_residual && (r->dtype != TM_FLOAT || r->rank != out[0].rank ||
+                         memcmp(r->dims, out[0].dims, (size_t)r->rank * sizeof r->dims[0])))
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_integer: the residual must be f32 with the "
+                           "output's dims");
     *scratch = tm_qgemm_scratch(tm_numel(A->rank, A->dims) / K, K, A->dtype == TM_INT8);
     return TM_OK;
-}
-
-/* A fused GELU over a row of the product's f32 output (tm_qgemm's post hook). */
-static void gelu_rows(const void *arg, float *y, int64_t n) {
-    tm__unary_f32_rows(TM_P_GELU, arg, y, y, n);
 }
 
 tm_status tm__kernel_matmul_integer(const tm_kcall *k) {
@@ -740,13 +742,12 @@ tm_status tm__kernel_matmul_integer(const tm_kcall *k) {
     } else {
         g.c_int = k->out[0]->data;
     }
-    tm_args gelu;
-    if (k->a->i[4]) {
-        memset(&gelu, 0, sizeof gelu);
-        gelu.i[0] = k->a->i[5];
-        g.post = gelu_rows;
-        g.post_arg = &gelu;
-    }
+    tm_chain ch;
+    if (!tm__chain_decode(k->a->i + TM_QGEMM_ARG_CHAIN, TM_ARGS_MAX_I - TM_QGEMM_ARG_CHAIN, &ch))
+        return tm__fail(k->err, TM_ERR_INVALID_ARGUMENT, "matmul_integer: bad epilogue chain");
+    tm_sgemm_epilogue ep = {NULL, 0, ch.n ? tm__chain_apply : NULL, &ch,
+                            k->a->i[4] ? k->in[k->nin - 1]->data : NULL, N};
+    if (ch.n || ep.residual) g.epilogue = &ep;
     tm_qgemm(&g, k->scratch, k->pool);
     return TM_OK;
 }
