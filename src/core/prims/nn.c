@@ -540,6 +540,14 @@ static void layernorm_row_f32(const float *x, float *y, int64_t n, const float *
 /* layernorm_row_f32 sixteen lanes at a time, each lane one of its PARTIALS double sums
  * (two vectors of 8), in the same order: the same bits. The products stay two roundings
  * (float multiply, then add), as the scalar form without contraction. */
+/* The low and high 8 lanes of v in double. */
+__attribute__((target("avx512f"))) static inline __m512d widen_lo(__m512 v) {
+    return _mm512_cvtps_pd(_mm512_castps512_ps256(v));
+}
+__attribute__((target("avx512f"))) static inline __m512d widen_hi(__m512 v) {
+    return _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+}
+
 __attribute__((target("avx512f"))) static double sum_lanes_avx512(__m512d lo, __m512d hi) {
     double part[PARTIALS];
     _mm512_storeu_pd(part, lo);
@@ -559,8 +567,8 @@ static void layernorm_row_f32_avx512(const float *x, float *y, int64_t n, const 
         __m512d lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();
         for (int64_t j = 0; j < whole; j += PARTIALS) {
             __m512 v = _mm512_loadu_ps(x + j);
-            lo = _mm512_add_pd(lo, _mm512_cvtps_pd(_mm512_castps512_ps256(v)));
-            hi = _mm512_add_pd(hi, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
+            lo = _mm512_add_pd(lo, widen_lo(v));
+            hi = _mm512_add_pd(hi, widen_hi(v));
         }
         double total = sum_lanes_avx512(lo, hi);
         for (int64_t j = whole; j < n; j++) total += x[j];
@@ -571,8 +579,8 @@ static void layernorm_row_f32_avx512(const float *x, float *y, int64_t n, const 
         __m512d c = _mm512_set1_pd(mean), lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();
         for (int64_t j = 0; j < whole; j += PARTIALS) {
             __m512 v = _mm512_loadu_ps(x + j);
-            __m512d dl = _mm512_sub_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(v)), c);
-            __m512d dh = _mm512_sub_pd(_mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))), c);
+            __m512d dl = _mm512_sub_pd(widen_lo(v), c);
+            __m512d dh = _mm512_sub_pd(widen_hi(v), c);
             lo = _mm512_add_pd(lo, _mm512_mul_pd(dl, dl));
             hi = _mm512_add_pd(hi, _mm512_mul_pd(dh, dh));
         }
@@ -588,8 +596,8 @@ static void layernorm_row_f32_avx512(const float *x, float *y, int64_t n, const 
     for (; j < n; j += 16) {
         __mmask16 m = n - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - j)) - 1);
         __m512 v = _mm512_maskz_loadu_ps(m, x + j);
-        __m512d dl = _mm512_mul_pd(_mm512_sub_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(v)), c), is);
-        __m512d dh = _mm512_mul_pd(_mm512_sub_pd(_mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))), c), is);
+        __m512d dl = _mm512_mul_pd(_mm512_sub_pd(widen_lo(v), c), is);
+        __m512d dh = _mm512_mul_pd(_mm512_sub_pd(widen_hi(v), c), is);
         __m512 t = _mm512_castpd_ps(_mm512_insertf64x4(
             _mm512_castps_pd(_mm512_castps256_ps512(_mm512_cvtpd_ps(dl))),
             _mm256_castps_pd(_mm512_cvtpd_ps(dh)), 1));
