@@ -298,7 +298,14 @@ int tm_attr_has(tm_lower *L, const char *name) { return tm_attr_get(L, name) != 
 int64_t tm_attr_i(tm_lower *L, const char *name, int64_t def) {
     const tm_attr *a = tm_attr_get(L, name);
     if (!a) return def;
-    if (a->type == TM_ATTR_FLOAT) return (int64_t)a->f;
+    /* A float where an int was expected: truncated, and held inside int64 (NaN as its
+     * least value), so a malformed file gives a value the caller's range checks reject
+     * as they would an int's, not undefined behaviour. */
+    if (a->type == TM_ATTR_FLOAT) {
+        if (!(a->f > -9.2233720368547758e18f)) return INT64_MIN;
+        if (a->f >= 9.2233720368547758e18f) return INT64_MAX;
+        return (int64_t)a->f;
+    }
     return a->i;
 }
 
