@@ -303,6 +303,23 @@ static tm_val attn_llama(tm_ctx *c, const tm_val *in, tm_val *extra) {
                    in[3]);
     return bin(c, TM_P_MATMUL, softmax_last(c, s), repeat_kv(c, in[2], 2, 3, 9, 16));
 }
+/* Decode steps whose query heads go to the kernel as the rows of one task per kv head:
+ * 4 heads a kv head over 70 keys with a mask per head, and 66 heads on one kv head (more
+ * than a task's 64 rows). */
+static tm_val attn_gqa4(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    (void)extra;
+    tm_val kt = transpose(c, repeat_kv(c, in[1], 2, 4, 70, 64), 0, 1, 3, 2);
+    tm_val s = bin(c, TM_P_ADD, bin(c, TM_P_MUL, scalar(c, 4, 0.125), bin(c, TM_P_MATMUL, in[0], kt)),
+                   in[3]);
+    return bin(c, TM_P_MATMUL, softmax_last(c, s), repeat_kv(c, in[2], 2, 4, 70, 64));
+}
+static tm_val attn_mqa66(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    (void)extra;
+    tm_val kt = transpose(c, repeat_kv(c, in[1], 1, 66, 5, 16), 0, 1, 3, 2);
+    tm_val s = bin(c, TM_P_ADD, bin(c, TM_P_MUL, scalar(c, 4, 0.25), bin(c, TM_P_MATMUL, in[0], kt)),
+                   in[3]);
+    return bin(c, TM_P_MATMUL, softmax_last(c, s), repeat_kv(c, in[2], 1, 66, 5, 16));
+}
 /* softmax(q k^T * 0.125 + mask) v on (B, H, S, D) operands as given: head sizes and
  * lengths around the vector kernels' tiles (16-float vectors, 4-row and 6-row tiles,
  * query blocks of 64). */
@@ -360,6 +377,10 @@ static const pattern patterns[] = {
      TM_P_RESHAPE, 1},
     {"LLaMA decode attention (grouped kv, scale, mask)", 4, {4, 4, 4, 4},
      {{1, 6, 1, 16}, {1, 2, 9, 16}, {1, 2, 9, 16}, {1, 1, 1, 9}}, attn_llama, TM_P_ATTENTION, 1},
+    {"decode attention, 4 heads a kv head, 70 keys, a mask per head", 4, {4, 4, 4, 4},
+     {{1, 8, 1, 64}, {1, 2, 70, 64}, {1, 2, 70, 64}, {1, 8, 1, 70}}, attn_gqa4, TM_P_ATTENTION, 1},
+    {"decode attention, 66 heads on one kv head", 4, {4, 4, 4, 4},
+     {{1, 66, 1, 16}, {1, 1, 5, 16}, {1, 1, 5, 16}, {1, 1, 1, 5}}, attn_mqa66, TM_P_ATTENTION, 1},
     {"attention D 32, 70 queries and keys (two query blocks)", 4, {4, 4, 4, 4},
      {{2, 3, 70, 32}, {2, 3, 70, 32}, {2, 3, 70, 32}, {2, 1, 70, 70}}, attn_plain, TM_P_ATTENTION, 1},
     {"attention D 48, 37 keys", 4, {4, 4, 4, 4},

@@ -6,6 +6,7 @@
 
 #if defined(__x86_64__) && defined(__AVX512F__)
 #include <immintrin.h>
+#include "transpose_avx512.h"
 
 #define MR 12
 #define NR 32
@@ -318,35 +319,6 @@ static void small(int trans_a, int trans_b, int64_t m, int64_t n0, int64_t n1, i
     }
 }
 
-/* Sixteen rows of 16 floats transposed in registers: r[i] lane q becomes r[q] lane i. */
-static inline void transpose16(__m512 r[16]) {
-    __m512 t[16];
-#pragma GCC unroll 8
-    for (int i = 0; i < 16; i += 2) {
-        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-    }
-#pragma GCC unroll 4
-    for (int i = 0; i < 16; i += 4) {
-        r[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
-        r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xee);
-        r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
-        r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xee);
-    }
-#pragma GCC unroll 4
-    for (int i = 0; i < 4; i++) {
-        t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
-        t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xdd);
-        t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
-        t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xdd);
-    }
-#pragma GCC unroll 8
-    for (int i = 0; i < 8; i++) {
-        r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
-        r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xdd);
-    }
-}
-
 /* One panel of op(B) = B^T (B stored (n, k)): columns [j0, j0 + cols) of op(B) are rows
  * of B, steps [p0, p0 + kc) of each; NR floats a step, zero past cols. Blocks of 16 rows
  * by 16 steps are read along the rows and transposed in registers (a scalar loop writes
@@ -362,7 +334,7 @@ static void pack_bt(const float *b, int64_t ldb, int64_t p0, int64_t kc, int64_t
             for (int i = 0; i < 16; i++)
                 r[i] = jb + i < cols ? _mm512_maskz_loadu_ps(mk, b + (j0 + jb + i) * ldb + p0 + p)
                                      : _mm512_setzero_ps();
-            transpose16(r);
+            tm__transpose16(r);
             for (int q = 0; q < steps; q++) _mm512_storeu_ps(dst + (p + q) * NR + jb, r[q]);
         }
     }

@@ -7,6 +7,7 @@
 
 #if defined(__x86_64__) && defined(__AVX512F__)
 #include <immintrin.h>
+#include "transpose_avx512.h"
 
 /* exp(w) for w <= 0 (the erfc argument): n = round(w / ln 2), r = w - n ln 2 in two
  * parts, a degree-6 polynomial, then 2^n by scalef (which underflows to 0 gracefully). */
@@ -150,24 +151,22 @@ static inline __attribute__((always_inline)) void tile_ab(int R, int NV, int64_t
 }
 
 /* k (sk, d; row stride ldk) transposed: kt[p * ldt + j] = k[j * ldk + p], zeros from sk
- * to ldt (a multiple of 16). Sixteen keys' element p at a time by a gather, whose offsets
- * (lane * ldk) must fit 32 bits. */
+ * to ldt (a multiple of 16), d a multiple of 16. Blocks of 16 keys by 16 elements are
+ * read along the keys' rows and transposed in registers (gathers, one element of 16 keys
+ * each, took several times as long). */
 static void transpose_keys(int64_t sk, int64_t d, const float *k, int64_t ldk, float *kt,
                            int64_t ldt) {
-    if (15 * ldk > 2147483647) {
-        for (int64_t p = 0; p < d; p++)
-            for (int64_t j = 0; j < ldt; j++) kt[p * ldt + j] = j < sk ? k[j * ldk + p] : 0.0f;
-        return;
-    }
-    const __m512i idx = _mm512_mullo_epi32(
-        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-        _mm512_set1_epi32((int)ldk));
     for (int64_t j0 = 0; j0 < ldt; j0 += 16) {
-        __mmask16 m = mask_upto(sk - j0);
-        const float *base = k + j0 * ldk;
-        for (int64_t p = 0; p < d; p++)
-            _mm512_storeu_ps(kt + p * ldt + j0,
-                             _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, idx, base + p, 4));
+        int keys = (int)(sk - j0 < 16 ? sk - j0 : 16);
+        for (int64_t p0 = 0; p0 < d; p0 += 16) {
+            __m512 r[16];
+#pragma GCC unroll 16
+            for (int i = 0; i < 16; i++)
+                r[i] = i < keys ? _mm512_loadu_ps(k + (j0 + i) * ldk + p0) : _mm512_setzero_ps();
+            tm__transpose16(r);
+#pragma GCC unroll 16
+            for (int q = 0; q < 16; q++) _mm512_storeu_ps(kt + (p0 + q) * ldt + j0, r[q]);
+        }
     }
 }
 

@@ -111,9 +111,22 @@ static tm_status read_geometry(const tm_args *a, int nin, const int64_t *const *
     return TM_OK;
 }
 
+/* Rows of one task's products. With one query a head (a decode step) a task takes the
+ * query heads that share a kv head, as rows (each of their scores and values is the
+ * same chain of FMAs either way): k and v are read once for the group, not once a head. */
+static int64_t task_rows(const geometry *g) {
+    int64_t rows = g->q.s == 1 ? g->group : g->q.s;
+    return rows < QUERY_BLOCK ? rows : QUERY_BLOCK;
+}
+
+/* Tasks per (batch, kv head) with heads as rows, per (batch, query head) otherwise. */
+static int64_t task_blocks(const geometry *g) {
+    return ((g->q.s == 1 ? g->group : g->q.s) + QUERY_BLOCK - 1) / QUERY_BLOCK;
+}
+
 /* The task's product sizes, for the GEMMs' scratch. */
 static size_t slice_floats(const geometry *g) {
-    int64_t rows = g->q.s < QUERY_BLOCK ? g->q.s : QUERY_BLOCK;
+    int64_t rows = task_rows(g);
     size_t gemm = tm_sgemm_scratch(0, 1, rows, g->k.s, g->q.d);
     size_t pv = tm_sgemm_scratch(0, 0, rows, g->v.d, g->k.s);
     if (pv > gemm) gemm = pv;
@@ -166,7 +179,7 @@ typedef struct attention_call {
     float *out;
     float *scratch;
     size_t slice_floats;
-    int64_t blocks;        /* query blocks per head */
+    int64_t blocks;        /* tasks per head (task_blocks) */
 } attention_call;
 
 /* Scores of one row of queries, in place: scaled, masked, softmaxed. */
@@ -193,31 +206,50 @@ static void attention_slice(void *arg, int ith, int nth) {
     const attention_call *ac = arg;
     const geometry *g = ac->g;
     float *scores = ac->scratch + (size_t)ith * ac->slice_floats;
-    int64_t rows_max = g->q.s < QUERY_BLOCK ? g->q.s : QUERY_BLOCK;
-    float *gemm = scores + rows_max * g->k.s;
-    int64_t tasks = g->q.b * g->q.h * ac->blocks;
+    float *gemm = scores + task_rows(g) * g->k.s;
+    int heads_as_rows = g->q.s == 1;
+    int64_t per_batch = heads_as_rows ? g->k.h : g->q.h;
+    int64_t tasks = g->q.b * per_batch * ac->blocks;
     const tm__vmath *vm = vector_kernels(g);
     int64_t packed = -1;
     for (int64_t t = tasks * ith / nth; t < tasks * (ith + 1) / nth; t++) {
-        int64_t b = t / (g->q.h * ac->blocks), h = t / ac->blocks % g->q.h;
-        int64_t i0 = t % ac->blocks * QUERY_BLOCK;
-        int64_t rows = g->q.s - i0 < QUERY_BLOCK ? g->q.s - i0 : QUERY_BLOCK, kv = h / g->group;
+        int64_t b = t / (per_batch * ac->blocks), unit = t / ac->blocks % per_batch;
+        int64_t first = t % ac->blocks * QUERY_BLOCK;   /* the task's first row */
+        /* Rows are the group's query heads (query 0 of each) or a head's queries. */
+        int64_t h, i0, rows, ldq, ldo, kv;
+        if (heads_as_rows) {
+            kv = unit;
+            h = kv * g->group + first;
+            i0 = 0;
+            rows = g->group - first;
+            ldq = g->q.head_stride;
+            ldo = g->out.head_stride;
+        } else {
+            h = unit;
+            kv = h / g->group;
+            i0 = first;
+            rows = g->q.s - i0;
+            ldq = g->q.row_stride;
+            ldo = g->out.row_stride;
+        }
+        if (rows > QUERY_BLOCK) rows = QUERY_BLOCK;
         const float *q = ac->q + b * g->q.batch_stride + h * g->q.head_stride + i0 * g->q.row_stride;
         const float *k = ac->k + b * g->k.batch_stride + kv * g->k.head_stride;
         const float *v = ac->v + b * g->v.batch_stride + kv * g->v.head_stride;
         float *o = ac->out + b * g->out.batch_stride + h * g->out.head_stride + i0 * g->out.row_stride;
         /* k transposed once for the query blocks and heads that share it. */
         int64_t head = b * g->k.h + kv;
-        if (vm) vm->attn_scores(rows, g->k.s, g->q.d, q, g->q.row_stride, k, g->k.row_stride,
-                                scores, g->k.s, gemm, head != packed);
-        else tm_sgemm(0, 1, rows, g->k.s, g->q.d, 1.0f, q, g->q.row_stride, k, g->k.row_stride,
-                      0.0f, scores, g->k.s, gemm, NULL);
+        if (vm) vm->attn_scores(rows, g->k.s, g->q.d, q, ldq, k, g->k.row_stride, scores,
+                                g->k.s, gemm, head != packed);
+        else tm_sgemm(0, 1, rows, g->k.s, g->q.d, 1.0f, q, ldq, k, g->k.row_stride, 0.0f,
+                      scores, g->k.s, gemm, NULL);
         packed = head;
-        for (int64_t r = 0; r < rows; r++) finish_scores(ac, b, h, i0 + r, scores + r * g->k.s);
-        if (vm) vm->attn_values(rows, g->k.s, g->v.d, scores, g->k.s, v, g->v.row_stride, o,
-                                g->out.row_stride);
+        for (int64_t r = 0; r < rows; r++)
+            finish_scores(ac, b, heads_as_rows ? h + r : h, heads_as_rows ? 0 : i0 + r,
+                          scores + r * g->k.s);
+        if (vm) vm->attn_values(rows, g->k.s, g->v.d, scores, g->k.s, v, g->v.row_stride, o, ldo);
         else tm_sgemm(0, 0, rows, g->v.d, g->k.s, 1.0f, scores, g->k.s, v, g->v.row_stride, 0.0f,
-                      o, g->out.row_stride, gemm, NULL);
+                      o, ldo, gemm, NULL);
     }
 }
 
@@ -266,14 +298,14 @@ tm_status tm__kernel_attention(const tm_kcall *kc) {
     uintptr_t at = ((uintptr_t)kc->scratch + 63) & ~(uintptr_t)63;
     attention_call ac = {&g, kc->in[0]->data, kc->in[1]->data, kc->in[2]->data,
                          kc->a->i[4] ? kc->in[3]->data : NULL, kc->out[0]->data, (float *)at,
-                         slice_floats(&g), (g.q.s + QUERY_BLOCK - 1) / QUERY_BLOCK};
+                         slice_floats(&g), task_blocks(&g)};
     if (kc->scratch_bytes < SLICES * ac.slice_floats * sizeof(float) + 64)
         return tm__fail(kc->err, TM_ERR_RUNTIME, "internal: attention scratch too small");
     if (tm_use_reference_kernels()) {
         attention_reference(&ac, ac.scratch);
         return TM_OK;
     }
-    int64_t tasks = g.q.b * g.q.h * ac.blocks;
+    int64_t tasks = g.q.b * (g.q.s == 1 ? g.k.h : g.q.h) * ac.blocks;
     int slices = tasks < SLICES ? (int)tasks : SLICES;
     /* Below about 20 microseconds of one core's work, one thread (waking a worker costs
      * that much on a busy machine). */
