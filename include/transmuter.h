@@ -267,12 +267,15 @@ void tm_session_free(tm_session *session);
 /* Runs the plan. inputs must have the shapes the plan was made for (static inputs may be
  * omitted). For each output, a non-NULL outputs[i] is a caller tensor of the planned
  * shape and dtype that receives the value (then the run allocates nothing); a NULL entry
- * receives a new tensor owned by the caller. outputs itself may be NULL: nothing is
- * copied out, and tm_session_result reads the results where they are. */
+ * receives a new tensor owned by the caller. Where it can, the run computes an output
+ * straight into that tensor instead of copying it there at the end, so a run that fails
+ * may leave a given tensor partly written. outputs itself may be NULL: nothing is copied
+ * out, and tm_session_result reads the results where they are. */
 tm_status tm_session_run(tm_session *session, int n_inputs, const char *const *names,
                          const tm_tensor *const *inputs, tm_tensor **outputs, tm_error *err);
 /* Output i of the session's last run, in the session's own memory (no copy: what an
- * optimizer reads gradients from): valid until the next run or tm_session_free; NULL
+ * optimizer reads gradients from), or the caller's tensor that run wrote it into in
+ * place: valid until the next run or tm_session_free (or that tensor's own end); NULL
  * before a run, out of range, or for a value that is not a tensor. */
 const tm_tensor *tm_session_result(const tm_session *session, int i);
 

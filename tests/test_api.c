@@ -257,6 +257,115 @@ static void test_merged_decoder(void) {
     tm_model_free(m);
 }
 
+static tm_tensor *copy_of(const tm_tensor *t) {
+    if (!t) return NULL;
+    tm_tensor *c = tm_tensor_new(tm_tensor_dtype(t), tm_tensor_rank(t), tm_tensor_dims(t));
+    if (c) memcpy(tm_tensor_data(c), tm_tensor_data_const(t), tm_tensor_nbytes(t));
+    return c;
+}
+
+static int same_bytes(const tm_tensor *a, const tm_tensor *b) {
+    return a && b && tm_tensor_nbytes(a) == tm_tensor_nbytes(b) &&
+           !memcmp(tm_tensor_data_const(a), tm_tensor_data_const(b), tm_tensor_nbytes(a));
+}
+
+/* Outputs computed in the caller's tensors (a decode step's KV cache is most of what it
+ * writes): the same bytes as the session's own buffers give, tm_session_result pointing
+ * at the caller's tensor, and the copy at the end kept where a given output overlaps an
+ * input that a later kernel still reads. */
+static void test_outputs_in_place(void) {
+    const char *cases = "tests/data/tiny/gpt2/decoder_model_merged.cases/default/inputs";
+    tm_model *m = NULL;
+    tm_error err;
+    if (tm_model_load("tests/data/tiny/gpt2/decoder_model_merged.onnx", NULL, &m, &err) != TM_OK) {
+        CHECK(0, "load: %s", err.message);
+        return;
+    }
+    int n = tm_model_n_inputs(m), n_out = tm_model_n_outputs(m), ui = -1, past1 = -1;
+    const char **nm = calloc((size_t)n, sizeof *nm);
+    const tm_tensor **in = calloc((size_t)n, sizeof *in);
+    int ok = 1;
+    for (int i = 0; i < n; i++) {
+        tm_value_desc d;
+        tm_model_input(m, i, &d);
+        nm[i] = d.name;
+        in[i] = load_npy(cases, d.name);
+        ok = ok && in[i];
+        if (!strcmp(d.name, "use_cache_branch")) ui = i;
+        if (!strcmp(d.name, "past_key_values.1.key")) past1 = i;
+    }
+    int pres0 = tm_model_output_index(m, "present.0.key"), li = tm_model_output_index(m, "logits");
+    tm_plan_options po;
+    tm_plan_options_default(&po);
+    const char *sn[1] = {"use_cache_branch"};
+    const tm_tensor *sv[1] = {ui >= 0 ? in[ui] : NULL};
+    po.n_static = 1;
+    po.static_names = sn;
+    po.static_values = sv;
+    tm_plan *p = NULL;
+    tm_session *s = NULL;
+    tm_tensor **a = calloc((size_t)n_out, sizeof *a), **b = calloc((size_t)n_out, sizeof *b);
+    tm_status st = ok && ui >= 0 && past1 >= 0 && pres0 >= 0 && li >= 0 ? TM_OK : TM_ERR_NOT_FOUND;
+    if (st == TM_OK) st = tm_plan_create(m, n, nm, in, &po, &p, &err);
+    if (st == TM_OK) st = tm_session_create(p, &s, &err);
+    /* The session's own buffers (no outputs given), copied; then NULL entries, then
+     * caller tensors first filled with NaN bytes. */
+    if (st == TM_OK) st = tm_session_run(s, n, nm, in, NULL, &err);
+    for (int i = 0; st == TM_OK && i < n_out; i++) a[i] = copy_of(tm_session_result(s, i));
+    tm_tensor **c = calloc((size_t)n_out, sizeof *c);
+    if (st == TM_OK) st = tm_session_run(s, n, nm, in, c, &err);
+    for (int i = 0; st == TM_OK && i < n_out; i++) {
+        CHECK(same_bytes(c[i], a[i]), "output %d into a new tensor: as in the session's buffer", i);
+        b[i] = copy_of(c[i]);
+        memset(tm_tensor_data(b[i]), 0xff, tm_tensor_nbytes(b[i]));
+    }
+    if (st == TM_OK) st = tm_session_run(s, n, nm, in, b, &err);
+    for (int i = 0; st == TM_OK && i < n_out; i++)
+        CHECK(same_bytes(b[i], a[i]), "output %d into the caller's tensor: as in the session's "
+              "buffer", i);
+    if (st == TM_OK)
+        CHECK(tm_session_result(s, pres0) == b[pres0], "tm_session_result is the caller's tensor "
+              "the run wrote present.0.key into");
+    /* present.0.key's buffer holds past_key_values.1.key, which layer 1 reads after layer
+     * 0 wrote present.0.key: that output must be copied at the end. */
+    float *shared = NULL;
+    tm_tensor *past_in = NULL, *pres_out = NULL;
+    if (st == TM_OK) {
+        shared = calloc(tm_tensor_nbytes(b[pres0]) / sizeof(float) + 1, sizeof *shared);
+        memcpy(shared, tm_tensor_data_const(in[past1]), tm_tensor_nbytes(in[past1]));
+        past_in = tm_tensor_wrap(TM_FLOAT, tm_tensor_rank(in[past1]), tm_tensor_dims(in[past1]), shared);
+        pres_out = tm_tensor_wrap(TM_FLOAT, tm_tensor_rank(b[pres0]), tm_tensor_dims(b[pres0]), shared);
+        const tm_tensor *saved = in[past1];
+        in[past1] = past_in;
+        tm_tensor *keep = b[pres0];
+        b[pres0] = pres_out;
+        st = tm_session_run(s, n, nm, in, b, &err);
+        in[past1] = saved;
+        b[pres0] = keep;
+        if (st == TM_OK)
+            CHECK(same_bytes(pres_out, a[pres0]) && same_bytes(b[li], a[li]),
+                  "an output over an input a later kernel reads: the same results");
+    }
+    CHECK(st == TM_OK, "runs: %s", err.message);
+    for (int i = 0; i < n_out; i++) {
+        tm_tensor_free(a[i]);
+        tm_tensor_free(b[i]);
+        tm_tensor_free(c[i]);
+    }
+    tm_tensor_free(past_in);
+    tm_tensor_free(pres_out);
+    free(shared);
+    free(a);
+    free(b);
+    free(c);
+    tm_session_free(s);
+    tm_plan_free(p);
+    for (int i = 0; i < n; i++) tm_tensor_free((tm_tensor *)in[i]);
+    free(nm);
+    free(in);
+    tm_model_free(m);
+}
+
 static void test_contract(void) {
     tm_model_free(NULL);
     tm_plan_free(NULL);
@@ -276,6 +385,7 @@ int main(void) {
     test_contract();
     test_bert();
     test_merged_decoder();
+    test_outputs_in_place();
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;
 }

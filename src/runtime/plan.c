@@ -103,6 +103,13 @@ struct tm_session {
     long profile_runs;
     int profile_detail;   /* TM_PROFILE=2: also every kernel */
     tm_xval *eager_out;   /* outputs of an eager tail (per graph output) */
+    /* Graph outputs that a run writes straight into the caller's tensor (bind_outputs):
+     * per output, the plan values sharing its buffer (its arena root and the root's
+     * views), or none where it cannot be (no plan of its own, not an arena value, a
+     * buffer shared with another output); and the caller tensor the last run wrote. */
+    int **out_group;
+    int *out_group_n;
+    const tm_tensor **written;
 };
 
 void tm_plan_options_default(tm_plan_options *o) {
@@ -798,8 +805,14 @@ void tm_session_free(tm_session *s) {
     free(s->tails);
     for (int i = 0; s->eager_out && i < s->plan->n_outputs; i++) tm_xval_clear(&s->eager_out[i]);
     free(s->eager_out);
+    for (int i = 0; s->out_group && i < s->plan->n_outputs; i++) free(s->out_group[i]);
+    free(s->out_group);
+    free(s->out_group_n);
+    free(s->written);
     free(s);
 }
+
+static tm_status output_groups(tm_session *s);
 
 tm_status tm_session_create(tm_plan *p, tm_session **out, tm_error *err) {
     if (!p || !out) return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "tm_session_create: NULL argument");
@@ -847,8 +860,101 @@ tm_status tm_session_create(tm_plan *p, tm_session **out, tm_error *err) {
         for (int j = 0; j < pk->nin; j++) s->kin[k][j] = &s->tensors[pk->in[j]];
         for (int j = 0; j < pk->nout; j++) s->kout[k][j] = &s->tensors[pk->out[j]];
     }
+    if (output_groups(s) != TM_OK) {
+        tm_session_free(s);
+        return tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
+    }
     *out = s;
     return TM_OK;
+}
+
+/* Which graph outputs a run may compute in the caller's tensor instead of its arena
+ * (saving the copy out: a decode step's KV cache is most of its output): those whose
+ * buffer is an arena value of this plan (not an input, constant or kept value, nothing
+ * after a graph break) that no other output shares, with all the plan values that are
+ * views of it. */
+static tm_status output_groups(tm_session *s) {
+    const tm_plan *p = s->plan;
+    if (!p->n_outputs || p->break_at >= 0 || !p->output_pv) return TM_OK;
+    s->out_group = calloc((size_t)p->n_outputs, sizeof *s->out_group);
+    s->out_group_n = calloc((size_t)p->n_outputs, sizeof *s->out_group_n);
+    s->written = calloc((size_t)p->n_outputs, sizeof *s->written);
+    if (!s->out_group || !s->out_group_n || !s->written) return TM_ERR_NO_MEMORY;
+    for (int i = 0; i < p->n_outputs; i++) {
+        int pv = p->output_pv[i], r = root_of(p, pv), shared = 0;
+        for (int j = 0; j < p->n_outputs; j++)
+            shared |= j != i && root_of(p, p->output_pv[j]) == r;
+        if (shared || p->values[r].kind != PV_ARENA || p->values[r].nbytes != p->values[pv].nbytes ||
+            !p->values[pv].nbytes)
+            continue;
+        int n = 0;
+        for (int w = 0; w < p->n_values; w++) n += root_of(p, w) == r;
+        s->out_group[i] = malloc((size_t)n * sizeof **s->out_group);
+        if (!s->out_group[i]) return TM_ERR_NO_MEMORY;
+        for (int w = 0; w < p->n_values; w++)
+            if (root_of(p, w) == r) s->out_group[i][s->out_group_n[i]++] = w;
+    }
+    return TM_OK;
+}
+
+static int ranges_overlap(const void *a, size_t na, const void *b, size_t nb) {
+    uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+    return na && nb && x < y + nb && y < x + na;
+}
+
+/* Points the buffers of the outputs the caller gave a tensor for (of the output's dtype
+ * and shape, overlapping no input and no other output) at that tensor, and those given
+ * NULL at a tensor allocated here, for exec to write in place; bound[i] says which
+ * (2: allocated here). Others are copied out after the run, as before. */
+static tm_status bind_outputs(tm_session *s, tm_tensor **outputs, int n_in, const tm_xval *in,
+                              uint8_t *bound, tm_error *err) {
+    const tm_plan *p = s->plan;
+    for (int i = 0; i < p->n_outputs; i++) {
+        bound[i] = 0;
+        s->written[i] = NULL;
+        if (!s->out_group[i]) continue;
+        const plan_value *v = &p->values[p->output_pv[i]];
+        tm_tensor *d = outputs[i];
+        if (d) {
+            if (d->dtype != v->dtype || d->rank != v->rank || d->nbytes != v->nbytes ||
+                memcmp(d->dims, v->dims, (size_t)v->rank * sizeof v->dims[0]))
+                continue;   /* deliver names the mismatch */
+            int clash = 0;
+            for (int k = 0; k < n_in && !clash; k++)
+                clash = in[k].kind == TM_X_TENSOR && in[k].t &&
+                        ranges_overlap(d->data, d->nbytes, in[k].t->data, in[k].t->nbytes);
+            for (int j = 0; j < p->n_outputs && !clash; j++)
+                clash = j != i && outputs[j] &&
+                        ranges_overlap(d->data, d->nbytes, outputs[j]->data, outputs[j]->nbytes);
+            if (clash) continue;
+        } else {
+            if (v->dtype == TM_STRING) continue;
+            d = tm_tensor_alloc(v->dtype, v->rank, v->dims, NULL);
+            if (!d) return tm__fail(err, TM_ERR_NO_MEMORY, "cannot allocate output '%s'",
+                                    output_name(p, i));
+            outputs[i] = d;
+            bound[i] = 2;
+        }
+        if (!bound[i]) bound[i] = 1;
+        for (int w = 0; w < s->out_group_n[i]; w++) s->tensors[s->out_group[i][w]].data = d->data;
+    }
+    return TM_OK;
+}
+
+/* The arena buffers back after a run that wrote outputs in place; a failed run frees
+ * the tensors it allocated (the caller's entries stay NULL). */
+static void unbind_outputs(tm_session *s, tm_tensor **outputs, const uint8_t *bound, int ok) {
+    const tm_plan *p = s->plan;
+    for (int i = 0; i < p->n_outputs; i++) {
+        if (!bound[i]) continue;
+        void *home = (char *)s->arena + p->values[root_of(p, p->output_pv[i])].offset;
+        for (int w = 0; w < s->out_group_n[i]; w++) s->tensors[s->out_group[i][w]].data = home;
+        if (ok) s->written[i] = outputs[i];
+        else if (bound[i] == 2) {
+            tm_tensor_free(outputs[i]);
+            outputs[i] = NULL;
+        }
+    }
 }
 
 static tm_status bind_run_inputs(tm_session *s, int n, const char *const *names,
@@ -1308,6 +1414,7 @@ static tm_status exec_tail(tm_session *s, tm_plan *tail, tm_error *err) {
 static tm_status exec(tm_session *s, tm_error *err) {
     tm_plan *p = s->plan;
     s->last_tail = NULL;
+    if (s->written) memset(s->written, 0, (size_t)p->n_outputs * sizeof *s->written);
     tm_status st = run_kernels(s, err);
     if (st != TM_OK || p->break_at < 0) return st;
     tm_plan *tail = NULL;
@@ -1369,9 +1476,17 @@ tm_status tm_session_run(tm_session *s, int n, const char *const *names,
         xin[i].kind = inputs[i] ? TM_X_TENSOR : TM_X_NONE;
         xin[i].t = (tm_tensor *)inputs[i];
     }
-    tm_status st = bind_run_inputs(s, n, names, xin, err);
+    enum { FEW = 64 };
+    uint8_t bound_few[FEW] = {0};
+    uint8_t *bound = p->n_outputs <= FEW ? bound_few : calloc((size_t)p->n_outputs, 1);
+    tm_status st = bound ? TM_OK : tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
+    if (st == TM_OK) st = bind_run_inputs(s, n, names, xin, err);
+    int binding = st == TM_OK && outputs && s->out_group;
+    if (binding) st = bind_outputs(s, outputs, n, xin, bound, err);
     if (st == TM_OK) st = exec(s, err);
+    if (binding) unbind_outputs(s, outputs, bound, st == TM_OK);
     for (int i = 0; outputs && i < p->n_outputs && st == TM_OK; i++) {
+        if (binding && bound[i]) continue;   /* computed in place */
         tm_xval tmp;
         const tm_xval *r = result(s, i, &tmp);
         if (r->kind == TM_X_TENSOR)
@@ -1383,6 +1498,7 @@ tm_status tm_session_run(tm_session *s, int n, const char *const *names,
             outputs[i] = NULL;
     }
     if (xin != xin_small) free(xin);
+    if (bound != bound_few) free(bound);
     return st;
 }
 
@@ -1391,6 +1507,7 @@ const tm_tensor *tm_session_result(const tm_session *s, int i) {
     while (s->last_tail) s = s->last_tail;
     if (s->plan->break_at >= 0)
         return s->eager_out && s->eager_out[i].kind == TM_X_TENSOR ? s->eager_out[i].t : NULL;
+    if (s->written && s->written[i]) return s->written[i];
     return &s->tensors[s->plan->output_pv[i]];
 }
 
