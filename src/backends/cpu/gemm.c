@@ -16,8 +16,8 @@
  * thread: waking a sleeping worker costs that much on a busy machine. */
 #define PARALLEL_MIN_FLOPS (1 << 21)
 #define SCRATCH_ALIGN 64
-/* A short last row tile is copied to the stack: every arch has mr <= 16 and kc <= 256. */
-#define EDGE_FLOATS (16 * 256)
+/* A short last row tile is copied to the stack: every arch has mr <= 16 and kc <= 384. */
+#define EDGE_FLOATS (16 * 384)
 
 static pthread_once_t reference_once = PTHREAD_ONCE_INIT;
 static int reference_flag;   /* written once, under reference_once */

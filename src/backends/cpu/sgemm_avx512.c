@@ -340,7 +340,7 @@ static void pack_bt(const float *b, int64_t ldb, int64_t p0, int64_t kc, int64_t
     }
 }
 
-static const tm__sgemm_arch avx512 = {"avx512", MR, NR, 256, 96, 512, tile_12x32, small, rows,
+static const tm__sgemm_arch avx512 = {"avx512", MR, NR, 384, 96, 512, tile_12x32, small, rows,
                                      tile_indirect, tile_packed, tile_rows12, tile_cols, pack_bt};
 
 const tm__sgemm_arch *tm__sgemm_arch_avx512(void) {
