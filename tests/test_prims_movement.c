@@ -476,6 +476,31 @@ static void test_concat(void) {
     expect_error("concat axis", TM_P_CONCAT, x, 2, &a, TM_ERR_SHAPE, "axis 2");
     tm_tensor_free(x[0]);
     tm_tensor_free(x[1]);
+
+    /* Big enough to be split over threads (a decode step's KV-cache concat: past and one
+     * new step along axis 2), with chunks not a multiple of a 64-byte line and an empty
+     * input: the same bytes as on one thread. */
+    tm_pool *pool = tm_pool_create(3);
+    const int64_t kv[3][4] = {{3, 4, 701, 17}, {3, 4, 0, 17}, {3, 4, 2, 17}};
+    const tm_dtype kinds[2] = {TM_FLOAT, TM_UINT16};
+    for (int t = 0; t < 2; t++) {
+        const tm_tensor *ys[2] = {NULL, NULL};
+        tm_ctx cs[2];
+        for (int p = 0; p < 2; p++) {
+            tm_ctx_init(&cs[p], TM_MODE_EAGER, NULL);
+            cs[p].pool = p ? pool : NULL;
+            tm_tensor *in[3];
+            for (int i = 0; i < 3; i++) in[i] = patterned(kinds[t], 4, kv[i], (uint32_t)i + 7);
+            a = args_of((int64_t[]){2}, 1);
+            ys[p] = run(&cs[p], TM_P_CONCAT, in, 3, &a);
+        }
+        check_dims("concat on 3 threads", ys[1], 4, (int64_t[]){3, 4, 703, 17});
+        CHECK(ys[0] && ys[1] && ys[0]->nbytes == ys[1]->nbytes &&
+              !memcmp(ys[0]->data, ys[1]->data, ys[0]->nbytes), "concat %s on 3 threads",
+              tm_dtype_name(kinds[t]));
+        for (int p = 0; p < 2; p++) tm_ctx_destroy(&cs[p]);
+    }
+    tm_pool_free(pool);
 }
 
 /* ---- EXPAND ----------------------------------------------------------------------------- */
