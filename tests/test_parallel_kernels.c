@@ -249,6 +249,10 @@ int main(void) {
     test_fused(pool, "3x3 conv", 1, conv_r, conv_d, conv_3x3, TM_P_CONV_PACKED);
     test_fused(pool, "depthwise 5x5 stride 2", 1, conv_r, conv_d, conv_depthwise, TM_P_CONV_PACKED);
     test_fused(pool, "attention", 3, att_r, att_d, attention, TM_P_ATTENTION);
+    /* A decode step: one query a head over a long past, threaded for its bytes (2.9 MB of
+     * k and v) though its arithmetic alone (1.4 MFLOP) would stay on one thread. */
+    const int64_t step_d[3][4] = {{2, 4, 1, 64}, {2, 4, 700, 64}, {2, 4, 700, 64}};
+    test_fused(pool, "attention decode step", 3, att_r, step_d, attention, TM_P_ATTENTION);
     tm_pool_free(pool);
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;

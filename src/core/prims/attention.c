@@ -308,10 +308,13 @@ tm_status tm__kernel_attention(const tm_kcall *kc) {
     int64_t tasks = g.q.b * (g.q.s == 1 ? g.k.h : g.q.h) * ac.blocks;
     int slices = tasks < SLICES ? (int)tasks : SLICES;
     /* Below about 20 microseconds of one core's work, one thread (waking a worker costs
-     * that much on a busy machine). */
+     * that much on a busy machine). A decode step is little arithmetic over a long k and
+     * v (the small LLaMA's at past 512: 1.6 MFLOP over 1 MB), so the bytes read count too. */
     double flops = 4.0 * (double)g.q.b * (double)g.q.h * (double)g.q.s * (double)g.k.s *
                    (double)g.q.d;
-    if (tm_pool_threads(kc->pool) == 1 || flops < (double)(1 << 21)) slices = 1;
+    double kv_bytes = 4.0 * (double)g.q.b * (double)g.k.h * (double)g.k.s * (double)(g.q.d + g.v.d);
+    if (tm_pool_threads(kc->pool) == 1 || (flops < (double)(1 << 21) && kv_bytes < (double)(1 << 18)))
+        slices = 1;
     if (slices <= 1) attention_slice(&ac, 0, 1);
     else tm_pool_run_n(kc->pool, slices, attention_slice, &ac);
     return TM_OK;
