@@ -671,34 +671,31 @@ tm_status tm__shape_concat(tm_ctx *c, int prim, const tm_args *a, const tm_vinfo
     return TM_OK;
 }
 
+/* Below this many bytes a concat stays on one thread. */
+#define CONCAT_PARALLEL_BYTES ((size_t)1 << 18)
+
 /* A concat of plain elements as a byte range of the output: each outer step is the
  * inputs' chunks in order, `group` bytes in all. Threads take equal slices of the bytes
  * (a decode step's KV-cache concat is a few large chunks: splitting by chunk would leave
  * a thread idle). */
-/* Inputs a concat takes the threaded path with (more: one thread). */
-#define TM_MAX_INPUTS_CONCAT 16
-/* Below this many bytes a concat stays on one thread. */
-#define CONCAT_PARALLEL_BYTES ((size_t)1 << 18)
-
 typedef struct concat_job {
-    char *dst;
     const tm_kcall *k;
-    size_t chunk[TM_MAX_INPUTS_CONCAT];   /* bytes of input i per outer step */
-    size_t group, total;
+    int axis;
+    size_t size, group, total;
 } concat_job;
 
 static void concat_bytes(const concat_job *j, size_t b0, size_t b1) {
+    const tm_kcall *k = j->k;
+    char *dst = k->out[0]->data;
     size_t o = b0 / j->group, at = o * j->group;
-    while (at < b1) {
-        for (int i = 0; i < j->k->nin && at < b1; i++) {
-            size_t lo = at > b0 ? at : b0, hi = at + j->chunk[i] < b1 ? at + j->chunk[i] : b1;
-            if (lo < hi)
-                memcpy(j->dst + lo, (const char *)j->k->in[i]->data + o * j->chunk[i] + (lo - at),
-                       hi - lo);
-            at += j->chunk[i];
+    for (; at < b1; o++)
+        for (int i = 0; i < k->nin && at < b1; i++) {
+            const tm_tensor *x = k->in[i];
+            size_t chunk = (size_t)product(x->dims, j->axis, x->rank) * j->size;
+            size_t lo = at > b0 ? at : b0, hi = at + chunk < b1 ? at + chunk : b1;
+            if (lo < hi) memcpy(dst + lo, (const char *)x->data + o * chunk + (lo - at), hi - lo);
+            at += chunk;
         }
-        o++;
-    }
 }
 
 static void concat_slice(void *arg, int ith, int nth) {
@@ -713,18 +710,16 @@ tm_status tm__kernel_concat(const tm_kcall *k) {
     tm_tensor *y = k->out[0];
     int axis = axis_of(k->a->i[0], y->rank);
     mover m = mover_for(y->dtype);
-    int64_t outer = product(y->dims, 0, axis), pos = 0;
-    size_t total = (size_t)tm_tensor_numel_(y) * m.size;
-    if (!m.strings && k->nin <= TM_MAX_INPUTS_CONCAT && total >= CONCAT_PARALLEL_BYTES &&
-        tm_pool_threads(k->pool) > 1) {
-        concat_job j = {y->data, k, {0}, 0, total};
-        for (int i = 0; i < k->nin; i++) {
-            j.chunk[i] = (size_t)product(k->in[i]->dims, axis, k->in[i]->rank) * m.size;
-            j.group += j.chunk[i];
-        }
-        if (j.group > 0) tm_pool_run(k->pool, tm_pool_threads(k->pool), concat_slice, &j);
+    if (!m.strings) {
+        concat_job j = {k, axis, m.size, (size_t)product(y->dims, axis, y->rank) * m.size,
+                        (size_t)tm_tensor_numel_(y) * m.size};
+        if (j.total == 0) return TM_OK;
+        int nth = j.total < CONCAT_PARALLEL_BYTES ? 1 : tm_pool_threads(k->pool);
+        if (nth <= 1) concat_bytes(&j, 0, j.total);
+        else tm_pool_run(k->pool, nth, concat_slice, &j);
         return TM_OK;
     }
+    int64_t outer = product(y->dims, 0, axis), pos = 0;
     for (int64_t o = 0; o < outer; o++) {
         for (int i = 0; i < k->nin; i++) {
             const tm_tensor *x = k->in[i];
