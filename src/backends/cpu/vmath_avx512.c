@@ -9,22 +9,32 @@
 #include <immintrin.h>
 #include "transpose_avx512.h"
 
+/* The maths below run on U vectors side by side, each step over all U before the next:
+ * one vector's GELU is a chain of some 35 dependent instructions, and a core's scheduler
+ * holds only two or three such chains in flight when they come one after another (256
+ * floats in L1: 1.5 ns a float, latency-bound); interleaved, the independent steps of U
+ * vectors fill both vector pipes. U = 1 serves the tails. */
+#define EACH(u) _Pragma("GCC unroll 4") for (int u = 0; u < U; u++)
+
 /* exp(w) for w <= 0 (the erfc argument): n = round(w / ln 2), r = w - n ln 2 in two
  * parts, a degree-6 polynomial, then 2^n by scalef (which underflows to 0 gracefully). */
-static inline __m512 exp_nonpositive(__m512 w) {
-    w = _mm512_max_ps(w, _mm512_set1_ps(-104.0f));
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(w, _mm512_set1_ps(1.44269504088896341f)),
+static inline __attribute__((always_inline)) void exp_nonpositive(int U, __m512 *w) {
+    __m512 n[4], r[4], p[4];
+    EACH(u) {
+        w[u] = _mm512_max_ps(w[u], _mm512_set1_ps(-104.0f));
+        n[u] = _mm512_roundscale_ps(_mm512_mul_ps(w[u], _mm512_set1_ps(1.44269504088896341f)),
                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), w);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-    p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    return _mm512_scalef_ps(p, n);
+    }
+    EACH(u) r[u] = _mm512_fnmadd_ps(n[u], _mm512_set1_ps(0.693359375f), w[u]);
+    EACH(u) r[u] = _mm512_fnmadd_ps(n[u], _mm512_set1_ps(-2.12194440e-4f), r[u]);
+    static const float c[5] = {1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f,
+                               1.6666665459e-1f, 5.0000001201e-1f};
+    EACH(u) p[u] = _mm512_set1_ps(1.9875691500e-4f);
+#pragma GCC unroll 5
+    for (int i = 0; i < 5; i++) EACH(u) p[u] = _mm512_fmadd_ps(p[u], r[u], _mm512_set1_ps(c[i]));
+    EACH(u) p[u] = _mm512_fmadd_ps(_mm512_mul_ps(p[u], r[u]), r[u],
+                                   _mm512_add_ps(r[u], _mm512_set1_ps(1.0f)));
+    EACH(u) w[u] = _mm512_scalef_ps(p[u], n[u]);
 }
 
 /* 1 / d for d >= 1 (erfc's 1 / (1 + z / 2)): the 14-bit estimate and one Newton step,
@@ -34,47 +44,61 @@ static inline __m512 recip(__m512 d) {
     return _mm512_mul_ps(r, _mm512_fnmadd_ps(d, r, _mm512_set1_ps(2.0f)));
 }
 
-/* 1 + erf(x / sqrt 2), with 1 + erf(-u) written erfc(u) so negative x keeps its relative
- * accuracy (erfc in Numerical Recipes' Chebyshev form, as the scalar kernels have it). */
-static inline __m512 one_plus_erf16(__m512 x) {
+/* 1 + erf(x / sqrt 2) into y, with 1 + erf(-u) written erfc(u) so negative x keeps its
+ * relative accuracy (erfc in Numerical Recipes' Chebyshev form, as the scalar kernels
+ * have it). */
+static inline __attribute__((always_inline)) void one_plus_erf(int U, const __m512 *x,
+                                                               __m512 *y) {
+    __m512 z[4], t[4], p[4];
     /* |x| / sqrt 2, capped where erfc is 0 anyway (so that 1 / (1 + z / 2) stays finite;
      * a NaN becomes the cap here: callers restore it). */
-    __m512 z = _mm512_min_ps(_mm512_mul_ps(_mm512_abs_ps(x), _mm512_set1_ps(0.70710678118654752440f)),
-                             _mm512_set1_ps(1e4f));
-    __m512 t = recip(_mm512_fmadd_ps(_mm512_set1_ps(0.5f), z, _mm512_set1_ps(1.0f)));
-    __m512 p = _mm512_set1_ps(0.17087277f);
-    p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(-0.82215223f));
-    p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(1.48851587f));
-    p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(-1.13520398f));
-    p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(0.27886807f));
-    p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(-0.18628806f));
-    p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(0.09678418f));
-    p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(0.37409196f));
-    p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(1.00002368f));
-    p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(-1.26551223f));
-    __m512 e = _mm512_mul_ps(t, exp_nonpositive(_mm512_fnmadd_ps(z, z, p)));
-    __mmask16 neg = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LT_OQ);
-    return _mm512_mask_blend_ps(neg, _mm512_sub_ps(_mm512_set1_ps(2.0f), e), e);
+    EACH(u) z[u] = _mm512_min_ps(_mm512_mul_ps(_mm512_abs_ps(x[u]),
+                                               _mm512_set1_ps(0.70710678118654752440f)),
+                                 _mm512_set1_ps(1e4f));
+    EACH(u) t[u] = recip(_mm512_fmadd_ps(_mm512_set1_ps(0.5f), z[u], _mm512_set1_ps(1.0f)));
+    static const float c[9] = {-0.82215223f, 1.48851587f, -1.13520398f, 0.27886807f,
+                               -0.18628806f, 0.09678418f, 0.37409196f, 1.00002368f,
+                               -1.26551223f};
+    EACH(u) p[u] = _mm512_set1_ps(0.17087277f);
+#pragma GCC unroll 9
+    for (int i = 0; i < 9; i++) EACH(u) p[u] = _mm512_fmadd_ps(p[u], t[u], _mm512_set1_ps(c[i]));
+    EACH(u) p[u] = _mm512_fnmadd_ps(z[u], z[u], p[u]);
+    exp_nonpositive(U, p);
+    EACH(u) {
+        __m512 e = _mm512_mul_ps(t[u], p[u]);
+        __mmask16 neg = _mm512_cmp_ps_mask(x[u], _mm512_setzero_ps(), _CMP_LT_OQ);
+        y[u] = _mm512_mask_blend_ps(neg, _mm512_sub_ps(_mm512_set1_ps(2.0f), e), e);
+    }
 }
 
-/* 0.5 x (1 + erf(x / sqrt 2)), as gelu_erf_f32. */
-static inline __m512 gelu16(__m512 x) {
-    __m512 y = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(0.5f), x), one_plus_erf16(x));
-    /* NaN in, NaN out (the comparisons above treat it as positive). */
-    __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
-    return _mm512_mask_mov_ps(y, nan, x);
+/* 0.5 x (1 + erf(x / sqrt 2)), as gelu_erf_f32, in place. */
+static inline __attribute__((always_inline)) void gelu(int U, __m512 *x) {
+    __m512 e[4];
+    one_plus_erf(U, x, e);
+    EACH(u) {
+        __m512 y = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(0.5f), x[u]), e[u]);
+        /* NaN in, NaN out (the comparisons above treat it as positive). */
+        __mmask16 nan = _mm512_cmp_ps_mask(x[u], x[u], _CMP_UNORD_Q);
+        x[u] = _mm512_mask_mov_ps(y, nan, x[u]);
+    }
 }
 
-/* gy times GELU's derivative, Phi(x) + x phi(x): the cdf as in gelu16, the density
- * exp(-x^2 / 2) / sqrt(2 pi) by exp_nonpositive, as gelu_erf_derivative_f32. */
-static inline __m512 gelu_grad16(__m512 x, __m512 gy) {
-    __m512 cdf = _mm512_mul_ps(_mm512_set1_ps(0.5f), one_plus_erf16(x));
-    __m512 w = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(-0.5f), x), x);
-    __m512 pdf = _mm512_mul_ps(_mm512_set1_ps(0.39894228040143267794f), exp_nonpositive(w));
-    __m512 y = _mm512_mul_ps(gy, _mm512_fmadd_ps(x, pdf, cdf));
-    /* NaN in x gives NaN (the comparisons above treat it as positive). */
-    __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
-    return _mm512_mask_mov_ps(y, nan, x);
+/* gy times GELU's derivative, Phi(x) + x phi(x): the cdf as in gelu, the density
+ * exp(-x^2 / 2) / sqrt(2 pi) by exp_nonpositive, as gelu_erf_derivative_f32. gy in,
+ * the gradient out. */
+static inline __attribute__((always_inline)) void gelu_grad(int U, const __m512 *x, __m512 *gy) {
+    __m512 e[4], w[4];
+    one_plus_erf(U, x, e);
+    EACH(u) w[u] = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(-0.5f), x[u]), x[u]);
+    exp_nonpositive(U, w);
+    EACH(u) {
+        __m512 cdf = _mm512_mul_ps(_mm512_set1_ps(0.5f), e[u]);
+        __m512 pdf = _mm512_mul_ps(_mm512_set1_ps(0.39894228040143267794f), w[u]);
+        __m512 y = _mm512_mul_ps(gy[u], _mm512_fmadd_ps(x[u], pdf, cdf));
+        /* NaN in x gives NaN (the comparisons above treat it as positive). */
+        __mmask16 nan = _mm512_cmp_ps_mask(x[u], x[u], _CMP_UNORD_Q);
+        gy[u] = _mm512_mask_mov_ps(y, nan, x[u]);
+    }
 }
 
 /* Subnormal results flushed to zero (and subnormal inputs read as zero) while a GELU
@@ -88,15 +112,26 @@ static inline unsigned flush_subnormals(void) {
     return csr;
 }
 
+/* Four vectors a step, then single ones, then a masked last one (both kernels). */
 static void gelu_erf_grad(const float *x, const float *gy, float *y, int64_t n) {
     unsigned csr = flush_subnormals();
     int64_t i = 0;
-    for (; i + 16 <= n; i += 16)
-        _mm512_storeu_ps(y + i, gelu_grad16(_mm512_loadu_ps(x + i), _mm512_loadu_ps(gy + i)));
-    if (i < n) {
-        __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
-        _mm512_mask_storeu_ps(y + i, m, gelu_grad16(_mm512_maskz_loadu_ps(m, x + i),
-                                                     _mm512_maskz_loadu_ps(m, gy + i)));
+    for (; i + 64 <= n; i += 64) {
+        __m512 xv[4], g[4];
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; u++) {
+            xv[u] = _mm512_loadu_ps(x + i + 16 * u);
+            g[u] = _mm512_loadu_ps(gy + i + 16 * u);
+        }
+        gelu_grad(4, xv, g);
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; u++) _mm512_storeu_ps(y + i + 16 * u, g[u]);
+    }
+    for (; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
+        __m512 xv = _mm512_maskz_loadu_ps(m, x + i), g = _mm512_maskz_loadu_ps(m, gy + i);
+        gelu_grad(1, &xv, &g);
+        _mm512_mask_storeu_ps(y + i, m, g);
     }
     _mm_setcsr(csr);
 }
@@ -104,10 +139,19 @@ static void gelu_erf_grad(const float *x, const float *gy, float *y, int64_t n) 
 static void gelu_erf(const float *x, float *y, int64_t n) {
     unsigned csr = flush_subnormals();
     int64_t i = 0;
-    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, gelu16(_mm512_loadu_ps(x + i)));
-    if (i < n) {
-        __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
-        _mm512_mask_storeu_ps(y + i, m, gelu16(_mm512_maskz_loadu_ps(m, x + i)));
+    for (; i + 64 <= n; i += 64) {
+        __m512 v[4];
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; u++) v[u] = _mm512_loadu_ps(x + i + 16 * u);
+        gelu(4, v);
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; u++) _mm512_storeu_ps(y + i + 16 * u, v[u]);
+    }
+    for (; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
+        __m512 v = _mm512_maskz_loadu_ps(m, x + i);
+        gelu(1, &v);
+        _mm512_mask_storeu_ps(y + i, m, v);
     }
     _mm_setcsr(csr);
 }
