@@ -18,9 +18,11 @@ typedef struct tm__vmath {
      * of 16 up to TM_ATTN_MAX_D. scores: s (rows, sk; row stride lds) = q (rows, d; row
      * stride ldq) . k^T with k (sk, d; row stride ldk), through kt, scratch of
      * d * round_up(sk, 16) floats that gets k transposed (when pack; else it holds the
-     * same k from the call before). values: o (rows, d; row stride
-     * ldo) = p (rows, sk; row stride lds) . v (sk, d; row stride ldv). Each element is one
-     * chain of FMAs in order, so results do not depend on how rows are split. */
+     * same k from the call before) where rows > TM_ATTN_DIRECT_ROWS; up to that many rows
+     * read k in place and leave kt alone. values: o (rows, d; row stride
+     * ldo) = p (rows, sk; row stride lds) . v (sk, d; row stride ldv). The order of each
+     * element's sum depends only on the block's row count (callers make it a function
+     * of the shapes, so results do not depend on the thread count). */
     void (*attn_scores)(int64_t rows, int64_t sk, int64_t d, const float *q, int64_t ldq,
                         const float *k, int64_t ldk, float *s, int64_t lds, float *kt,
                         int pack);
@@ -29,6 +31,8 @@ typedef struct tm__vmath {
 } tm__vmath;
 
 #define TM_ATTN_MAX_D 256
+/* Score blocks of at most this many rows go without k's transposed copy. */
+#define TM_ATTN_DIRECT_ROWS 8
 
 /* The table for this CPU, or NULL (reference kernels asked for, or no vector unit). */
 const tm__vmath *tm__vmath_active(void);

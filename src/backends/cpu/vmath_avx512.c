@@ -214,8 +214,67 @@ static void transpose_keys(int64_t sk, int64_t d, const float *k, int64_t ldk, f
     }
 }
 
+/* Sixteen vectors summed across their lanes, into one vector: lane i = the sum of a[i]'s
+ * lanes. A tree of pairwise adds (within 128-bit lanes, then across them), 30 shuffles
+ * and 15 adds where sixteen separate reductions would take 64 and 64. */
+static inline __m512 sum_lanes16(__m512 a[16]) {
+    __m512 u[8], w[4], x[2];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++)   /* per 128-bit block: a2i(0+2), a2i+1(0+2), a2i(1+3), a2i+1(1+3) */
+        u[i] = _mm512_add_ps(_mm512_unpacklo_ps(a[2 * i], a[2 * i + 1]),
+                             _mm512_unpackhi_ps(a[2 * i], a[2 * i + 1]));
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++)   /* per block: the block sums of a4i .. a4i+3 */
+        w[i] = _mm512_add_ps(_mm512_shuffle_ps(u[2 * i], u[2 * i + 1], 0x44),
+                             _mm512_shuffle_ps(u[2 * i], u[2 * i + 1], 0xee));
+#pragma GCC unroll 2
+    for (int i = 0; i < 2; i++)   /* blocks: a8i..+3 (01), (23), a8i+4..+7 (01), (23) */
+        x[i] = _mm512_add_ps(_mm512_shuffle_f32x4(w[2 * i], w[2 * i + 1], 0x88),
+                             _mm512_shuffle_f32x4(w[2 * i], w[2 * i + 1], 0xdd));
+    return _mm512_add_ps(_mm512_shuffle_f32x4(x[0], x[1], 0x88),
+                         _mm512_shuffle_f32x4(x[0], x[1], 0xdd));
+}
+
+/* Scores of a few query rows (a decode step's heads that share a kv head) straight from
+ * k's rows: for each 16 keys, sixteen dot products of one query row in 16-lane partial
+ * sums (q read in d / 16 vectors), then summed across lanes together. No transposed copy
+ * of k: for a few rows, writing it took longer than the products (the small LLaMA's
+ * decode step at past 512, 3 rows, 513 keys). Rows after the first read k from L1. */
+static void scores_direct(int64_t rows, int64_t sk, int64_t d, const float *q, int64_t ldq,
+                          const float *k, int64_t ldk, float *s, int64_t lds) {
+    for (int64_t j0 = 0; j0 < sk; j0 += 16) {
+        int keys = (int)(sk - j0 < 16 ? sk - j0 : 16);
+        const float *kj = k + j0 * ldk;
+        for (int64_t r = 0; r < rows; r++) {
+            const float *qr = q + r * ldq;
+            __m512 acc[16];
+#pragma GCC unroll 16
+            for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
+            if (keys == 16) {
+                for (int64_t c = 0; c < d; c += 16) {
+                    __m512 qv = _mm512_loadu_ps(qr + c);
+#pragma GCC unroll 16
+                    for (int i = 0; i < 16; i++)
+                        acc[i] = _mm512_fmadd_ps(_mm512_loadu_ps(kj + i * ldk + c), qv, acc[i]);
+                }
+            } else {
+                for (int64_t c = 0; c < d; c += 16) {
+                    __m512 qv = _mm512_loadu_ps(qr + c);
+                    for (int i = 0; i < keys; i++)
+                        acc[i] = _mm512_fmadd_ps(_mm512_loadu_ps(kj + i * ldk + c), qv, acc[i]);
+                }
+            }
+            _mm512_mask_storeu_ps(s + r * lds + j0, mask_upto(keys), sum_lanes16(acc));
+        }
+    }
+}
+
 static void attn_scores(int64_t rows, int64_t sk, int64_t d, const float *q, int64_t ldq,
                         const float *k, int64_t ldk, float *s, int64_t lds, float *kt, int pack) {
+    if (rows <= TM_ATTN_DIRECT_ROWS) {
+        scores_direct(rows, sk, d, q, ldq, k, ldk, s, lds);
+        return;
+    }
     int64_t ldt = (sk + 15) / 16 * 16;
     if (pack) transpose_keys(sk, d, k, ldk, kt, ldt);   /* else kt holds it from the call before */
     for (int64_t j0 = 0; j0 < sk; j0 += 64) {

@@ -243,7 +243,7 @@ static void attention_slice(void *arg, int ith, int nth) {
                                 g->k.s, gemm, head != packed);
         else tm_sgemm(0, 1, rows, g->k.s, g->q.d, 1.0f, q, ldq, k, g->k.row_stride, 0.0f,
                       scores, g->k.s, gemm, NULL);
-        packed = head;
+        if (rows > TM_ATTN_DIRECT_ROWS) packed = head;   /* else kt was left alone */
         for (int64_t r = 0; r < rows; r++)
             finish_scores(ac, b, heads_as_rows ? h + r : h, heads_as_rows ? 0 : i0 + r,
                           scores + r * g->k.s);
