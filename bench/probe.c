@@ -12,8 +12,22 @@
 #include <time.h>
 #include "peak.h"
 
-#define BUFFER_BYTES ((size_t)512 << 20)   /* 16 times this machine's 32 MiB L3 */
+#include <unistd.h>
+
 #define TRIES 8
+
+/* The read buffer: four times the last-level cache the OS reports (hosts here have had
+ * 32 MiB and 480 MiB of L3), at least 512 MiB, at most 4 GiB or a quarter of the memory,
+ * so that the sums read memory and not the cache. */
+static size_t buffer_bytes(size_t l3) {
+    size_t bytes = (size_t)512 << 20;
+    if (l3 * 4 > bytes) bytes = l3 * 4;
+    if (bytes > (size_t)4 << 30) bytes = (size_t)4 << 30;
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages > 0 && page > 0 && bytes > (size_t)pages * (size_t)page / 4)
+        bytes = (size_t)pages * (size_t)page / 4;
+    return bytes / ((size_t)2 << 20) * ((size_t)2 << 20);
+}
 
 static double now_s(void) {
     struct timespec t;
@@ -81,16 +95,18 @@ static double bandwidth(const float *buf, size_t n, int threads, int streams) {
 }
 
 int main(void) {
-    size_t n = BUFFER_BYTES / sizeof(float);
+    long l3_reported = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    size_t l3 = l3_reported > 0 ? (size_t)l3_reported : 0;
+    size_t bytes = buffer_bytes(l3), n = bytes / sizeof(float);
     /* On huge pages where the OS gives them (THP "madvise"), as our packed weights are:
      * the read then is not slowed by TLB misses, and measures the memory. */
-    float *buf = aligned_alloc((size_t)2 << 20, BUFFER_BYTES);
+    float *buf = aligned_alloc((size_t)2 << 20, bytes);
     if (!buf) {
-        fprintf(stderr, "probe: cannot allocate %zu MiB\n", BUFFER_BYTES >> 20);
+        fprintf(stderr, "probe: cannot allocate %zu MiB\n", bytes >> 20);
         return 1;
     }
 #ifdef MADV_HUGEPAGE
-    madvise(buf, BUFFER_BYTES, MADV_HUGEPAGE);
+    madvise(buf, bytes, MADV_HUGEPAGE);
 #endif
     for (size_t i = 0; i < n; i++) buf[i] = (float)(i & 7);   /* touches every page */
     double peak = 0.0, bw[3] = {0};
@@ -104,7 +120,8 @@ int main(void) {
             }
     }
     printf("{\"fma_peak_gflops\": %.1f, \"read_gbs_1t\": %.2f, \"read_gbs_2t\": %.2f, "
-           "\"vector\": \"%s\"}\n", peak, bw[1], bw[2], tm_bench_fma_vector());
+           "\"vector\": \"%s\", \"l3_mib\": %zu, \"buffer_mib\": %zu}\n", peak, bw[1], bw[2],
+           tm_bench_fma_vector(), l3 >> 20, bytes >> 20);
     free(buf);
     return 0;
 }

@@ -511,7 +511,10 @@ def write_results(args, probe, rows, skipped, bandwidth, gemms, worst):
         if probe:
             f.write(f"Measured by bench/probe.c: FMA peak {probe['fma_peak_gflops']:.1f} GFLOP/s on one core "
                     f"({probe['vector']} vectors); memory read bandwidth {probe['read_gbs_1t']:.1f} GB/s "
-                    f"on 1 thread, {probe['read_gbs_2t']:.1f} GB/s on 2.\n")
+                    f"on 1 thread, {probe['read_gbs_2t']:.1f} GB/s on 2"
+                    + (f" (sums over a {probe['buffer_mib']} MiB buffer, four times the "
+                       f"{probe['l3_mib']} MiB L3 the OS reports)" if probe.get('l3_mib') else "")
+                    + ".\n")
         f.write(f"\nONNX Runtime 1.30 (onnxruntime-node, CPU, graph optimizations all, sequential, "
                 f"spinning {'off' if args.ort_no_spin else 'on (its default)'}) and our compiled plan, "
                 f"each in its own long-lived process after 3 warm-up runs; {args.rounds} alternating "
@@ -542,13 +545,18 @@ def write_results(args, probe, rows, skipped, bandwidth, gemms, worst):
             f.write("\n## Decode steps against memory bandwidth\n\n")
             f.write("Bytes of weights one step reads (every constant a kernel reads, a gather table "
                     "only for its rows) over our median latency, against bench/probe.c's read "
-                    "bandwidth at the same thread count.\n\n")
-            f.write("| case | threads | weights MiB | GB/s | measured GB/s | ratio |\n|---|---|---|---|---|---|\n")
+                    "bandwidth at the same thread count. Weights smaller than the L3 stay in it "
+                    "from one step to the next (a decoder's steps read the same weights), so "
+                    "those steps read cache, not memory, and their ratio says so "
+                    "(\"in L3\").\n\n")
+            f.write("| case | threads | weights MiB | GB/s | measured GB/s | ratio | weights in L3 |\n"
+                    "|---|---|---|---|---|---|---|\n")
             for label, mb, ms, t in bandwidth:
                 name, _ = label.rsplit(" t", 1)
                 gbs = mb * 1048576 / (ms * 1e-3) * 1e-9
                 bw = probe[f"read_gbs_{t}t"]
-                f.write(f"| {name} | {t} | {mb:.1f} | {gbs:.1f} | {bw:.1f} | {gbs / bw:.2f} |\n")
+                in_l3 = "yes" if mb < probe.get("l3_mib", 0) else "no"
+                f.write(f"| {name} | {t} | {mb:.1f} | {gbs:.1f} | {bw:.1f} | {gbs / bw:.2f} | {in_l3} |\n")
         if gemms:
             f.write("\n## Large f32 matrix products inside MiniLM 8x128 (one thread)\n\n")
             f.write("TM_PROFILE=1 times every kernel (by the thread's CPU clock, TM_PROFILE_CLOCK=cpu); "
@@ -575,8 +583,9 @@ def write_results(args, probe, rows, skipped, bandwidth, gemms, worst):
         for label, mb, ms, t in bandwidth:
             if "-q4-" in label:
                 gbs = mb * 1048576 / (ms * 1e-3) * 1e-9
+                cached = " (the weights fit in the L3: read from cache)" if mb < probe.get("l3_mib", 0) else ""
                 f.write(f"- {label}: weights read at {100 * gbs / probe[f'read_gbs_{t}t']:.0f}% of the "
-                        f"measured bandwidth (bar: 60%).\n")
+                        f"measured bandwidth (bar: 60%){cached}.\n")
         bad = [f"{n} t{t}" for n, t, r in done if not r["ok"]]
         f.write(f"- Outputs match ONNX Runtime: {'all' if not bad else 'NOT ' + ', '.join(bad)}.\n")
         f.write(f"\nworst ratio {worst[0]:.2f} ({worst[1]})\n")

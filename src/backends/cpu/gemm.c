@@ -50,7 +50,8 @@ static int prefetch_l2;   /* written once, under prefetch_once */
 
 static void pick_prefetch(void) {
     __builtin_cpu_init();
-    prefetch_l2 = __builtin_cpu_is("intel");
+    const char *force = getenv("TM_PREFETCH");   /* "l1" or "l2": comparisons */
+    prefetch_l2 = force ? !strcmp(force, "l2") : __builtin_cpu_is("intel");
 }
 
 int tm__stream_prefetch_l2(void) {
