@@ -321,6 +321,35 @@ static void test_bert(void) {
     for (int i = 0; i < 4; i++) tm_tensor_free(own[i]);
 }
 
+/* Frozen weights, trainable layer norms, more token rows (2 x 20) than the hidden size
+ * (32): an input's cotangent by a frozen weight is then the product gy . w^T read in
+ * place. The LINEAR fusion of the forward's x . w must leave that product alone (it once
+ * took it for gy . w: gradients 1% off), and must not free the weight it packed while
+ * the backward still reads it (it once did, for a product without a bias whose weight
+ * the model owns, as small inline initializers are: gradients all wrong). Plan against
+ * eager. */
+static void test_frozen_weights_many_rows(void) {
+    const char *pattern[1] = {"*LayerNorm*"};
+    tm_model *m = load(SEQCLS "/model.onnx", 1, 1, pattern, NULL);
+    if (!m) return;
+    int64_t dims[2] = {2, 20}, ldims[1] = {2};
+    tm_tensor *own[4] = {tm_tensor_new(TM_INT64, 2, dims), tm_tensor_new(TM_INT64, 2, dims),
+                         tm_tensor_new(TM_INT64, 2, dims), tm_tensor_new(TM_INT64, 1, ldims)};
+    for (int64_t i = 0; i < 40; i++) {
+        ((int64_t *)own[0]->data)[i] = (int64_t)(rng_next() % 1000);
+        ((int64_t *)own[1]->data)[i] = i % 20 < 17 || i < 20;   /* the second one padded */
+        ((int64_t *)own[2]->data)[i] = i % 20 >= 10;
+    }
+    ((int64_t *)own[3]->data)[0] = 1;
+    ((int64_t *)own[3]->data)[1] = 2;
+    batch b = {{"input_ids", "attention_mask", "token_type_ids", "target"}, {0}, 4};
+    for (int i = 0; i < 4; i++) b.in[i] = own[i];
+    tm_grad_options go = ce_options();
+    check_eager_vs_plan(m, &b, &go, 1e-4, "frozen weights, 40 token rows by hidden 32");
+    tm_model_free(m);
+    for (int i = 0; i < 4; i++) tm_tensor_free(own[i]);
+}
+
 /* A batch for the convolutional net: x (2, 3, 10, 10) and a target for "features". */
 static batch conv_batch(tm_tensor **own) {
     batch b = {{"x", "target"}, {0}, 2};
@@ -798,6 +827,7 @@ int main(void) {
     test_decoders();
     test_errors();
     test_bert();
+    test_frozen_weights_many_rows();
     test_convnet();
     test_losses();
     test_updates_in_place();

@@ -64,6 +64,9 @@ static tm_status fuse_at(matcher *m, int32_t mm) {
     const tm_rnode *node = &c->nodes[mm];
     tm_val x = node->in[0], w = node->in[1], y = node->out[0];
     const tm_vinfo *xi = &c->vals[x], *wi = &c->vals[w];
+    /* Plain x . w only: a gradient's products read an operand transposed (i[0], i[1]),
+     * and a frozen weight read so (x . w^T, an input's cotangent) is not this product. */
+    if (node->args.i[0] || node->args.i[1]) return TM_OK;
     if (xi->dtype != TM_FLOAT || wi->dtype != TM_FLOAT || !wi->data || xi->data) return TM_OK;
     if (xi->rank < 2 || wi->rank != xi->rank) return TM_OK;
     for (int d = 0; d < wi->rank - 2; d++)
@@ -101,8 +104,13 @@ static tm_status fuse_at(matcher *m, int32_t mm) {
      * only this product read is dead now: free it at once, so that making a plan never
      * holds every weight twice over. (The dead product still names it; nothing reads a
      * dead node's inputs.) */
+    /* Its count of readers still includes the product when the rewrite replaced a later
+     * node (the product is dead but names it), not when it replaced the product itself
+     * (the count lost that reader): any other reader (a gradient's product by the same
+     * frozen weight) keeps it. */
     tm_vinfo *wv = &c->vals[w];
-    if (wv->owned && w < m->scan.n_uses && m->scan.uses[w] == 1 && !tm__pass_is_root(m->scan.roots, w)) {
+    int readers_left = m->scan.uses[w] - (ep.last != mm);
+    if (wv->owned && w < m->scan.n_uses && readers_left == 0 && !tm__pass_is_root(m->scan.roots, w)) {
         tm_tensor_free(wv->data);
         wv->data = NULL;
         wv->owned = 0;
