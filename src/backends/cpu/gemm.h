@@ -177,6 +177,11 @@ const tm__sgemm_arch *tm__sgemm_active_arch(void);
  * packed-B GEMM's). Row by row: for A in rows, the reads run along it. */
 static inline void tm__sgemm_pack_a_tile(const float *a, int64_t a_row, int64_t a_step,
                                          int64_t kc, int rows, int mr, float *dst) {
+    if (a_row == 1) {   /* A transposed: a step's rows lie side by side */
+        for (int64_t p = 0; p < kc; p++)
+            for (int r = 0; r < mr; r++) dst[p * mr + r] = r < rows ? a[r + p * a_step] : 0.0f;
+        return;
+    }
     for (int r = 0; r < mr; r++)
         for (int64_t p = 0; p < kc; p++) dst[p * mr + r] = r < rows ? a[r * a_row + p * a_step] : 0.0f;
 }
