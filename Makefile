@@ -92,10 +92,11 @@ demo: $(BUILD)/transmuter
 	$(BUILD)/transmuter run $(DEMO).onnx --inputs $(DEMO).cases/default/inputs --out $(BUILD)/demo-eager --eager
 	$(BUILD)/transmuter compare $(BUILD)/demo-eager $(DEMO).cases/default/ort --rtol 1e-4 --atol 1e-5
 
-# The whole suite under AddressSanitizer + UBSan, in its own build folder.
+# The whole suite under AddressSanitizer + UBSan, in its own build folder, for this CPU (so
+# that the AVX-512 vector kernels, which only -march=native turns on, run under them too).
 check-asan:
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	    $(MAKE) BUILD=build-asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer" test
+	    $(MAKE) BUILD=build-asan OPT="-O1 -march=native" SAN="-fsanitize=address,undefined -fno-omit-frame-pointer" test
 
 # Side by side with ONNX Runtime (not a test); see bench/run.py. BENCH_ARGS=--large etc.
 bench: $(BUILD)/transmuter $(BUILD)/bench_probe
