@@ -453,6 +453,37 @@ static void test_dynamic_quantize(void) {
         CHECK(bad == 0 && (n <= 20 || y2[7] == 0), "dynamic_quantize n %lld: %d values off",
               (long long)n, bad);
     }
+    /* The fast kernel divides by a reciprocal and two correction steps, which must round
+     * as IEEE division does: quotients next to a half, where one ulp changes the integer,
+     * a few ulps either side of every (j + 1/2) s, over many ranges. */
+    enum { NQ = 4096 };
+    float *xq = malloc(sizeof(float) * NQ);
+    uint8_t *yq = malloc(NQ), *yq2 = malloc(NQ);
+    int ties_bad = 0;
+    for (int round = 0; round < 40; round++) {
+        float lo = -(next_f() + 0.25f) * (float)(1 + round % 7) * (round % 3 ? 1.0f : 1e-3f);
+        float hi = (next_f() + 0.25f) * (float)(1 + round % 5) * (round % 3 ? 1.0f : 1e-3f);
+        xq[0] = lo;
+        xq[1] = hi;
+        float step = (hi - lo) / 255.0f;   /* near the scale: quotients near (k + 1/2) */
+        int k0 = (int)ceilf(lo / step), span = (int)floorf(hi / step) - k0;
+        for (int i = 2; i < NQ; i++) {
+            float v = ((float)(k0 + i % span) + 0.5f) * step;
+            for (int u = (i / 255) % 7 - 3; u != 0; u += u < 0 ? 1 : -1)
+                v = nextafterf(v, u < 0 ? -INFINITY : INFINITY);
+            xq[i] = v < lo ? lo : v > hi ? hi : v;
+        }
+        setenv("TM_KERNEL_ISA", "avx512", 1);
+        run_dynamic_quantize(xq, NQ, yq, &s, &z);
+        setenv("TM_KERNEL_ISA", "scalar", 1);
+        run_dynamic_quantize(xq, NQ, yq2, &s2, &z2);
+        ties_bad += s != s2 || z != z2 || memcmp(yq, yq2, NQ) != 0;
+    }
+    CHECK(ties_bad == 0, "dynamic_quantize near halves: %d of 40 ranges differ from the reference",
+          ties_bad);
+    free(xq);
+    free(yq);
+    free(yq2);
     unsetenv("TM_KERNEL_ISA");
     /* Large enough to be split over threads (the range per slice, then the stores): the
      * same bytes as on one thread; the extremes in the last and a middle slice. */

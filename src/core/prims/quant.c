@@ -523,6 +523,18 @@ __attribute__((target("avx512f")))
 static void dynamic_range_avx512(const float *x, size_t n, float *lo, float *hi) {
     __m512 l = _mm512_setzero_ps(), h = l;
     size_t i = 0;
+    /* Four chains of each (a minimum is exact in any order), then one. */
+    __m512 l1 = l, l2 = l, l3 = l, h1 = l, h2 = l, h3 = l;
+    for (; i + 64 <= n; i += 64) {
+        __m512 v0 = _mm512_loadu_ps(x + i), v1 = _mm512_loadu_ps(x + i + 16);
+        __m512 v2 = _mm512_loadu_ps(x + i + 32), v3 = _mm512_loadu_ps(x + i + 48);
+        l = _mm512_min_ps(v0, l), h = _mm512_max_ps(v0, h);
+        l1 = _mm512_min_ps(v1, l1), h1 = _mm512_max_ps(v1, h1);
+        l2 = _mm512_min_ps(v2, l2), h2 = _mm512_max_ps(v2, h2);
+        l3 = _mm512_min_ps(v3, l3), h3 = _mm512_max_ps(v3, h3);
+    }
+    l = _mm512_min_ps(_mm512_min_ps(l, l1), _mm512_min_ps(l2, l3));
+    h = _mm512_max_ps(_mm512_max_ps(h, h1), _mm512_max_ps(h2, h3));
     for (; i + 16 <= n; i += 16) {
         __m512 v = _mm512_loadu_ps(x + i);
         l = _mm512_min_ps(v, l);
@@ -538,13 +550,32 @@ static void dynamic_range_avx512(const float *x, size_t n, float *lo, float *hi)
     *hi = _mm512_reduce_max_ps(h);
 }
 
+/* x / s rounded as IEEE division rounds it, without dividing (a vector division takes
+ * several times the FMAs below, and bounded this kernel): r = RN(1 / s), q = RN(x r)
+ * within two ulps of x / s, then two steps q += (x - q s) r with the remainder exact by
+ * FMA. After the first q is within one ulp, and Markstein's theorem (r the correctly
+ * rounded reciprocal, q within an ulp, the remainder exact) makes the second the
+ * correctly rounded quotient. Callers keep the quotient normal or zero and finite (|x / s|
+ * <= 255 here, s normal with a normal reciprocal), where the theorem holds. */
+__attribute__((target("avx512f"))) static inline __m512 divide_rn(__m512 x, __m512 s, __m512 r) {
+    __m512 q = _mm512_mul_ps(x, r);
+    q = _mm512_fmadd_ps(_mm512_fnmadd_ps(q, s, x), r, q);
+    return _mm512_fmadd_ps(_mm512_fnmadd_ps(q, s, x), r, q);
+}
+
 __attribute__((target("avx512f,avx512bw,avx512vl")))
 static void dynamic_store_avx512(const float *x, size_t n, float scale, float zp, uint8_t *y) {
     __m512 vs = _mm512_set1_ps(scale), vz = _mm512_set1_ps(zp);
     __m512 zero = _mm512_setzero_ps(), top = _mm512_set1_ps(255.0f);
+    float recip = 1.0f / scale;
+    /* Quotients of values within the range are at most 255 in size; the reciprocal's
+     * steps hold where scale and 1 / scale are normal numbers. */
+    int by_recip = isnormal(scale) && isnormal(recip);
+    __m512 vr = _mm512_set1_ps(recip);
     for (size_t i = 0; i < n; i += 16) {
         __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
-        __m512 v = _mm512_div_ps(_mm512_maskz_loadu_ps(m, x + i), vs);
+        __m512 xv = _mm512_maskz_loadu_ps(m, x + i);
+        __m512 v = by_recip ? divide_rn(xv, vs, vr) : _mm512_div_ps(xv, vs);
         v = _mm512_add_ps(_mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), vz);
         v = _mm512_min_ps(_mm512_max_ps(v, zero), top);
         _mm_mask_storeu_epi8(y + i, m, _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(v)));
