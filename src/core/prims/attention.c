@@ -182,9 +182,9 @@ typedef struct attention_call {
     int64_t blocks;        /* tasks per head (task_blocks) */
 } attention_call;
 
-/* Scores of one row of queries, in place: scaled, masked, softmaxed. */
-static void finish_scores(const attention_call *ac, int64_t b, int64_t h, int64_t i,
-                          float *row) {
+/* Scores of one row of queries, in place: scaled and masked (the softmax follows). */
+static void scale_and_mask(const attention_call *ac, int64_t b, int64_t h, int64_t i,
+                           float *row) {
     const geometry *g = ac->g;
     int64_t n = g->k.s;
     if (g->scale_kind == SCALE_MUL)
@@ -199,7 +199,13 @@ static void finish_scores(const attention_call *ac, int64_t b, int64_t h, int64_
         else
             for (int64_t j = 0; j < n; j++) row[j] += m[0];
     }
-    tm__softmax_rows_f32(row, row, n);
+}
+
+/* The same, softmaxed. */
+static void finish_scores(const attention_call *ac, int64_t b, int64_t h, int64_t i,
+                          float *row) {
+    scale_and_mask(ac, b, h, i, row);
+    tm__softmax_rows_f32(row, row, ac->g->k.s);
 }
 
 static void attention_slice(void *arg, int ith, int nth) {
@@ -244,9 +250,15 @@ static void attention_slice(void *arg, int ith, int nth) {
         else tm_sgemm(0, 1, rows, g->k.s, g->q.d, 1.0f, q, ldq, k, g->k.row_stride, 0.0f,
                       scores, g->k.s, gemm, NULL);
         if (rows > TM_ATTN_DIRECT_ROWS) packed = head;   /* else kt was left alone */
+        /* Scaled, masked and softmaxed in one pass of the rows side by side. */
+        const float *masks[QUERY_BLOCK];
         for (int64_t r = 0; r < rows; r++)
-            finish_scores(ac, b, heads_as_rows ? h + r : h, heads_as_rows ? 0 : i0 + r,
-                          scores + r * g->k.s);
+            masks[r] = ac->mask ? ac->mask + b * g->mask_stride[0] +
+                                      (heads_as_rows ? h + r : h) * g->mask_stride[1] +
+                                      (heads_as_rows ? 0 : i0 + r) * g->mask_stride[2]
+                                : NULL;
+        tm_softmax_pre pre = {g->scale_kind, g->scale, g->mask_stride[3] == 0};
+        tm__softmax_block_f32(scores, rows, g->k.s, g->k.s, &pre, masks);
         if (vm) vm->attn_values(rows, g->k.s, g->v.d, scores, g->k.s, v, g->v.row_stride, o, ldo);
         else tm_sgemm(0, 0, rows, g->v.d, g->k.s, 1.0f, scores, g->k.s, v, g->v.row_stride, 0.0f,
                       o, ldo, gemm, NULL);

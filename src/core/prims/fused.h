@@ -15,6 +15,19 @@ void tm__unary_f32_rows(int prim, const tm_args *a, const float *x, float *y, in
 /* y[0..n) = softmax(x[0..n)) as the SOFTMAX kernel computes a contiguous row (nn.c);
  * y may equal x. */
 void tm__softmax_rows_f32(const float *x, float *y, int64_t n);
+/* The same for `rows` rows of n in place (row stride lds), several at once where the
+ * vector kernel runs, each row first scaled and masked as pre says (NULL: not):
+ * scale_kind 1 multiplies by scale, 2 divides by it, then masks[r] (one value a column,
+ * or mask_scalar: its first for all; NULL: none) is added, each step rounded as plain
+ * code rounds it. Each row's result is the same as those steps then
+ * tm__softmax_rows_f32 give. */
+typedef struct tm_softmax_pre {
+    int scale_kind;
+    float scale;
+    int mask_scalar;
+} tm_softmax_pre;
+void tm__softmax_block_f32(float *s, int64_t rows, int64_t n, int64_t lds,
+                           const tm_softmax_pre *pre, const float *const *masks);
 
 /* A chain: t = x and u = x, then each step t = op(t), f32 throughout. A step is a unary
  * primitive (with its i[0]), or a binary one (ADD SUB MUL DIV MAX MIN) with a scalar or

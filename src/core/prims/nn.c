@@ -302,6 +302,81 @@ static void softmax_row_avx512(const float *x, float *y, int64_t n, int log_form
     if (j < n)
         _mm512_mask_storeu_ps(y + j, tail, _mm512_mul_ps(_mm512_maskz_loadu_ps(tail, y + j), scale));
 }
+
+/* Four rows of n at once, in place, each exactly as softmax_row_avx512 computes it (the
+ * same steps in the same order per row): a row's passes are short dependent chains (a
+ * running maximum, a running sum, their reductions, then the scaling), and one row
+ * leaves the core waiting on them; four rows side by side fill it (attention's score rows,
+ * 128 long in MiniLM). rows[r] for r < R (R <= 4). */
+/* pre->scale_kind 1 multiplies each score by pre->scale first, 2 divides it, and the
+ * row's mask (one value a key, or its first value for all when mask_scalar) is added
+ * after: the steps, and their roundings, of attention's scores before the softmax,
+ * in the first pass. */
+static inline __attribute__((always_inline, target("avx512f"))) __m512
+pre_scores(__m512 v, const tm_softmax_pre *pre, const float *mask, __mmask16 m) {
+    if (pre->scale_kind == 1) v = _mm512_mul_ps(v, _mm512_set1_ps(pre->scale));
+    else if (pre->scale_kind == 2) v = _mm512_div_ps(v, _mm512_set1_ps(pre->scale));
+    if (mask) v = _mm512_add_ps(v, pre->mask_scalar ? _mm512_set1_ps(mask[0])
+                                                    : _mm512_maskz_loadu_ps(m, mask));
+    return v;
+}
+
+__attribute__((target("avx512f")))
+static void softmax_rows4_avx512(float *const *rows, int R, int64_t n, const tm_softmax_pre *pre,
+                                 const float *const *masks) {
+    __m512 top[4], sum[4];
+    int64_t full = n / 16 * 16;
+    __mmask16 tail = (__mmask16)((1u << (n - full)) - 1u);
+    for (int r = 0; r < R; r++) top[r] = _mm512_set1_ps(-INFINITY);
+    if (pre) {
+        for (int64_t j = 0; j < full; j += 16)
+            for (int r = 0; r < R; r++) {
+                const float *mk = masks[r] ? masks[r] + (pre->mask_scalar ? 0 : j) : NULL;
+                __m512 v = pre_scores(_mm512_loadu_ps(rows[r] + j), pre, mk, 0xffff);
+                _mm512_storeu_ps(rows[r] + j, v);
+                top[r] = _mm512_max_ps(v, top[r]);
+            }
+        if (full < n)
+            for (int r = 0; r < R; r++) {
+                const float *mk = masks[r] ? masks[r] + (pre->mask_scalar ? 0 : full) : NULL;
+                __m512 v = pre_scores(_mm512_maskz_loadu_ps(tail, rows[r] + full), pre, mk, tail);
+                _mm512_mask_storeu_ps(rows[r] + full, tail, v);
+                top[r] = _mm512_mask_max_ps(top[r], tail, v, top[r]);
+            }
+    } else {
+        for (int64_t j = 0; j < full; j += 16)
+            for (int r = 0; r < R; r++) top[r] = _mm512_max_ps(_mm512_loadu_ps(rows[r] + j), top[r]);
+        if (full < n)
+            for (int r = 0; r < R; r++)
+                top[r] = _mm512_mask_max_ps(top[r], tail, _mm512_maskz_loadu_ps(tail, rows[r] + full),
+                                            top[r]);
+    }
+    for (int r = 0; r < R; r++) {
+        top[r] = _mm512_set1_ps(_mm512_reduce_max_ps(top[r]));
+        sum[r] = _mm512_setzero_ps();
+    }
+    for (int64_t j = 0; j < full; j += 16)
+        for (int r = 0; r < R; r++) {
+            __m512 e = exp_avx512(_mm512_sub_ps(_mm512_loadu_ps(rows[r] + j), top[r]));
+            _mm512_storeu_ps(rows[r] + j, e);
+            sum[r] = _mm512_add_ps(sum[r], e);
+        }
+    if (full < n)
+        for (int r = 0; r < R; r++) {
+            __m512 e = exp_avx512(_mm512_sub_ps(_mm512_maskz_loadu_ps(tail, rows[r] + full), top[r]));
+            _mm512_mask_storeu_ps(rows[r] + full, tail, e);
+            sum[r] = _mm512_mask_add_ps(sum[r], tail, sum[r], e);
+        }
+    __m512 scale[4];
+    for (int r = 0; r < R; r++) scale[r] = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(sum[r]));
+    for (int64_t j = 0; j < full; j += 16)
+        for (int r = 0; r < R; r++)
+            _mm512_storeu_ps(rows[r] + j, _mm512_mul_ps(_mm512_loadu_ps(rows[r] + j), scale[r]));
+    if (full < n)
+        for (int r = 0; r < R; r++)
+            _mm512_mask_storeu_ps(rows[r] + full, tail,
+                                  _mm512_mul_ps(_mm512_maskz_loadu_ps(tail, rows[r] + full), scale[r]));
+}
 #endif
 
 typedef void (*softmax_row_fn)(const float *x, float *y, int64_t n, int log_form);
@@ -331,6 +406,39 @@ static void pick_fused_row(void) {
 void tm__softmax_rows_f32(const float *x, float *y, int64_t n) {
     pthread_once(&fused_row_once, pick_fused_row);
     fused_row(x, y, n, 0);
+}
+
+/* A row's scores scaled and masked as pre says, in plain steps (the vector kernel's). */
+static void pre_row(float *row, int64_t n, const tm_softmax_pre *pre, const float *mask) {
+    if (pre->scale_kind == 1)
+        for (int64_t j = 0; j < n; j++) row[j] *= pre->scale;
+    else if (pre->scale_kind == 2)
+        for (int64_t j = 0; j < n; j++) row[j] /= pre->scale;
+    if (mask && pre->mask_scalar)
+        for (int64_t j = 0; j < n; j++) row[j] += mask[0];
+    else if (mask)
+        for (int64_t j = 0; j < n; j++) row[j] += mask[j];
+}
+
+void tm__softmax_block_f32(float *s, int64_t rows, int64_t n, int64_t lds,
+                           const tm_softmax_pre *pre, const float *const *masks) {
+    pthread_once(&fused_row_once, pick_fused_row);
+    if (n <= 0) return;
+#ifdef NN_X86
+    if (fused_row == softmax_row_avx512) {
+        for (int64_t r0 = 0; r0 < rows; r0 += 4) {
+            float *p[4];
+            int R = rows - r0 < 4 ? (int)(rows - r0) : 4;
+            for (int r = 0; r < R; r++) p[r] = s + (r0 + r) * lds;
+            softmax_rows4_avx512(p, R, n, pre, pre ? masks + r0 : NULL);
+        }
+        return;
+    }
+#endif
+    for (int64_t r = 0; r < rows; r++) {
+        if (pre) pre_row(s + r * lds, n, pre, masks[r]);
+        fused_row(s + r * lds, s + r * lds, n, 0);
+    }
 }
 
 /* Any float dtype, one lane at a time in double. */
