@@ -561,7 +561,8 @@ def write_results(args, probe, rows, skipped, bandwidth, gemms, worst):
             f.write("\n## Large f32 matrix products inside MiniLM 8x128 (one thread)\n\n")
             f.write("TM_PROFILE=1 times every kernel (by the thread's CPU clock, TM_PROFILE_CLOCK=cpu); "
                     "per shape (M x N x K, batch) of at least 100 MFLOP a call, against the FMA peak "
-                    "above.\n\n")
+                    "above. A fused product's time includes its epilogue (bias, and the FFN's GELU "
+                    "for 1024x1536x384, about a tenth of that kernel).\n\n")
             f.write("| shape | MFLOP a call | kernels | GFLOP/s | % of peak |\n|---|---|---|---|---|\n")
             for g in gemms:
                 f.write(f"| {g['shape']} | {g['mflop']:.0f} | {g['count']} | {g['gflops']:.1f} | "
