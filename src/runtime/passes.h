@@ -74,6 +74,9 @@ typedef struct tm_pass_epilogue {
 /* 1 when v is a known f32 tensor of n values laid along the last of `rank` dims (the
  * others 1): a bias along the output's columns. */
 int tm__pass_is_row_vector(const tm_ctx *c, tm_val v, int rank, int64_t n);
+/* 1 for a MATMUL of two operands as they are stored: not one of the products a gradient
+ * makes that read an operand transposed (args i[0], i[1]), which no fusion pattern means. */
+int tm__pass_is_plain_matmul(const tm_rnode *n);
 /* A row-vector bias of n values as a 1-D constant (v itself when it is 1-D; TM_NONE when
  * out of memory). */
 tm_val tm__pass_bias_vector(tm_ctx *c, tm_val b, int64_t n);

@@ -182,30 +182,19 @@ typedef struct attention_call {
     int64_t blocks;        /* tasks per head (task_blocks) */
 } attention_call;
 
-/* Scores of one row of queries, in place: scaled and masked (the softmax follows). */
-static void scale_and_mask(const attention_call *ac, int64_t b, int64_t h, int64_t i,
-                           float *row) {
+/* The mask row of query row i of head h in batch b, or NULL without a mask. */
+static const float *mask_row(const attention_call *ac, int64_t b, int64_t h, int64_t i) {
     const geometry *g = ac->g;
-    int64_t n = g->k.s;
-    if (g->scale_kind == SCALE_MUL)
-        for (int64_t j = 0; j < n; j++) row[j] *= g->scale;
-    else if (g->scale_kind == SCALE_DIV)
-        for (int64_t j = 0; j < n; j++) row[j] /= g->scale;
-    if (ac->mask) {
-        const float *m = ac->mask + b * g->mask_stride[0] + h * g->mask_stride[1] +
-                         i * g->mask_stride[2];
-        if (g->mask_stride[3])
-            for (int64_t j = 0; j < n; j++) row[j] += m[j];
-        else
-            for (int64_t j = 0; j < n; j++) row[j] += m[0];
-    }
+    if (!ac->mask) return NULL;
+    return ac->mask + b * g->mask_stride[0] + h * g->mask_stride[1] + i * g->mask_stride[2];
 }
 
-/* The same, softmaxed. */
-static void finish_scores(const attention_call *ac, int64_t b, int64_t h, int64_t i,
-                          float *row) {
-    scale_and_mask(ac, b, h, i, row);
-    tm__softmax_rows_f32(row, row, ac->g->k.s);
+/* Rows of scores in place: scaled, masked, softmaxed (several side by side). */
+static void finish_scores(const attention_call *ac, float *scores, int64_t rows,
+                          const float *const *masks) {
+    const geometry *g = ac->g;
+    tm_softmax_pre pre = {g->scale_kind, g->scale, g->mask_stride[3] == 0};
+    tm__softmax_block_f32(scores, rows, g->k.s, g->k.s, &pre, masks);
 }
 
 static void attention_slice(void *arg, int ith, int nth) {
@@ -250,15 +239,10 @@ static void attention_slice(void *arg, int ith, int nth) {
         else tm_sgemm(0, 1, rows, g->k.s, g->q.d, 1.0f, q, ldq, k, g->k.row_stride, 0.0f,
                       scores, g->k.s, gemm, NULL);
         if (rows > TM_ATTN_DIRECT_ROWS) packed = head;   /* else kt was left alone */
-        /* Scaled, masked and softmaxed in one pass of the rows side by side. */
         const float *masks[QUERY_BLOCK];
         for (int64_t r = 0; r < rows; r++)
-            masks[r] = ac->mask ? ac->mask + b * g->mask_stride[0] +
-                                      (heads_as_rows ? h + r : h) * g->mask_stride[1] +
-                                      (heads_as_rows ? 0 : i0 + r) * g->mask_stride[2]
-                                : NULL;
-        tm_softmax_pre pre = {g->scale_kind, g->scale, g->mask_stride[3] == 0};
-        tm__softmax_block_f32(scores, rows, g->k.s, g->k.s, &pre, masks);
+            masks[r] = mask_row(ac, b, heads_as_rows ? h + r : h, heads_as_rows ? 0 : i0 + r);
+        finish_scores(ac, scores, rows, masks);
         if (vm) vm->attn_values(rows, g->k.s, g->v.d, scores, g->k.s, v, g->v.row_stride, o, ldo);
         else tm_sgemm(0, 0, rows, g->v.d, g->k.s, 1.0f, scores, g->k.s, v, g->v.row_stride, 0.0f,
                       o, ldo, gemm, NULL);
@@ -279,7 +263,8 @@ static void attention_reference(const attention_call *ac, float *row) {
                     for (int64_t d = 0; d < g->q.d; d++) sum += q[d] * k[d];
                     row[j] = sum;
                 }
-                finish_scores(ac, b, h, i, row);
+                const float *mask = mask_row(ac, b, h, i);
+                finish_scores(ac, row, 1, &mask);
                 float *o = ac->out + b * g->out.batch_stride + h * g->out.head_stride + i * g->out.row_stride;
                 for (int64_t d = 0; d < g->v.d; d++) {
                     float sum = 0.0f;

@@ -16,11 +16,12 @@ void tm__unary_f32_rows(int prim, const tm_args *a, const float *x, float *y, in
  * y may equal x. */
 void tm__softmax_rows_f32(const float *x, float *y, int64_t n);
 /* The same for `rows` rows of n in place (row stride lds), several at once where the
- * vector kernel runs, each row first scaled and masked as pre says (NULL: not):
- * scale_kind 1 multiplies by scale, 2 divides by it, then masks[r] (one value a column,
+ * vector kernel runs, each row first scaled and masked as pre says: scale_kind 1
+ * multiplies by scale, 2 divides by it (0: neither), then masks[r] (one value a column,
  * or mask_scalar: its first for all; NULL: none) is added, each step rounded as plain
  * code rounds it. Each row's result is the same as those steps then
- * tm__softmax_rows_f32 give. */
+ * tm__softmax_rows_f32 give, whichever kernel runs (attention's scores, its reference
+ * path included). */
 typedef struct tm_softmax_pre {
     int scale_kind;
     float scale;

@@ -303,53 +303,32 @@ static void softmax_row_avx512(const float *x, float *y, int64_t n, int log_form
         _mm512_mask_storeu_ps(y + j, tail, _mm512_mul_ps(_mm512_maskz_loadu_ps(tail, y + j), scale));
 }
 
-/* Four rows of n at once, in place, each exactly as softmax_row_avx512 computes it (the
- * same steps in the same order per row): a row's passes are short dependent chains (a
- * running maximum, a running sum, their reductions, then the scaling), and one row
- * leaves the core waiting on them; four rows side by side fill it (attention's score rows,
- * 128 long in MiniLM). rows[r] for r < R (R <= 4). */
-/* pre->scale_kind 1 multiplies each score by pre->scale first, 2 divides it, and the
- * row's mask (one value a key, or its first value for all when mask_scalar) is added
- * after: the steps, and their roundings, of attention's scores before the softmax,
- * in the first pass. */
-static inline __attribute__((always_inline, target("avx512f"))) __m512
-pre_scores(__m512 v, const tm_softmax_pre *pre, const float *mask, __mmask16 m) {
-    if (pre->scale_kind == 1) v = _mm512_mul_ps(v, _mm512_set1_ps(pre->scale));
-    else if (pre->scale_kind == 2) v = _mm512_div_ps(v, _mm512_set1_ps(pre->scale));
-    if (mask) v = _mm512_add_ps(v, pre->mask_scalar ? _mm512_set1_ps(mask[0])
-                                                    : _mm512_maskz_loadu_ps(m, mask));
-    return v;
-}
-
+/* Four rows of n at once, in place, each exactly as the scaling and masking below, then
+ * softmax_row_avx512, compute it (the same steps in the same order per row): a row's
+ * passes are short dependent chains (a running maximum, a running sum, their reductions,
+ * then the scaling), and one row leaves the core waiting on them; four rows side by side
+ * fill it (attention's score rows, 128 long in MiniLM). rows[r] for r < R (R <= 4). The
+ * first pass also applies pre (see tm__softmax_block_f32): the scale, then masks[r]. */
 __attribute__((target("avx512f")))
 static void softmax_rows4_avx512(float *const *rows, int R, int64_t n, const tm_softmax_pre *pre,
                                  const float *const *masks) {
     __m512 top[4], sum[4];
     int64_t full = n / 16 * 16;
     __mmask16 tail = (__mmask16)((1u << (n - full)) - 1u);
+    const __m512 scale_by = _mm512_set1_ps(pre->scale);
     for (int r = 0; r < R; r++) top[r] = _mm512_set1_ps(-INFINITY);
-    if (pre) {
-        for (int64_t j = 0; j < full; j += 16)
-            for (int r = 0; r < R; r++) {
-                const float *mk = masks[r] ? masks[r] + (pre->mask_scalar ? 0 : j) : NULL;
-                __m512 v = pre_scores(_mm512_loadu_ps(rows[r] + j), pre, mk, 0xffff);
-                _mm512_storeu_ps(rows[r] + j, v);
-                top[r] = _mm512_max_ps(v, top[r]);
-            }
-        if (full < n)
-            for (int r = 0; r < R; r++) {
-                const float *mk = masks[r] ? masks[r] + (pre->mask_scalar ? 0 : full) : NULL;
-                __m512 v = pre_scores(_mm512_maskz_loadu_ps(tail, rows[r] + full), pre, mk, tail);
-                _mm512_mask_storeu_ps(rows[r] + full, tail, v);
-                top[r] = _mm512_mask_max_ps(top[r], tail, v, top[r]);
-            }
-    } else {
-        for (int64_t j = 0; j < full; j += 16)
-            for (int r = 0; r < R; r++) top[r] = _mm512_max_ps(_mm512_loadu_ps(rows[r] + j), top[r]);
-        if (full < n)
-            for (int r = 0; r < R; r++)
-                top[r] = _mm512_mask_max_ps(top[r], tail, _mm512_maskz_loadu_ps(tail, rows[r] + full),
-                                            top[r]);
+    for (int64_t j = 0; j < n; j += 16) {
+        __mmask16 m = j < full ? (__mmask16)0xffff : tail;
+        for (int r = 0; r < R; r++) {
+            __m512 v = _mm512_maskz_loadu_ps(m, rows[r] + j);
+            if (pre->scale_kind == 1) v = _mm512_mul_ps(v, scale_by);
+            else if (pre->scale_kind == 2) v = _mm512_div_ps(v, scale_by);
+            if (masks[r])
+                v = _mm512_add_ps(v, pre->mask_scalar ? _mm512_set1_ps(masks[r][0])
+                                                      : _mm512_maskz_loadu_ps(m, masks[r] + j));
+            _mm512_mask_storeu_ps(rows[r] + j, m, v);
+            top[r] = _mm512_mask_max_ps(top[r], m, v, top[r]);
+        }
     }
     for (int r = 0; r < R; r++) {
         top[r] = _mm512_set1_ps(_mm512_reduce_max_ps(top[r]));
@@ -430,13 +409,13 @@ void tm__softmax_block_f32(float *s, int64_t rows, int64_t n, int64_t lds,
             float *p[4];
             int R = rows - r0 < 4 ? (int)(rows - r0) : 4;
             for (int r = 0; r < R; r++) p[r] = s + (r0 + r) * lds;
-            softmax_rows4_avx512(p, R, n, pre, pre ? masks + r0 : NULL);
+            softmax_rows4_avx512(p, R, n, pre, masks + r0);
         }
         return;
     }
 #endif
     for (int64_t r = 0; r < rows; r++) {
-        if (pre) pre_row(s + r * lds, n, pre, masks[r]);
+        pre_row(s + r * lds, n, pre, masks[r]);
         fused_row(s + r * lds, s + r * lds, n, 0);
     }
 }

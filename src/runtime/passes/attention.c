@@ -102,8 +102,7 @@ static tm_status fuse_at(matcher *m, int32_t at) {
             }
     }
     const tm_rnode *qk = inner(s, scores) ? producer(s, scores, TM_P_MATMUL) : NULL;
-    /* Products with an operand read transposed (a gradient's) are not this pattern. */
-    if (!qk || qk->args.i[0] || qk->args.i[1]) return TM_OK;
+    if (!qk || !tm__pass_is_plain_matmul(qk)) return TM_OK;
     /* q, and k from kT. */
     tm_val q = qk->in[0];
     int lq = 0, lk;
@@ -128,9 +127,7 @@ static tm_status fuse_at(matcher *m, int32_t at) {
     int32_t pv_at = only_reader(s, p, at + 1);
     if (pv_at < 0) return TM_OK;
     const tm_rnode *pv = &c->nodes[pv_at];
-    if (pv->prim != TM_P_MATMUL || pv->in[0] != p || pv->in[1] == p || pv->args.i[0] ||
-        pv->args.i[1])
-        return TM_OK;
+    if (!tm__pass_is_plain_matmul(pv) || pv->in[0] != p || pv->in[1] == p) return TM_OK;
     tm_val v = pv->in[1];
     int lv = 0;
     const tm_rnode *tv = producer(s, v, TM_P_TRANSPOSE);

@@ -64,9 +64,9 @@ static tm_status fuse_at(matcher *m, int32_t mm) {
     const tm_rnode *node = &c->nodes[mm];
     tm_val x = node->in[0], w = node->in[1], y = node->out[0];
     const tm_vinfo *xi = &c->vals[x], *wi = &c->vals[w];
-    /* Plain x . w only: a gradient's products read an operand transposed (i[0], i[1]),
-     * and a frozen weight read so (x . w^T, an input's cotangent) is not this product. */
-    if (node->args.i[0] || node->args.i[1]) return TM_OK;
+    /* Plain x . w only: a frozen weight read transposed (x . w^T, an input's cotangent
+     * in a gradient plan) is not this product. */
+    if (!tm__pass_is_plain_matmul(node)) return TM_OK;
     if (xi->dtype != TM_FLOAT || wi->dtype != TM_FLOAT || !wi->data || xi->data) return TM_OK;
     if (xi->rank < 2 || wi->rank != xi->rank) return TM_OK;
     for (int d = 0; d < wi->rank - 2; d++)
@@ -104,13 +104,12 @@ static tm_status fuse_at(matcher *m, int32_t mm) {
      * only this product read is dead now: free it at once, so that making a plan never
      * holds every weight twice over. (The dead product still names it; nothing reads a
      * dead node's inputs.) */
-    /* Its count of readers still includes the product when the rewrite replaced a later
-     * node (the product is dead but names it), not when it replaced the product itself
-     * (the count lost that reader): any other reader (a gradient's product by the same
-     * frozen weight) keeps it. */
+    /* The rewrite dropped the product's reads from the counts when it replaced the
+     * product itself; when it replaced a later node, the dead product's read of w goes
+     * here. Any reader left (a gradient's product by the same frozen weight) keeps it. */
+    if (ep.last != mm && w < m->scan.n_uses) m->scan.uses[w]--;
     tm_vinfo *wv = &c->vals[w];
-    int readers_left = m->scan.uses[w] - (ep.last != mm);
-    if (wv->owned && w < m->scan.n_uses && readers_left == 0 && !tm__pass_is_root(m->scan.roots, w)) {
+    if (wv->owned && w < m->scan.n_uses && m->scan.uses[w] == 0 && !tm__pass_is_root(m->scan.roots, w)) {
         tm_tensor_free(wv->data);
         wv->data = NULL;
         wv->owned = 0;
@@ -127,7 +126,7 @@ tm_status tm__pass_linear(tm_ctx *c, const tm_pass_roots *roots) {
     tm_status st = TM_OK;
     int32_t n_nodes = c->n_nodes;
     for (int32_t i = 0; i < n_nodes && st == TM_OK; i++)
-        if (live[i] && c->nodes[i].prim == TM_P_MATMUL && c->nodes[i].nin == 2) st = fuse_at(&m, i);
+        if (live[i] && tm__pass_is_plain_matmul(&c->nodes[i])) st = fuse_at(&m, i);
     free(m.packed);
     free(uses);
     free(live);

@@ -199,6 +199,10 @@ int tm__pass_is_row_vector(const tm_ctx *c, tm_val v, int rank, int64_t n) {
     return vi->dims[rank - 1] == n;
 }
 
+int tm__pass_is_plain_matmul(const tm_rnode *n) {
+    return n->prim == TM_P_MATMUL && n->nin == 2 && !n->args.i[0] && !n->args.i[1];
+}
+
 int32_t tm__pass_only_reader(const tm_pass_scan *s, tm_val v, int32_t from) {
     if (v < 0 || v >= s->n_uses || s->uses[v] != 1 || tm__pass_is_root(s->roots, v)) return -1;
     for (int32_t i = from; i < s->c->n_nodes; i++)
