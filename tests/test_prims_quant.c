@@ -622,6 +622,10 @@ int main(void) {
                 for (int64_t m = 1; m <= 6; m += 5)
                     test_matmul_nbits(4, sizes[b], sizes[b] * 3, 5, m, zp, 0, TM_FLOAT);
         test_matmul_nbits(4, 32, 512, 17, 9, 1, 0, TM_FLOAT);
+        /* One row over three groups (a pair side by side, then one; the last short), each
+         * block size (16 and 128 take the one-group kernel), each zero point. */
+        for (int b = 0; b < 4; b++)
+            for (int zp = 0; zp < 3; zp++) test_matmul_nbits(4, sizes[b], sizes[b] * 3, 45, 1, zp, 0, TM_FLOAT);
         const int64_t ms[] = {1, 3, 8, 9, 33, 70}, ns[] = {1, 4, 13, 25};
         for (int b = 0; b < 4; b++)
             for (int mi = 0; mi < 6; mi++) {

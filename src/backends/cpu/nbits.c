@@ -230,7 +230,7 @@ static void gemv_slice(void *arg, int ith, int nth) {
     gemv_job *jb = arg;
     (void)ith;
     int64_t g0, g1 = 0, most = jb->m > PASS_ROWS ? 2 : jb->h->groups;
-    while ((g0 = tm__claim(&jb->next, jb->h->groups, nth, 4, &g1)) < jb->h->groups)
+    while ((g0 = tm__claim(&jb->next, jb->h->groups, nth, 2, &g1)) < jb->h->groups)
         for (int64_t s0 = g0; s0 < g1; s0 += most) {
             int64_t s1 = min64(g1, s0 + most);
             for (int64_t r = 0; r < jb->m; r += PASS_ROWS) {

@@ -6,12 +6,17 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 #include "pool.h"
 
-/* About 10-50 microseconds of polling: long enough to bridge the gap between two kernels
- * of a plan, short enough not to matter when the pool goes idle. */
-#define SPIN_ITERATIONS 2000
+/* How long a thread polls before it sleeps: long enough to bridge the gap between two
+ * parallel kernels of a plan with small serial ones between them (a decoder layer's
+ * rotary embedding and attention, ~50 us: a worker asleep by then wakes late, and the
+ * caller did most of the next GEMV alone), short enough not to matter once the pool is
+ * idle. By the clock, not a count of pause instructions, whose length differs tenfold
+ * between CPUs. */
+#define SPIN_NS 200000
 
 struct tm_pool {
     int n_threads;                /* caller included */
@@ -41,6 +46,27 @@ static inline void cpu_relax(void) {
 #endif
 }
 
+/* A poll loop's budget: spin_more pauses once and says whether to go on polling (it
+ * reads the clock every 64 calls). */
+typedef struct spin {
+    int polls;
+    struct timespec until;
+} spin;
+
+static int spin_more(spin *s) {
+    cpu_relax();
+    if (++s->polls % 64) return 1;
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    if (s->polls == 64) {
+        long ns = t.tv_nsec + SPIN_NS;
+        s->until.tv_sec = t.tv_sec + ns / 1000000000L;
+        s->until.tv_nsec = ns % 1000000000L;
+        return 1;
+    }
+    return t.tv_sec < s->until.tv_sec || (t.tv_sec == s->until.tv_sec && t.tv_nsec < s->until.tv_nsec);
+}
+
 int tm_pool_online_cpus(void) {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n < 1 ? 1 : (int)n;
@@ -55,11 +81,11 @@ static int slice_of(uint64_t claim) { return (int)(claim & MAX_SLICES); }
 
 /* Waits until the job number differs from seen; returns the new one. */
 static unsigned wait_for_job(tm_pool *p, unsigned seen) {
-    for (int i = 0; i < SPIN_ITERATIONS; i++) {
+    spin sp = {0};
+    do {
         unsigned j = job_of(atomic_load_explicit(&p->claim, memory_order_acquire));
         if (j != seen || atomic_load(&p->stop)) return j;
-        cpu_relax();
-    }
+    } while (spin_more(&sp));
     pthread_mutex_lock(&p->lock);
     unsigned j;
     while ((j = job_of(atomic_load_explicit(&p->claim, memory_order_acquire))) == seen &&
@@ -188,9 +214,8 @@ void tm_pool_run_n(tm_pool *p, int n_slices, tm_pool_fn fn, void *arg) {
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->lock);
     run_slices(p, job);
-    for (int i = 0; i < SPIN_ITERATIONS; i++) {
-        if (atomic_load_explicit(&p->finished, memory_order_acquire) == nth) break;
-        cpu_relax();
+    spin sp = {0};
+    while (atomic_load_explicit(&p->finished, memory_order_acquire) != nth && spin_more(&sp)) {
     }
     if (atomic_load_explicit(&p->finished, memory_order_acquire) != nth) {
         pthread_mutex_lock(&p->lock);
