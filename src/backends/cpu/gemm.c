@@ -228,7 +228,7 @@ static void compute_rows(const gemm_job *g, int64_t i0, int64_t mc, int64_t pc, 
             else if (packed)
                 ar->tile(kc, tile_a, 1, ar->mr, panel, c + j, g->ldc, rows, nr, g->alpha, beta);
             else if (a_step == 1 && g->alpha == 1.0f)   /* A's rows in place, alpha 1 */
-                ar->tile_rows(kc, ai, a_row, panel, c + j, g->ldc, nr, beta);
+                ar->tile_rows(kc, ai, a_row, panel, c + j, g->ldc, nr, beta, NULL, 0);
             else if (a_row == 1 && g->alpha == 1.0f && ar->tile_cols)   /* A transposed */
                 ar->tile_cols(kc, ai, a_step, panel, c + j, g->ldc, nr, beta);
             else

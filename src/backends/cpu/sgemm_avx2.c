@@ -123,9 +123,10 @@ static void tile_packed(int64_t k, const float *a, const float *b, float *c, int
     tile_6x16(k, a, 1, MR, b, c, ldc, mr, nr, 1.0f, beta);
 }
 
-/* A's rows where they lie: the strided tile, full tiles. */
+/* A's rows where they lie: the strided tile, full tiles. No prefetch (pf unused). */
 static void tile_rows(int64_t k, const float *a, int64_t lda, const float *b, float *c,
-                      int64_t ldc, int nr, float beta) {
+                      int64_t ldc, int nr, float beta, const float *pf, int64_t pf_step) {
+    (void)pf, (void)pf_step;
     tile_6x16(k, a, lda, 1, b, c, ldc, MR, nr, 1.0f, beta);
 }
 

@@ -84,8 +84,14 @@ static inline __attribute__((always_inline)) void tile_rows12_hint(int64_t k, co
                                                                     int64_t lda, const float *b,
                                                                     float *c, int64_t ldc,
                                                                     int nr, float beta,
+                                                                    const float *pf,
+                                                                    int64_t pf_step,
                                                                     const int to_l2) {
     __m512 acc[MR][2];
+    if (!pf) {
+        pf = b + B_AHEAD;
+        pf_step = NR;
+    }
 #pragma GCC unroll 12
     for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
     const float *a0 = a, *a1 = a + 3 * lda, *a2 = a + 6 * lda, *a3 = a + 9 * lda;
@@ -94,12 +100,13 @@ static inline __attribute__((always_inline)) void tile_rows12_hint(int64_t k, co
     for (int64_t p = 0; p < k; p++) {
         /* B a few KB ahead: the first row tile over a panel streams it from memory. */
         if (to_l2) {
-            _mm_prefetch((const char *)(b + B_AHEAD), _MM_HINT_T2);
-            _mm_prefetch((const char *)(b + B_AHEAD + 16), _MM_HINT_T2);
+            _mm_prefetch((const char *)pf, _MM_HINT_T1);
+            _mm_prefetch((const char *)(pf + 16), _MM_HINT_T1);
         } else {
-            _mm_prefetch((const char *)(b + B_AHEAD), _MM_HINT_T0);
-            _mm_prefetch((const char *)(b + B_AHEAD + 16), _MM_HINT_T0);
+            _mm_prefetch((const char *)pf, _MM_HINT_T0);
+            _mm_prefetch((const char *)(pf + 16), _MM_HINT_T0);
         }
+        pf += pf_step;
         __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
         const float *row[4] = {a0 + p, a1 + p, a2 + p, a3 + p};
 #pragma GCC unroll 4
@@ -121,9 +128,9 @@ static inline __attribute__((always_inline)) void tile_rows12_hint(int64_t k, co
 }
 
 static void tile_rows12(int64_t k, const float *a, int64_t lda, const float *b, float *c,
-                        int64_t ldc, int nr, float beta) {
-    if (tm__stream_prefetch_l2()) tile_rows12_hint(k, a, lda, b, c, ldc, nr, beta, 1);
-    else tile_rows12_hint(k, a, lda, b, c, ldc, nr, beta, 0);
+                        int64_t ldc, int nr, float beta, const float *pf, int64_t pf_step) {
+    if (tm__stream_prefetch_l2()) tile_rows12_hint(k, a, lda, b, c, ldc, nr, beta, pf, pf_step, 1);
+    else tile_rows12_hint(k, a, lda, b, c, ldc, nr, beta, pf, pf_step, 0);
 }
 
 static void tile_packed(int64_t k, const float *a, const float *b, float *c, int64_t ldc,

@@ -27,8 +27,13 @@
  * depth, about 270 KB) stays in L2 while B's block streams once from memory for all of
  * them; fewer rows per task only when the threads need more tasks. */
 #define TASK_TILES 22
-/* Tasks of at most this many rows take the panels one by one, every row tile on each. */
-#define PANEL_MAJOR_ROWS 48
+/* Tasks of at most this many rows take the panels one by one, every row tile on each,
+ * the first tiles fetching the next panel meanwhile (a task of 11 row tiles, 128 x 384 x
+ * 384 with B cold: 133 -> 142 GFLOP/s; no better from 22). */
+#define PANEL_MAJOR_ROWS 132
+/* Products of at most this many rows (a short prefill) split their columns over threads
+ * down to two panels: each row group would stream B again. */
+#define FEW_ROWS 48
 /* Slices per thread: a descheduled thread (a shared machine) then holds little work.
  * The per-call packing path gives each slice its own region of scratch, so it also caps
  * the slices (scratch must not depend on the thread count). */
@@ -208,28 +213,54 @@ typedef struct bpacked_job {
     int64_t depth;                    /* of B's layout */
 } bpacked_job;
 
-/* Row tile i (rows [i, i + rows); a short one packed in a_tile) against panel j. */
+/* Row tile i (rows [i, i + rows); a short one packed in a_tile) against panel j; a full
+ * tile prefetches pf (NULL: its own panel ahead). */
 static inline void bpacked_tile(const bpacked_job *g, int64_t i, int rows, const float *a_tile,
                                 int64_t pc, int64_t kcb, const float *block, int64_t j,
-                                int64_t j1, float beta) {
+                                int64_t j1, float beta, const float *pf, int64_t pf_step) {
     const tm__sgemm_arch *ar = g->ar;
     const float *panel = block + j / ar->nr * kcb * ar->nr;
     int nr = (int)min64(ar->nr, j1 - j);
     if (rows == ar->mr)   /* a full tile reads A where it lies */
         ar->tile_rows(kcb, g->a + i * g->lda + pc, g->lda, panel, g->c + i * g->ldc + j, g->ldc,
-                      nr, beta);
+                      nr, beta, pf, pf_step);
     else
         ar->tile_packed(kcb, a_tile, panel, g->c + i * g->ldc + j, g->ldc, rows, nr, beta);
 }
 
+/* Panel j (a multiple of the panel width) of depth block pc of packed B. */
+static const float *panel_at(const bpacked_job *g, int64_t pc, int64_t j) {
+    return g->bp + pc * round_up(g->n, g->ar->nr) + j * min64(g->depth, g->k - pc);
+}
+
+/* B's next panel fetched while tiles compute on one already in cache: full tile r (of
+ * `full` on that panel) takes its share of `next` (kn steps deep), one line a step of k
+ * for half of it, or both lines for all of it when it is the only full tile; the others
+ * stream their own panel (pf NULL). Memory and FMAs then overlap, where a product of few
+ * rows per weight otherwise waits on the memory at each panel's first tile (a 32-token
+ * prefill, 32 x 3072 x 1024 with B cold: 93 -> 105 GFLOP/s; small LLaMA fp32 prefill32
+ * 52 -> 47 ms on one thread). */
+static const float *next_share(const tm__sgemm_arch *ar, const float *next, int64_t kn, int r,
+                               int64_t full, int64_t *pf_step) {
+    if (!next || r >= 2 || r >= full) return NULL;
+    if (full == 1) {
+        *pf_step = ar->nr;
+        return next;
+    }
+    *pf_step = 16;
+    return next + r * kn * 16;
+}
+
 /* One task: rows [i0, i1) by columns [j0, j1), every depth block. Within a block the row
  * tiles sweep the task's panels, so A's tile stays in L1 and B's block in L2; the
- * epilogue follows each row tile's last block. A task of few rows (a short prefill) goes
- * panel by panel instead, every row tile on each while it is fresh, so that the first
- * tile's stream from memory overlaps the others' FMAs on the panel before. The short
+ * epilogue follows each row tile's last block, and the second and third row tiles fetch
+ * the next block. A task of few rows (a short prefill, a 128-token encoder) goes panel by
+ * panel instead, every row tile on each while it is fresh, the first two fetching the
+ * next panel (next_share), so that B's stream from memory overlaps the FMAs. The short
  * tile at the end (if any) is packed once for all the panels. The depth blocks are the
  * same for any split, so results do not depend on the number of threads. */
-static void bpacked_task(const bpacked_job *g, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
+static void bpacked_task(const bpacked_job *g, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
+                         int64_t next_j0, int64_t next_j1) {
     const tm__sgemm_arch *ar = g->ar;
     int64_t width = round_up(g->n, ar->nr);
     int64_t full = i0 + (i1 - i0) / ar->mr * ar->mr;   /* rows in whole tiles */
@@ -250,17 +281,37 @@ static void bpacked_task(const bpacked_job *g, int64_t i0, int64_t i1, int64_t j
             continue;
         }
         if (tail) tm__sgemm_pack_a_tile(g->a + full * g->lda + pc, g->lda, 1, kcb, tail, ar->mr, a_tile);
+        int64_t full_tiles = (full - i0) / ar->mr, pf_step = 0;
+        /* The block after this one: this task's next depth block, or the next task's
+         * first (next_j0 < 0: none, or another thread's). */
+        int64_t npc = last ? 0 : pc + kcb, nj0 = last ? next_j0 : j0, nj1 = last ? next_j1 : j1;
+        int64_t kn = min64(g->depth, g->k - npc);
         if (i1 - i0 <= PANEL_MAJOR_ROWS) {
-            for (int64_t j = j0; j < j1; j += ar->nr)
-                for (int64_t i = i0; i < i1; i += ar->mr)
-                    bpacked_tile(g, i, (int)min64(ar->mr, i1 - i), a_tile, pc, kcb, block, j, j1, beta);
+            for (int64_t j = j0; j < j1; j += ar->nr) {
+                /* The next panel: of this block, else the next block's first. */
+                const float *next = j + ar->nr < j1 ? panel_at(g, pc, j + ar->nr)
+                                    : nj0 >= 0      ? panel_at(g, npc, nj0)
+                                                    : NULL;
+                int64_t depth_next = j + ar->nr < j1 ? kcb : kn;
+                for (int64_t i = i0, r = 0; i < i1; i += ar->mr, r++) {
+                    const float *pf = next_share(ar, next, depth_next, (int)r, full_tiles, &pf_step);
+                    bpacked_tile(g, i, (int)min64(ar->mr, i1 - i), a_tile, pc, kcb, block, j, j1,
+                                 beta, pf, pf_step);
+                }
+            }
             if (last) epilogue(g->ep, g->c, g->ldc, i0, i1, j0, j1);
             continue;
         }
-        for (int64_t i = i0; i < i1; i += ar->mr) {
+        for (int64_t i = i0, r = 0; i < i1; i += ar->mr, r++) {
             int rows = (int)min64(ar->mr, i1 - i);
-            for (int64_t j = j0; j < j1; j += ar->nr)
-                bpacked_tile(g, i, rows, a_tile, pc, kcb, block, j, j1, beta);
+            /* Row tiles 1 and 2 read this block from L2 and fetch the next block, panel
+             * for panel; the first streams its own. */
+            for (int64_t j = j0; j < j1; j += ar->nr) {
+                int64_t nj = nj0 + (j - j0);
+                const float *next = r >= 1 && nj0 >= 0 && nj < nj1 ? panel_at(g, npc, nj) : NULL;
+                const float *pf = next_share(ar, next, kn, (int)r - 1, full_tiles - 1, &pf_step);
+                bpacked_tile(g, i, rows, a_tile, pc, kcb, block, j, j1, beta, pf, pf_step);
+            }
             if (last) epilogue(g->ep, g->c, g->ldc, i, i + rows, j0, j1);
         }
     }
@@ -274,8 +325,10 @@ static void bpacked_slice(void *arg, int ith, int nth) {
         int64_t grp = t / g->n_col_blocks, cb = t % g->n_col_blocks;
         int64_t i0 = grp * g->group_tiles * g->ar->mr;
         int64_t j0 = cb * g->col_block;
+        /* The next task's columns, when this thread takes it and they are others. */
+        int64_t nj0 = t + 1 < t1 && cb + 1 < g->n_col_blocks ? j0 + g->col_block : -1;
         bpacked_task(g, i0, min64(i0 + g->group_tiles * g->ar->mr, g->m), j0,
-                     min64(j0 + g->col_block, g->n));
+                     min64(j0 + g->col_block, g->n), nj0, min64(nj0 + g->col_block, g->n));
     }
 }
 
@@ -303,7 +356,7 @@ void tm_sgemm_bpacked(int64_t m, int64_t n, int64_t k, const float *a, int64_t l
      * 1.1x faster than on one with row groups, 1.5x without). Decode steps' rows
      * kernel keeps the wider blocks (measured no better). */
     int64_t want = threads > 1 ? (int64_t)threads * SLICES_PER_THREAD : 1;
-    int64_t narrowest = m <= PANEL_MAJOR_ROWS && m > TM__SGEMM_ROWS_MAX ? 2 * ar->nr : 4 * ar->nr;
+    int64_t narrowest = m <= FEW_ROWS && m > TM__SGEMM_ROWS_MAX ? 2 * ar->nr : 4 * ar->nr;
     for (;;) {
         g.n_groups = (tiles + g.group_tiles - 1) / g.group_tiles;
         g.n_col_blocks = (n + g.col_block - 1) / g.col_block;
