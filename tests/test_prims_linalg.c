@@ -229,8 +229,11 @@ static void test_sgemm_packed(void) {
     const sgemm_case cases[] = {{1, 1, 1}, {1, 40, 7}, {4, 33, 300}, {12, 32, 256},
                                 {13, 65, 257}, {37, 100, 600}, {128, 384, 384},
                                 {130, 513, 65}, {25, 1030, 20}, {20, 70, 300}, {31, 96, 257},
-                                /* around the panel-by-panel order of tasks of <= 48 rows */
-                                {48, 70, 530}, {49, 40, 100}, {24, 300, 520}};
+                                /* around the column split of products of <= 48 rows */
+                                {48, 70, 530}, {49, 40, 100}, {24, 300, 520},
+                                /* around the panel-by-panel order of tasks of <= 132 rows
+                                 * (and its prefetch of the next panel and block) */
+                                {132, 70, 530}, {133, 40, 100}, {120, 300, 1030}, {60, 1030, 20}};
     tm_pool *pools[2] = {tm_pool_create(2), tm_pool_create(3)};
     float hi = 0.75f;
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
