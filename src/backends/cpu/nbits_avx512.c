@@ -188,6 +188,18 @@ static inline __attribute__((always_inline)) void gemv_group(const tm__nbits_pac
     for (int r = 0; r < rows; r++) _mm512_mask_storeu_ps(y + r * ldy, lanes(cols), out[r]);
 }
 
+/* Two octets of a record (two vectors from p): each lane's low and high nibbles. */
+static inline __attribute__((always_inline)) void octet_pair(const uint8_t *p, __m512i *lo,
+                                                             __m512i *hi, __m512i *lo2,
+                                                             __m512i *hi2) {
+    const __m512i nib = _mm512_set1_epi8(0x0f);
+    __m512i v = _mm512_loadu_si512(p), w = _mm512_loadu_si512(p + 64);
+    *lo = _mm512_and_si512(v, nib);
+    *hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
+    *lo2 = _mm512_and_si512(w, nib);
+    *hi2 = _mm512_and_si512(_mm512_srli_epi16(w, 4), nib);
+}
+
 /* One row and one group, with its six chains of vpdpbusd (a digit each for the low and
  * the high nibbles) in named registers, two octets per step (every block has an even
  * number of them). */
@@ -196,7 +208,6 @@ static inline __attribute__((always_inline)) void gemv_group1(const tm__nbits_pa
                                                               const tm__nbits_qrow *q,
                                                               float *y, int cols, int to_l2,
                                                               int64_t block) {
-    const __m512i nib = _mm512_set1_epi8(0x0f);
     const int64_t octets = block / 8;
     /* A record's lines: its nibbles, scales and zero points (at most 64 bytes), from
      * wherever it starts in a line. */
@@ -210,9 +221,8 @@ static inline __attribute__((always_inline)) void gemv_group1(const tm__nbits_pa
         int64_t k = blk * h->block;
 #pragma GCC unroll 8
         for (int64_t o = 0; o < octets; o += 2, k += 16) {
-            __m512i v = _mm512_loadu_si512(rec + 64 * o), w = _mm512_loadu_si512(rec + 64 * o + 64);
-            __m512i lo = _mm512_and_si512(v, nib), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
-            __m512i lo2 = _mm512_and_si512(w, nib), hi2 = _mm512_and_si512(_mm512_srli_epi16(w, 4), nib);
+            __m512i lo, hi, lo2, hi2;
+            octet_pair(rec + 64 * o, &lo, &hi, &lo2, &hi2);
             a0 = dpbusd(a0, lo, bcast4(d0 + k));
             b0 = dpbusd(b0, hi, bcast4(d0 + k + 4));
             a1 = dpbusd(a1, lo, bcast4(d1 + k));
@@ -244,7 +254,6 @@ static inline __attribute__((always_inline)) void gemv_pair1(const tm__nbits_pac
                                                              const tm__nbits_qrow *q, float *y,
                                                              int cols_b, int to_l2,
                                                              int64_t block) {
-    const __m512i nib = _mm512_set1_epi8(0x0f);
     const int64_t octets = block / 8, stride = h->blocks * h->record;
     const int64_t lines = (h->record + 63) / 64 + 1;
     const int8_t *d0 = q->d[0], *d1 = q->d[1], *d2 = q->d[2];
@@ -261,13 +270,9 @@ static inline __attribute__((always_inline)) void gemv_pair1(const tm__nbits_pac
         int64_t k = blk * h->block;
 #pragma GCC unroll 8
         for (int64_t o = 0; o < octets; o += 2, k += 16) {
-            __m512i v = _mm512_loadu_si512(ra + 64 * o), w = _mm512_loadu_si512(ra + 64 * o + 64);
-            __m512i lo = _mm512_and_si512(v, nib), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
-            __m512i lo2 = _mm512_and_si512(w, nib), hi2 = _mm512_and_si512(_mm512_srli_epi16(w, 4), nib);
-            __m512i vb = _mm512_loadu_si512(rb + 64 * o), wb = _mm512_loadu_si512(rb + 64 * o + 64);
-            __m512i lob = _mm512_and_si512(vb, nib), hib = _mm512_and_si512(_mm512_srli_epi16(vb, 4), nib);
-            __m512i lo2b = _mm512_and_si512(wb, nib), hi2b = _mm512_and_si512(_mm512_srli_epi16(wb, 4), nib);
-            __m512i x;
+            __m512i lo, hi, lo2, hi2, lob, hib, lo2b, hi2b, x;
+            octet_pair(ra + 64 * o, &lo, &hi, &lo2, &hi2);
+            octet_pair(rb + 64 * o, &lob, &hib, &lo2b, &hi2b);
             x = bcast4(d0 + k);      a0 = dpbusd(a0, lo, x);  e0 = dpbusd(e0, lob, x);
             x = bcast4(d0 + k + 4);  b0 = dpbusd(b0, hi, x);  f0 = dpbusd(f0, hib, x);
             x = bcast4(d1 + k);      a1 = dpbusd(a1, lo, x);  e1 = dpbusd(e1, lob, x);
