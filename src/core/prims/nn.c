@@ -269,92 +269,81 @@ static void softmax_row_avx2(const float *x, float *y, int64_t n, int log_form) 
     for (; j < n; j++) y[j] *= 1.0f / sum;
 }
 
-/* The same, 16 lanes at a time; tails through masked loads and stores. */
+/* R rows (R <= 4) of n, 16 lanes at a time, side by side: row r from src[r] into dst[r]
+ * (the same row, or another). A row's passes are short dependent chains (a running
+ * maximum, a running sum, their reductions, then the scaling), and one row leaves the
+ * core waiting on them; four rows side by side fill it (attention's score rows, 128 long
+ * in MiniLM). pre (NULL: none; see tm__softmax_block_f32) scales then masks (masks[r]) in
+ * the first pass, which then stores the scores into dst. Tails through masked loads and
+ * stores; each row's steps and their order do not depend on R. */
 __attribute__((target("avx512f")))
-static void softmax_row_avx512(const float *x, float *y, int64_t n, int log_form) {
-    if (n == 0) return;
-    __m512 vtop = _mm512_set1_ps(-INFINITY);
-    int64_t j = 0;
-    for (; j + 16 <= n; j += 16) vtop = _mm512_max_ps(_mm512_loadu_ps(x + j), vtop);
-    __mmask16 tail = (__mmask16)((1u << (n - j)) - 1u);
-    if (j < n) vtop = _mm512_mask_max_ps(vtop, tail, _mm512_maskz_loadu_ps(tail, x + j), vtop);
-    float top = _mm512_reduce_max_ps(vtop);
-    vtop = _mm512_set1_ps(top);
-    __m512 vsum = _mm512_setzero_ps();
-    for (j = 0; j + 16 <= n; j += 16) {
-        __m512 e = exp_avx512(_mm512_sub_ps(_mm512_loadu_ps(x + j), vtop));
-        if (!log_form) _mm512_storeu_ps(y + j, e);
-        vsum = _mm512_add_ps(vsum, e);
-    }
-    if (j < n) {
-        __m512 e = exp_avx512(_mm512_sub_ps(_mm512_maskz_loadu_ps(tail, x + j), vtop));
-        if (!log_form) _mm512_mask_storeu_ps(y + j, tail, e);
-        vsum = _mm512_mask_add_ps(vsum, tail, vsum, e);
-    }
-    float sum = _mm512_reduce_add_ps(vsum);
-    if (log_form) {
-        float log_sum = logf(sum);
-        for (j = 0; j < n; j++) y[j] = (x[j] - top) - log_sum;
-        return;
-    }
-    __m512 scale = _mm512_set1_ps(1.0f / sum);
-    for (j = 0; j + 16 <= n; j += 16) _mm512_storeu_ps(y + j, _mm512_mul_ps(_mm512_loadu_ps(y + j), scale));
-    if (j < n)
-        _mm512_mask_storeu_ps(y + j, tail, _mm512_mul_ps(_mm512_maskz_loadu_ps(tail, y + j), scale));
-}
-
-/* Four rows of n at once, in place, each exactly as the scaling and masking below, then
- * softmax_row_avx512, compute it (the same steps in the same order per row): a row's
- * passes are short dependent chains (a running maximum, a running sum, their reductions,
- * then the scaling), and one row leaves the core waiting on them; four rows side by side
- * fill it (attention's score rows, 128 long in MiniLM). rows[r] for r < R (R <= 4). The
- * first pass also applies pre (see tm__softmax_block_f32): the scale, then masks[r]. */
-__attribute__((target("avx512f")))
-static void softmax_rows4_avx512(float *const *rows, int R, int64_t n, const tm_softmax_pre *pre,
-                                 const float *const *masks) {
+static void softmax_rows_avx512(const float *const *src, float *const *dst, int R, int64_t n,
+                                const tm_softmax_pre *pre, const float *const *masks,
+                                int log_form) {
     __m512 top[4], sum[4];
+    const float *from[4];   /* the rows the later passes read: src, or dst once pre ran */
     int64_t full = n / 16 * 16;
     __mmask16 tail = (__mmask16)((1u << (n - full)) - 1u);
-    const __m512 scale_by = _mm512_set1_ps(pre->scale);
-    for (int r = 0; r < R; r++) top[r] = _mm512_set1_ps(-INFINITY);
+    const __m512 scale_by = _mm512_set1_ps(pre ? pre->scale : 1.0f);
+    for (int r = 0; r < R; r++) {
+        top[r] = _mm512_set1_ps(-INFINITY);
+        from[r] = pre ? dst[r] : src[r];
+    }
     for (int64_t j = 0; j < n; j += 16) {
         __mmask16 m = j < full ? (__mmask16)0xffff : tail;
         for (int r = 0; r < R; r++) {
-            __m512 v = _mm512_maskz_loadu_ps(m, rows[r] + j);
-            if (pre->scale_kind == 1) v = _mm512_mul_ps(v, scale_by);
-            else if (pre->scale_kind == 2) v = _mm512_div_ps(v, scale_by);
-            if (masks[r])
-                v = _mm512_add_ps(v, pre->mask_scalar ? _mm512_set1_ps(masks[r][0])
-                                                      : _mm512_maskz_loadu_ps(m, masks[r] + j));
-            _mm512_mask_storeu_ps(rows[r] + j, m, v);
+            __m512 v = _mm512_maskz_loadu_ps(m, src[r] + j);
+            if (pre) {
+                if (pre->scale_kind == 1) v = _mm512_mul_ps(v, scale_by);
+                else if (pre->scale_kind == 2) v = _mm512_div_ps(v, scale_by);
+                if (masks[r])
+                    v = _mm512_add_ps(v, pre->mask_scalar ? _mm512_set1_ps(masks[r][0])
+                                                          : _mm512_maskz_loadu_ps(m, masks[r] + j));
+                _mm512_mask_storeu_ps(dst[r] + j, m, v);
+            }
             top[r] = _mm512_mask_max_ps(top[r], m, v, top[r]);
         }
     }
+    float tops[4];
     for (int r = 0; r < R; r++) {
-        top[r] = _mm512_set1_ps(_mm512_reduce_max_ps(top[r]));
+        tops[r] = _mm512_reduce_max_ps(top[r]);
+        top[r] = _mm512_set1_ps(tops[r]);
         sum[r] = _mm512_setzero_ps();
     }
     for (int64_t j = 0; j < full; j += 16)
         for (int r = 0; r < R; r++) {
-            __m512 e = exp_avx512(_mm512_sub_ps(_mm512_loadu_ps(rows[r] + j), top[r]));
-            _mm512_storeu_ps(rows[r] + j, e);
+            __m512 e = exp_avx512(_mm512_sub_ps(_mm512_loadu_ps(from[r] + j), top[r]));
+            if (!log_form) _mm512_storeu_ps(dst[r] + j, e);
             sum[r] = _mm512_add_ps(sum[r], e);
         }
     if (full < n)
         for (int r = 0; r < R; r++) {
-            __m512 e = exp_avx512(_mm512_sub_ps(_mm512_maskz_loadu_ps(tail, rows[r] + full), top[r]));
-            _mm512_mask_storeu_ps(rows[r] + full, tail, e);
+            __m512 e = exp_avx512(_mm512_sub_ps(_mm512_maskz_loadu_ps(tail, from[r] + full), top[r]));
+            if (!log_form) _mm512_mask_storeu_ps(dst[r] + full, tail, e);
             sum[r] = _mm512_mask_add_ps(sum[r], tail, sum[r], e);
         }
+    if (log_form) {   /* (x - top) - log(sum), as the scalar row has it */
+        for (int r = 0; r < R; r++) {
+            float log_sum = logf(_mm512_reduce_add_ps(sum[r]));
+            for (int64_t j = 0; j < n; j++) dst[r][j] = (from[r][j] - tops[r]) - log_sum;
+        }
+        return;
+    }
     __m512 scale[4];
     for (int r = 0; r < R; r++) scale[r] = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(sum[r]));
     for (int64_t j = 0; j < full; j += 16)
         for (int r = 0; r < R; r++)
-            _mm512_storeu_ps(rows[r] + j, _mm512_mul_ps(_mm512_loadu_ps(rows[r] + j), scale[r]));
+            _mm512_storeu_ps(dst[r] + j, _mm512_mul_ps(_mm512_loadu_ps(dst[r] + j), scale[r]));
     if (full < n)
         for (int r = 0; r < R; r++)
-            _mm512_mask_storeu_ps(rows[r] + full, tail,
-                                  _mm512_mul_ps(_mm512_maskz_loadu_ps(tail, rows[r] + full), scale[r]));
+            _mm512_mask_storeu_ps(dst[r] + full, tail,
+                                  _mm512_mul_ps(_mm512_maskz_loadu_ps(tail, dst[r] + full), scale[r]));
+}
+
+/* One contiguous f32 row as softmax_row_f32: the rows kernel on one row. */
+__attribute__((target("avx512f")))
+static void softmax_row_avx512(const float *x, float *y, int64_t n, int log_form) {
+    if (n > 0) softmax_rows_avx512(&x, &y, 1, n, NULL, NULL, log_form);
 }
 #endif
 
@@ -409,7 +398,7 @@ void tm__softmax_block_f32(float *s, int64_t rows, int64_t n, int64_t lds,
             float *p[4];
             int R = rows - r0 < 4 ? (int)(rows - r0) : 4;
             for (int r = 0; r < R; r++) p[r] = s + (r0 + r) * lds;
-            softmax_rows4_avx512(p, R, n, pre, masks + r0);
+            softmax_rows_avx512((const float *const *)p, p, R, n, pre, masks + r0, 0);
         }
         return;
     }
