@@ -3,6 +3,7 @@
  * zero points absent/packed/unpacked, g_idx, f16 activations; GATHER_BLOCK_QUANTIZED for
  * uint8 packed and int4 data, with and without zero points. */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -164,6 +165,73 @@ static void test_matmul_nbits(int bits, int64_t bs, int64_t K, int64_t N, int64_
     test_matmul_nbits_with(bits, bs, K, N, M, zp_kind, with_g, adt, 0);
     if (bits == 4 && !with_g && bs >= 16 && adt == TM_FLOAT)
         test_matmul_nbits_with(bits, bs, K, N, M, zp_kind, with_g, adt, 1);
+}
+
+/* The 4-bit GEMV gives the same bits on any number of threads: which of its one-row
+ * kernels (a group alone, or two side by side) runs a group depends on where a thread's
+ * claimed groups end, so both must sum a group alike. One row and five (a pass of four,
+ * then one), blocks of 32 and 64, 14 groups and a short 15th. */
+static void test_nbits_threads_bitwise(void) {
+    tm_pool *pools[2] = {tm_pool_create(2), tm_pool_create(3)};
+    const int64_t blocks_of[2] = {32, 64}, rows_of[2] = {1, 5}, n = 229, k = 1024;
+    for (int bi = 0; bi < 2; bi++) {
+        int64_t bs = blocks_of[bi], kb = k / bs;
+        uint8_t *b = malloc((size_t)(n * kb * bs / 2)), *zp = malloc((size_t)(n * ((kb + 1) / 2)));
+        float *scales = malloc(sizeof(float) * (size_t)(n * kb));
+        for (int64_t i = 0; i < n * kb * bs / 2; i++) b[i] = (uint8_t)next_u32();
+        for (int64_t i = 0; i < n * ((kb + 1) / 2); i++) zp[i] = (uint8_t)next_u32();
+        for (int64_t i = 0; i < n * kb; i++) scales[i] = next_f() * 0.1f;
+        tm_nbits_weights w = {n, k, bs, b, scales, zp, NULL};
+        void *packed = malloc(tm_nbits_packed_size(n, k, bs, 0));
+        tm_nbits_pack(&w, packed);
+        for (int ri = 0; ri < 2; ri++) {
+            int64_t m = rows_of[ri];
+            float *a = malloc(sizeof(float) * (size_t)(m * k)), *y[3];
+            for (int64_t i = 0; i < m * k; i++) a[i] = next_f();
+            void *scratch = malloc(tm_nbits_scratch(m, k, bs));
+            for (int t = 0; t < 3; t++) {
+                y[t] = malloc(sizeof(float) * (size_t)(m * n));
+                tm_nbits_matmul(packed, m, a, y[t], scratch, NULL, t ? pools[t - 1] : NULL);
+            }
+            CHECK(!memcmp(y[0], y[1], sizeof(float) * (size_t)(m * n)) &&
+                      !memcmp(y[0], y[2], sizeof(float) * (size_t)(m * n)),
+                  "4-bit GEMV, block %lld, %lld rows: 1, 2 and 3 threads give the same bits",
+                  (long long)bs, (long long)m);
+            for (int t = 0; t < 3; t++) free(y[t]);
+            free(a);
+            free(scratch);
+        }
+        free(b), free(zp), free(scales), free(packed);
+    }
+    tm_pool_free(pools[0]);
+    tm_pool_free(pools[1]);
+}
+
+/* The GEMV's split of a row into a scale and three digits per block: a block of large
+ * finite values whose sum overflows float (32 x 1.5e37) is split like any other, to
+ * within 2^-24 of its largest value. */
+static void test_nbits_split_large(void) {
+    const tm__nbits_arch *ar = tm__nbits_arch_avx512();
+    if (!ar) {
+        printf("skipped: no AVX-512 VNNI split on this CPU\n");
+        return;
+    }
+    float a[64];
+    for (int i = 0; i < 64; i++) a[i] = 1.5e37f * (0.5f + 0.5f * (float)(next_u32() % 1000) / 1000.0f);
+    void *buf = malloc(tm__nbits_qrow_bytes(64, 2) + 64);
+    void *at = (void *)(((uintptr_t)buf + 63) & ~(uintptr_t)63);
+    tm__nbits_qrow q;
+    ar->split(a, 64, 32, 2, at, &q);
+    double worst = 0;
+    for (int i = 0; i < 64; i++) {
+        int b = i / 32;
+        double v = (double)q.sa[b] * ((double)q.d[0][i] * 65536.0 + (double)q.d[1][i] * 256.0 + q.d[2][i]);
+        worst = fmax(worst, fabs(v - a[i]) / 3e37);
+    }
+    CHECK(isfinite(q.sa[0]) && isfinite(q.sa[1]) && worst < 1e-7,
+          "split of a block of 1.5e37s: scales %g %g, worst error %g of the block's top", q.sa[0],
+          q.sa[1], worst);
+    free(buf);
 }
 
 static void test_gather_bq(tm_dtype dt, int with_zp) {
@@ -625,7 +693,10 @@ int main(void) {
         /* One row over three groups (a pair side by side, then one; the last short), each
          * block size (16 and 128 take the one-group kernel), each zero point. */
         for (int b = 0; b < 4; b++)
-            for (int zp = 0; zp < 3; zp++) test_matmul_nbits(4, sizes[b], sizes[b] * 3, 45, 1, zp, 0, TM_FLOAT);
+            for (int zp = 0; zp < 3; zp++) {
+                test_matmul_nbits(4, sizes[b], sizes[b] * 3, 45, 1, zp, 0, TM_FLOAT);
+                test_matmul_nbits(4, sizes[b], sizes[b] * 5, 29, 1, zp, 0, TM_FLOAT);   /* a pair, the second short */
+            }
         const int64_t ms[] = {1, 3, 8, 9, 33, 70}, ns[] = {1, 4, 13, 25};
         for (int b = 0; b < 4; b++)
             for (int mi = 0; mi < 6; mi++) {
@@ -652,6 +723,8 @@ int main(void) {
         extreme_rows = 0;
     }
     unsetenv("TM_KERNEL_ISA");
+    test_nbits_threads_bitwise();
+    test_nbits_split_large();
     test_gather_bq(TM_UINT8, 0);
     test_gather_bq(TM_UINT8, 1);
     setenv("TM_KERNEL_ISA", "scalar", 1);   /* the reference, beside the 4-bit row path */

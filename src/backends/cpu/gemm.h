@@ -138,9 +138,10 @@ typedef void (*tm__sgemm_packed_fn)(int64_t k, const float *a_packed, const floa
                                     float *c, int64_t ldc, int mr, int nr, float beta);
 
 /* A full register tile, c (MR, nr) = a (MR rows of stride lda) . b_packed + beta * c
- * (beta == 0: c not read), A read where it lies. Each step of k it prefetches two lines,
- * at pf + step * pf_step floats and 16 floats on (pf NULL: b_packed's own stream, some
- * steps ahead), so that a tile whose B is already in cache can fetch the next B. */
+ * (beta == 0: c not read), A read where it lies. Each step of k it may prefetch two
+ * lines, at pf + step * pf_step floats and 16 floats on (pf NULL: b_packed's own stream,
+ * some steps ahead; the AVX2 kernel prefetches nothing), so that a tile whose B is
+ * already in cache can fetch the next B. */
 typedef void (*tm__sgemm_rows_tile_fn)(int64_t k, const float *a, int64_t lda,
                                        const float *b_packed, float *c, int64_t ldc, int nr,
                                        float beta, const float *pf, int64_t pf_step);

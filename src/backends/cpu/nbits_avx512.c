@@ -120,6 +120,14 @@ static inline __m512i dpbusd(__m512i acc, __m512i u, __m512i s) {
     return acc;
 }
 
+/* The record PREFETCH_RECORDS ahead of rec, all its lines (nibbles, scales, zero points)
+ * from wherever it starts in a line. */
+static inline __attribute__((always_inline)) void prefetch_ahead(const tm__nbits_packed *h,
+                                                                 const uint8_t *rec, int to_l2) {
+    const uint8_t *ahead = rec + PREFETCH_RECORDS * h->record;
+    for (int64_t l = 0; l < (h->record + 63) / 64 + 1; l++) prefetch_record(ahead + 64 * l, to_l2);
+}
+
 static inline __m512i bcast4(const int8_t *p) {
     int32_t v;
     memcpy(&v, p, sizeof v);
@@ -146,7 +154,7 @@ static inline __m512 finish_block(__m512i s0, __m512i s1, __m512i s2, __m512 z, 
 }
 
 /* One group of 16 columns for 2 to 4 rows (a compile-time constant in each caller), one
- * accumulator per row and digit (one row: gemv_group1). */
+ * accumulator per row and digit (one row: gemv_group1, or gemv_pair1 for two groups). */
 static inline __attribute__((always_inline)) void gemv_group(const tm__nbits_packed *h,
                                                              const uint8_t *rec,
                                                              const tm__nbits_qrow *q, int rows,
@@ -158,8 +166,7 @@ static inline __attribute__((always_inline)) void gemv_group(const tm__nbits_pac
 #pragma GCC unroll 4
     for (int r = 0; r < rows; r++) out[r] = _mm512_setzero_ps();
     for (int64_t blk = 0; blk < h->blocks; blk++, rec += h->record) {
-        for (int64_t off = 0; off < h->record; off += 64)
-            prefetch_record(rec + PREFETCH_RECORDS * h->record + off, to_l2);
+        prefetch_ahead(h, rec, to_l2);
         __m512i acc[4][3];
 #pragma GCC unroll 4
         for (int r = 0; r < rows; r++)
@@ -209,14 +216,10 @@ static inline __attribute__((always_inline)) void gemv_group1(const tm__nbits_pa
                                                               float *y, int cols, int to_l2,
                                                               int64_t block) {
     const int64_t octets = block / 8;
-    /* A record's lines: its nibbles, scales and zero points (at most 64 bytes), from
-     * wherever it starts in a line. */
-    const int64_t lines = (h->record + 63) / 64 + 1;
     const int8_t *d0 = q->d[0], *d1 = q->d[1], *d2 = q->d[2];
     __m512 out = _mm512_setzero_ps(), out2 = _mm512_setzero_ps();
     for (int64_t blk = 0; blk < h->blocks; blk++, rec += h->record) {
-        const uint8_t *ahead = rec + PREFETCH_RECORDS * h->record;
-        for (int64_t l = 0; l < lines; l++) prefetch_record(ahead + 64 * l, to_l2);
+        prefetch_ahead(h, rec, to_l2);
         __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, b0 = a0, b1 = a0, b2 = a0;
         int64_t k = blk * h->block;
 #pragma GCC unroll 8
@@ -255,16 +258,15 @@ static inline __attribute__((always_inline)) void gemv_pair1(const tm__nbits_pac
                                                              int cols_b, int to_l2,
                                                              int64_t block) {
     const int64_t octets = block / 8, stride = h->blocks * h->record;
-    const int64_t lines = (h->record + 63) / 64 + 1;
     const int8_t *d0 = q->d[0], *d1 = q->d[1], *d2 = q->d[2];
     const uint8_t *rb = ra + stride;
-    __m512 out_a = _mm512_setzero_ps(), out_b = _mm512_setzero_ps();
+    /* Even and odd blocks in two float chains per group, as gemv_group1 sums them: a
+     * group gives the same bits whichever of the two kernels runs it (which one does
+     * depends on where a thread's claimed groups end). */
+    __m512 out_a = _mm512_setzero_ps(), out_a2 = out_a, out_b = out_a, out_b2 = out_a;
     for (int64_t blk = 0; blk < h->blocks; blk++, ra += h->record, rb += h->record) {
-        const uint8_t *ahead = ra + PREFETCH_RECORDS * h->record;
-        for (int64_t l = 0; l < lines; l++) {
-            prefetch_record(ahead + 64 * l, to_l2);
-            prefetch_record(ahead + stride + 64 * l, to_l2);
-        }
+        prefetch_ahead(h, ra, to_l2);
+        prefetch_ahead(h, rb, to_l2);
         __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, b0 = a0, b1 = a0, b2 = a0;
         __m512i e0 = a0, e1 = a0, e2 = a0, f0 = a0, f1 = a0, f2 = a0;
         int64_t k = blk * h->block;
@@ -288,13 +290,24 @@ static inline __attribute__((always_inline)) void gemv_pair1(const tm__nbits_pac
         }
         __m512 za = zero_points(h, ra), sa = _mm512_loadu_ps(ra + tm__nbits_scales_at(h->block));
         __m512 zb = zero_points(h, rb), sb = _mm512_loadu_ps(rb + tm__nbits_scales_at(h->block));
-        out_a = finish_block(_mm512_add_epi32(a0, b0), _mm512_add_epi32(a1, b1),
-                             _mm512_add_epi32(a2, b2), za, sa, q, blk, out_a);
-        out_b = finish_block(_mm512_add_epi32(e0, f0), _mm512_add_epi32(e1, f1),
-                             _mm512_add_epi32(e2, f2), zb, sb, q, blk, out_b);
+        __m512i s0 = _mm512_add_epi32(a0, b0), s1 = _mm512_add_epi32(a1, b1), s2 = _mm512_add_epi32(a2, b2);
+        __m512i t0 = _mm512_add_epi32(e0, f0), t1 = _mm512_add_epi32(e1, f1), t2 = _mm512_add_epi32(e2, f2);
+        if (blk & 1) {
+            out_a2 = finish_block(s0, s1, s2, za, sa, q, blk, out_a2);
+            out_b2 = finish_block(t0, t1, t2, zb, sb, q, blk, out_b2);
+        } else {
+            out_a = finish_block(s0, s1, s2, za, sa, q, blk, out_a);
+            out_b = finish_block(t0, t1, t2, zb, sb, q, blk, out_b);
+        }
     }
-    _mm512_storeu_ps(y, out_a);
-    _mm512_mask_storeu_ps(y + TM_NBITS_GROUP, lanes(cols_b), out_b);
+    _mm512_storeu_ps(y, _mm512_add_ps(out_a, out_a2));
+    _mm512_mask_storeu_ps(y + TM_NBITS_GROUP, lanes(cols_b), _mm512_add_ps(out_b, out_b2));
+}
+
+/* Columns of group g: 16, fewer in the last. */
+static inline int group_cols(const tm__nbits_packed *h, int64_t g) {
+    int64_t left = h->n - g * TM_NBITS_GROUP;
+    return (int)(left < TM_NBITS_GROUP ? left : TM_NBITS_GROUP);
 }
 
 /* to_l2: a constant in each of gemv's two calls, so that each has its one prefetch. */
@@ -306,10 +319,9 @@ static inline __attribute__((always_inline)) void gemv_groups(const tm__nbits_pa
     for (int64_t g = g0; g < g1; g++) {
         const uint8_t *rec = data + g * h->blocks * h->record;
         int64_t n = g * TM_NBITS_GROUP;
-        int cols = (int)(h->n - n < TM_NBITS_GROUP ? h->n - n : TM_NBITS_GROUP);
+        int cols = group_cols(h, g);
         if (rows == 1 && g + 1 < g1 && (h->block == 32 || h->block == 64)) {
-            int cols_b = (int)(h->n - n - TM_NBITS_GROUP < TM_NBITS_GROUP ? h->n - n - TM_NBITS_GROUP
-                                                                           : TM_NBITS_GROUP);
+            int cols_b = group_cols(h, g + 1);
             if (h->block == 32) gemv_pair1(h, rec, q, y + n, cols_b, to_l2, 32);
             else gemv_pair1(h, rec, q, y + n, cols_b, to_l2, 64);
             g++;

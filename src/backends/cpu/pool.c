@@ -17,9 +17,13 @@
  * idle. By the clock, not a count of pause instructions, whose length differs tenfold
  * between CPUs. */
 #define SPIN_NS 200000
+/* ... and with more threads than CPUs, where a polling thread takes the CPU of the one
+ * it waits for: about the old 2000 pauses. */
+#define SPIN_NS_OVERSUBSCRIBED 20000
 
 struct tm_pool {
     int n_threads;                /* caller included */
+    long spin_ns;                 /* how long a thread polls before it sleeps */
     pthread_t *workers;           /* n_threads - 1 */
     int n_started;
     pthread_mutex_t run_lock;     /* held by the thread whose job is running */
@@ -49,6 +53,7 @@ static inline void cpu_relax(void) {
 /* A poll loop's budget: spin_more pauses once and says whether to go on polling (it
  * reads the clock every 64 calls). */
 typedef struct spin {
+    long budget_ns;
     int polls;
     struct timespec until;
 } spin;
@@ -59,7 +64,7 @@ static int spin_more(spin *s) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     if (s->polls == 64) {
-        long ns = t.tv_nsec + SPIN_NS;
+        long ns = t.tv_nsec + s->budget_ns;
         s->until.tv_sec = t.tv_sec + ns / 1000000000L;
         s->until.tv_nsec = ns % 1000000000L;
         return 1;
@@ -81,7 +86,7 @@ static int slice_of(uint64_t claim) { return (int)(claim & MAX_SLICES); }
 
 /* Waits until the job number differs from seen; returns the new one. */
 static unsigned wait_for_job(tm_pool *p, unsigned seen) {
-    spin sp = {0};
+    spin sp = {p->spin_ns, 0, {0, 0}};
     do {
         unsigned j = job_of(atomic_load_explicit(&p->claim, memory_order_acquire));
         if (j != seen || atomic_load(&p->stop)) return j;
@@ -148,6 +153,7 @@ tm_pool *tm_pool_create(int threads) {
     atomic_init(&p->finished, 0);
     atomic_init(&p->caller_sleeping, 0);
     atomic_init(&p->stop, 0);
+    p->spin_ns = threads > tm_pool_online_cpus() ? SPIN_NS_OVERSUBSCRIBED : SPIN_NS;   /* before any worker reads it */
     for (int i = 0; i < threads - 1; i++) {
         worker_start *s = malloc(sizeof *s);
         if (!s) break;
@@ -214,7 +220,7 @@ void tm_pool_run_n(tm_pool *p, int n_slices, tm_pool_fn fn, void *arg) {
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->lock);
     run_slices(p, job);
-    spin sp = {0};
+    spin sp = {p->spin_ns, 0, {0, 0}};
     while (atomic_load_explicit(&p->finished, memory_order_acquire) != nth && spin_more(&sp)) {
     }
     if (atomic_load_explicit(&p->finished, memory_order_acquire) != nth) {

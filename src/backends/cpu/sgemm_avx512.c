@@ -86,20 +86,20 @@ static inline __attribute__((always_inline)) void tile_rows12_hint(int64_t k, co
                                                                     int nr, float beta,
                                                                     const float *pf,
                                                                     int64_t pf_step,
-                                                                    const int to_l2) {
+                                                                    const int hint) {
     __m512 acc[MR][2];
-    if (!pf) {
-        pf = b + B_AHEAD;
-        pf_step = NR;
-    }
 #pragma GCC unroll 12
     for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
     const float *a0 = a, *a1 = a + 3 * lda, *a2 = a + 6 * lda, *a3 = a + 9 * lda;
     int64_t l1 = lda, l2 = 2 * lda;
 #pragma GCC unroll 2
     for (int64_t p = 0; p < k; p++) {
-        /* B a few KB ahead: the first row tile over a panel streams it from memory. */
-        if (to_l2) {
+        /* pf's stream: this panel a few KB ahead (a tile whose panel comes from memory),
+         * or the next panel or block (a tile whose panel is in cache). */
+        if (hint == 2) {
+            _mm_prefetch((const char *)pf, _MM_HINT_T2);
+            _mm_prefetch((const char *)(pf + 16), _MM_HINT_T2);
+        } else if (hint == 1) {
             _mm_prefetch((const char *)pf, _MM_HINT_T1);
             _mm_prefetch((const char *)(pf + 16), _MM_HINT_T1);
         } else {
@@ -127,10 +127,14 @@ static inline __attribute__((always_inline)) void tile_rows12_hint(int64_t k, co
     for (int i = 0; i < MR; i++) store_row(c + i * ldc, acc[i][0], acc[i][1], nr, one, beta);
 }
 
+/* Its own stream into L1 or L2 as tm__stream_prefetch_l2 says; another panel, fetched a
+ * panel or more ahead, always into L2 (into L1 it would push out A's tile and the panel
+ * being read). */
 static void tile_rows12(int64_t k, const float *a, int64_t lda, const float *b, float *c,
                         int64_t ldc, int nr, float beta, const float *pf, int64_t pf_step) {
-    if (tm__stream_prefetch_l2()) tile_rows12_hint(k, a, lda, b, c, ldc, nr, beta, pf, pf_step, 1);
-    else tile_rows12_hint(k, a, lda, b, c, ldc, nr, beta, pf, pf_step, 0);
+    if (pf) tile_rows12_hint(k, a, lda, b, c, ldc, nr, beta, pf, pf_step, 1);
+    else if (tm__stream_prefetch_l2()) tile_rows12_hint(k, a, lda, b, c, ldc, nr, beta, b + B_AHEAD, NR, 2);
+    else tile_rows12_hint(k, a, lda, b, c, ldc, nr, beta, b + B_AHEAD, NR, 0);
 }
 
 static void tile_packed(int64_t k, const float *a, const float *b, float *c, int64_t ldc,

@@ -242,7 +242,7 @@ static const float *panel_at(const bpacked_job *g, int64_t pc, int64_t j) {
  * 52 -> 47 ms on one thread). */
 static const float *next_share(const tm__sgemm_arch *ar, const float *next, int64_t kn, int r,
                                int64_t full, int64_t *pf_step) {
-    if (!next || r >= 2 || r >= full) return NULL;
+    if (!next || r < 0 || r >= 2 || r >= full) return NULL;
     if (full == 1) {
         *pf_step = ar->nr;
         return next;
@@ -253,7 +253,7 @@ static const float *next_share(const tm__sgemm_arch *ar, const float *next, int6
 
 /* One task: rows [i0, i1) by columns [j0, j1), every depth block. Within a block the row
  * tiles sweep the task's panels, so A's tile stays in L1 and B's block in L2; the
- * epilogue follows each row tile's last block, and the second and third row tiles fetch
+ * epilogue follows each row tile's last block, and the last two full row tiles fetch
  * the next block. A task of few rows (a short prefill, a 128-token encoder) goes panel by
  * panel instead, every row tile on each while it is fresh, the first two fetching the
  * next panel (next_share), so that B's stream from memory overlaps the FMAs. The short
@@ -302,14 +302,17 @@ static void bpacked_task(const bpacked_job *g, int64_t i0, int64_t i1, int64_t j
             if (last) epilogue(g->ep, g->c, g->ldc, i0, i1, j0, j1);
             continue;
         }
+        /* The last two full row tiles (the second, when there are only two), which read
+         * this block from L2, fetch the next block panel for panel, late enough that it
+         * does not crowd this one out of L2 while the tiles before them read it; the
+         * first tile streams its own. */
+        int64_t fetchers = full_tiles >= 3 ? 2 : full_tiles - 1, first = full_tiles - fetchers;
         for (int64_t i = i0, r = 0; i < i1; i += ar->mr, r++) {
             int rows = (int)min64(ar->mr, i1 - i);
-            /* Row tiles 1 and 2 read this block from L2 and fetch the next block, panel
-             * for panel; the first streams its own. */
             for (int64_t j = j0; j < j1; j += ar->nr) {
                 int64_t nj = nj0 + (j - j0);
-                const float *next = r >= 1 && nj0 >= 0 && nj < nj1 ? panel_at(g, npc, nj) : NULL;
-                const float *pf = next_share(ar, next, kn, (int)r - 1, full_tiles - 1, &pf_step);
+                const float *next = r >= first && nj0 >= 0 && nj < nj1 ? panel_at(g, npc, nj) : NULL;
+                const float *pf = next_share(ar, next, kn, (int)(r - first), fetchers, &pf_step);
                 bpacked_tile(g, i, rows, a_tile, pc, kcb, block, j, j1, beta, pf, pf_step);
             }
             if (last) epilogue(g->ep, g->c, g->ldc, i, i + rows, j0, j1);
@@ -325,7 +328,8 @@ static void bpacked_slice(void *arg, int ith, int nth) {
         int64_t grp = t / g->n_col_blocks, cb = t % g->n_col_blocks;
         int64_t i0 = grp * g->group_tiles * g->ar->mr;
         int64_t j0 = cb * g->col_block;
-        /* The next task's columns, when this thread takes it and they are others. */
+        /* The next task's columns, when this thread takes it next and it is the same
+         * row group's next column block (a new row group starts over at column 0). */
         int64_t nj0 = t + 1 < t1 && cb + 1 < g->n_col_blocks ? j0 + g->col_block : -1;
         bpacked_task(g, i0, min64(i0 + g->group_tiles * g->ar->mr, g->m), j0,
                      min64(j0 + g->col_block, g->n), nj0, min64(nj0 + g->col_block, g->n));
