@@ -217,7 +217,7 @@ static inline __attribute__((always_inline)) void gemv_group1(const tm__nbits_pa
                                                               int64_t block) {
     const int64_t octets = block / 8;
     const int8_t *d0 = q->d[0], *d1 = q->d[1], *d2 = q->d[2];
-    __m512 out = _mm512_setzero_ps(), out2 = _mm512_setzero_ps();
+    __m512 out = _mm512_setzero_ps();
     for (int64_t blk = 0; blk < h->blocks; blk++, rec += h->record) {
         prefetch_ahead(h, rec, to_l2);
         __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, b0 = a0, b1 = a0, b2 = a0;
@@ -241,11 +241,9 @@ static inline __attribute__((always_inline)) void gemv_group1(const tm__nbits_pa
         }
         __m512 z = zero_points(h, rec), s = _mm512_loadu_ps(rec + tm__nbits_scales_at(h->block));
         __m512i s0 = _mm512_add_epi32(a0, b0), s1 = _mm512_add_epi32(a1, b1), s2 = _mm512_add_epi32(a2, b2);
-        /* Two float chains, even and odd blocks. */
-        if (blk & 1) out2 = finish_block(s0, s1, s2, z, s, q, blk, out2);
-        else out = finish_block(s0, s1, s2, z, s, q, blk, out);
+        out = finish_block(s0, s1, s2, z, s, q, blk, out);
     }
-    _mm512_mask_storeu_ps(y, lanes(cols), _mm512_add_ps(out, out2));
+    _mm512_mask_storeu_ps(y, lanes(cols), out);
 }
 
 /* Two neighbouring groups of one row side by side: every broadcast digit serves both, and
@@ -260,10 +258,10 @@ static inline __attribute__((always_inline)) void gemv_pair1(const tm__nbits_pac
     const int64_t octets = block / 8, stride = h->blocks * h->record;
     const int8_t *d0 = q->d[0], *d1 = q->d[1], *d2 = q->d[2];
     const uint8_t *rb = ra + stride;
-    /* Even and odd blocks in two float chains per group, as gemv_group1 sums them: a
-     * group gives the same bits whichever of the two kernels runs it (which one does
-     * depends on where a thread's claimed groups end). */
-    __m512 out_a = _mm512_setzero_ps(), out_a2 = out_a, out_b = out_a, out_b2 = out_a;
+    /* One float chain per group, as gemv_group1 sums it: a group gives the same bits
+     * whichever of the two kernels runs it (which one does depends on where a thread's
+     * claimed groups end). */
+    __m512 out_a = _mm512_setzero_ps(), out_b = out_a;
     for (int64_t blk = 0; blk < h->blocks; blk++, ra += h->record, rb += h->record) {
         prefetch_ahead(h, ra, to_l2);
         prefetch_ahead(h, rb, to_l2);
@@ -292,16 +290,11 @@ static inline __attribute__((always_inline)) void gemv_pair1(const tm__nbits_pac
         __m512 zb = zero_points(h, rb), sb = _mm512_loadu_ps(rb + tm__nbits_scales_at(h->block));
         __m512i s0 = _mm512_add_epi32(a0, b0), s1 = _mm512_add_epi32(a1, b1), s2 = _mm512_add_epi32(a2, b2);
         __m512i t0 = _mm512_add_epi32(e0, f0), t1 = _mm512_add_epi32(e1, f1), t2 = _mm512_add_epi32(e2, f2);
-        if (blk & 1) {
-            out_a2 = finish_block(s0, s1, s2, za, sa, q, blk, out_a2);
-            out_b2 = finish_block(t0, t1, t2, zb, sb, q, blk, out_b2);
-        } else {
-            out_a = finish_block(s0, s1, s2, za, sa, q, blk, out_a);
-            out_b = finish_block(t0, t1, t2, zb, sb, q, blk, out_b);
-        }
+        out_a = finish_block(s0, s1, s2, za, sa, q, blk, out_a);
+        out_b = finish_block(t0, t1, t2, zb, sb, q, blk, out_b);
     }
-    _mm512_storeu_ps(y, _mm512_add_ps(out_a, out_a2));
-    _mm512_mask_storeu_ps(y + TM_NBITS_GROUP, lanes(cols_b), _mm512_add_ps(out_b, out_b2));
+    _mm512_storeu_ps(y, out_a);
+    _mm512_mask_storeu_ps(y + TM_NBITS_GROUP, lanes(cols_b), out_b);
 }
 
 /* Columns of group g: 16, fewer in the last. */
