@@ -213,24 +213,24 @@ typedef struct bpacked_job {
     int64_t depth;                    /* of B's layout */
 } bpacked_job;
 
-/* Row tile i (rows [i, i + rows); a short one packed in a_tile) against panel j; a full
- * tile prefetches pf (NULL: its own panel ahead). */
+/* Panel j (a multiple of the panel width) of depth block pc of packed B. */
+static const float *panel_at(const bpacked_job *g, int64_t pc, int64_t j) {
+    return g->bp + pc * round_up(g->n, g->ar->nr) + j * min64(g->depth, g->k - pc);
+}
+
+/* Row tile i (rows [i, i + rows); a short one packed in a_tile) against panel j of depth
+ * block pc (kcb deep); a full tile prefetches pf (NULL: its own panel ahead). */
 static inline void bpacked_tile(const bpacked_job *g, int64_t i, int rows, const float *a_tile,
-                                int64_t pc, int64_t kcb, const float *block, int64_t j,
-                                int64_t j1, float beta, const float *pf, int64_t pf_step) {
+                                int64_t pc, int64_t kcb, int64_t j, int64_t j1, float beta,
+                                const float *pf, int64_t pf_step) {
     const tm__sgemm_arch *ar = g->ar;
-    const float *panel = block + j / ar->nr * kcb * ar->nr;
+    const float *panel = panel_at(g, pc, j);
     int nr = (int)min64(ar->nr, j1 - j);
     if (rows == ar->mr)   /* a full tile reads A where it lies */
         ar->tile_rows(kcb, g->a + i * g->lda + pc, g->lda, panel, g->c + i * g->ldc + j, g->ldc,
                       nr, beta, pf, pf_step);
     else
         ar->tile_packed(kcb, a_tile, panel, g->c + i * g->ldc + j, g->ldc, rows, nr, beta);
-}
-
-/* Panel j (a multiple of the panel width) of depth block pc of packed B. */
-static const float *panel_at(const bpacked_job *g, int64_t pc, int64_t j) {
-    return g->bp + pc * round_up(g->n, g->ar->nr) + j * min64(g->depth, g->k - pc);
 }
 
 /* B's next panel fetched while tiles compute on one already in cache: full tile r (of
@@ -262,20 +262,18 @@ static const float *next_share(const tm__sgemm_arch *ar, const float *next, int6
 static void bpacked_task(const bpacked_job *g, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
                          int64_t next_j0, int64_t next_j1) {
     const tm__sgemm_arch *ar = g->ar;
-    int64_t width = round_up(g->n, ar->nr);
     int64_t full = i0 + (i1 - i0) / ar->mr * ar->mr;   /* rows in whole tiles */
     int tail = (int)(i1 - full);
     float a_tile[EDGE_FLOATS] __attribute__((aligned(64)));
     for (int64_t pc = 0; pc < g->k; pc += g->depth) {
         int64_t kcb = min64(g->depth, g->k - pc);
-        const float *block = g->bp + pc * width;
         int last = pc + kcb == g->k;
         float beta = pc == 0 ? 0.0f : 1.0f;
         if (g->m <= TM__SGEMM_ROWS_MAX) {   /* by m, not the task: the same kernel for any split */
             /* A decode step: its rows against each panel, straight from A. */
             for (int64_t j = j0; j < j1; j += ar->nr)
                 ar->rows(kcb, g->a + i0 * g->lda + pc, g->lda, (int)(i1 - i0),
-                         block + j / ar->nr * kcb * ar->nr, g->c + i0 * g->ldc + j, g->ldc,
+                         panel_at(g, pc, j), g->c + i0 * g->ldc + j, g->ldc,
                          (int)min64(ar->nr, j1 - j), beta);
             if (last) epilogue(g->ep, g->c, g->ldc, i0, i1, j0, j1);
             continue;
@@ -295,7 +293,7 @@ static void bpacked_task(const bpacked_job *g, int64_t i0, int64_t i1, int64_t j
                 int64_t depth_next = j + ar->nr < j1 ? kcb : kn;
                 for (int64_t i = i0, r = 0; i < i1; i += ar->mr, r++) {
                     const float *pf = next_share(ar, next, depth_next, (int)r, full_tiles, &pf_step);
-                    bpacked_tile(g, i, (int)min64(ar->mr, i1 - i), a_tile, pc, kcb, block, j, j1,
+                    bpacked_tile(g, i, (int)min64(ar->mr, i1 - i), a_tile, pc, kcb, j, j1,
                                  beta, pf, pf_step);
                 }
             }
@@ -313,7 +311,7 @@ static void bpacked_task(const bpacked_job *g, int64_t i0, int64_t i1, int64_t j
                 int64_t nj = nj0 + (j - j0);
                 const float *next = r >= first && nj0 >= 0 && nj < nj1 ? panel_at(g, npc, nj) : NULL;
                 const float *pf = next_share(ar, next, kn, (int)(r - first), fetchers, &pf_step);
-                bpacked_tile(g, i, rows, a_tile, pc, kcb, block, j, j1, beta, pf, pf_step);
+                bpacked_tile(g, i, rows, a_tile, pc, kcb, j, j1, beta, pf, pf_step);
             }
             if (last) epilogue(g->ep, g->c, g->ldc, i, i + rows, j0, j1);
         }
