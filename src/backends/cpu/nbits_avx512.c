@@ -10,13 +10,14 @@
  * columns a vector at a time into the f32 GEMM's packed-B layout. Compiled with
  * -mavx512f -mavx512bw -mavx512vnni (Makefile), used only when the CPU has them. */
 #include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 #include "nbits.h"
 
 #if defined(__x86_64__) && defined(__AVX512F__) && defined(__AVX512BW__) && \
     defined(__AVX512VNNI__)
 #include <immintrin.h>
-#include "gemm.h"   /* tm__stream_prefetch_l2 */
 
 /* The largest integer of a split value: its top digit then stays within [-127, 127]. */
 #define FULL (127 * 65536)
@@ -100,9 +101,22 @@ static void split(const float *a, int64_t k, int64_t block, int64_t blocks, void
 }
 
 /* The weights stream from memory: each record is fetched this many records ahead, into
- * L1 or L2 as tm__stream_prefetch_l2 says (0.6B q4 decode step on a Xeon with AMX, L2
- * against L1: 37 -> 29 ms on one thread, 19 -> 17 on two). */
-#define PREFETCH_RECORDS 16
+ * L2 (0.6B q4 decode step, one thread: on a Xeon with AMX, L2 against L1 at 16 records,
+ * 37 -> 29 ms; on an AMD EPYC (Zen 4, 30 GB/s from one core), 16 records ahead into L1
+ * streamed 12.9 GB/s, into L2 15.9, and 48 to 192 records ahead into L2 about 21, where
+ * the kernel on weights already in L2 runs at 35). TM_PREFETCH=l1 and
+ * TM_NBITS_PREFETCH_RECORDS=N override the two, for such comparisons. */
+static pthread_once_t prefetch_once = PTHREAD_ONCE_INIT;
+static int prefetch_l2;
+static int64_t prefetch_records;   /* both written once, under prefetch_once */
+
+static void pick_prefetch(void) {
+    __builtin_cpu_init();
+    const char *level = getenv("TM_PREFETCH"), *records = getenv("TM_NBITS_PREFETCH_RECORDS");
+    prefetch_l2 = level ? !strcmp(level, "l2") : 1;
+    prefetch_records = records && atoi(records) > 0 ? atoi(records)
+                       : __builtin_cpu_is("intel") ? 16 : 64;
+}
 
 /* always_inline: a function holding only a prefetch has no visible effect, and GCC
  * drops the calls of one it does not inline. */
@@ -120,11 +134,11 @@ static inline __m512i dpbusd(__m512i acc, __m512i u, __m512i s) {
     return acc;
 }
 
-/* The record PREFETCH_RECORDS ahead of rec, all its lines (nibbles, scales, zero points)
+/* The record prefetch_records ahead of rec, all its lines (nibbles, scales, zero points)
  * from wherever it starts in a line. */
 static inline __attribute__((always_inline)) void prefetch_ahead(const tm__nbits_packed *h,
                                                                  const uint8_t *rec, int to_l2) {
-    const uint8_t *ahead = rec + PREFETCH_RECORDS * h->record;
+    const uint8_t *ahead = rec + prefetch_records * h->record;
     for (int64_t l = 0; l < (h->record + 63) / 64 + 1; l++) prefetch_record(ahead + 64 * l, to_l2);
 }
 
@@ -335,7 +349,8 @@ static inline __attribute__((always_inline)) void gemv_groups(const tm__nbits_pa
 
 static void gemv(const tm__nbits_packed *h, const uint8_t *data, const tm__nbits_qrow *q,
                  int rows, int64_t g0, int64_t g1, float *y, int64_t ldy) {
-    if (tm__stream_prefetch_l2()) gemv_groups(h, data, q, rows, g0, g1, y, ldy, 1);
+    pthread_once(&prefetch_once, pick_prefetch);
+    if (prefetch_l2) gemv_groups(h, data, q, rows, g0, g1, y, ldy, 1);
     else gemv_groups(h, data, q, rows, g0, g1, y, ldy, 0);
 }
 
