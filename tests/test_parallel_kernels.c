@@ -136,6 +136,35 @@ static void test_elementwise(tm_pool *pool) {
     tm_tensor_free(x), tm_tensor_free(y), tm_tensor_free(s);
 }
 
+/* Nearest resampling splits its output rows over the pool: an upsampling by 4 (rows
+ * copied from the row above, across slice boundaries too) and an odd resampling of both
+ * spatial axes, rounding half pixels. */
+static void put_f64(tm_args *a, int at, double v) { memcpy(&a->i[at], &v, sizeof v); }
+
+static void test_resize_nearest(tm_pool *pool) {
+    const int64_t in_d[2][4] = {{1, 24, 40, 40}, {2, 8, 37, 41}};
+    const int64_t out_d[2][4] = {{1, 24, 160, 160}, {2, 8, 91, 67}};
+    const int transform[2] = {4, 0}, rounding[2] = {2, 0};   /* asymmetric floor; half pixel */
+    for (int c = 0; c < 2; c++) {
+        tm_tensor *x = random_tensor(4, in_d[c]);
+        tm_args a;
+        memset(&a, 0, sizeof a);
+        a.i[1] = transform[c];
+        a.i[2] = rounding[c];
+        for (int d = 0; d < 4; d++) {
+            a.i[8 + d] = out_d[c][d];
+            put_f64(&a, 16 + d, (double)out_d[c][d] / (double)in_d[c][d]);
+            put_f64(&a, 24 + d, 0.0);
+            put_f64(&a, 32 + d, 1.0);
+        }
+        const tm_tensor *in[1] = {x};
+        CHECK(same_with_pool(TM_P_RESIZE, &a, in, 1, pool), "nearest resize %lldx%lld -> %lldx%lld",
+              (long long)in_d[c][2], (long long)in_d[c][3], (long long)out_d[c][2],
+              (long long)out_d[c][3]);
+        tm_tensor_free(x);
+    }
+}
+
 /* Batches of products each too small to thread (attention heads and their gradients)
  * split whole products over the pool: plain, with either operand transposed, and with
  * a broadcast batch dim. */
@@ -242,6 +271,7 @@ int main(void) {
     test_elementwise(pool);
     test_batched_matmul(pool);
     test_rows(pool);
+    test_resize_nearest(pool);
     const int lin_r[1] = {2}, conv_r[1] = {4}, att_r[3] = {4, 4, 4};
     const int64_t lin_d[1][4] = {{130, 200}}, conv_d[1][4] = {{2, 16, 90, 82}};
     const int64_t att_d[3][4] = {{2, 6, 70, 32}, {2, 6, 90, 32}, {2, 6, 90, 32}};

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "../ctx.h"
+#include "../../backends/cpu/pool.h"
 
 /* ---- Shared helpers ---------------------------------------------------------------------- */
 
@@ -357,8 +358,8 @@ static void resize_axis_table(const tm_args *a, int d, int64_t in, int64_t out, 
  * row along the last axis: the leading axes pick a source row once per output row, an
  * output row whose source row is the previous one's (upsampling) is a copy of it, and
  * the last axis is a gather through its table. */
-static void resize_gather(const resize_plan *p, const tm_args *a, char *scratch,
-                          const tm_tensor *x, tm_tensor *y) {
+static void resize_gather(const resize_plan *p, const tm_args *a, const char *scratch,
+                          const tm_tensor *x, tm_tensor *y, int64_t row0, int64_t row1) {
     int r = p->rank, last = r - 1;
     size_t es = tm_dtype_elem_size(x->dtype);
     int64_t stride[TM_MAX_RANK], j[TM_MAX_RANK] = {0};
@@ -367,13 +368,19 @@ static void resize_gather(const resize_plan *p, const tm_args *a, char *scratch,
         stride[d] = s;
         s *= p->in[d];
     }
-    int64_t width = p->out[last], rows = width ? tm_numel(r, p->out) / width : 0;
+    int64_t width = p->out[last];
+    /* The output row row0's position along the leading axes. */
+    int64_t left = row0;
+    for (int d = last - 1; d >= 0; d--) {
+        j[d] = left % p->out[d];
+        left /= p->out[d];
+    }
     const int64_t *idx_last = p->active[last] ? (const int64_t *)(scratch + p->idx_at[last]) : NULL;
     const uint8_t *flag_last = p->active[last] ? (const uint8_t *)(scratch + p->flag_at[last]) : NULL;
     const char *src = x->data;
     char *dst = y->data;
     int64_t prev_from = -1;
-    for (int64_t row = 0; row < rows; row++) {
+    for (int64_t row = row0; row < row1; row++) {
         int64_t from = 0;
         int outside = 0;
         for (int d = 0; d < last; d++) {
@@ -417,6 +424,40 @@ static void resize_gather(const resize_plan *p, const tm_args *a, char *scratch,
             j[d] = 0;
         }
     }
+}
+
+/* Nearest over the pool: contiguous ranges of output rows, each slice starting its own
+ * run of copies (its first row is gathered, not copied from a row another slice writes). */
+typedef struct gather_job {
+    const resize_plan *p;
+    const tm_args *a;
+    const char *scratch;
+    const tm_tensor *x;
+    tm_tensor *y;
+    int64_t rows;
+} gather_job;
+
+static void gather_slice(void *arg, int ith, int nth) {
+    const gather_job *g = arg;
+    int64_t row0 = g->rows * ith / nth, row1 = g->rows * (ith + 1) / nth;
+    if (row0 < row1) resize_gather(g->p, g->a, g->scratch, g->x, g->y, row0, row1);
+}
+
+/* Below this many output bytes nearest resampling stays on one thread. */
+#define GATHER_PARALLEL_BYTES ((int64_t)1 << 18)
+
+static void resize_gather_run(const resize_plan *p, const tm_args *a, const char *scratch,
+                              const tm_tensor *x, tm_tensor *y, struct tm_pool *pool) {
+    int64_t width = p->out[p->rank - 1], numel = tm_numel(p->rank, p->out);
+    int64_t rows = width ? numel / width : 0;
+    int64_t bytes = numel * (int64_t)tm_dtype_elem_size(x->dtype);
+    int nth = tm_pool_threads(pool);
+    if (nth < 2 || bytes < GATHER_PARALLEL_BYTES || rows < 2) {
+        resize_gather(p, a, scratch, x, y, 0, rows);
+        return;
+    }
+    gather_job g = {p, a, scratch, x, y, rows};
+    tm_pool_run_n(pool, nth * 4 < rows ? nth * 4 : (int)rows, gather_slice, &g);
 }
 
 /* One axis of the separable resampling: src (outer, in_d, inner) to dst (outer, out_d,
@@ -540,7 +581,7 @@ tm_status tm__kernel_resize(const tm_kcall *k) {
                               (int64_t *)(scratch + p.idx_at[d]),
                               (double *)(scratch + p.weight_at[d]),
                               (uint8_t *)(scratch + p.flag_at[d]));
-    if (a->i[0] == MODE_NEAREST) resize_gather(&p, a, scratch, x, y);
+    if (a->i[0] == MODE_NEAREST) resize_gather_run(&p, a, scratch, x, y, k->pool);
     else resize_separable(&p, a, scratch, x, y);
     return TM_OK;
 }
