@@ -111,7 +111,7 @@ static int prefetch_l2;
 static int64_t prefetch_records;   /* both written once, under prefetch_once */
 
 static void pick_prefetch(void) {
-    __builtin_cpu_init();
+    __builtin_cpu_init();   /* also for tm__nbits_arch_avx512's checks below */
     const char *level = getenv("TM_PREFETCH"), *records = getenv("TM_NBITS_PREFETCH_RECORDS");
     prefetch_l2 = level ? !strcmp(level, "l2") : 1;
     prefetch_records = records && atoi(records) > 0 ? atoi(records)
@@ -349,7 +349,6 @@ static inline __attribute__((always_inline)) void gemv_groups(const tm__nbits_pa
 
 static void gemv(const tm__nbits_packed *h, const uint8_t *data, const tm__nbits_qrow *q,
                  int rows, int64_t g0, int64_t g1, float *y, int64_t ldy) {
-    pthread_once(&prefetch_once, pick_prefetch);
     if (prefetch_l2) gemv_groups(h, data, q, rows, g0, g1, y, ldy, 1);
     else gemv_groups(h, data, q, rows, g0, g1, y, ldy, 0);
 }
@@ -388,8 +387,10 @@ static void panel(const tm__nbits_packed *h, const uint8_t *data, int64_t g0, in
 
 static const tm__nbits_arch avx512 = {"avx512-vnni", split, gemv, panel};
 
+/* Every call of tm_nbits_matmul comes here before its threads start, so the prefetch
+ * choice is made once, off the GEMV's path. */
 const tm__nbits_arch *tm__nbits_arch_avx512(void) {
-    __builtin_cpu_init();
+    pthread_once(&prefetch_once, pick_prefetch);
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                    __builtin_cpu_supports("avx512vnni")
                ? &avx512
