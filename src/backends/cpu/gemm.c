@@ -151,19 +151,35 @@ size_t tm_sgemm_scratch(int trans_a, int trans_b, int64_t m, int64_t n, int64_t 
 /* ---- Packing B --------------------------------------------------------------------- */
 
 /* Rows [p0, p0 + kc) and columns [j0, j0 + cols) of B (not transposed) into panels of
- * nr floats per row, `stride` floats apart, row by row: reads are sequential (walking one
- * panel down the rows would touch a cache line, often a page, per row). */
+ * nr floats per row, `stride` floats apart. A group of rows at a time, panel by panel
+ * within it: the group's rows of B (a few KB) are read from L1 by every panel, and each
+ * panel's part is one sequential run of stores. Row by row, every row wrote one piece
+ * into each panel, and with panels a multiple of 4 KB apart those pieces fell into one
+ * L1 set and waited on each other (the packing took 10-17% of a 128 x 1536 x 384
+ * product). */
+#define PACK_GROUP_ROWS 8
+
+static inline void copy_panel_row(float *d, const float *src, int nr) {
+    if (nr == 32) memcpy(d, src, 32 * sizeof(float));   /* constant sizes: inlined */
+    else if (nr == 16) memcpy(d, src, 16 * sizeof(float));
+    else memcpy(d, src, (size_t)nr * sizeof(float));
+}
+
 static void pack_b_rows(const float *b, int64_t ldb, int64_t p0, int64_t kc, int64_t j0,
                         int64_t cols, int nr, int64_t stride, float *dst) {
-    for (int64_t p = 0; p < kc; p++) {
-        const float *src = b + (p0 + p) * ldb + j0;
-        int64_t j = 0;
-        float *d = dst + p * nr;
-        for (; j + nr <= cols; j += nr, d += stride) memcpy(d, src + j, (size_t)nr * 4);
-        if (j == cols) continue;
-        int64_t t = 0;
-        for (; j + t < cols; t++) d[t] = src[j + t];
-        for (; t < nr; t++) d[t] = 0.0f;
+    int64_t whole = cols / nr * nr;
+    for (int64_t g = 0; g < kc; g += PACK_GROUP_ROWS) {
+        int64_t ge = g + PACK_GROUP_ROWS < kc ? g + PACK_GROUP_ROWS : kc;
+        const float *rows = b + (p0 + g) * ldb + j0;
+        float *d = dst + g * nr;
+        for (int64_t j = 0; j < whole; j += nr, d += stride)
+            for (int64_t p = 0; p < ge - g; p++) copy_panel_row(d + p * nr, rows + p * ldb + j, nr);
+        if (whole == cols) continue;
+        for (int64_t p = 0; p < ge - g; p++) {
+            int64_t t = 0;
+            for (; whole + t < cols; t++) d[p * nr + t] = rows[p * ldb + whole + t];
+            for (; t < nr; t++) d[p * nr + t] = 0.0f;
+        }
     }
 }
 
