@@ -236,6 +236,9 @@ static void compute_rows(const gemm_job *g, int64_t i0, int64_t mc, int64_t pc, 
         float *c = g->c + (i0 + i) * g->ldc;
         /* A short tile is copied with zero rows, so the kernel reads only A's own memory. */
         int packed = rows < ar->mr;
+        /* Whether a full row tile follows (in this block or the next): its rows of A are
+         * fetched during this tile's first panel. */
+        int next_full = i0 + i + 2 * ar->mr <= g->m;
         if (packed) tm__sgemm_pack_a_tile(ai, a_row, a_step, kc, rows, ar->mr, tile_a);
         for (int64_t j = j0; j < j1; j += ar->nr, panel += stride) {
             int nr = (int)min64(ar->nr, j1 - j);
@@ -243,6 +246,10 @@ static void compute_rows(const gemm_job *g, int64_t i0, int64_t mc, int64_t pc, 
                 ar->tile_packed(kc, tile_a, panel, c + j, g->ldc, rows, nr, beta);
             else if (packed)
                 ar->tile(kc, tile_a, 1, ar->mr, panel, c + j, g->ldc, rows, nr, g->alpha, beta);
+            else if (a_step == 1 && g->alpha == 1.0f && j == j0 && next_full &&
+                     ar->tile_rows_next)   /* the row tile's first panel */
+                ar->tile_rows_next(kc, ai, a_row, panel, c + j, g->ldc, nr, beta,
+                                   ai + ar->mr * a_row);
             else if (a_step == 1 && g->alpha == 1.0f)   /* A's rows in place, alpha 1 */
                 ar->tile_rows(kc, ai, a_row, panel, c + j, g->ldc, nr, beta, NULL, 0);
             else if (a_row == 1 && g->alpha == 1.0f && ar->tile_cols)   /* A transposed */

@@ -158,6 +158,12 @@ typedef void (*tm__sgemm_cols_tile_fn)(int64_t k, const float *a, int64_t step,
 typedef void (*tm__sgemm_pack_bt_fn)(const float *b, int64_t ldb, int64_t p0, int64_t kc,
                                      int64_t j0, int64_t cols, float *dst);
 
+/* tile_rows_fn without its pf stream, fetching instead the next row tile's rows of A
+ * (next: that tile's first row, lda apart) into L2 while it runs. */
+typedef void (*tm__sgemm_rows_next_fn)(int64_t k, const float *a, int64_t lda,
+                                       const float *b_packed, float *c, int64_t ldc, int nr,
+                                       float beta, const float *next);
+
 typedef struct tm__sgemm_arch {
     const char *name;
     int mr, nr;                 /* register tile */
@@ -170,6 +176,7 @@ typedef struct tm__sgemm_arch {
     tm__sgemm_rows_tile_fn tile_rows;
     tm__sgemm_cols_tile_fn tile_cols;   /* NULL: tile */
     tm__sgemm_pack_bt_fn pack_bt;       /* NULL: plain loops */
+    tm__sgemm_rows_next_fn tile_rows_next;   /* NULL: tile_rows */
 } tm__sgemm_arch;
 
 /* The arch tm_sgemm uses (NULL: the reference, TM_REFERENCE_KERNELS=1). */

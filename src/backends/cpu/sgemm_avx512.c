@@ -86,7 +86,8 @@ static inline __attribute__((always_inline)) void tile_rows12_hint(int64_t k, co
                                                                     int nr, float beta,
                                                                     const float *pf,
                                                                     int64_t pf_step,
-                                                                    const int hint) {
+                                                                    const int hint,
+                                                                    const float *na) {
     __m512 acc[MR][2];
 #pragma GCC unroll 12
     for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
@@ -107,6 +108,13 @@ static inline __attribute__((always_inline)) void tile_rows12_hint(int64_t k, co
             _mm_prefetch((const char *)(pf + 16), _MM_HINT_T0);
         }
         pf += pf_step;
+        /* The next row tile's rows (na: its first, lda apart), a line of each every 16
+         * steps, into L2: a weight read in place as A comes from memory, and its first
+         * panel waited on twelve rows at once. */
+        if (na && (p & 15) == 0) {
+#pragma GCC unroll 12
+            for (int i = 0; i < MR; i++) _mm_prefetch((const char *)(na + i * lda + p), _MM_HINT_T1);
+        }
         __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
         const float *row[4] = {a0 + p, a1 + p, a2 + p, a3 + p};
 #pragma GCC unroll 4
@@ -132,9 +140,17 @@ static inline __attribute__((always_inline)) void tile_rows12_hint(int64_t k, co
  * being read). */
 static void tile_rows12(int64_t k, const float *a, int64_t lda, const float *b, float *c,
                         int64_t ldc, int nr, float beta, const float *pf, int64_t pf_step) {
-    if (pf) tile_rows12_hint(k, a, lda, b, c, ldc, nr, beta, pf, pf_step, 1);
-    else if (tm__stream_prefetch_l2()) tile_rows12_hint(k, a, lda, b, c, ldc, nr, beta, b + B_AHEAD, NR, 2);
-    else tile_rows12_hint(k, a, lda, b, c, ldc, nr, beta, b + B_AHEAD, NR, 0);
+    if (pf) tile_rows12_hint(k, a, lda, b, c, ldc, nr, beta, pf, pf_step, 1, NULL);
+    else if (tm__stream_prefetch_l2()) tile_rows12_hint(k, a, lda, b, c, ldc, nr, beta, b + B_AHEAD, NR, 2, NULL);
+    else tile_rows12_hint(k, a, lda, b, c, ldc, nr, beta, b + B_AHEAD, NR, 0, NULL);
+}
+
+/* tile_rows12, its own stream as there, also fetching the next row tile's rows of A
+ * (next: its first row, lda apart as this tile's) into L2. */
+static void tile_rows12_next(int64_t k, const float *a, int64_t lda, const float *b, float *c,
+                             int64_t ldc, int nr, float beta, const float *next) {
+    if (tm__stream_prefetch_l2()) tile_rows12_hint(k, a, lda, b, c, ldc, nr, beta, b + B_AHEAD, NR, 2, next);
+    else tile_rows12_hint(k, a, lda, b, c, ldc, nr, beta, b + B_AHEAD, NR, 0, next);
 }
 
 static void tile_packed(int64_t k, const float *a, const float *b, float *c, int64_t ldc,
@@ -352,7 +368,8 @@ static void pack_bt(const float *b, int64_t ldb, int64_t p0, int64_t kc, int64_t
 }
 
 static const tm__sgemm_arch avx512 = {"avx512", MR, NR, 384, 96, 512, tile_12x32, small, rows,
-                                     tile_indirect, tile_packed, tile_rows12, tile_cols, pack_bt};
+                                     tile_indirect, tile_packed, tile_rows12, tile_cols, pack_bt,
+                                     tile_rows12_next};
 
 const tm__sgemm_arch *tm__sgemm_arch_avx512(void) {
     __builtin_cpu_init();
