@@ -224,6 +224,87 @@ static tm_val b_block(tm_ctx *c, const gcase *k, const tm_val *x, tm_dtype dt) {
     return tm_unary(c, TM_P_TANH, out[0]);
 }
 
+/* Attention over q, k, v (rank 4, layouts i[0..2], output layout i[3]), scaled (i[5]: 1
+ * multiply, 2 divide, by i[6] / 1000) and masked (i[4] = 1: a constant mask (B, 1, 1, Sk)
+ * built here; i[4] = 2: input 3, differentiated). In float32 (unless i[7]) as one
+ * ATTENTION_TRAIN, whose rule is under test; in double, or float32 with i[7], as the
+ * primitives an export has. */
+static tm_val swap12(tm_ctx *c, tm_val x, int layout) {
+    static const int64_t perm[4] = {0, 2, 1, 3};
+    return layout ? tm_transpose(c, x, perm) : x;
+}
+
+static tm_val b_attention(tm_ctx *c, const gcase *k, const tm_val *x, tm_dtype dt) {
+    tm_val mask = TM_NONE;
+    const int64_t *dk = tm_vdims(c, x[1]);
+    int64_t sk = dk[k->i[1] ? 1 : 2];
+    if (k->i[4] == 1) {
+        int64_t b = dk[0], dims[4] = {b, 1, 1, sk};
+        double *mv = malloc((size_t)(b * sk) * sizeof *mv);
+        for (int64_t j = 0; j < b * sk; j++) mv[j] = j % 3 == 2 ? -1e4 : 0.25 * (double)(j % 5);
+        mask = tm_val_tensor(c, tensor_of(dt, 4, dims, mv), 0);
+        free(mv);
+    } else if (k->i[4] == 2) {
+        mask = x[3];
+    }
+    double scale = (double)k->i[6] / 1000.0;
+    if (dt == TM_FLOAT && !k->i[7]) {
+        tm_args a = args0();
+        for (int i = 0; i < 4; i++) a.i[i] = k->i[i];
+        a.i[4] = mask != TM_NONE;
+        a.i[5] = k->i[5];
+        a.f[0] = scale;
+        tm_val in[4] = {x[0], x[1], x[2], mask}, out[2];
+        if (tm_prim_n(c, TM_P_ATTENTION_TRAIN, in, mask != TM_NONE ? 4 : 3, &a, out, 2) != TM_OK)
+            return TM_NONE;
+        return out[0];
+    }
+    tm_val q = swap12(c, x[0], (int)k->i[0]), kk = swap12(c, x[1], (int)k->i[1]);
+    tm_val v = swap12(c, x[2], (int)k->i[2]);
+    tm_args tb = args0();
+    tb.i[1] = 1;
+    tm_val s = tm_prim(c, TM_P_MATMUL, (tm_val[2]){q, kk}, 2, &tb);
+    if (k->i[5] == 1) s = tm_mul(c, s, tm_scalar_like(c, s, scale));
+    else if (k->i[5] == 2) s = tm_div(c, s, tm_scalar_like(c, s, scale));
+    if (mask != TM_NONE) s = tm_add(c, s, mask);
+    tm_args sm = args0();
+    sm.i[0] = 3;
+    tm_val pr = P(c, TM_P_SOFTMAX, &s, 1, &sm);
+    return swap12(c, tm_matmul(c, pr, v), (int)k->i[3]);
+}
+
+static int gradient(const gcase *k, tm_dtype dt, double *const *v, double **r, int64_t *ny,
+                    double **g);
+
+/* The fused rule against the primitives' rules, both in float32: the same products, so
+ * much closer than float32 against double. */
+static void attention_fused_vs_composed(gcase k) {
+    double *v[MAX_IN], *gf[MAX_IN], *gc[MAX_IN], *r = NULL;
+    int64_t ny = 0;
+    for (int i = 0; i < k.n; i++) {
+        int64_t n = tm_numel(k.rank[i], k.dims[i]);
+        v[i] = malloc((size_t)(n + 1) * sizeof(double));
+        gf[i] = calloc((size_t)n + 1, sizeof(double));
+        gc[i] = calloc((size_t)n + 1, sizeof(double));
+        for (int64_t j = 0; j < n; j++) v[i][j] = (double)(float)uniform(-1, 1);
+    }
+    k.i[7] = 0;
+    int ok = gradient(&k, TM_FLOAT, v, &r, &ny, gf);
+    k.i[7] = 1;
+    ok = ok && gradient(&k, TM_FLOAT, v, &r, &ny, gc);
+    check(ok, "%s: fused and composed gradients", k.name);
+    for (int i = 0; ok && i < k.n; i++) {
+        int64_t n = tm_numel(k.rank[i], k.dims[i]);
+        double scale = 1e-3, err = 0.0;
+        for (int64_t j = 0; j < n; j++) scale = fmax(scale, fabs(gc[i][j]));
+        for (int64_t j = 0; j < n; j++) err = fmax(err, fabs(gf[i][j] - gc[i][j]));
+        check(err <= 2e-5 * scale, "%s: input %d: fused rule differs from the primitives' by "
+              "%.3g (scale %.3g)", k.name, i, err, scale);
+    }
+    for (int i = 0; i < k.n; i++) free(v[i]), free(gf[i]), free(gc[i]);
+    free(r);
+}
+
 /* ---- The check ----------------------------------------------------------------------- */
 
 static tm_val forward(tm_ctx *c, const gcase *k, tm_dtype dt, double *const *v, tm_val *xs,
@@ -630,6 +711,41 @@ static void test_nn(void) {
     run_case(&t1);
     gcase t2 = {"topk smallest", b_topk, 1, {2}, {{3, 5}}, -2, 2, 0, 0, {0}, 0, 0, 0};
     run_case(&t2);
+    /* Attention (ATTENTION_TRAIN's rule, through ATTENTION_GRAD when the mask is not
+     * differentiated): every layout, each scale step, masks constant, broadcast and
+     * differentiated, a value head size other than the keys'. */
+    static const struct { const char *name; int64_t l[4], mask, kind, milli; } att[] = {
+        {"attention (B, H, S, D) all, divided, constant mask", {0, 0, 0, 0}, 1, 2, 2000},
+        {"attention (B, S, H, D) all, multiplied", {1, 1, 1, 1}, 0, 1, 354},
+        {"attention mixed layouts, no scale, constant mask", {1, 0, 1, 0}, 1, 0, 0},
+        {"attention mixed layouts, differentiated mask", {0, 1, 0, 1}, 2, 2, 1500}};
+    for (size_t i = 0; i < sizeof att / sizeof *att; i++) {
+        gcase at = {att[i].name, b_attention, att[i].mask == 2 ? 4 : 3, {4, 4, 4, 4}, {{0}},
+                    -1, 1, 0, 0, {0}, 0, 0, 0};
+        int64_t b = 2, h = 2, sq = 3, sk = 5, d = 4, dv = 3;
+        int64_t in_dims[3][2] = {{sq, d}, {sk, d}, {sk, dv}};
+        for (int t = 0; t < 3; t++) {
+            int64_t *dd = at.dims[t];
+            dd[0] = b;
+            dd[1] = att[i].l[t] ? in_dims[t][0] : h;
+            dd[2] = att[i].l[t] ? h : in_dims[t][0];
+            dd[3] = in_dims[t][1];
+        }
+        int64_t mask_dims[4] = {b, 1, sq, sk};
+        memcpy(at.dims[3], mask_dims, sizeof mask_dims);
+        for (int j = 0; j < 4; j++) at.i[j] = att[i].l[j];
+        at.i[4] = att[i].mask;
+        at.i[5] = att[i].kind;
+        at.i[6] = att[i].milli;
+        run_case(&at);
+        attention_fused_vs_composed(at);
+    }
+    /* Long keys: the backward takes the queries in several blocks (dk and dv summed over
+     * them); a head size the vector kernels take. */
+    gcase longk = {"attention, 4096 keys, head size 16", b_attention, 3, {4, 4, 4},
+                   {{1, 2, 40, 16}, {1, 2, 4096, 16}, {1, 2, 4096, 16}}, -1, 1, 0, 0,
+                   {0, 0, 0, 0, 1, 2, 4000}, 0, 0, 0};
+    attention_fused_vs_composed(longk);
     gcase bl = {"gated residual block", b_block, 4, {3, 3, 3, 1},
                 {{2, 3, 4}, {1, 4, 5}, {1, 1, 5}, {5}}, -1, 1, 0, 0, {0}, 0, 0, 0};
     run_case(&bl);

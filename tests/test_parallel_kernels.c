@@ -90,6 +90,19 @@ static void test_rows(tm_pool *pool) {
     CHECK(same_with_pool(TM_P_LAYERNORM_GRAD, &a, lng, 5, pool), "rms norm grad rows");
     memset(&a, 0, sizeof a);
     CHECK(same_with_pool(TM_P_GELU_GRAD, &a, two, 2, pool), "gelu_grad");
+    /* Attention's training forward (probabilities kept) and its backward, heads over the
+     * pool: q in (B, S, H, D), the rest (B, H, S, D), scores divided. */
+    const int64_t qd[4] = {1, 96, 4, 32}, hd[4] = {1, 4, 96, 32}, pd[4] = {1, 4, 96, 96};
+    tm_tensor *q = random_tensor(4, qd), *kv = random_tensor(4, hd), *pr = random_tensor(4, pd);
+    tm_tensor *go = random_tensor(4, hd);
+    memset(&a, 0, sizeof a);
+    a.i[0] = 1;
+    a.i[5] = 2;
+    a.f[0] = 5.6;
+    const tm_tensor *att[3] = {q, kv, kv}, *attg[5] = {q, kv, kv, pr, go};
+    CHECK(same_with_pool(TM_P_ATTENTION_TRAIN, &a, att, 3, pool), "attention_train");
+    CHECK(same_with_pool(TM_P_ATTENTION_GRAD, &a, attg, 5, pool), "attention_grad");
+    tm_tensor_free(q), tm_tensor_free(kv), tm_tensor_free(pr), tm_tensor_free(go);
     tm_tensor_free(x), tm_tensor_free(g), tm_tensor_free(sc), tm_tensor_free(mean),
         tm_tensor_free(inv);
 }

@@ -169,6 +169,14 @@ tm_status tm__shape_attention(tm_ctx *c, int prim, const tm_args *a, const tm_vi
     out->dims[1] = a->i[3] ? g.q.s : g.q.h;
     out->dims[2] = a->i[3] ? g.q.h : g.q.s;
     out->dims[3] = g.v.d;
+    if (nout == 2) {   /* ATTENTION_TRAIN: the probabilities too */
+        out[1].dtype = TM_FLOAT;
+        out[1].rank = 4;
+        out[1].dims[0] = g.q.b;
+        out[1].dims[1] = g.q.h;
+        out[1].dims[2] = g.q.s;
+        out[1].dims[3] = g.k.s;
+    }
     *scratch = SLICES * slice_floats(&g) * sizeof(float) + 64;
     return TM_OK;
 }
@@ -177,6 +185,7 @@ typedef struct attention_call {
     const geometry *g;
     const float *q, *k, *v, *mask;
     float *out;
+    float *probs;          /* ATTENTION_TRAIN's second output, NULL: scores in scratch */
     float *scratch;
     size_t slice_floats;
     int64_t blocks;        /* tasks per head (task_blocks) */
@@ -228,6 +237,9 @@ static void attention_slice(void *arg, int ith, int nth) {
             ldo = g->out.row_stride;
         }
         if (rows > QUERY_BLOCK) rows = QUERY_BLOCK;
+        /* The probabilities kept: the task's rows are consecutive rows of (B, Hq, Sq, Sk)
+         * (a head's queries, or with one query the group's heads). */
+        if (ac->probs) scores = ac->probs + ((b * g->q.h + h) * g->q.s + i0) * g->k.s;
         const float *q = ac->q + b * g->q.batch_stride + h * g->q.head_stride + i0 * g->q.row_stride;
         const float *k = ac->k + b * g->k.batch_stride + kv * g->k.head_stride;
         const float *v = ac->v + b * g->v.batch_stride + kv * g->v.head_stride;
@@ -257,6 +269,8 @@ static void attention_reference(const attention_call *ac, float *row) {
             for (int64_t i = 0; i < g->q.s; i++) {
                 int64_t kv = h / g->group;
                 const float *q = ac->q + b * g->q.batch_stride + h * g->q.head_stride + i * g->q.row_stride;
+                /* The probabilities kept (ATTENTION_TRAIN), else the scratch row. */
+                if (ac->probs) row = ac->probs + ((b * g->q.h + h) * g->q.s + i) * g->k.s;
                 for (int64_t j = 0; j < g->k.s; j++) {
                     const float *k = ac->k + b * g->k.batch_stride + kv * g->k.head_stride + j * g->k.row_stride;
                     float sum = 0.0f;
@@ -294,7 +308,8 @@ tm_status tm__kernel_attention(const tm_kcall *kc) {
     }
     uintptr_t at = ((uintptr_t)kc->scratch + 63) & ~(uintptr_t)63;
     attention_call ac = {&g, kc->in[0]->data, kc->in[1]->data, kc->in[2]->data,
-                         kc->a->i[4] ? kc->in[3]->data : NULL, kc->out[0]->data, (float *)at,
+                         kc->a->i[4] ? kc->in[3]->data : NULL, kc->out[0]->data,
+                         kc->nout == 2 ? kc->out[1]->data : NULL, (float *)at,
                          slice_floats(&g), task_blocks(&g)};
     if (kc->scratch_bytes < SLICES * ac.slice_floats * sizeof(float) + 64)
         return tm__fail(kc->err, TM_ERR_RUNTIME, "internal: attention scratch too small");
@@ -314,5 +329,177 @@ tm_status tm__kernel_attention(const tm_kcall *kc) {
         slices = 1;
     if (slices <= 1) attention_slice(&ac, 0, 1);
     else tm_pool_run_n(kc->pool, slices, attention_slice, &ac);
+    return TM_OK;
+}
+
+/* ---- ATTENTION_GRAD ---------------------------------------------------------------- */
+
+/* The geometry of q, k, v as ATTENTION reads them (no mask), and p and the output's
+ * cotangent checked against it. */
+static tm_status grad_geometry(const tm_args *a, const int64_t *const *dims, const int *ranks,
+                               geometry *g, char *why, size_t cap) {
+    tm_args plain = *a;
+    plain.i[4] = 0;
+    for (int i = 3; i < 5; i++)
+        if (ranks[i] != 4) {
+            snprintf(why, cap, "attention_grad: input %d has rank %d, expected 4", i, ranks[i]);
+            return TM_ERR_SHAPE;
+        }
+    tm_status s = read_geometry(&plain, 3, dims, ranks, g, why, cap);
+    if (s != TM_OK) return s;
+    if (g->group != 1) {
+        snprintf(why, cap, "attention_grad: q has %lld heads, k and v %lld: grouped heads are "
+                 "not supported", (long long)g->q.h, (long long)g->k.h);
+        return TM_ERR_UNSUPPORTED;
+    }
+    int64_t want_p[4] = {g->q.b, g->q.h, g->q.s, g->k.s};
+    int64_t want_o[4] = {g->q.b, a->i[3] ? g->q.s : g->q.h, a->i[3] ? g->q.h : g->q.s, g->v.d};
+    if (memcmp(dims[3], want_p, sizeof want_p) || memcmp(dims[4], want_o, sizeof want_o)) {
+        snprintf(why, cap, "attention_grad: p or the output's cotangent does not fit q, k and v");
+        return TM_ERR_SHAPE;
+    }
+    return TM_OK;
+}
+
+/* Query rows a block of the backward takes: as many as keep its dp within
+ * GRAD_BLOCK_FLOATS (fewer, larger products), at least QUERY_BLOCK / 4, at most Sq. */
+#define GRAD_BLOCK_FLOATS (1 << 16)
+
+static int64_t grad_block_rows(const geometry *g) {
+    int64_t rows = g->k.s > 0 ? GRAD_BLOCK_FLOATS / g->k.s : g->q.s;
+    if (rows < QUERY_BLOCK / 4) rows = QUERY_BLOCK / 4;
+    return rows < g->q.s ? rows : g->q.s;
+}
+
+/* Floats of one slice's scratch: a query block's dp (rows x Sk), then the products'. */
+static size_t grad_slice_floats(const geometry *g) {
+    int64_t rows = grad_block_rows(g), sk = g->k.s;
+    size_t most = tm_sgemm_scratch(0, 1, rows, sk, g->v.d);
+    size_t s;
+    if ((s = tm_sgemm_scratch(1, 0, sk, g->v.d, rows)) > most) most = s;
+    if ((s = tm_sgemm_scratch(0, 0, rows, g->q.d, sk)) > most) most = s;
+    if ((s = tm_sgemm_scratch(1, 0, sk, g->q.d, rows)) > most) most = s;
+    return (size_t)(rows * sk) + (most + sizeof(float) - 1) / sizeof(float) + 32;
+}
+
+tm_status tm__shape_attention_grad(tm_ctx *c, int prim, const tm_args *a,
+                                   const tm_vinfo *const *in, int nin, tm_vinfo *out, int nout,
+                                   size_t *scratch) {
+    (void)prim; (void)nin; (void)nout;
+    const int64_t *dims[5];
+    int ranks[5];
+    for (int i = 0; i < 5; i++) {
+        if (in[i]->dtype != TM_FLOAT)
+            return tm_ctx_fail(c, TM_ERR_DTYPE, "attention_grad: input %d is %s, not float32",
+                               i, tm_dtype_name(in[i]->dtype));
+        dims[i] = in[i]->dims;
+        ranks[i] = in[i]->rank;
+    }
+    geometry g;
+    char why[400];
+    tm_status s = grad_geometry(a, dims, ranks, &g, why, sizeof why);
+    if (s != TM_OK) return tm_ctx_fail(c, s, "%s", why);
+    for (int i = 0; i < 3; i++) {
+        out[i].dtype = TM_FLOAT;
+        out[i].rank = 4;
+        memcpy(out[i].dims, in[i]->dims, sizeof out[i].dims);
+    }
+    *scratch = SLICES * grad_slice_floats(&g) * sizeof(float) + 64;
+    return TM_OK;
+}
+
+typedef struct attention_grad_call {
+    const geometry *g;
+    const float *q, *k, *v, *p, *dout;
+    float *dq, *dk, *dv;
+    float *scratch;
+    size_t slice_floats;
+} attention_grad_call;
+
+/* ds = p (dp - sum(dp p)) times the scale's derivative, in place of dp: SOFTMAX_GRAD's
+ * steps (the row sum in double, in 16 partial sums), then the scale's. */
+#define DOT_PARTIALS 16
+static void scores_grad(float *dp, const float *p, int64_t rows, int64_t sk, int scale_kind,
+                        float scale) {
+    for (int64_t r = 0; r < rows; r++) {
+        float *d = dp + r * sk;
+        const float *pr = p + r * sk;
+        double part[DOT_PARTIALS] = {0}, dot = 0.0;
+        int64_t j = 0;
+        for (; j + DOT_PARTIALS <= sk; j += DOT_PARTIALS)
+            for (int u = 0; u < DOT_PARTIALS; u++) part[u] += (double)d[j + u] * pr[j + u];
+        for (; j < sk; j++) dot += (double)d[j] * pr[j];
+        for (int u = 0; u < DOT_PARTIALS; u++) dot += part[u];
+        float f = (float)dot;
+        for (j = 0; j < sk; j++) d[j] = pr[j] * (d[j] - f);
+        if (scale_kind == SCALE_MUL)
+            for (j = 0; j < sk; j++) d[j] *= scale;
+        else if (scale_kind == SCALE_DIV)
+            for (j = 0; j < sk; j++) d[j] /= scale;
+    }
+}
+
+static void attention_grad_slice(void *arg, int ith, int nth) {
+    const attention_grad_call *ac = arg;
+    const geometry *g = ac->g;
+    float *dp = ac->scratch + (size_t)ith * ac->slice_floats;
+    int64_t rows_max = grad_block_rows(g), sk = g->k.s;
+    float *gemm = dp + rows_max * sk;
+    int64_t tasks = g->q.b * g->q.h;
+    for (int64_t t = tasks * ith / nth; t < tasks * (ith + 1) / nth; t++) {
+        int64_t b = t / g->q.h, h = t % g->q.h;
+        const float *q = ac->q + b * g->q.batch_stride + h * g->q.head_stride;
+        const float *k = ac->k + b * g->k.batch_stride + h * g->k.head_stride;
+        const float *v = ac->v + b * g->v.batch_stride + h * g->v.head_stride;
+        const float *dout = ac->dout + b * g->out.batch_stride + h * g->out.head_stride;
+        float *dq = ac->dq + b * g->q.batch_stride + h * g->q.head_stride;
+        float *dk = ac->dk + b * g->k.batch_stride + h * g->k.head_stride;
+        float *dv = ac->dv + b * g->v.batch_stride + h * g->v.head_stride;
+        const float *p = ac->p + (b * g->q.h + h) * g->q.s * sk;
+        for (int64_t i0 = 0; i0 < g->q.s; i0 += rows_max) {
+            int64_t rows = g->q.s - i0 < rows_max ? g->q.s - i0 : rows_max;
+            const float *pb = p + i0 * sk, *ob = dout + i0 * g->out.row_stride;
+            const float *qb = q + i0 * g->q.row_stride;
+            float beta = i0 ? 1.0f : 0.0f;   /* dv and dk sum over the query blocks */
+            tm_sgemm(1, 0, sk, g->v.d, rows, 1.0f, pb, sk, ob, g->out.row_stride, beta, dv,
+                     g->v.row_stride, gemm, NULL);
+            tm_sgemm(0, 1, rows, sk, g->v.d, 1.0f, ob, g->out.row_stride, v, g->v.row_stride,
+                     0.0f, dp, sk, gemm, NULL);
+            scores_grad(dp, pb, rows, sk, g->scale_kind, g->scale);
+            tm_sgemm(0, 0, rows, g->q.d, sk, 1.0f, dp, sk, k, g->k.row_stride, 0.0f,
+                     dq + i0 * g->q.row_stride, g->q.row_stride, gemm, NULL);
+            tm_sgemm(1, 0, sk, g->q.d, rows, 1.0f, dp, sk, qb, g->q.row_stride, beta, dk,
+                     g->k.row_stride, gemm, NULL);
+        }
+    }
+}
+
+tm_status tm__kernel_attention_grad(const tm_kcall *kc) {
+    const int64_t *dims[5];
+    int ranks[5];
+    for (int i = 0; i < 5; i++) {
+        dims[i] = kc->in[i]->dims;
+        ranks[i] = kc->in[i]->rank;
+    }
+    geometry g;
+    char why[400];
+    tm_status s = grad_geometry(kc->a, dims, ranks, &g, why, sizeof why);
+    if (s != TM_OK) return tm__fail(kc->err, s, "%s", why);
+    for (int i = 0; i < 3; i++)   /* no queries or no keys: nothing flows back */
+        if (g.q.s == 0 || g.k.s == 0) memset(kc->out[i]->data, 0, kc->out[i]->nbytes);
+    if (g.q.b == 0 || g.q.h == 0 || g.q.s == 0 || g.k.s == 0) return TM_OK;
+    uintptr_t at = ((uintptr_t)kc->scratch + 63) & ~(uintptr_t)63;
+    attention_grad_call ac = {&g, kc->in[0]->data, kc->in[1]->data, kc->in[2]->data,
+                              kc->in[3]->data, kc->in[4]->data, kc->out[0]->data,
+                              kc->out[1]->data, kc->out[2]->data, (float *)at,
+                              grad_slice_floats(&g)};
+    if (kc->scratch_bytes < SLICES * ac.slice_floats * sizeof(float) + 64)
+        return tm__fail(kc->err, TM_ERR_RUNTIME, "internal: attention_grad scratch too small");
+    int64_t tasks = g.q.b * g.q.h;
+    int slices = tasks < SLICES ? (int)tasks : SLICES;
+    double flops = 8.0 * (double)tasks * (double)g.q.s * (double)g.k.s * (double)g.q.d;
+    if (tm_pool_threads(kc->pool) == 1 || flops < (double)(1 << 21)) slices = 1;
+    if (slices <= 1) attention_grad_slice(&ac, 0, 1);
+    else tm_pool_run_n(kc->pool, slices, attention_grad_slice, &ac);
     return TM_OK;
 }

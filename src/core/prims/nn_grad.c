@@ -109,3 +109,61 @@ tm_status tm__grad_layernorm(tm_ctx *c, const tm_grad_call *g) {
         g->gin[2] = tm_cast_exact(c, tm_grad_sum_like(c, gy, bias), tm_vdtype(c, bias));
     return c->status;
 }
+
+/* ---- ATTENTION_TRAIN ------------------------------------------------------------------
+ * From the probabilities p its forward kept (B, H, Sq, Sk), with every operand in (B, H,
+ * S, D): dv = p^T do, dp = do v^T, ds = softmax's backward of dp, then the scale's; dq =
+ * ds k, dk = ds^T q; each brought back to its operand's layout; a tracked mask gets ds
+ * summed to its dims. The products the unfused attention's rules make, without its
+ * forward's score passes. */
+
+/* x in layout 1 (B, S, H, D) as (B, H, S, D); and back (the swap is its own inverse). */
+static tm_val swap_heads(tm_ctx *c, tm_val x, int layout) {
+    static const int64_t perm[4] = {0, 2, 1, 3};
+    return layout ? tm_transpose(c, x, perm) : x;
+}
+
+static tm_val batched_mm(tm_ctx *c, tm_val a, tm_val b, int ta, int tb) {
+    tm_args args;
+    memset(&args, 0, sizeof args);
+    args.i[0] = ta;
+    args.i[1] = tb;
+    return tm_prim(c, TM_P_MATMUL, (tm_val[2]){a, b}, 2, &args);
+}
+
+tm_status tm__grad_attention(tm_ctx *c, const tm_grad_call *g) {
+    if (g->prim != TM_P_ATTENTION_TRAIN) return TM_GRAD_NO_RULE;
+    const tm_args *a = g->a;
+    tm_val p = g->out[1], go = g->gout[0], gp = g->gout[1];
+    if (go == TM_NONE && gp == TM_NONE) return c->status;
+    if (tm_vdims(c, g->in[0])[a->i[0] ? 2 : 1] != tm_vdims(c, g->in[1])[a->i[1] ? 2 : 1])
+        return TM_GRAD_NO_RULE;   /* grouped heads: not made while taping */
+    if (go != TM_NONE && gp == TM_NONE && !(a->i[4] && g->want[3])) {
+        /* The common case in one primitive: heads read where they lie, no transposes. */
+        tm_val in[5] = {g->in[0], g->in[1], g->in[2], p, go}, out[3];
+        if (tm_prim_n(c, TM_P_ATTENTION_GRAD, in, 5, a, out, 3) != TM_OK) return c->status;
+        for (int i = 0; i < 3; i++)
+            if (g->want[i]) g->gin[i] = out[i];
+        return c->status;
+    }
+    tm_val q = swap_heads(c, g->in[0], (int)a->i[0]), k = swap_heads(c, g->in[1], (int)a->i[1]);
+    tm_val v = swap_heads(c, g->in[2], (int)a->i[2]);
+    tm_val dp = TM_NONE;
+    if (go != TM_NONE) {
+        tm_val dout = swap_heads(c, go, (int)a->i[3]);
+        if (g->want[2]) g->gin[2] = swap_heads(c, batched_mm(c, p, dout, 1, 0), (int)a->i[2]);
+        dp = batched_mm(c, dout, v, 0, 1);
+    }
+    if (gp != TM_NONE) dp = dp == TM_NONE ? gp : tm_add(c, dp, gp);
+    if (!g->want[0] && !g->want[1] && !(a->i[4] && g->want[3])) return c->status;
+    tm_args sa;
+    memset(&sa, 0, sizeof sa);
+    sa.i[0] = 3;
+    tm_val ds = tm_prim(c, TM_P_SOFTMAX_GRAD, (tm_val[2]){p, dp}, 2, &sa);
+    if (a->i[4] && g->want[3]) g->gin[3] = tm_grad_sum_like(c, ds, g->in[3]);
+    if (a->i[5] == 1) ds = tm_mul(c, ds, tm_scalar_like(c, ds, a->f[0]));
+    else if (a->i[5] == 2) ds = tm_div(c, ds, tm_scalar_like(c, ds, a->f[0]));
+    if (g->want[0]) g->gin[0] = swap_heads(c, batched_mm(c, ds, k, 0, 0), (int)a->i[0]);
+    if (g->want[1]) g->gin[1] = swap_heads(c, batched_mm(c, ds, q, 1, 0), (int)a->i[1]);
+    return c->status;
+}

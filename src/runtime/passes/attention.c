@@ -149,6 +149,17 @@ static tm_status fuse_at(matcher *m, int32_t at) {
         if (c->vals[t].dtype != TM_FLOAT || c->vals[t].rank != 4) return TM_OK;
     }
     tm_val in[4] = {q, k, v, mask};
+    /* While a gradient plan's forward is taped: the variant that keeps the probabilities
+     * for its gradient rule, which takes q, k and v with as many heads (grouped kv heads
+     * keep the pattern, whose rules handle them). */
+    int prim = TM_P_ATTENTION;
+    int tracked = 0;
+    for (int i = 0; i < 4; i++) tracked |= in[i] != TM_NONE && c->vals[in[i]].tracked;
+    if (c->tape && tracked) {
+        int64_t hq = c->vals[q].dims[lq ? 2 : 1], hk = c->vals[k].dims[lk ? 2 : 1];
+        if (hq != hk) return TM_OK;
+        prim = TM_P_ATTENTION_TRAIN;
+    }
     tm_args a;
     memset(&a, 0, sizeof a);
     a.i[0] = lq;
@@ -158,7 +169,7 @@ static tm_status fuse_at(matcher *m, int32_t at) {
     a.i[4] = mask != TM_NONE;
     a.i[5] = scale_kind;
     a.f[0] = scale;
-    tm_status st = tm__pass_rewrite(c, target, TM_P_ATTENTION, in, mask != TM_NONE ? 4 : 3, &a);
+    tm_status st = tm__pass_rewrite(c, target, prim, in, mask != TM_NONE ? 4 : 3, &a);
     if (st == TM_ERR_SHAPE) return TM_OK;
     if (st != TM_OK) return st;
     for (int i = 0; i < 4; i++)
