@@ -11,6 +11,7 @@
 #include "../src/runtime/passes.h"
 #include "../src/backends/cpu/gemm.h"
 #include "../src/core/prims/fused.h"
+#include "../src/core/ops.h"
 
 #define CHECK_RNG_SEED 0x2545f4914f6cdd1dULL
 #include "check.h"
@@ -94,6 +95,29 @@ static tm_val lin_batched_w(tm_ctx *c, const tm_val *in, tm_val *extra) {
 static tm_val lin_variable_w(tm_ctx *c, const tm_val *in, tm_val *extra) {
     (void)extra;
     return bin(c, TM_P_MATMUL, in[0], in[1]);
+}
+
+/* A weight and a bias the plan does not know (trainable parameters): the bias joins the
+ * product (passes/matmul_bias.c), a vector reshaped to broadcast, or a constant; not a
+ * sum that broadcasts the product. */
+static tm_val bias_vector(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    (void)extra;
+    const int64_t row[2] = {1, 8};
+    return bin(c, TM_P_ADD, bin(c, TM_P_MATMUL, in[0], in[1]), tm_reshape(c, in[2], 2, row));
+}
+static tm_val bias_reshaped(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    (void)extra;
+    const int64_t row[3] = {1, 1, 8};
+    return bin(c, TM_P_ADD, tm_reshape(c, in[2], 3, row), bin(c, TM_P_MATMUL, in[0], in[1]));
+}
+static tm_val bias_constant(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    (void)extra;
+    const int64_t row[2] = {1, 8};
+    return bin(c, TM_P_ADD, bin(c, TM_P_MATMUL, in[0], in[1]), weights(c, 2, row, 9));
+}
+static tm_val bias_broadcasting(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    (void)extra;
+    return bin(c, TM_P_ADD, bin(c, TM_P_MATMUL, in[0], in[1]), in[2]);
 }
 
 /* x * sigmoid(x): SiLU, the saved form of a chain. */
@@ -347,6 +371,14 @@ static const pattern patterns[] = {
     {"three rows", 1, {3}, {{1, 3, 16}}, lin_few_rows, TM_P_LINEAR, 1},
     {"weight with a batch dim", 1, {3}, {{2, 3, 16}}, lin_batched_w, TM_P_MATMUL, 0},
     {"weight not constant", 2, {2, 2}, {{8, 16}, {16, 8}}, lin_variable_w, TM_P_MATMUL, 0},
+    {"unknown weight + bias vector", 3, {2, 2, 1}, {{5, 16}, {16, 8}, {8}}, bias_vector,
+     TM_P_MATMUL, 0},
+    {"unknown weight (1, K, N) + bias reshaped", 3, {3, 3, 1}, {{2, 5, 16}, {1, 16, 8}, {8}},
+     bias_reshaped, TM_P_MATMUL, 0},
+    {"unknown weight + constant bias", 2, {2, 2}, {{5, 16}, {16, 8}}, bias_constant,
+     TM_P_MATMUL, 0},
+    {"unknown weight + a sum that broadcasts", 3, {2, 2, 2}, {{1, 16}, {16, 8}, {4, 8}},
+     bias_broadcasting, TM_P_ADD, 0},
     {"matmul + silu (saved chain)", 1, {2}, {{7, 33}}, lin_silu, TM_P_LINEAR, 1},
     {"nbits + bias + gelu + residual", 2, {3, 3}, {{2, 6, 64}, {2, 6, 40}}, nbits_full,
      TM_P_MATMUL_NBITS, 1},

@@ -620,6 +620,17 @@ static void test_linalg(void) {
     gcase m7 = {"matmul both transposed", b_args, 2, {4, 4}, {{2, 1, 4, 3}, {1, 3, 5, 4}}, -1, 1,
                 0, TM_P_MATMUL, {1, 1}, 0, 0, 0};
     run_case(&m7);
+    /* A bias (third input, passes/matmul_bias.c): one product with the bias in its
+     * epilogue (a weight shared by the batch), or products then the bias. */
+    gcase m8 = {"matmul shared weight + bias", b_args, 3, {3, 3, 1}, {{2, 3, 4}, {1, 4, 5}, {5}},
+                -1, 1, 0, TM_P_MATMUL, {0}, 0, 0, 0};
+    run_case(&m8);
+    gcase m9 = {"matmul batch broadcast + bias", b_args, 3, {4, 4, 1},
+                {{2, 1, 3, 4}, {1, 3, 4, 5}, {5}}, -1, 1, 0, TM_P_MATMUL, {0}, 0, 0, 0};
+    run_case(&m9);
+    gcase m10 = {"matmul b transposed + bias", b_args, 3, {3, 3, 1}, {{2, 3, 4}, {1, 5, 4}, {5}},
+                 -1, 1, 0, TM_P_MATMUL, {0, 1}, 0, 0, 0};
+    run_case(&m10);
     /* CONV args: n, group, stride[n], pad_begin[n], pad_end[n], dilation[n]. */
     gcase c1 = {"conv 2-D grouped, strided, dilated, bias", b_conv, 3, {4, 4, 1},
                 {{2, 4, 6, 5}, {6, 2, 3, 2}, {6}}, -1, 1, 0, TM_P_CONV,

@@ -205,6 +205,26 @@ static void test_sgemm_shapes(void) {
                       (long long)m, (long long)n, (long long)k, trans_a, trans_b,
                       tm_pool_threads(pools[pi]));
             }
+            /* With a bias epilogue, on 1 and 3 threads: the product, then the bias added,
+             * to the bit (each tile's after its last depth block); padding kept. */
+            float *bias = malloc((size_t)n * sizeof *bias), *want_b = malloc((size_t)cells_c * sizeof *want_b);
+            for (int64_t j = 0; j < n; j++) bias[j] = (float)random_unit();
+            for (int64_t i = 0; i < cells_c; i++) want_b[i] = c1[i];
+            for (int64_t i = 0; i < m; i++)
+                for (int64_t j = 0; j < n; j++) want_b[i * ldc + j] += bias[j];
+            tm_sgemm_epilogue ep;
+            memset(&ep, 0, sizeof ep);
+            ep.bias = bias;
+            for (int pi = -1; pi < 2; pi += 2) {
+                for (int64_t i = 0; i < cells_c; i++) c0[i] = c2[i];
+                tm_sgemm_ep(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c0, ldc, &ep,
+                            work, pi < 0 ? NULL : pools[pi]);
+                check(memcmp(c0, want_b, (size_t)cells_c * sizeof *c0) == 0,
+                      "sgemm_ep %lldx%lldx%lld trans %d/%d beta %g: not the product plus the "
+                      "bias", (long long)m, (long long)n, (long long)k, trans_a, trans_b, beta);
+            }
+            free(bias);
+            free(want_b);
             free(work);
         }
         free(a), free(b), free(c0), free(c1), free(c2);

@@ -208,6 +208,7 @@ typedef struct gemm_job {
     float *c;
     float *b_packed;
     int64_t small_n_blocks;   /* PATH_SMALL: column blocks */
+    const tm_sgemm_epilogue *ep;   /* on each tile after its last depth block; NULL: none */
 } gemm_job;
 
 /* [begin, end) of `total` units for slice ith of nth. */
@@ -257,6 +258,8 @@ static void compute_rows(const gemm_job *g, int64_t i0, int64_t mc, int64_t pc, 
             else
                 ar->tile(kc, ai, a_row, a_step, panel, c + j, g->ldc, ar->mr, nr, g->alpha,
                          beta);
+            if (g->ep && pc + kc >= g->k)
+                tm_sgemm_epilogue_apply(g->ep, g->c, g->ldc, i0 + i, i0 + i + rows, j, j + nr);
         }
     }
 }
@@ -314,30 +317,49 @@ static void small_slice(void *arg, int ith, int nth) {
                  g->beta, g->c, g->ldc);
 }
 
+/* The small path (m <= SMALL_M): B read unpacked, column blocks over the pool. */
+static void small_product(const tm__sgemm_arch *ar, int trans_a, int trans_b, int64_t m,
+                          int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+                          const float *b, int64_t ldb, float beta, float *c, int64_t ldc,
+                          tm_pool *pool) {
+    gemm_job g = {ar, trans_a, trans_b, m, n, k, alpha, beta, a, b, lda, ldb, ldc, c, NULL, 0,
+                  NULL};
+    double flops = 2.0 * (double)m * (double)n * (double)k;
+    int nth = flops < PARALLEL_MIN_FLOPS ? 1 : tm_pool_threads(pool);
+    g.small_n_blocks = (n + SMALL_COLUMNS - 1) / SMALL_COLUMNS;
+    if (nth > g.small_n_blocks) nth = (int)g.small_n_blocks;
+    run_parallel(pool, nth, small_slice, &g);
+}
+
 void tm_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
               const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
               float *c, int64_t ldc, void *scratch, tm_pool *pool) {
+    tm_sgemm_ep(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, NULL, scratch,
+                pool);
+}
+
+void tm_sgemm_ep(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                 const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                 float *c, int64_t ldc, const tm_sgemm_epilogue *ep, void *scratch,
+                 tm_pool *pool) {
     if (m <= 0 || n <= 0) return;
-    if (k <= 0 || alpha == 0.0f) {
-        scale_c(m, n, beta, c, ldc);
-        return;
-    }
     const tm__sgemm_arch *ar = active_arch();
-    int path = choose_path(ar, m, n, k);
+    int path = k <= 0 || alpha == 0.0f ? PATH_REFERENCE : choose_path(ar, m, n, k);
     if (path == PATH_PACKED && !scratch) path = PATH_REFERENCE;
-    if (path == PATH_REFERENCE) {
-        tm_sgemm_reference(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    if (path != PATH_PACKED) {   /* the epilogue after the whole product */
+        if (k <= 0 || alpha == 0.0f) scale_c(m, n, beta, c, ldc);
+        else if (path == PATH_REFERENCE)
+            tm_sgemm_reference(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+        else
+            small_product(ar, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
+                          pool);
+        tm_sgemm_epilogue_apply(ep, c, ldc, 0, m, 0, n);
         return;
     }
-    gemm_job g = {ar, trans_a, trans_b, m, n, k, alpha, beta, a, b, lda, ldb, ldc, c, NULL, 0};
+    gemm_job g = {ar, trans_a, trans_b, m, n, k, alpha, beta, a, b, lda, ldb, ldc, c, NULL, 0,
+                  ep};
     double flops = 2.0 * (double)m * (double)n * (double)k;
     int nth = flops < PARALLEL_MIN_FLOPS ? 1 : tm_pool_threads(pool);
-    if (path == PATH_SMALL) {
-        g.small_n_blocks = (n + SMALL_COLUMNS - 1) / SMALL_COLUMNS;
-        if (nth > g.small_n_blocks) nth = (int)g.small_n_blocks;
-        run_parallel(pool, nth, small_slice, &g);
-        return;
-    }
     uintptr_t at = ((uintptr_t)scratch + SCRATCH_ALIGN - 1) & ~(uintptr_t)(SCRATCH_ALIGN - 1);
     g.b_packed = (float *)at;
     int64_t panels = (min64(n, ar->nc) + ar->nr - 1) / ar->nr;

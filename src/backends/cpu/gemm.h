@@ -23,6 +23,15 @@ void tm_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float a
               const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
               float *c, int64_t ldc, void *scratch, tm_pool *pool);
 
+/* tm_sgemm, then the epilogue (below; NULL: none) on C: in the packed path on each
+ * tile after its last depth block, while it is in cache. The same results as tm_sgemm
+ * followed by the epilogue over all of C. */
+struct tm_sgemm_epilogue;
+void tm_sgemm_ep(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                 const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                 float *c, int64_t ldc, const struct tm_sgemm_epilogue *ep, void *scratch,
+                 tm_pool *pool);
+
 /* The plain C implementation, always; for tests that compare it with tm_sgemm. */
 void tm_sgemm_reference(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
                         float alpha, const float *a, int64_t lda, const float *b,

@@ -120,6 +120,9 @@ tm_status tm__shape_matmul(tm_ctx *c, int prim, const tm_args *a, const tm_vinfo
                            int nin, tm_vinfo *out, int nout, size_t *scratch) {
     (void)prim; (void)nin; (void)nout;
     int ta = a->i[0] != 0, tb = a->i[1] != 0;
+    if (nin != 2 && nin != 3)
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul: expected 2 inputs and an optional bias, "
+                           "got %d", nin);
     const tm_vinfo *x = in[0], *y = in[1];
     char tx[160], ty[160];
     if (x->dtype == TM_STRING || y->dtype == TM_STRING)
@@ -151,6 +154,10 @@ tm_status tm__shape_matmul(tm_ctx *c, int prim, const tm_args *a, const tm_vinfo
     out->dims[r - 2] = m;
     out->dims[r - 1] = n;
     *scratch = 0;
+    if (nin == 3 && (in[2]->dtype != x->dtype || in[2]->rank != 1 || in[2]->dims[0] != n ||
+                     !tm_dtype_is_float(x->dtype)))
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul: the bias must be (%lld) of the operands' "
+                           "float dtype", (long long)n);
     int64_t rows = m;
     if (!ta && matmul_folds_batch(r, y->dims)) rows = tm_numel(r - 2, x->dims) * m;
     if (x->dtype == TM_FLOAT16 || x->dtype == TM_BFLOAT16) {
@@ -348,7 +355,48 @@ static void matmul_batch_slice(void *arg, int ith, int nth) {
     }
 }
 
+/* z's rows plus the bias (any float dtype, in double). */
+static void add_bias_rows(tm_tensor *z, const tm_tensor *bias) {
+    int64_t n = bias->dims[0], rows = n ? tm_tensor_numel_(z) / n : 0;
+    if (z->dtype == TM_FLOAT) {
+        float *zs = z->data;
+        const float *bs = bias->data;
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t j = 0; j < n; j++) zs[r * n + j] += bs[j];
+        return;
+    }
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t j = 0; j < n; j++) {
+            size_t at = (size_t)(r * n + j);
+            tm_store_f64(z->data, z->dtype, at, tm_load_f64(z->data, z->dtype, at) +
+                                                   tm_load_f64(bias->data, bias->dtype, (size_t)j));
+        }
+}
+
+static tm_status matmul_products(const tm_kcall *kc);
+
 tm_status tm__kernel_matmul(const tm_kcall *kc) {
+    const tm_tensor *x = kc->in[0], *y = kc->in[1];
+    tm_tensor *z = kc->out[0];
+    int r = z->rank, ta = kc->a->i[0] != 0, tb = kc->a->i[1] != 0;
+    int64_t m = z->dims[r - 2], k = x->dims[r - 1 - ta], n = z->dims[r - 1];
+    int64_t batch = tm_numel(r - 2, z->dims);
+    if (kc->nin == 3 && z->dtype == TM_FLOAT && !ta && matmul_folds_batch(r, y->dims) &&
+        batch * m > 0 && n > 0) {
+        /* One product with the bias in its epilogue, each tile's while in cache. */
+        tm_sgemm_epilogue ep;
+        memset(&ep, 0, sizeof ep);
+        ep.bias = kc->in[2]->data;
+        tm_sgemm_ep(0, tb, batch * m, n, k, 1.0f, x->data, k, y->data, tb ? k : n, 0.0f,
+                    z->data, n, &ep, kc->scratch, kc->pool);
+        return TM_OK;
+    }
+    tm_status st = matmul_products(kc);
+    if (st == TM_OK && kc->nin == 3) add_bias_rows(z, kc->in[2]);
+    return st;
+}
+
+static tm_status matmul_products(const tm_kcall *kc) {
     const tm_tensor *x = kc->in[0], *y = kc->in[1];
     tm_tensor *z = kc->out[0];
     int r = z->rank, ta = kc->a->i[0] != 0, tb = kc->a->i[1] != 0;

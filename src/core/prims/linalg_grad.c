@@ -32,9 +32,10 @@ static tm_val mm(tm_ctx *c, tm_val a, tm_val b, int ta, int tb) {
 /* Up to this many rows, a's cotangent by a weight is computed flipped (below). */
 #define FLIP_MAX_ROWS 256
 
-/* y = op(a) op(b), op transposing the operands the forward flagged. The cotangents:
- * op(a) gets gy op(b)^T and op(b) gets op(a)^T gy, each transposed back when its operand
- * was stored transposed, and summed over the batch dims that operand broadcast. */
+/* y = op(a) op(b) [+ bias], op transposing the operands the forward flagged. The
+ * cotangents: op(a) gets gy op(b)^T and op(b) gets op(a)^T gy, each transposed back when
+ * its operand was stored transposed, and summed over the batch dims that operand
+ * broadcast; the bias gets gy summed over every row. */
 tm_status tm__grad_matmul(tm_ctx *c, const tm_grad_call *g) {
     tm_val a = g->in[0], b = g->in[1], gy = g->gout[0];
     int ta = g->a->i[0] != 0, tb = g->a->i[1] != 0, r = tm_vrank(c, a);
@@ -61,6 +62,8 @@ tm_status tm__grad_matmul(tm_ctx *c, const tm_grad_call *g) {
             g->gin[0] = tm_grad_sum_to(c, ga, r, da);
         }
     }
+    if (g->nin == 3 && g->want[2])
+        g->gin[2] = tm_grad_sum_to(c, gy, 1, tm_vdims(c, g->in[2]));
     if (g->want[1]) {
         const int64_t *dy = tm_vdims(c, gy);
         int64_t m = dy[r - 2], n = dy[r - 1], k = da[r - 1 - ta], batch = tm_numel(r - 2, dy);
