@@ -486,7 +486,8 @@ tm_status tm__kernel_attention_grad(const tm_kcall *kc) {
     tm_status s = grad_geometry(kc->a, dims, ranks, &g, why, sizeof why);
     if (s != TM_OK) return tm__fail(kc->err, s, "%s", why);
     for (int i = 0; i < 3; i++)   /* no queries or no keys: nothing flows back */
-        if (g.q.s == 0 || g.k.s == 0) memset(kc->out[i]->data, 0, kc->out[i]->nbytes);
+        if ((g.q.s == 0 || g.k.s == 0) && kc->out[i]->nbytes)
+            memset(kc->out[i]->data, 0, kc->out[i]->nbytes);
     if (g.q.b == 0 || g.q.h == 0 || g.q.s == 0 || g.k.s == 0) return TM_OK;
     uintptr_t at = ((uintptr_t)kc->scratch + 63) & ~(uintptr_t)63;
     attention_grad_call ac = {&g, kc->in[0]->data, kc->in[1]->data, kc->in[2]->data,
