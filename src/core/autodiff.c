@@ -75,6 +75,14 @@ tm_val tm_grad_expand_like(tm_ctx *c, tm_val x, tm_val like) {
     return tm_prim(c, TM_P_EXPAND, &x, 1, &a);
 }
 
+tm_val tm_grad_matmul(tm_ctx *c, tm_val a, tm_val b, int ta, int tb) {
+    tm_args args;
+    memset(&args, 0, sizeof args);
+    args.i[0] = ta;
+    args.i[1] = tb;
+    return tm_prim(c, TM_P_MATMUL, (tm_val[2]){a, b}, 2, &args);
+}
+
 tm_val tm_grad_mask(tm_ctx *c, tm_val cond, tm_val like) {
     return tm_cast_exact(c, cond, tm_vdtype(c, like));
 }

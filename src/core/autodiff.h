@@ -57,6 +57,8 @@ tm_val tm_grad_scalar(tm_ctx *c, tm_val x, double v);
 tm_val tm_grad_reduce_sum(tm_ctx *c, tm_val x, int64_t mask);
 /* EXPAND x (same rank, dims equal or 1) to dims of like. */
 tm_val tm_grad_expand_like(tm_ctx *c, tm_val x, tm_val like);
+/* op(a) op(b), op transposing the operands flagged (ta, tb): MATMUL reads them in place. */
+tm_val tm_grad_matmul(tm_ctx *c, tm_val a, tm_val b, int ta, int tb);
 /* cast of a bool mask to the dtype of like. */
 tm_val tm_grad_mask(tm_ctx *c, tm_val cond, tm_val like);
 /* The adjoint of gathering along `axis` with `indices` (any shape, int32/int64, negatives

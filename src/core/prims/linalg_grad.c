@@ -20,13 +20,8 @@ static int batch_is_one(const tm_ctx *c, tm_val x) {
     return 1;
 }
 
-/* op(a) op(b), op transposing the operands flagged: MATMUL reads them in place. */
 static tm_val mm(tm_ctx *c, tm_val a, tm_val b, int ta, int tb) {
-    tm_args args;
-    memset(&args, 0, sizeof args);
-    args.i[0] = ta;
-    args.i[1] = tb;
-    return tm_prim(c, TM_P_MATMUL, (tm_val[2]){a, b}, 2, &args);
+    return tm_grad_matmul(c, a, b, ta, tb);
 }
 
 /* Up to this many rows, a's cotangent by a weight is computed flipped (below). */

@@ -123,14 +123,6 @@ static tm_val swap_heads(tm_ctx *c, tm_val x, int layout) {
     return layout ? tm_transpose(c, x, perm) : x;
 }
 
-static tm_val batched_mm(tm_ctx *c, tm_val a, tm_val b, int ta, int tb) {
-    tm_args args;
-    memset(&args, 0, sizeof args);
-    args.i[0] = ta;
-    args.i[1] = tb;
-    return tm_prim(c, TM_P_MATMUL, (tm_val[2]){a, b}, 2, &args);
-}
-
 tm_status tm__grad_attention(tm_ctx *c, const tm_grad_call *g) {
     if (g->prim != TM_P_ATTENTION_TRAIN) return TM_GRAD_NO_RULE;
     const tm_args *a = g->a;
@@ -151,8 +143,8 @@ tm_status tm__grad_attention(tm_ctx *c, const tm_grad_call *g) {
     tm_val dp = TM_NONE;
     if (go != TM_NONE) {
         tm_val dout = swap_heads(c, go, (int)a->i[3]);
-        if (g->want[2]) g->gin[2] = swap_heads(c, batched_mm(c, p, dout, 1, 0), (int)a->i[2]);
-        dp = batched_mm(c, dout, v, 0, 1);
+        if (g->want[2]) g->gin[2] = swap_heads(c, tm_grad_matmul(c, p, dout, 1, 0), (int)a->i[2]);
+        dp = tm_grad_matmul(c, dout, v, 0, 1);
     }
     if (gp != TM_NONE) dp = dp == TM_NONE ? gp : tm_add(c, dp, gp);
     if (!g->want[0] && !g->want[1] && !(a->i[4] && g->want[3])) return c->status;
@@ -163,7 +155,7 @@ tm_status tm__grad_attention(tm_ctx *c, const tm_grad_call *g) {
     if (a->i[4] && g->want[3]) g->gin[3] = tm_grad_sum_like(c, ds, g->in[3]);
     if (a->i[5] == 1) ds = tm_mul(c, ds, tm_scalar_like(c, ds, a->f[0]));
     else if (a->i[5] == 2) ds = tm_div(c, ds, tm_scalar_like(c, ds, a->f[0]));
-    if (g->want[0]) g->gin[0] = swap_heads(c, batched_mm(c, ds, k, 0, 0), (int)a->i[0]);
-    if (g->want[1]) g->gin[1] = swap_heads(c, batched_mm(c, ds, q, 1, 0), (int)a->i[1]);
+    if (g->want[0]) g->gin[0] = swap_heads(c, tm_grad_matmul(c, ds, k, 0, 0), (int)a->i[0]);
+    if (g->want[1]) g->gin[1] = swap_heads(c, tm_grad_matmul(c, ds, q, 1, 0), (int)a->i[1]);
     return c->status;
 }
