@@ -57,8 +57,10 @@ tm_status tm__grad_matmul(tm_ctx *c, const tm_grad_call *g) {
             g->gin[0] = tm_grad_sum_to(c, ga, r, da);
         }
     }
-    if (g->nin == 3 && g->want[2])
-        g->gin[2] = tm_grad_sum_to(c, gy, 1, tm_vdims(c, g->in[2]));
+    if (g->nin == 3 && g->want[2]) {
+        int64_t dn[1] = {tm_vdims(c, g->in[2])[0]};   /* a copy: new values move c->vals */
+        g->gin[2] = tm_grad_sum_to(c, gy, 1, dn);
+    }
     if (g->want[1]) {
         const int64_t *dy = tm_vdims(c, gy);
         int64_t m = dy[r - 2], n = dy[r - 1], k = da[r - 1 - ta], batch = tm_numel(r - 2, dy);
