@@ -77,18 +77,21 @@ int tm__pass_is_row_vector(const tm_ctx *c, tm_val v, int rank, int64_t n);
 /* 1 for a MATMUL of two operands as they are stored: not one of the products a gradient
  * makes that read an operand transposed (args i[0], i[1]), which no fusion pattern means. */
 int tm__pass_is_plain_matmul(const tm_rnode *n);
-/* A row-vector bias of n values as a 1-D constant (v itself when it is 1-D; TM_NONE when
- * out of memory). */
+/* A row-vector bias of n values as a 1-D value: v itself when it is 1-D, a 1-D copy of a
+ * known one, the 1-D f32 value an unknown one reshapes (a model parameter made to
+ * broadcast); TM_NONE when out of memory or none of these. */
 tm_val tm__pass_bias_vector(tm_ctx *c, tm_val b, int64_t n);
 /* The live node (from `from` on) reading v when it is v's only live reader and v is not a
  * root, else -1. */
 int32_t tm__pass_only_reader(const tm_pass_scan *s, tm_val v, int32_t from);
 
 /* The bias after product y (made by node mm, N = n columns): an ADD of y and a row vector
- * that is y's only live reader. Returns the bias value (TM_NONE: none, *at = mm and *cur
- * = y) and sets *at / *cur to the ADD and its output. */
-tm_val tm__pass_match_bias(const tm_pass_scan *s, int32_t mm, tm_val y, int64_t n, int32_t *at,
-                           tm_val *cur);
+ * that is y's only live reader; a known one, or with `unknown` also one that reshapes a
+ * 1-D f32 value the plan does not know (tm__pass_bias_vector takes both). Returns the
+ * bias value (TM_NONE: none, *at = mm and *cur = y) and sets *at / *cur to the ADD and
+ * its output. */
+tm_val tm__pass_match_bias(const tm_pass_scan *s, int32_t mm, tm_val y, int64_t n, int unknown,
+                           int32_t *at, tm_val *cur);
 
 /* Matches the run after value `from` made by node `at` (nothing matched: last == at,
  * out == from). Steps keep from's dtype (f32) and dims; swallowed values are read only

@@ -281,15 +281,17 @@ static void matmul_half(tm_dtype dt, const uint16_t *a, const uint16_t *b, uint1
 
 /* One product c (m, n) = op(a) (m, k) op(b) (k, n) at element offsets into the tensors,
  * op transposing the operands l asks for. */
+/* One product; ep (float32 only, else NULL) runs on its tiles. */
 static void matmul_one(tm_dtype dt, const void *a, int64_t off_a, const void *b,
                        int64_t off_b, void *c, int64_t off_c, int64_t m, int64_t n, int64_t k,
-                       void *scratch, tm_pool *pool, const mm_layout *l) {
+                       void *scratch, tm_pool *pool, const mm_layout *l,
+                       const tm_sgemm_epilogue *ep) {
     int plain = !l->ta && !l->tb;
     switch (dt) {
     case TM_FLOAT:
-        tm_sgemm(l->ta, l->tb, m, n, k, 1.0f, (const float *)a + off_a, l->ta ? m : k,
-                 (const float *)b + off_b, l->tb ? k : n, 0.0f, (float *)c + off_c, n, scratch,
-                 pool);
+        tm_sgemm_ep(l->ta, l->tb, m, n, k, 1.0f, (const float *)a + off_a, l->ta ? m : k,
+                    (const float *)b + off_b, l->tb ? k : n, 0.0f, (float *)c + off_c, n, ep,
+                    scratch, pool);
         return;
     case TM_DOUBLE:
         matmul_f64((const double *)a + off_a, (const double *)b + off_b, (double *)c + off_c,
@@ -351,7 +353,7 @@ static void matmul_batch_slice(void *arg, int ith, int nth) {
         matmul_batch_offsets(j->x, j->y, j->z, t, &off_x, &off_y);
         matmul_one(TM_FLOAT, j->x->data, off_x, j->y->data, off_y, j->z->data,
                    t * j->m * j->n, j->m, j->n, j->k, j->scratch + (size_t)ith * j->slice_bytes,
-                   NULL, j->l);
+                   NULL, j->l, NULL);
     }
 }
 
@@ -373,40 +375,23 @@ static void add_bias_rows(tm_tensor *z, const tm_tensor *bias) {
         }
 }
 
-static tm_status matmul_products(const tm_kcall *kc);
-
 tm_status tm__kernel_matmul(const tm_kcall *kc) {
     const tm_tensor *x = kc->in[0], *y = kc->in[1];
     tm_tensor *z = kc->out[0];
     int r = z->rank, ta = kc->a->i[0] != 0, tb = kc->a->i[1] != 0;
     int64_t m = z->dims[r - 2], k = x->dims[r - 1 - ta], n = z->dims[r - 1];
     int64_t batch = tm_numel(r - 2, z->dims);
-    if (kc->nin == 3 && z->dtype == TM_FLOAT && !ta && matmul_folds_batch(r, y->dims) &&
-        batch * m > 0 && n > 0) {
-        /* One product with the bias in its epilogue, each tile's while in cache. */
-        tm_sgemm_epilogue ep;
-        memset(&ep, 0, sizeof ep);
-        ep.bias = kc->in[2]->data;
-        tm_sgemm_ep(0, tb, batch * m, n, k, 1.0f, x->data, k, y->data, tb ? k : n, 0.0f,
-                    z->data, n, &ep, kc->scratch, kc->pool);
-        return TM_OK;
-    }
-    tm_status st = matmul_products(kc);
-    if (st == TM_OK && kc->nin == 3) add_bias_rows(z, kc->in[2]);
-    return st;
-}
-
-static tm_status matmul_products(const tm_kcall *kc) {
-    const tm_tensor *x = kc->in[0], *y = kc->in[1];
-    tm_tensor *z = kc->out[0];
-    int r = z->rank, ta = kc->a->i[0] != 0, tb = kc->a->i[1] != 0;
-    int64_t m = z->dims[r - 2], k = x->dims[r - 1 - ta], n = z->dims[r - 1];
-    int64_t batch = tm_numel(r - 2, z->dims);
+    const tm_tensor *bias = kc->nin == 3 ? kc->in[2] : NULL;
     if (batch == 0 || m == 0 || n == 0) return TM_OK;
     if (!ta && matmul_folds_batch(r, y->dims)) {
+        /* One product; a float32 bias in its epilogue, each tile's while in cache. */
+        tm_sgemm_epilogue ep;
+        memset(&ep, 0, sizeof ep);
+        ep.bias = bias && z->dtype == TM_FLOAT ? bias->data : NULL;
         mm_layout l = mm_layout_of(0, tb, batch * m, n, k);
         matmul_one(z->dtype, x->data, 0, y->data, 0, z->data, 0, batch * m, n, k, kc->scratch,
-                   kc->pool, &l);
+                   kc->pool, &l, ep.bias ? &ep : NULL);
+        if (bias && !ep.bias) add_bias_rows(z, bias);
         return TM_OK;
     }
     mm_layout l = mm_layout_of(ta, tb, m, n, k);
@@ -419,14 +404,15 @@ static tm_status matmul_products(const tm_kcall *kc) {
             return tm__fail(kc->err, TM_ERR_RUNTIME, "internal: matmul scratch too small");
         matmul_batch_job job = {x, y, z, m, n, k, batch, &l, (char *)at, one};
         tm_pool_run_n(kc->pool, slices, matmul_batch_slice, &job);
-        return TM_OK;
+    } else {
+        for (int64_t t = 0; t < batch; t++) {
+            int64_t off_x, off_y;
+            matmul_batch_offsets(x, y, z, t, &off_x, &off_y);
+            matmul_one(z->dtype, x->data, off_x, y->data, off_y, z->data, t * m * n, m, n, k,
+                       kc->scratch, kc->pool, &l, NULL);
+        }
     }
-    for (int64_t t = 0; t < batch; t++) {
-        int64_t off_x, off_y;
-        matmul_batch_offsets(x, y, z, t, &off_x, &off_y);
-        matmul_one(z->dtype, x->data, off_x, y->data, off_y, z->data, t * m * n, m, n, k,
-                   kc->scratch, kc->pool, &l);
-    }
+    if (bias) add_bias_rows(z, bias);
     return TM_OK;
 }
 

@@ -274,9 +274,9 @@ static void softmax_row_avx2(const float *x, float *y, int64_t n, int log_form) 
  * maximum, a running sum, their reductions, then the scaling), and one row leaves the
  * core waiting on them; four rows side by side fill it (attention's score rows, 128 long
  * in MiniLM; a SOFTMAX kernel's rows likewise, 0.16 -> 0.11 ms for MiniLM's 12 x 128
- * rows of 128 in a gradient plan). pre (NULL: none; see tm__softmax_block_f32) scales then masks (masks[r]) in
- * the first pass, which then stores the scores into dst. Tails through masked loads and
- * stores; each row's steps and their order do not depend on R. */
+ * rows of 128 in a gradient plan). pre (NULL: none; see tm__softmax_block_f32) scales
+ * then masks (masks[r]) in the first pass, which then stores the scores into dst. Tails
+ * through masked loads and stores; each row's steps and their order do not depend on R. */
 __attribute__((target("avx512f")))
 static void softmax_rows_avx512(const float *const *src, float *const *dst, int R, int64_t n,
                                 const tm_softmax_pre *pre, const float *const *masks,
@@ -341,6 +341,24 @@ static void softmax_rows_avx512(const float *const *src, float *const *dst, int 
                                   _mm512_mul_ps(_mm512_maskz_loadu_ps(tail, dst[r] + full), scale[r]));
 }
 
+/* rows rows of n, ld floats apart, from x into y (the same rows, or others), four at a
+ * time; pre and masks (masks[r] for row r) as softmax_rows_avx512 takes them. */
+__attribute__((target("avx512f")))
+static void softmax_rows4_avx512(const float *x, float *y, int64_t ld, int64_t rows, int64_t n,
+                                 const tm_softmax_pre *pre, const float *const *masks,
+                                 int log_form) {
+    for (int64_t r0 = 0; r0 < rows; r0 += 4) {
+        const float *src[4];
+        float *dst[4];
+        int R = rows - r0 < 4 ? (int)(rows - r0) : 4;
+        for (int r = 0; r < R; r++) {
+            src[r] = x + (r0 + r) * ld;
+            dst[r] = y + (r0 + r) * ld;
+        }
+        softmax_rows_avx512(src, dst, R, n, pre, masks ? masks + r0 : NULL, log_form);
+    }
+}
+
 /* One contiguous f32 row as softmax_row_f32: the rows kernel on one row. */
 __attribute__((target("avx512f")))
 static void softmax_row_avx512(const float *x, float *y, int64_t n, int log_form) {
@@ -395,12 +413,7 @@ void tm__softmax_block_f32(float *s, int64_t rows, int64_t n, int64_t lds,
     if (n <= 0) return;
 #ifdef NN_X86
     if (fused_row == softmax_row_avx512) {
-        for (int64_t r0 = 0; r0 < rows; r0 += 4) {
-            float *p[4];
-            int R = rows - r0 < 4 ? (int)(rows - r0) : 4;
-            for (int r = 0; r < R; r++) p[r] = s + (r0 + r) * lds;
-            softmax_rows_avx512((const float *const *)p, p, R, n, pre, masks + r0, 0);
-        }
+        softmax_rows4_avx512(s, s, lds, rows, n, pre, masks, 0);
         return;
     }
 #endif
@@ -440,16 +453,8 @@ static void softmax_rows(const void *arg, int64_t r0, int64_t r1) {
     const softmax_rows_job *j = arg;
 #ifdef NN_X86
     if (j->row == softmax_row_avx512) {   /* four rows side by side, as attention's */
-        for (int64_t o = r0; o < r1; o += 4) {
-            const float *src[4];
-            float *dst[4];
-            int R = r1 - o < 4 ? (int)(r1 - o) : 4;
-            for (int r = 0; r < R; r++) {
-                src[r] = j->x + (o + r) * j->length;
-                dst[r] = j->y + (o + r) * j->length;
-            }
-            softmax_rows_avx512(src, dst, R, j->length, NULL, NULL, j->log_form);
-        }
+        softmax_rows4_avx512(j->x + r0 * j->length, j->y + r0 * j->length, j->length, r1 - r0,
+                             j->length, NULL, NULL, j->log_form);
         return;
     }
 #endif

@@ -75,7 +75,7 @@ static tm_status fuse_at(matcher *m, int32_t mm) {
     if (k < 1 || n < 1 || tm_numel(xi->rank, xi->dims) / k < MIN_ROWS) return TM_OK;
     /* A bias first (ADD of a row vector), then whatever elementwise run follows. */
     int32_t at;
-    tm_val cur, bias = tm__pass_match_bias(&m->scan, mm, y, n, &at, &cur);
+    tm_val cur, bias = tm__pass_match_bias(&m->scan, mm, y, n, 0, &at, &cur);
     tm_pass_epilogue ep;
     tm__pass_match_epilogue(&m->scan, at, cur, 1, &ep);
     int panel, depth;

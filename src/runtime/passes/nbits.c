@@ -25,7 +25,7 @@ static tm_status fuse_at(tm_pass_scan *s, int32_t mm) {
     if (c->tape && c->vals[x].tracked) return TM_OK;
     int64_t n = na->i[1];
     int32_t at;
-    tm_val cur, bias = tm__pass_match_bias(s, mm, y, n, &at, &cur);
+    tm_val cur, bias = tm__pass_match_bias(s, mm, y, n, 0, &at, &cur);
     tm_pass_epilogue ep;
     tm__pass_match_epilogue(s, at, cur, 1, &ep);
     if (ep.residual != TM_NONE && c->tape && c->vals[ep.residual].tracked) return TM_OK;

@@ -212,16 +212,30 @@ int32_t tm__pass_only_reader(const tm_pass_scan *s, tm_val v, int32_t from) {
     return -1;
 }
 
+/* The 1-D f32 (n) value that v, of `rank` dims all 1 but the last n, reshapes; or TM_NONE. */
+static tm_val reshaped_vector(const tm_ctx *c, tm_val v, int rank, int64_t n) {
+    const tm_vinfo *vi = &c->vals[v];
+    if (vi->dtype != TM_FLOAT || vi->rank != rank || vi->dims[rank - 1] != n) return TM_NONE;
+    for (int d = 0; d < rank - 1; d++)
+        if (vi->dims[d] != 1) return TM_NONE;
+    const tm_rnode *r = tm__pass_producer(c, v, TM_P_RESHAPE);
+    if (!r) return TM_NONE;
+    const tm_vinfo *src = &c->vals[r->in[0]];
+    return src->dtype == TM_FLOAT && src->rank == 1 && src->dims[0] == n ? r->in[0] : TM_NONE;
+}
+
 tm_val tm__pass_bias_vector(tm_ctx *c, tm_val b, int64_t n) {
-    if (c->vals[b].rank == 1) return b;
+    const tm_vinfo *bi = &c->vals[b];
+    if (bi->rank == 1) return b;
+    if (!bi->data) return reshaped_vector(c, b, bi->rank, n);
     tm_tensor *t = tm_tensor_alloc(TM_FLOAT, 1, &n, c->allocator);
     if (!t) return TM_NONE;
     memcpy(t->data, c->vals[b].data->data, (size_t)n * sizeof(float));
     return tm_val_tensor(c, t, 0);
 }
 
-tm_val tm__pass_match_bias(const tm_pass_scan *s, int32_t mm, tm_val y, int64_t n, int32_t *at,
-                           tm_val *cur) {
+tm_val tm__pass_match_bias(const tm_pass_scan *s, int32_t mm, tm_val y, int64_t n, int unknown,
+                           int32_t *at, tm_val *cur) {
     tm_ctx *c = s->c;
     const tm_vinfo *yi = &c->vals[y];
     *at = mm;
@@ -231,7 +245,9 @@ tm_val tm__pass_match_bias(const tm_pass_scan *s, int32_t mm, tm_val y, int64_t 
     const tm_rnode *add = &c->nodes[r];
     tm_val other = add->in[0] == y ? add->in[1] : add->in[0];
     const tm_vinfo *oi = &c->vals[add->out[0]];
-    if (!tm__pass_is_row_vector(c, other, yi->rank, n) || oi->rank != yi->rank ||
+    int vector = tm__pass_is_row_vector(c, other, yi->rank, n) ||
+                 (unknown && other != y && reshaped_vector(c, other, yi->rank, n) != TM_NONE);
+    if (!vector || oi->rank != yi->rank ||
         memcmp(oi->dims, yi->dims, (size_t)yi->rank * sizeof yi->dims[0]))
         return TM_NONE;
     *at = r;
