@@ -320,6 +320,22 @@ static void test_sgemm_packed(void) {
                   (long long)k, with_act, with_res, worst, same ? "agree" : "DIFFER",
                   pad_kept ? "kept" : "written");
         }
+        /* A column bias alone (written into each tile before the product when k fits one
+         * depth block, else added by the epilogue): the product, then the bias, to the bit,
+         * on 1 and 3 threads. */
+        tm_sgemm_bpacked(m, n, k, a, lda, bp, bp_panel, bp_depth, c[0], ldc, NULL, NULL);
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) c[0][i * ldc + j] += bias_c[j];
+        tm_sgemm_epilogue bias_only = {bias_c, 0, NULL, NULL, NULL, 0};
+        for (int t = 1; t < 3; t += 1) {
+            tm_sgemm_bpacked(m, n, k, a, lda, bp, bp_panel, bp_depth, c[t], ldc, &bias_only,
+                             t == 1 ? NULL : pools[1]);
+            int exact = 1;
+            for (int64_t i = 0; i < m; i++)
+                exact &= memcmp(&c[t][i * ldc], &c[0][i * ldc], (size_t)n * sizeof(float)) == 0;
+            check(exact, "sgemm_bpacked %lldx%lldx%lld bias on %d threads: not the product "
+                  "plus the bias", (long long)m, (long long)n, (long long)k, t == 1 ? 1 : 3);
+        }
         free(a), free(b), free(bias_c), free(bias_r), free(res), free(bp), free(ap), free(scratch);
         for (int i = 0; i < 4; i++) free(c[i]);
     }

@@ -209,6 +209,7 @@ typedef struct gemm_job {
     float *b_packed;
     int64_t small_n_blocks;   /* PATH_SMALL: column blocks */
     const tm_sgemm_epilogue *ep;   /* on each tile after its last depth block; NULL: none */
+    const float *bias_first;       /* tm__sgemm_bias_first's; NULL: none */
 } gemm_job;
 
 /* [begin, end) of `total` units for slice ith of nth. */
@@ -243,6 +244,10 @@ static void compute_rows(const gemm_job *g, int64_t i0, int64_t mc, int64_t pc, 
         if (packed) tm__sgemm_pack_a_tile(ai, a_row, a_step, kc, rows, ar->mr, tile_a);
         for (int64_t j = j0; j < j1; j += ar->nr, panel += stride) {
             int nr = (int)min64(ar->nr, j1 - j);
+            if (g->bias_first) {
+                tm__sgemm_fill_bias(c + j, g->ldc, rows, nr, g->bias_first + j);
+                beta = 1.0f;
+            }
             if (packed && g->alpha == 1.0f && ar->tile_packed)   /* no FMAs on padding */
                 ar->tile_packed(kc, tile_a, panel, c + j, g->ldc, rows, nr, beta);
             else if (packed)
@@ -323,7 +328,7 @@ static void small_product(const tm__sgemm_arch *ar, int trans_a, int trans_b, in
                           const float *b, int64_t ldb, float beta, float *c, int64_t ldc,
                           tm_pool *pool) {
     gemm_job g = {ar, trans_a, trans_b, m, n, k, alpha, beta, a, b, lda, ldb, ldc, c, NULL, 0,
-                  NULL};
+                  NULL, NULL};
     double flops = 2.0 * (double)m * (double)n * (double)k;
     int nth = flops < PARALLEL_MIN_FLOPS ? 1 : tm_pool_threads(pool);
     g.small_n_blocks = (n + SMALL_COLUMNS - 1) / SMALL_COLUMNS;
@@ -357,7 +362,9 @@ void tm_sgemm_ep(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, floa
         return;
     }
     gemm_job g = {ar, trans_a, trans_b, m, n, k, alpha, beta, a, b, lda, ldb, ldc, c, NULL, 0,
-                  ep};
+                  ep, NULL};
+    tm_sgemm_epilogue rest;
+    g.bias_first = tm__sgemm_bias_first(ep, beta, k, ar->kc, &rest, &g.ep);
     double flops = 2.0 * (double)m * (double)n * (double)k;
     int nth = flops < PARALLEL_MIN_FLOPS ? 1 : tm_pool_threads(pool);
     uintptr_t at = ((uintptr_t)scratch + SCRATCH_ALIGN - 1) & ~(uintptr_t)(SCRATCH_ALIGN - 1);

@@ -207,7 +207,8 @@ typedef struct bpacked_job {
     const float *bp;
     float *c;
     int64_t ldc;
-    const tm_sgemm_epilogue *ep;
+    const tm_sgemm_epilogue *ep;      /* what is left of it after bias_first */
+    const float *bias_first;          /* tm__sgemm_bias_first's; NULL: none */
     int64_t group_tiles, col_block;   /* a task: rows of group_tiles tiles, col_block columns */
     int64_t n_groups, n_col_blocks;
     int64_t depth;                    /* of B's layout */
@@ -226,6 +227,10 @@ static inline void bpacked_tile(const bpacked_job *g, int64_t i, int rows, const
     const tm__sgemm_arch *ar = g->ar;
     const float *panel = panel_at(g, pc, j);
     int nr = (int)min64(ar->nr, j1 - j);
+    if (g->bias_first) {   /* one depth block: pc == 0 */
+        tm__sgemm_fill_bias(g->c + i * g->ldc + j, g->ldc, rows, nr, g->bias_first + j);
+        beta = 1.0f;
+    }
     if (rows == ar->mr)   /* a full tile reads A where it lies */
         ar->tile_rows(kcb, g->a + i * g->lda + pc, g->lda, panel, g->c + i * g->ldc + j, g->ldc,
                       nr, beta, pf, pf_step);
@@ -271,10 +276,15 @@ static void bpacked_task(const bpacked_job *g, int64_t i0, int64_t i1, int64_t j
         float beta = pc == 0 ? 0.0f : 1.0f;
         if (g->m <= TM__SGEMM_ROWS_MAX) {   /* by m, not the task: the same kernel for any split */
             /* A decode step: its rows against each panel, straight from A. */
-            for (int64_t j = j0; j < j1; j += ar->nr)
+            for (int64_t j = j0; j < j1; j += ar->nr) {
+                int nr = (int)min64(ar->nr, j1 - j);
+                if (g->bias_first)
+                    tm__sgemm_fill_bias(g->c + i0 * g->ldc + j, g->ldc, (int)(i1 - i0), nr,
+                                        g->bias_first + j);
                 ar->rows(kcb, g->a + i0 * g->lda + pc, g->lda, (int)(i1 - i0),
-                         panel_at(g, pc, j), g->c + i0 * g->ldc + j, g->ldc,
-                         (int)min64(ar->nr, j1 - j), beta);
+                         panel_at(g, pc, j), g->c + i0 * g->ldc + j, g->ldc, nr,
+                         g->bias_first ? 1.0f : beta);
+            }
             if (last) epilogue(g->ep, g->c, g->ldc, i0, i1, j0, j1);
             continue;
         }
@@ -343,8 +353,10 @@ void tm_sgemm_bpacked(int64_t m, int64_t n, int64_t k, const float *a, int64_t l
         tm_sgemm_bpacked_reference(m, n, k, a, lda, bp, panel, depth, c, ldc, ep);
         return;
     }
-    bpacked_job g = {ar, m, n, k, a, lda, bp, c, ldc, ep, TASK_TILES,
+    bpacked_job g = {ar, m, n, k, a, lda, bp, c, ldc, ep, NULL, TASK_TILES,
                      min64(round_up(n, ar->nr), TASK_COLUMNS), 0, 0, depth};
+    tm_sgemm_epilogue rest;
+    g.bias_first = tm__sgemm_bias_first(ep, 0.0f, k, depth, &rest, &g.ep);
     int small = m <= TM__SGEMM_ROWS_MAX
                     ? (double)n * (double)k * sizeof(float) < PARALLEL_MIN_STREAM_BYTES
                     : 2.0 * (double)m * (double)n * (double)k < PARALLEL_MIN_FLOPS;
