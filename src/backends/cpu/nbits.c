@@ -236,7 +236,7 @@ static void gemv_slice(void *arg, int ith, int nth) {
             for (int64_t r = 0; r < jb->m; r += PASS_ROWS) {
                 int rows = (int)min64(PASS_ROWS, jb->m - r);
                 float *y = jb->y + r * jb->h->n;
-                if (jb->arch) jb->arch->gemv(jb->h, jb->data, jb->q + r, rows, s0, s1, y, jb->h->n);
+                if (jb->arch) jb->arch->gemv(jb->h, jb->data, jb->q + r, rows, s0, s1, y, jb->h->n, nth);
                 else gemv_portable(jb->h, jb->data, jb->a + r * jb->h->k, jb->h->k, rows, s0, s1, y, jb->h->n);
             }
             tm_sgemm_epilogue_apply(jb->ep, jb->y, jb->h->n, 0, jb->m, s0 * TM_NBITS_GROUP,

@@ -99,10 +99,11 @@ typedef void (*tm__nbits_split_fn)(const float *a, int64_t k, int64_t block, int
                                    void *p, tm__nbits_qrow *q);
 
 /* rows (1..4) split rows times the columns of groups [g0, g1): y[r * ldy + n] for the
- * columns below n. */
+ * columns below n; threads: how many run such calls at once (it sets how far ahead each
+ * prefetches). */
 typedef void (*tm__nbits_gemv_fn)(const tm__nbits_packed *h, const uint8_t *data,
                                   const tm__nbits_qrow *rows, int nrows, int64_t g0, int64_t g1,
-                                  float *y, int64_t ldy);
+                                  float *y, int64_t ldy, int threads);
 
 /* The columns of groups [g0, g0 + groups) (groups * 16 <= the panel width P) dequantized
  * over k in [k0, k0 + kc) (multiples of 8) as one panel of gemm.h's packed-B layout:

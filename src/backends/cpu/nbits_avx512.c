@@ -105,7 +105,8 @@ static void split(const float *a, int64_t k, int64_t block, int64_t blocks, void
  * 37 -> 29 ms; on an AMD EPYC (Zen 4, 30 GB/s from one core), 16 records ahead into L1
  * streamed 12.9 GB/s, into L2 15.9, and 48 to 192 records ahead into L2 about 21, where
  * the kernel on weights already in L2 runs at 35). TM_PREFETCH=l1 and
- * TM_NBITS_PREFETCH_RECORDS=N override the two, for such comparisons. */
+ * TM_NBITS_PREFETCH_RECORDS=N override the two, for such comparisons (N is one thread's
+ * distance: records_ahead shares it out when several threads stream). */
 static pthread_once_t prefetch_once = PTHREAD_ONCE_INIT;
 static int prefetch_l2;
 static int64_t prefetch_records;   /* both written once, under prefetch_once */
@@ -141,23 +142,25 @@ static inline __attribute__((always_inline)) void prefetch_lines(const tm__nbits
     for (int64_t l = 0; l < (h->record + 63) / 64 + 1; l++) prefetch_record(p + 64 * l, to_l2);
 }
 
-/* The record prefetch_records ahead of rec in memory: the next one a kernel reading one
- * record stream will read that many steps on. */
+/* The record `ahead` records on from rec in memory: the one a kernel reading one record
+ * stream will read that many steps on. */
 static inline __attribute__((always_inline)) void prefetch_ahead(const tm__nbits_packed *h,
-                                                                 const uint8_t *rec, int to_l2) {
-    prefetch_lines(h, rec + prefetch_records * h->record, to_l2);
+                                                                 const uint8_t *rec, int64_t ahead,
+                                                                 int to_l2) {
+    prefetch_lines(h, rec + ahead * h->record, to_l2);
 }
 
 /* The pair kernel reads groups g and g + 1 block by block side by side, then g + 2 and
- * g + 3: the two records it reads prefetch_records / 2 steps after block blk of the pair
+ * g + 3: the two records it reads ahead / 2 steps after block blk of the pair
  * whose first group starts at group_a (as many bytes ahead as one stream's fetch). Memory order would send group
  * g's prefetches into g + 1, read already, and leave the next pair's second group
  * unfetched until its first reads: with 96 blocks a group (k = 3072: the 0.6B decoder's
  * down projection), 1024 x 3072 ran at 21 GB/s from memory where 3072 x 1024 ran at 36. */
 static inline __attribute__((always_inline)) void prefetch_pair(const tm__nbits_packed *h,
                                                                 const uint8_t *group_a,
-                                                                int64_t blk, int to_l2) {
-    int64_t t = blk + prefetch_records / 2, q = t / h->blocks, r = t - q * h->blocks;
+                                                                int64_t blk, int64_t ahead,
+                                                                int to_l2) {
+    int64_t t = blk + ahead / 2, q = t / h->blocks, r = t - q * h->blocks;
     const uint8_t *a = group_a + (2 * q * h->blocks + r) * h->record;
     prefetch_lines(h, a, to_l2);
     prefetch_lines(h, a + h->blocks * h->record, to_l2);
@@ -194,14 +197,14 @@ static inline __attribute__((always_inline)) void gemv_group(const tm__nbits_pac
                                                              const uint8_t *rec,
                                                              const tm__nbits_qrow *q, int rows,
                                                              float *y, int64_t ldy, int cols,
-                                                             int to_l2) {
+                                                             int64_t ahead, int to_l2) {
     const __m512i nib = _mm512_set1_epi8(0x0f);
     const int64_t octets = h->block / 8;
     __m512 out[4];
 #pragma GCC unroll 4
     for (int r = 0; r < rows; r++) out[r] = _mm512_setzero_ps();
     for (int64_t blk = 0; blk < h->blocks; blk++, rec += h->record) {
-        prefetch_ahead(h, rec, to_l2);
+        prefetch_ahead(h, rec, ahead, to_l2);
         __m512i acc[4][3];
 #pragma GCC unroll 4
         for (int r = 0; r < rows; r++)
@@ -248,13 +251,13 @@ static inline __attribute__((always_inline)) void octet_pair(const uint8_t *p, _
 static inline __attribute__((always_inline)) void gemv_group1(const tm__nbits_packed *h,
                                                               const uint8_t *rec,
                                                               const tm__nbits_qrow *q,
-                                                              float *y, int cols, int to_l2,
+                                                              float *y, int cols, int64_t ahead, int to_l2,
                                                               int64_t block) {
     const int64_t octets = block / 8;
     const int8_t *d0 = q->d[0], *d1 = q->d[1], *d2 = q->d[2];
     __m512 out = _mm512_setzero_ps();
     for (int64_t blk = 0; blk < h->blocks; blk++, rec += h->record) {
-        prefetch_ahead(h, rec, to_l2);
+        prefetch_ahead(h, rec, ahead, to_l2);
         __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, b0 = a0, b1 = a0, b2 = a0;
         int64_t k = blk * h->block;
 #pragma GCC unroll 8
@@ -288,7 +291,7 @@ static inline __attribute__((always_inline)) void gemv_group1(const tm__nbits_pa
 static inline __attribute__((always_inline)) void gemv_pair1(const tm__nbits_packed *h,
                                                              const uint8_t *ra,
                                                              const tm__nbits_qrow *q, float *y,
-                                                             int cols_b, int to_l2,
+                                                             int cols_b, int64_t ahead, int to_l2,
                                                              int64_t block) {
     const int64_t octets = block / 8, stride = h->blocks * h->record;
     const int8_t *d0 = q->d[0], *d1 = q->d[1], *d2 = q->d[2];
@@ -298,7 +301,7 @@ static inline __attribute__((always_inline)) void gemv_pair1(const tm__nbits_pac
      * claimed groups end). */
     __m512 out_a = _mm512_setzero_ps(), out_b = out_a;
     for (int64_t blk = 0; blk < h->blocks; blk++, ra += h->record, rb += h->record) {
-        prefetch_pair(h, group_a, blk, to_l2);
+        prefetch_pair(h, group_a, blk, ahead, to_l2);
         __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, b0 = a0, b1 = a0, b2 = a0;
         __m512i e0 = a0, e1 = a0, e2 = a0, f0 = a0, f1 = a0, f2 = a0;
         int64_t k = blk * h->block;
@@ -342,35 +345,46 @@ static inline __attribute__((always_inline)) void gemv_groups(const tm__nbits_pa
                                                               const uint8_t *data,
                                                               const tm__nbits_qrow *q, int rows,
                                                               int64_t g0, int64_t g1, float *y,
-                                                              int64_t ldy, int to_l2) {
+                                                              int64_t ldy, int64_t ahead, int to_l2) {
     for (int64_t g = g0; g < g1; g++) {
         const uint8_t *rec = data + g * h->blocks * h->record;
         int64_t n = g * TM_NBITS_GROUP;
         int cols = group_cols(h, g);
         if (rows == 1 && g + 1 < g1 && (h->block == 32 || h->block == 64)) {
             int cols_b = group_cols(h, g + 1);
-            if (h->block == 32) gemv_pair1(h, rec, q, y + n, cols_b, to_l2, 32);
-            else gemv_pair1(h, rec, q, y + n, cols_b, to_l2, 64);
+            if (h->block == 32) gemv_pair1(h, rec, q, y + n, cols_b, ahead, to_l2, 32);
+            else gemv_pair1(h, rec, q, y + n, cols_b, ahead, to_l2, 64);
             g++;
             continue;
         }
         switch (rows) {
         case 1:   /* the usual block sizes with the octet loop unrolled */
-            if (h->block == 32) gemv_group1(h, rec, q, y + n, cols, to_l2, 32);
-            else if (h->block == 64) gemv_group1(h, rec, q, y + n, cols, to_l2, 64);
-            else gemv_group1(h, rec, q, y + n, cols, to_l2, h->block);
+            if (h->block == 32) gemv_group1(h, rec, q, y + n, cols, ahead, to_l2, 32);
+            else if (h->block == 64) gemv_group1(h, rec, q, y + n, cols, ahead, to_l2, 64);
+            else gemv_group1(h, rec, q, y + n, cols, ahead, to_l2, h->block);
             break;
-        case 2: gemv_group(h, rec, q, 2, y + n, ldy, cols, to_l2); break;
-        case 3: gemv_group(h, rec, q, 3, y + n, ldy, cols, to_l2); break;
-        default: gemv_group(h, rec, q, 4, y + n, ldy, cols, to_l2); break;
+        case 2: gemv_group(h, rec, q, 2, y + n, ldy, cols, ahead, to_l2); break;
+        case 3: gemv_group(h, rec, q, 3, y + n, ldy, cols, ahead, to_l2); break;
+        default: gemv_group(h, rec, q, 4, y + n, ldy, cols, ahead, to_l2); break;
         }
     }
 }
 
+/* Threads streaming weights at once each fetch this share of prefetch_records ahead:
+ * the memory's queue is shared, and on a Zen 5 EPYC two threads each 64 records ahead
+ * kept too much in flight (0.6B q4 decode step on two threads, medians over alternating
+ * runs: 64 records 10.6-13.4 ms, 32 10.3-12.3, 16 8.9-11.8, 8 10.0-11.0; on one thread
+ * 16 to 64 measured alike). At least 8. */
+static int64_t records_ahead(int threads) {
+    int64_t r = prefetch_records / (threads > 1 ? 2 * threads : 1);
+    return r < 8 ? 8 : r;
+}
+
 static void gemv(const tm__nbits_packed *h, const uint8_t *data, const tm__nbits_qrow *q,
-                 int rows, int64_t g0, int64_t g1, float *y, int64_t ldy) {
-    if (prefetch_l2) gemv_groups(h, data, q, rows, g0, g1, y, ldy, 1);
-    else gemv_groups(h, data, q, rows, g0, g1, y, ldy, 0);
+                 int rows, int64_t g0, int64_t g1, float *y, int64_t ldy, int threads) {
+    int64_t ahead = records_ahead(threads);
+    if (prefetch_l2) gemv_groups(h, data, q, rows, g0, g1, y, ldy, ahead, 1);
+    else gemv_groups(h, data, q, rows, g0, g1, y, ldy, ahead, 0);
 }
 
 /* Groups [g0, g0 + groups) over k in [k0, k0 + kc) into a packed-B panel of P columns:
