@@ -327,7 +327,7 @@ static void test_sgemm_packed(void) {
         for (int64_t i = 0; i < m; i++)
             for (int64_t j = 0; j < n; j++) c[0][i * ldc + j] += bias_c[j];
         tm_sgemm_epilogue bias_only = {bias_c, 0, NULL, NULL, NULL, 0};
-        for (int t = 1; t < 3; t += 1) {
+        for (int t = 1; t <= 2; t++) {   /* c[1] on one thread, c[2] on three */
             tm_sgemm_bpacked(m, n, k, a, lda, bp, bp_panel, bp_depth, c[t], ldc, &bias_only,
                              t == 1 ? NULL : pools[1]);
             int exact = 1;

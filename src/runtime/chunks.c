@@ -1,11 +1,20 @@
 /* tm_chunks (chunks.h): 32 MiB chunks, 2 MiB-aligned and advised for huge pages before
  * anything touches them (a first touch would fault small pages in). */
+#include <stdint.h>
 #include <stdlib.h>
 #include "chunks.h"
 #include "../backends/cpu/gemm.h"
 
 #define CHUNK_BYTES ((size_t)32 << 20)
 #define HUGE_PAGE ((size_t)2 << 20)
+
+void *tm__huge_alloc(size_t bytes) {
+    if (bytes > SIZE_MAX - HUGE_PAGE) return NULL;
+    size_t size = (bytes + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
+    void *p = aligned_alloc(HUGE_PAGE, size ? size : HUGE_PAGE);
+    if (p) tm_sgemm_advise_packed(p, size ? size : HUGE_PAGE);
+    return p;
+}
 
 void *tm__chunks_take(tm_chunks *ch, size_t bytes) {
     bytes = (bytes + 63) / 64 * 64;
@@ -19,9 +28,8 @@ void *tm__chunks_take(tm_chunks *ch, size_t bytes) {
             ch->chunks = grown;
             ch->cap = cap;
         }
-        void *p = aligned_alloc(HUGE_PAGE, size);
+        void *p = tm__huge_alloc(size);
         if (!p) return NULL;
-        tm_sgemm_advise_packed(p, size);
         ch->chunks[ch->n++] = p;
         ch->next = p;
         ch->left = size;

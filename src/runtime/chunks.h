@@ -19,6 +19,9 @@ typedef struct tm_chunks {
     size_t left;
 } tm_chunks;
 
+/* bytes (rounded up to 2 MiB) of new memory, 2 MiB-aligned and advised for huge pages
+ * before anything touches it, not zeroed; free() frees it. NULL when out of memory. */
+void *tm__huge_alloc(size_t bytes);
 /* bytes (rounded up to 64) from the current chunk or a new one, not zeroed; NULL when
  * out of memory. */
 void *tm__chunks_take(tm_chunks *ch, size_t bytes);

@@ -9,7 +9,7 @@
 #include <time.h>
 #include "runtime.h"
 #include "passes.h"
-#include "backends/cpu/gemm.h"
+#include "chunks.h"
 
 enum { PV_INPUT, PV_CONST, PV_ARENA, PV_ALIAS, PV_PARAM, PV_KEPT };
 
@@ -816,11 +816,12 @@ void tm_session_free(tm_session *s) {
 static tm_status output_groups(tm_session *s);
 
 /* An arena of this many bytes or more (a gradient plan's activations and gradients, a
- * long sequence's activations) is our own allocation advised for huge pages before its
- * first touch: a run writes megabytes of it that no cache holds (the activations a
- * backward reads later), and with 4 KiB pages every few lines of those writes walk the
- * page tables. TM_ARENA_HUGE=0 leaves it to small pages, for comparisons. Memory from a
- * caller's allocator is left as it is. */
+ * long sequence's activations) is taken on huge pages (tm__huge_alloc, freed by free(),
+ * which is what tm__model_free_mem does without a caller's allocator): a run writes
+ * megabytes of it that no cache holds (the activations a backward reads later), and
+ * with 4 KiB pages every few lines of those writes walk the page tables.
+ * TM_ARENA_HUGE=0 leaves it to small pages, for comparisons. A caller's allocator is
+ * always used as it is. */
 #define HUGE_ARENA_BYTES ((size_t)16 << 20)
 
 static int huge_arena(const tm_model *m, size_t bytes) {
@@ -838,8 +839,9 @@ tm_status tm_session_create(tm_plan *p, tm_session **out, tm_error *err) {
     s->tensors = calloc((size_t)p->n_values + 1, sizeof *s->tensors);
     s->kin = calloc((size_t)p->n_kernels + 1, sizeof *s->kin);
     s->kout = calloc((size_t)p->n_kernels + 1, sizeof *s->kout);
-    if (p->arena_bytes) s->arena = tm__model_alloc(m, p->arena_bytes);
-    if (s->arena && huge_arena(m, p->arena_bytes)) tm_sgemm_advise_packed(s->arena, p->arena_bytes);
+    if (p->arena_bytes)
+        s->arena = huge_arena(m, p->arena_bytes) ? tm__huge_alloc(p->arena_bytes)
+                                                 : tm__model_alloc(m, p->arena_bytes);
     if (p->scratch_bytes) s->scratch = tm__model_alloc(m, p->scratch_bytes);
     if (!s->tensors || !s->kin || !s->kout || (p->arena_bytes && !s->arena) ||
         (p->scratch_bytes && !s->scratch)) {

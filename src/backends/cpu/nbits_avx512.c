@@ -151,10 +151,10 @@ static inline __attribute__((always_inline)) void prefetch_ahead(const tm__nbits
 }
 
 /* The pair kernel reads groups g and g + 1 block by block side by side, then g + 2 and
- * g + 3: the two records it reads ahead / 2 steps after block blk of the pair
- * whose first group starts at group_a (as many bytes ahead as one stream's fetch). Memory order would send group
- * g's prefetches into g + 1, read already, and leave the next pair's second group
- * unfetched until its first reads: with 96 blocks a group (k = 3072: the 0.6B decoder's
+ * g + 3: the two records it reads ahead / 2 steps after block blk of the pair whose
+ * first group starts at group_a (as many bytes ahead as one stream's fetch). Memory
+ * order would send group g's prefetches into g + 1, read already, and leave the next
+ * pair's second group unfetched until its first reads: with 96 blocks a group (k = 3072: the 0.6B decoder's
  * down projection), 1024 x 3072 ran at 21 GB/s from memory where 3072 x 1024 ran at 36. */
 static inline __attribute__((always_inline)) void prefetch_pair(const tm__nbits_packed *h,
                                                                 const uint8_t *group_a,
@@ -251,8 +251,8 @@ static inline __attribute__((always_inline)) void octet_pair(const uint8_t *p, _
 static inline __attribute__((always_inline)) void gemv_group1(const tm__nbits_packed *h,
                                                               const uint8_t *rec,
                                                               const tm__nbits_qrow *q,
-                                                              float *y, int cols, int64_t ahead, int to_l2,
-                                                              int64_t block) {
+                                                              float *y, int cols, int64_t ahead,
+                                                              int to_l2, int64_t block) {
     const int64_t octets = block / 8;
     const int8_t *d0 = q->d[0], *d1 = q->d[1], *d2 = q->d[2];
     __m512 out = _mm512_setzero_ps();
@@ -291,8 +291,8 @@ static inline __attribute__((always_inline)) void gemv_group1(const tm__nbits_pa
 static inline __attribute__((always_inline)) void gemv_pair1(const tm__nbits_packed *h,
                                                              const uint8_t *ra,
                                                              const tm__nbits_qrow *q, float *y,
-                                                             int cols_b, int64_t ahead, int to_l2,
-                                                             int64_t block) {
+                                                             int cols_b, int64_t ahead,
+                                                             int to_l2, int64_t block) {
     const int64_t octets = block / 8, stride = h->blocks * h->record;
     const int8_t *d0 = q->d[0], *d1 = q->d[1], *d2 = q->d[2];
     const uint8_t *rb = ra + stride, *group_a = ra;
@@ -345,7 +345,8 @@ static inline __attribute__((always_inline)) void gemv_groups(const tm__nbits_pa
                                                               const uint8_t *data,
                                                               const tm__nbits_qrow *q, int rows,
                                                               int64_t g0, int64_t g1, float *y,
-                                                              int64_t ldy, int64_t ahead, int to_l2) {
+                                                              int64_t ldy, int64_t ahead,
+                                                              int to_l2) {
     for (int64_t g = g0; g < g1; g++) {
         const uint8_t *rec = data + g * h->blocks * h->record;
         int64_t n = g * TM_NBITS_GROUP;

@@ -353,8 +353,8 @@ static void transpose_rows_slice(void *arg, int ith, int nth) {
  * than the copy alone would pay for: a gradient's flipped product (W gy^T, threaded by
  * its columns) leaves half its result in each core's cache, and its transpose on one
  * thread read the other half across cores (MiniLM 1 x 128's gradient plan on two Zen 5
- * threads: its thirty 384 x 128 transposes 0.05 -> 0.03 ms each, all 36 1.98 -> 1.35 ms
- * a run with 64 KB; split the same way as the product, each thread reads its own). */
+ * threads: its thirty 384 x 128 transposes 0.05 -> 0.03 ms each, all 36 1.98 -> 1.39 ms
+ * a run; split the same way as the product, each thread reads its own). */
 #define TRANSPOSE_PARALLEL_BYTES ((size_t)1 << 17)
 
 static void transpose_rows(mover *m, void *dst, const void *src, int rank,
