@@ -127,6 +127,33 @@ static tm_val lin_silu(tm_ctx *c, const tm_val *in, tm_val *extra) {
     return bin(c, TM_P_MUL, g, un(c, TM_P_SIGMOID, g));
 }
 
+/* ---- MATMUL_GELU (a gradient plan's GELU) ------------------------------------------- */
+
+/* x . W + bias (W, bias unknown: parameters) through GELU, the sum also read by GELU's
+ * gradient (a backward's GELU_GRAD on cotangent gy): both outputs of the fused product
+ * reach the result. */
+static tm_val gelu_grad_of(tm_ctx *c, tm_val x, tm_val gy) {
+    tm_args a;
+    memset(&a, 0, sizeof a);
+    tm_val in[2] = {x, gy};
+    return tm_prim(c, TM_P_GELU_GRAD, in, 2, &a);
+}
+static tm_val mm_bias(tm_ctx *c, const tm_val *in) {
+    const int64_t row[3] = {1, 1, 70};
+    return bin(c, TM_P_ADD, bin(c, TM_P_MATMUL, in[0], in[1]), tm_reshape(c, in[2], 3, row));
+}
+static tm_val mm_gelu_saved(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    (void)extra;
+    tm_val h = mm_bias(c, in), g = gelu_erf(c, 3, h);   /* the forward, then the backward */
+    return bin(c, TM_P_ADD, g, gelu_grad_of(c, h, in[3]));
+}
+/* The sum read by the GELU and by something else than its gradient: left alone. */
+static tm_val mm_gelu_other(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    tm_val h = mm_bias(c, in), g = gelu_erf(c, 3, h);
+    *extra = bin(c, TM_P_MUL, un(c, TM_P_NEG, h), in[3]);
+    return g;
+}
+
 /* ---- MATMUL_NBITS epilogues ------------------------------------------------------------ */
 
 /* x (..., K) times N columns of seeded 4-bit weights (blocks of 32, default zero point)
@@ -380,6 +407,12 @@ static const pattern patterns[] = {
     {"unknown weight + a sum that broadcasts", 3, {2, 2, 2}, {{1, 16}, {16, 8}, {4, 8}},
      bias_broadcasting, TM_P_ADD, 0},
     {"matmul + silu (saved chain)", 1, {2}, {{7, 33}}, lin_silu, TM_P_LINEAR, 1},
+    {"matmul + bias + gelu, the sum read by its gradient (small path)", 4, {3, 3, 1, 3},
+     {{2, 7, 40}, {1, 40, 70}, {70}, {2, 7, 70}}, mm_gelu_saved, TM_P_ADD, 1},
+    {"matmul + bias + gelu, the sum read by its gradient (packed path)", 4, {3, 3, 1, 3},
+     {{2, 60, 40}, {1, 40, 70}, {70}, {2, 60, 70}}, mm_gelu_saved, TM_P_ADD, 1},
+    {"matmul + bias + gelu, the sum read elsewhere", 4, {3, 3, 1, 3},
+     {{2, 60, 40}, {1, 40, 70}, {70}, {2, 60, 70}}, mm_gelu_other, TM_P_GELU, 0},
     {"nbits + bias + gelu + residual", 2, {3, 3}, {{2, 6, 64}, {2, 6, 40}}, nbits_full,
      TM_P_MATMUL_NBITS, 1},
     {"nbits one row + residual (a decode step)", 2, {3, 3}, {{1, 1, 64}, {1, 1, 40}},
@@ -485,7 +518,8 @@ static void run_pattern(const pattern *p) {
     int fused = p->want_fused ? count_prim(&t, &roots, TM_P_LINEAR) +
                                     count_prim(&t, &roots, TM_P_CONV_PACKED) +
                                     count_prim(&t, &roots, TM_P_ATTENTION) +
-                                    count_prim(&t, &roots, TM_P_MATMUL_NBITS) : 0;
+                                    count_prim(&t, &roots, TM_P_MATMUL_NBITS) +
+                                    count_prim(&t, &roots, TM_P_MATMUL_GELU) : 0;
     CHECK(got_prim == p->want_prim && fused == p->want_fused,
           "%s: the result comes from %s (%d fused nodes), expected %s (%d)", p->name,
           tm_prims[got_prim].name, fused, tm_prims[p->want_prim].name, p->want_fused);

@@ -281,7 +281,7 @@ static void test_sgemm_packed(void) {
         for (int variant = 0; variant < 8; variant++) {
             int use_a = variant & 1, with_act = (variant >> 1) & 1, with_res = variant >> 2;
             tm_sgemm_epilogue ep = {use_a ? bias_r : bias_c, use_a, with_act ? clip_activation : NULL,
-                                    &hi, with_res ? res : NULL, ldc};
+                                    &hi, with_res ? res : NULL, ldc, NULL, 0};
             for (int i = 0; i < 4; i++)
                 for (int64_t j = 0; j < m * ldc; j++) c[i][j] = NAN;
             for (int t = 0; t < 3; t++) {
@@ -326,7 +326,7 @@ static void test_sgemm_packed(void) {
         tm_sgemm_bpacked(m, n, k, a, lda, bp, bp_panel, bp_depth, c[0], ldc, NULL, NULL);
         for (int64_t i = 0; i < m; i++)
             for (int64_t j = 0; j < n; j++) c[0][i * ldc + j] += bias_c[j];
-        tm_sgemm_epilogue bias_only = {bias_c, 0, NULL, NULL, NULL, 0};
+        tm_sgemm_epilogue bias_only = {bias_c, 0, NULL, NULL, NULL, 0, NULL, 0};
         for (int t = 1; t <= 2; t++) {   /* c[1] on one thread, c[2] on three */
             tm_sgemm_bpacked(m, n, k, a, lda, bp, bp_panel, bp_depth, c[t], ldc, &bias_only,
                              t == 1 ? NULL : pools[1]);
@@ -336,6 +336,45 @@ static void test_sgemm_packed(void) {
             check(exact, "sgemm_bpacked %lldx%lldx%lld bias on %d threads: not the product "
                   "plus the bias", (long long)m, (long long)n, (long long)k, t == 1 ? 1 : 3);
         }
+        /* act_out (a gradient plan's MATMUL_GELU): the activation (and residual) to a
+         * second output, C left holding product plus bias; each to the bit what the
+         * in-place epilogue and the bias-only product give, in tm_sgemm_ep (small and
+         * packed paths) and tm_sgemm_bpacked, on 1 and 3 threads. */
+        void *ep_scratch = malloc(tm_sgemm_scratch(0, 0, m, n, k) + 1);
+        float *act = malloc((size_t)(m * ldc) * sizeof *act);
+        for (int way = 0; way < 2; way++)
+            for (int with_res = 0; with_res < 2; with_res++)
+                for (int t = 1; t <= 2; t++) {
+                    tm_pool *pool = t == 1 ? NULL : pools[1];
+                    tm_sgemm_epilogue in_place = {bias_c, 0, clip_activation, &hi,
+                                                  with_res ? res : NULL, ldc, NULL, 0};
+                    tm_sgemm_epilogue to_act = in_place, bias_alone = {bias_c, 0, NULL, NULL, NULL, 0, NULL, 0};
+                    to_act.act_out = act;
+                    to_act.ld_act = ldc;
+                    for (int64_t j = 0; j < m * ldc; j++) act[j] = NAN;
+                    const tm_sgemm_epilogue *eps[3] = {&in_place, &bias_alone, &to_act};
+                    for (int e = 0; e < 3; e++) {
+                        if (way == 0)
+                            tm_sgemm_ep(0, 0, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c[e], ldc, eps[e],
+                                        ep_scratch, pool);
+                        else
+                            tm_sgemm_bpacked(m, n, k, a, lda, bp, bp_panel, bp_depth, c[e], ldc, eps[e],
+                                             pool);
+                    }
+                    int act_same = 1, sum_same = 1, pad_kept = 1;
+                    for (int64_t i = 0; i < m; i++) {
+                        act_same &= memcmp(&act[i * ldc], &c[0][i * ldc], (size_t)n * sizeof(float)) == 0;
+                        sum_same &= memcmp(&c[2][i * ldc], &c[1][i * ldc], (size_t)n * sizeof(float)) == 0;
+                        for (int64_t j = n; j < ldc; j++) pad_kept &= isnan(act[i * ldc + j]);
+                    }
+                    check(act_same && sum_same && pad_kept,
+                          "%s %lldx%lldx%lld act_out, residual %d, %d threads: activation %s, "
+                          "sum %s, padding %s", way ? "sgemm_bpacked" : "sgemm_ep", (long long)m,
+                          (long long)n, (long long)k, with_res, t == 1 ? 1 : 3,
+                          act_same ? "as in place" : "DIFFERS", sum_same ? "kept" : "WRONG",
+                          pad_kept ? "kept" : "written");
+                }
+        free(ep_scratch), free(act);
         free(a), free(b), free(bias_c), free(bias_r), free(res), free(bp), free(ap), free(scratch);
         for (int i = 0; i < 4; i++) free(c[i]);
     }

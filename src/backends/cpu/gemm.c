@@ -263,9 +263,12 @@ static void compute_rows(const gemm_job *g, int64_t i0, int64_t mc, int64_t pc, 
             else
                 ar->tile(kc, ai, a_row, a_step, panel, c + j, g->ldc, ar->mr, nr, g->alpha,
                          beta);
-            if (g->ep && pc + kc >= g->k)
-                tm_sgemm_epilogue_apply(g->ep, g->c, g->ldc, i0 + i, i0 + i + rows, j, j + nr);
         }
+        /* The epilogue on the row tile's finished columns at once, still in L1 (12 rows
+         * of 512 columns: 24 KB): an activation then runs over whole rows of them, where
+         * a tile's 32 columns gave its vector maths too few independent lanes. */
+        if (g->ep && pc + kc >= g->k)
+            tm_sgemm_epilogue_apply(g->ep, g->c, g->ldc, i0 + i, i0 + i + rows, j0, j1);
     }
 }
 

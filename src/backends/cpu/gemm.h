@@ -70,7 +70,11 @@ void tm_sgemm_pack_a(int trans_a, int64_t m, int64_t k, const float *a, int64_t 
 
 /* What happens to each tile after its product: c += bias (per column, or per row when
  * bias_rows), then c = activation(c), then c += residual (row stride ldr). Any part may
- * be NULL. activation(arg, x, y, n) writes y[0..n) from x[0..n) (not aliased). */
+ * be NULL. activation(arg, x, y, n) writes y[0..n) from x[0..n) (not aliased). With
+ * act_out (and an activation), activation(c) + residual goes there instead (row stride
+ * ld_act, the same rows and columns) and c keeps the product plus bias: a gradient plan
+ * saves the activation's input for its backward, and writing both from the tile in cache
+ * spares a pass over the whole product. */
 typedef struct tm_sgemm_epilogue {
     const float *bias;
     int bias_rows;
@@ -78,6 +82,8 @@ typedef struct tm_sgemm_epilogue {
     const void *activation_arg;
     const float *residual;
     int64_t ldr;
+    float *act_out;
+    int64_t ld_act;
 } tm_sgemm_epilogue;
 
 /* The epilogue on rows [i0, i1) and columns [j0, j1) of c (row stride ldc) that already

@@ -156,13 +156,18 @@ static void epilogue(const tm_sgemm_epilogue *ep, float *c, int64_t ldc, int64_t
                 for (int64_t j = j0; j < j1; j++) row[j] += res[j];
             continue;
         }
+        float *dst = ep->act_out ? ep->act_out + i * ep->ld_act : row;
+        if (dst != row && !res) {   /* straight into its own output, the whole run at once */
+            ep->activation(ep->activation_arg, row + j0, dst + j0, j1 - j0);
+            continue;
+        }
         for (int64_t j = j0; j < j1; j += EPILOGUE_CHUNK) {
             int64_t len = min64(EPILOGUE_CHUNK, j1 - j);
             ep->activation(ep->activation_arg, row + j, tmp, len);
             if (res)
-                for (int64_t t = 0; t < len; t++) row[j + t] = tmp[t] + res[j + t];
+                for (int64_t t = 0; t < len; t++) dst[j + t] = tmp[t] + res[j + t];
             else
-                memcpy(row + j, tmp, (size_t)len * sizeof *tmp);
+                memcpy(dst + j, tmp, (size_t)len * sizeof *tmp);
         }
     }
 }

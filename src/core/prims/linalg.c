@@ -416,6 +416,46 @@ tm_status tm__kernel_matmul(const tm_kcall *kc) {
     return TM_OK;
 }
 
+/* ---- MATMUL_GELU ----------------------------------------------------------------------- */
+
+tm_status tm__shape_matmul_gelu(tm_ctx *c, int prim, const tm_args *a, const tm_vinfo *const *in,
+                                int nin, tm_vinfo *out, int nout, size_t *scratch) {
+    (void)nout;
+    if (nin != 2 && nin != 3)
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_gelu: expected 2 inputs and an optional "
+                           "bias, got %d", nin);
+    if (a->i[0] || a->i[1] || in[0]->dtype != TM_FLOAT)
+        return tm_ctx_fail(c, TM_ERR_UNSUPPORTED, "matmul_gelu: float32 operands as stored only");
+    tm_status st = tm__shape_matmul(c, prim, a, in, nin, out, 1, scratch);
+    if (st != TM_OK) return st;
+    if (!matmul_folds_batch(in[1]->rank, in[1]->dims))
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_gelu: the weight's leading dims must be 1");
+    out[1] = out[0];
+    return TM_OK;
+}
+
+/* One product over all rows; in its epilogue the bias, then GELU into output 0 while
+ * output 1 keeps the sum (gemm.h's act_out). */
+tm_status tm__kernel_matmul_gelu(const tm_kcall *kc) {
+    const tm_tensor *x = kc->in[0], *w = kc->in[1];
+    tm_tensor *g = kc->out[0], *y = kc->out[1];
+    int r = y->rank;
+    int64_t rows = tm_numel(r - 1, y->dims), n = y->dims[r - 1], k = x->dims[r - 1];
+    if (rows == 0 || n == 0) return TM_OK;
+    tm_chain ch = {1, {{TM_P_GELU, TM_CHAIN_UNARY, 0, 0.0f}}};
+    tm_sgemm_epilogue ep;
+    memset(&ep, 0, sizeof ep);
+    ep.bias = kc->nin == 3 ? kc->in[2]->data : NULL;
+    ep.activation = tm__chain_apply;
+    ep.activation_arg = &ch;
+    ep.act_out = g->data;
+    ep.ld_act = n;
+    mm_layout l = mm_layout_of(0, 0, rows, n, k);
+    matmul_one(TM_FLOAT, x->data, 0, w->data, 0, y->data, 0, rows, n, k, kc->scratch, kc->pool,
+               &l, &ep);
+    return TM_OK;
+}
+
 /* ---- Convolution geometry -------------------------------------------------------------- */
 
 /* Everything CONV and CONV_TRANSPOSE need, read from the args and the input dims.
