@@ -319,6 +319,31 @@ static void test_sgemm_packed(void) {
                   use_a ? "sgemm_apacked" : "sgemm_bpacked", (long long)m, (long long)n,
                   (long long)k, with_act, with_res, worst, same ? "agree" : "DIFFER",
                   pad_kept ? "kept" : "written");
+            /* tm_sgemm_ep on B as stored and on B transposed: either packing makes the
+             * same panels, so the same sums and bits, on 1 and 3 threads. */
+            if (!use_a && m > 3) {
+                void *work = malloc(tm_sgemm_scratch(0, 0, m, n, k) + 1);
+                void *work_t = malloc(tm_sgemm_scratch(0, 1, m, n, k) + 1);
+                float *bt = malloc((size_t)(n * k) * sizeof *bt), *ct = malloc((size_t)(m * ldc) * sizeof *ct);
+                for (int64_t p = 0; p < k; p++)
+                    for (int64_t j = 0; j < n; j++) bt[j * k + p] = b[p * ldb + j];
+                for (int t = 0; t < 2; t++) {
+                    for (int64_t j = 0; j < m * ldc; j++) c[3][j] = ct[j] = NAN;
+                    tm_sgemm_ep(0, 0, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c[3], ldc, &ep, work,
+                                t ? pools[1] : NULL);
+                    tm_sgemm_ep(0, 1, m, n, k, 1.0f, a, lda, bt, k, 0.0f, ct, ldc, &ep, work_t,
+                                t ? pools[1] : NULL);
+                    int bits = 1;
+                    for (int64_t i = 0; i < m; i++) {
+                        bits &= memcmp(&c[3][i * ldc], &ct[i * ldc], (size_t)n * sizeof(float)) == 0;
+                        for (int64_t j = n; j < ldc; j++) bits &= isnan(c[3][i * ldc + j]);
+                    }
+                    check(bits, "sgemm_ep %lldx%lldx%lld activation %d residual %d on %d threads: "
+                          "B as stored and B transposed differ", (long long)m, (long long)n,
+                          (long long)k, with_act, with_res, t ? 3 : 1);
+                }
+                free(work), free(work_t), free(bt), free(ct);
+            }
         }
         /* A column bias alone (written into each tile before the product when k fits one
          * depth block, else added by the epilogue): the product, then the bias, to the bit,
