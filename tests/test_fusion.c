@@ -147,6 +147,13 @@ static tm_val mm_gelu_saved(tm_ctx *c, const tm_val *in, tm_val *extra) {
     tm_val h = mm_bias(c, in), g = gelu_erf(c, 3, h);   /* the forward, then the backward */
     return bin(c, TM_P_ADD, g, gelu_grad_of(c, h, in[3]));
 }
+/* No bias, a weight with a batch dim: not one product over all rows, left alone (the
+ * fused primitive's shape rule refuses it). */
+static tm_val mm_gelu_batched_w(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    tm_val h = bin(c, TM_P_MATMUL, in[0], in[1]), g = gelu_erf(c, 3, h);
+    *extra = gelu_grad_of(c, h, in[2]);
+    return g;
+}
 /* The sum read by the GELU and by something else than its gradient: left alone. */
 static tm_val mm_gelu_other(tm_ctx *c, const tm_val *in, tm_val *extra) {
     tm_val h = mm_bias(c, in), g = gelu_erf(c, 3, h);
@@ -411,6 +418,8 @@ static const pattern patterns[] = {
      {{2, 7, 40}, {1, 40, 70}, {70}, {2, 7, 70}}, mm_gelu_saved, TM_P_ADD, 1},
     {"matmul + bias + gelu, the sum read by its gradient (packed path)", 4, {3, 3, 1, 3},
      {{2, 60, 40}, {1, 40, 70}, {70}, {2, 60, 70}}, mm_gelu_saved, TM_P_ADD, 1},
+    {"matmul + gelu read by its gradient, weight with a batch dim", 3, {3, 3, 3},
+     {{2, 60, 40}, {2, 40, 70}, {2, 60, 70}}, mm_gelu_batched_w, TM_P_GELU, 0},
     {"matmul + bias + gelu, the sum read elsewhere", 4, {3, 3, 1, 3},
      {{2, 60, 40}, {1, 40, 70}, {70}, {2, 60, 70}}, mm_gelu_other, TM_P_GELU, 0},
     {"nbits + bias + gelu + residual", 2, {3, 3}, {{2, 6, 64}, {2, 6, 40}}, nbits_full,

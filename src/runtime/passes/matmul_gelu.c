@@ -10,12 +10,6 @@
 #include <string.h>
 #include "../passes.h"
 
-static int folds(const tm_vinfo *w) {
-    for (int d = 0; d < w->rank - 2; d++)
-        if (w->dims[d] != 1) return 0;
-    return 1;
-}
-
 static tm_status fuse_at(tm_pass_scan *s, int32_t gi) {
     tm_ctx *c = s->c;
     const tm_rnode *gelu = &c->nodes[gi];
@@ -24,10 +18,9 @@ static tm_status fuse_at(tm_pass_scan *s, int32_t gi) {
         s->uses[y] != 2 || tm__pass_is_root(s->roots, y))
         return TM_OK;
     const tm_rnode *mm = tm__pass_producer(c, y, TM_P_MATMUL);
+    /* Operands as stored; their dtype, ranks and W's leading dims are MATMUL_GELU's shape
+     * rule's to check (tm__pass_rewrite leaves the node alone when it refuses). */
     if (!mm || (mm->nin != 2 && mm->nin != 3) || mm->args.i[0] || mm->args.i[1]) return TM_OK;
-    const tm_vinfo *x = &c->vals[mm->in[0]], *w = &c->vals[mm->in[1]];
-    if (x->dtype != TM_FLOAT || w->dtype != TM_FLOAT || w->rank != x->rank || !folds(w))
-        return TM_OK;
     /* y's other live reader: a GELU_GRAD (erf form) of y, after the GELU. */
     int32_t grad = -1;
     for (int32_t i = gi + 1; i < c->n_nodes && grad < 0; i++) {
