@@ -221,16 +221,17 @@ typedef struct gemv_job {
     const tm__nbits_qrow *q;      /* the split rows (arch) */
     float *y;
     const tm_sgemm_epilogue *ep;
-    _Atomic int64_t next;         /* first unclaimed column group (claim.h) */
+    int shares;                   /* the threads' shares of the column groups (claim.h) */
+    tm__share share[TM__SHARES_MAX];
 } gemv_job;
 
-/* A few groups at a time for many rows, so that their weights stay in L1 from one pass
- * of PASS_ROWS rows to the next. */
+/* Slice ith works through share ith of the column groups, then helps with the others'
+ * (claim.h); a few groups at a time for many rows, so that their weights stay in L1 from
+ * one pass of PASS_ROWS rows to the next. */
 static void gemv_slice(void *arg, int ith, int nth) {
     gemv_job *jb = arg;
-    (void)ith;
     int64_t g0, g1 = 0, most = jb->m > PASS_ROWS ? 2 : jb->h->groups;
-    while ((g0 = tm__claim(&jb->next, jb->h->groups, nth, 2, &g1)) < jb->h->groups)
+    while ((g0 = tm__claim_share(jb->share, jb->shares, ith, 2, 2, &g1)) >= 0)
         for (int64_t s0 = g0; s0 < g1; s0 += most) {
             int64_t s1 = min64(g1, s0 + most);
             for (int64_t r = 0; r < jb->m; r += PASS_ROWS) {
@@ -366,7 +367,7 @@ void tm_nbits_matmul(const void *packed, int64_t m, const float *a, float *y, vo
                    (float *)buf, ep, pool);
         return;
     }
-    gemv_job jb = {&h, data, kr.arch, m, a, NULL, y, ep, 0};
+    gemv_job jb = {&h, data, kr.arch, m, a, NULL, y, ep, 0, {{0}}};
     if (kr.arch) {
         size_t bytes = tm__nbits_qrow_bytes(h.blocks * h.block, h.blocks);
         tm__nbits_qrow *q = (tm__nbits_qrow *)(buf + (size_t)m * bytes);
@@ -374,7 +375,10 @@ void tm_nbits_matmul(const void *packed, int64_t m, const float *a, float *y, vo
         run(pool, threads_for(m, h.n, h.k, pool), split_slice, &sj);
         jb.q = q;
     }
-    run(pool, threads_for(h.groups, h.n, h.k, pool), gemv_slice, &jb);
+    int nth = threads_for(h.groups, h.n, h.k, pool);
+    jb.shares = nth < TM__SHARES_MAX ? nth : TM__SHARES_MAX;
+    tm__shares_init(jb.share, jb.shares, h.groups, 2);
+    run(pool, jb.shares, gemv_slice, &jb);
 }
 
 /* ---- The per-run dequantization ------------------------------------------------------- */
