@@ -221,8 +221,7 @@ typedef struct gemv_job {
     const tm__nbits_qrow *q;      /* the split rows (arch) */
     float *y;
     const tm_sgemm_epilogue *ep;
-    int shares;                   /* the threads' shares of the column groups (claim.h) */
-    tm__share share[TM__SHARES_MAX];
+    tm__share share[TM__SHARES_MAX];   /* one per slice: the column groups (claim.h) */
 } gemv_job;
 
 /* Slice ith works through share ith of the column groups, then helps with the others'
@@ -231,7 +230,7 @@ typedef struct gemv_job {
 static void gemv_slice(void *arg, int ith, int nth) {
     gemv_job *jb = arg;
     int64_t g0, g1 = 0, most = jb->m > PASS_ROWS ? 2 : jb->h->groups;
-    while ((g0 = tm__claim_share(jb->share, jb->shares, ith, 2, 2, &g1)) >= 0)
+    while ((g0 = tm__claim_share(jb->share, nth, ith, 2, 2, &g1)) >= 0)
         for (int64_t s0 = g0; s0 < g1; s0 += most) {
             int64_t s1 = min64(g1, s0 + most);
             for (int64_t r = 0; r < jb->m; r += PASS_ROWS) {
@@ -367,7 +366,7 @@ void tm_nbits_matmul(const void *packed, int64_t m, const float *a, float *y, vo
                    (float *)buf, ep, pool);
         return;
     }
-    gemv_job jb = {&h, data, kr.arch, m, a, NULL, y, ep, 0, {{0}}};
+    gemv_job jb = {&h, data, kr.arch, m, a, NULL, y, ep, {{0}}};
     if (kr.arch) {
         size_t bytes = tm__nbits_qrow_bytes(h.blocks * h.block, h.blocks);
         tm__nbits_qrow *q = (tm__nbits_qrow *)(buf + (size_t)m * bytes);
@@ -375,10 +374,11 @@ void tm_nbits_matmul(const void *packed, int64_t m, const float *a, float *y, vo
         run(pool, threads_for(m, h.n, h.k, pool), split_slice, &sj);
         jb.q = q;
     }
+    /* run gives gemv_slice exactly nth slices (pool.h), one per share. */
     int nth = threads_for(h.groups, h.n, h.k, pool);
-    jb.shares = nth < TM__SHARES_MAX ? nth : TM__SHARES_MAX;
-    tm__shares_init(jb.share, jb.shares, h.groups, 2);
-    run(pool, jb.shares, gemv_slice, &jb);
+    if (nth > TM__SHARES_MAX) nth = TM__SHARES_MAX;
+    tm__shares_init(jb.share, nth, h.groups, 2);
+    run(pool, nth, gemv_slice, &jb);
 }
 
 /* ---- The per-run dequantization ------------------------------------------------------- */
