@@ -159,7 +159,10 @@ static void test_sgemm_shapes(void) {
         {1, 1, 600}, {1, 768, 768}, {2, 70, 33}, {3, 129, 257}, {4, 16, 16}, {5, 17, 9},
         {6, 16, 256}, {7, 31, 255}, {12, 32, 1}, {13, 33, 2}, {25, 47, 513}, {64, 64, 64},
         {96, 100, 300}, {97, 65, 129}, {130, 50, 40}, {200, 37, 600}, {9, 4100, 3},
-        {128, 384, 64}, {33, 3, 70}, {40, 1, 50}};
+        {128, 384, 64}, {33, 3, 70}, {40, 1, 50},
+        /* B as stored is read in place while A's depth block is at most 384 KB, packed
+         * past it: both sides of that switch, one and two depth blocks */
+        {256, 70, 384}, {257, 70, 384}, {300, 45, 400}, {520, 33, 200}};
     tm_pool *pools[2] = {tm_pool_create(2), tm_pool_create(3)};
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         int64_t m = cases[ci].m, n = cases[ci].n, k = cases[ci].k;

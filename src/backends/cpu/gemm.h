@@ -179,6 +179,15 @@ typedef void (*tm__sgemm_rows_next_fn)(int64_t k, const float *a, int64_t lda,
                                        const float *b_packed, float *c, int64_t ldc, int nr,
                                        float beta, const float *next);
 
+/* A register tile with B read where it lies, nothing packed: c (mr, nr) = alpha * a . b
+ * + beta * c (beta == 0: c not read), row p of B at b + p * ldb (nr <= NR floats of it
+ * read, through masks). A is a full tile of rows in place (a_step == 1, row stride a_row;
+ * mr is then MR) or a packed short tile (a_row 1, a_step MR, zero rows past mr). Each
+ * step of k it may fetch two lines of next's rows (ldb apart) into L2 (next NULL: none). */
+typedef void (*tm__sgemm_inplace_fn)(int64_t k, const float *a, int64_t a_row, int64_t a_step,
+                                     const float *b, int64_t ldb, float *c, int64_t ldc, int mr,
+                                     int nr, float alpha, float beta, const float *next);
+
 typedef struct tm__sgemm_arch {
     const char *name;
     int mr, nr;                 /* register tile */
@@ -192,6 +201,7 @@ typedef struct tm__sgemm_arch {
     tm__sgemm_cols_tile_fn tile_cols;   /* NULL: tile */
     tm__sgemm_pack_bt_fn pack_bt;       /* NULL: plain loops */
     tm__sgemm_rows_next_fn tile_rows_next;   /* NULL: tile_rows */
+    tm__sgemm_inplace_fn tile_inplace;       /* NULL: B always packed */
 } tm__sgemm_arch;
 
 /* The arch tm_sgemm uses (NULL: the reference, TM_REFERENCE_KERNELS=1). */

@@ -153,6 +153,78 @@ static void tile_rows12_next(int64_t k, const float *a, int64_t lda, const float
     else tile_rows12_hint(k, a, lda, b, c, ldc, nr, beta, b + B_AHEAD, NR, 0, next);
 }
 
+/* The 12x32 tile with B read where it lies (row p at b + p * ldb, nr columns through
+ * masks: nothing past them is read), nothing packed: tm_sgemm's path for a few rows of A
+ * by a B it would otherwise pack on every call (a weight being trained). A's rows in
+ * place (ROWS: row stride a_row, k contiguous, four base pointers as tile_rows12) or a
+ * packed short tile (a_step floats a step of k, zero rows below). Each step of k it may
+ * fetch two lines of NEXT's rows (ldb apart) into L2: the panel a later tile reads, so
+ * that B, read from memory once, streams in while this one computes. */
+static inline __attribute__((always_inline)) void inplace_body(
+    int64_t k, const float *a, int64_t a_row, int64_t a_step, const float *b, int64_t ldb,
+    float *c, int64_t ldc, int mr, int nr, float alpha, float beta, const float *next,
+    const int in_rows) {
+    __m512 acc[MR][2];
+    __mmask16 m0 = lane_mask(nr), m1 = lane_mask(nr - 16);
+#pragma GCC unroll 12
+    for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+    const float *a0 = a, *a1 = a + 3 * a_row, *a2 = a + 6 * a_row, *a3 = a + 9 * a_row;
+    int64_t l1 = a_row, l2 = 2 * a_row;
+#pragma GCC unroll 2
+    for (int64_t p = 0; p < k; p++) {
+        if (next) {
+            _mm_prefetch((const char *)next, _MM_HINT_T1);
+            _mm_prefetch((const char *)(next + 16), _MM_HINT_T1);
+            next += ldb;
+        }
+        __m512 b0, b1;
+        if (nr == NR) {
+            b0 = _mm512_loadu_ps(b);
+            b1 = _mm512_loadu_ps(b + 16);
+        } else {
+            b0 = _mm512_maskz_loadu_ps(m0, b);
+            b1 = _mm512_maskz_loadu_ps(m1, b + 16);
+        }
+        if (in_rows) {
+            const float *row[4] = {a0 + p, a1 + p, a2 + p, a3 + p};
+#pragma GCC unroll 4
+            for (int q = 0; q < 4; q++) {
+                __m512 x0 = _mm512_set1_ps(row[q][0]), x1 = _mm512_set1_ps(row[q][l1]);
+                __m512 x2 = _mm512_set1_ps(row[q][l2]);
+                acc[3 * q][0] = _mm512_fmadd_ps(x0, b0, acc[3 * q][0]);
+                acc[3 * q][1] = _mm512_fmadd_ps(x0, b1, acc[3 * q][1]);
+                acc[3 * q + 1][0] = _mm512_fmadd_ps(x1, b0, acc[3 * q + 1][0]);
+                acc[3 * q + 1][1] = _mm512_fmadd_ps(x1, b1, acc[3 * q + 1][1]);
+                acc[3 * q + 2][0] = _mm512_fmadd_ps(x2, b0, acc[3 * q + 2][0]);
+                acc[3 * q + 2][1] = _mm512_fmadd_ps(x2, b1, acc[3 * q + 2][1]);
+            }
+        } else {
+#pragma GCC unroll 12
+            for (int i = 0; i < MR; i++) {
+                __m512 x = _mm512_set1_ps(a[i]);
+                acc[i][0] = _mm512_fmadd_ps(x, b0, acc[i][0]);
+                acc[i][1] = _mm512_fmadd_ps(x, b1, acc[i][1]);
+            }
+            a += a_step;
+        }
+        b += ldb;
+    }
+    __m512 va = _mm512_set1_ps(alpha);
+#pragma GCC unroll 12
+    for (int i = 0; i < MR; i++)
+        if (i < mr) store_row(c + i * ldc, acc[i][0], acc[i][1], nr, va, beta);
+}
+
+static void tile_inplace(int64_t k, const float *a, int64_t a_row, int64_t a_step,
+                         const float *b, int64_t ldb, float *c, int64_t ldc, int mr, int nr,
+                         float alpha, float beta, const float *next) {
+    if (a_step == 1 && nr == NR)
+        inplace_body(k, a, a_row, 1, b, ldb, c, ldc, MR, NR, alpha, beta, next, 1);
+    else if (a_step == 1)
+        inplace_body(k, a, a_row, 1, b, ldb, c, ldc, MR, nr, alpha, beta, next, 1);
+    else inplace_body(k, a, 1, a_step, b, ldb, c, ldc, mr, nr, alpha, beta, next, 0);
+}
+
 static void tile_packed(int64_t k, const float *a, const float *b, float *c, int64_t ldc,
                         int mr, int nr, float beta) {
     if (mr > 8) tile_step_12(k, a, MR, b, c, ldc, mr, nr, beta);
@@ -371,7 +443,7 @@ static void pack_bt(const float *b, int64_t ldb, int64_t p0, int64_t kc, int64_t
 
 static const tm__sgemm_arch avx512 = {"avx512", MR, NR, 384, 96, 512, tile_12x32, small, rows,
                                      tile_indirect, tile_packed, tile_rows12, tile_cols, pack_bt,
-                                     tile_rows12_next};
+                                     tile_rows12_next, tile_inplace};
 
 const tm__sgemm_arch *tm__sgemm_arch_avx512(void) {
     __builtin_cpu_init();
