@@ -620,6 +620,15 @@ static void test_linalg(void) {
     gcase m7 = {"matmul both transposed", b_args, 2, {4, 4}, {{2, 1, 4, 3}, {1, 3, 5, 4}}, -1, 1,
                 0, TM_P_MATMUL, {1, 1}, 0, 0, 0};
     run_case(&m7);
+    /* The output stored transposed (i[2]): two matrices, each operand either way. */
+    for (int t = 0; t < 4; t++) {
+        char name[64];
+        snprintf(name, sizeof name, "matmul output transposed, operands %d/%d", t & 1, t >> 1);
+        gcase mt = {"", b_args, 2, {2, 2}, {{t & 1 ? 4 : 3, t & 1 ? 3 : 4}, {t >> 1 ? 5 : 4, t >> 1 ? 4 : 5}},
+                    -1, 1, 0, TM_P_MATMUL, {t & 1, t >> 1, 1}, 0, 0, 0};
+        mt.name = name;
+        run_case(&mt);
+    }
     /* A bias (third input, passes/matmul_bias.c): one product with the bias in its
      * epilogue (a weight shared by the batch), or products then the bias. */
     gcase m8 = {"matmul shared weight + bias", b_args, 3, {3, 3, 1}, {{2, 3, 4}, {1, 4, 5}, {5}},

@@ -208,6 +208,41 @@ static void test_sgemm_shapes(void) {
                       (long long)m, (long long)n, (long long)k, trans_a, trans_b,
                       tm_pool_threads(pools[pi]));
             }
+            /* C stored transposed (tm_sgemm_ct), on 1 and 3 threads: tm_sgemm's result
+             * transposed, bit for bit where the packed path runs (past 3 rows and 512
+             * flops; the plain loops' to rounding below), and C's padding kept. */
+            {
+                int64_t ldt = m + pad;
+                int exact = m > 3 && (double)m * (double)n * (double)k > 512.0;
+                float *ct = malloc((size_t)(n * ldt) * sizeof *ct);
+                for (int pi = -1; pi < 2; pi += 2) {
+                    for (int64_t j = 0; j < n; j++)
+                        for (int64_t i = 0; i < ldt; i++)
+                            ct[j * ldt + i] = i < m ? c2[i * ldc + j] : 7.0f;
+                    tm_sgemm_ct(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, ct, ldt,
+                                work, pi < 0 ? NULL : pools[pi]);
+                    double err = 0.0;
+                    int same = 1, kept = 1;
+                    for (int64_t j = 0; j < n; j++)
+                        for (int64_t i = 0; i < ldt; i++) {
+                            float got = ct[j * ldt + i];
+                            if (i >= m) {
+                                kept &= got == 7.0f;
+                                continue;
+                            }
+                            float want = c1[i * ldc + j];
+                            same &= memcmp(&got, &want, sizeof got) == 0;
+                            double e = fabs((double)got - want) / (1.0 + sqrt((double)k));
+                            err = isnan(e) ? INFINITY : fmax(err, e);
+                        }
+                    check((exact ? same : err < 1e-5) && kept,
+                          "sgemm_ct %lldx%lldx%lld trans %d/%d beta %g on %d threads: %s, "
+                          "error %g, padding %s", (long long)m, (long long)n, (long long)k,
+                          trans_a, trans_b, beta, pi < 0 ? 1 : 3, same ? "same bits" : "other bits",
+                          err, kept ? "kept" : "written");
+                }
+                free(ct);
+            }
             /* With a bias epilogue, on 1 and 3 threads: the product, then the bias added,
              * to the bit (each tile's after its last depth block); padding kept. */
             float *bias = malloc((size_t)n * sizeof *bias), *want_b = malloc((size_t)cells_c * sizeof *want_b);

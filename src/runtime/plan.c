@@ -1050,9 +1050,10 @@ static int gemm_dims(const tm_plan *p, const plan_kernel *pk, int64_t d[4]) {
     const plan_value *y = &p->values[pk->out[0]];
     if (a->rank < 2 || b->rank < 2 || y->rank < 2) return 0;
     int ta = pk->args.i[0] != 0;   /* a stored transposed: its rows are the depth */
+    int tc = pk->args.i[2] != 0;   /* the output stored transposed: (n, m) */
     (void)b;
-    d[1] = y->dims[y->rank - 2];
-    d[2] = y->dims[y->rank - 1];
+    d[1] = y->dims[y->rank - 2 + tc];
+    d[2] = y->dims[y->rank - 1 - tc];
     d[3] = a->dims[a->rank - 1 - ta];
     int64_t mn = d[1] * d[2];
     d[0] = mn > 0 ? tm_numel(y->rank, y->dims) / mn : 0;

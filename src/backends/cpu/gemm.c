@@ -230,7 +230,52 @@ typedef struct gemm_job {
     int64_t small_n_blocks;   /* PATH_SMALL: column blocks */
     const tm_sgemm_epilogue *ep;   /* on each tile after its last depth block; NULL: none */
     const float *bias_first;       /* tm__sgemm_bias_first's; NULL: none */
+    int trans_c;   /* C stored transposed: (i, j) at c[j * ldc + i] (tm_sgemm_ct) */
 } gemm_job;
+
+/* ---- C stored transposed ------------------------------------------------------------- */
+
+/* Floats of the buffer a tile goes through when C is stored transposed: 16 rows of NR
+ * (the AVX-512 store transposes 16 x 16 blocks; rows past the tile's are never stored). */
+#define TILE_T_FLOATS (16 * 32)
+
+/* Where tile (i, j)'s kernel writes: C itself, or with trans_c the buffer (NR floats a
+ * row). *beta is then the kernel's: with beta 1 (a later depth block) the buffer takes the
+ * block's sum alone (0) and tile_finish adds it to C; any other beta but 0 (the caller's,
+ * on the first block) has the buffer loaded from C first. Returns the tile's *add. */
+static float *tile_target(const gemm_job *g, int64_t i, int64_t j, int rows, int cols,
+                          float *beta, float *buf, int64_t *ld, int *add) {
+    *add = 0;
+    if (!g->trans_c) {
+        *ld = g->ldc;
+        return g->c + i * g->ldc + j;
+    }
+    *ld = g->ar->nr;
+    if (*beta == 1.0f) {
+        *add = 1;
+        *beta = 0.0f;
+    } else if (*beta != 0.0f) {
+        for (int r = 0; r < rows; r++)
+            for (int t = 0; t < cols; t++) buf[r * g->ar->nr + t] = g->c[(j + t) * g->ldc + i + r];
+    }
+    return buf;
+}
+
+/* With trans_c, the buffer's tile into C transposed, or added to it (the arch's 16 x 16
+ * register transposes, or plain loops). */
+static void tile_finish(const gemm_job *g, int64_t i, int64_t j, int rows, int cols,
+                        const float *buf, int add) {
+    if (!g->trans_c) return;
+    float *c = g->c + j * g->ldc + i;
+    if (g->ar->store_t) {
+        g->ar->store_t(buf, rows, cols, c, g->ldc, add);
+        return;
+    }
+    for (int t = 0; t < cols; t++)
+        for (int r = 0; r < rows; r++)
+            c[t * g->ldc + r] = add ? c[t * g->ldc + r] + buf[r * g->ar->nr + t]
+                                    : buf[r * g->ar->nr + t];
+}
 
 /* [begin, end) of `total` units for slice ith of nth. */
 static void slice(int64_t total, int ith, int nth, int64_t *begin, int64_t *end) {
@@ -252,10 +297,11 @@ static void compute_rows(const gemm_job *g, int64_t i0, int64_t mc, int64_t pc, 
     int64_t a_row = g->trans_a ? 1 : g->lda, a_step = g->trans_a ? g->lda : 1;
     const float *a = g->a + i0 * a_row + pc * a_step;
     float tile_a[EDGE_FLOATS];
+    _Alignas(64) float buf[TILE_T_FLOATS] = {0};   /* trans_c's tiles */
+    if (ar->nr > 32) abort();
     for (int64_t i = 0; i < mc; i += ar->mr) {
         int rows = (int)min64(ar->mr, mc - i);
         const float *panel = panels, *ai = a + i * a_row;
-        float *c = g->c + (i0 + i) * g->ldc;
         /* A short tile is copied with zero rows, so the kernel reads only A's own memory. */
         int packed = rows < ar->mr;
         /* Whether a full row tile follows (in this block or the next): its rows of A are
@@ -264,25 +310,25 @@ static void compute_rows(const gemm_job *g, int64_t i0, int64_t mc, int64_t pc, 
         if (packed) tm__sgemm_pack_a_tile(ai, a_row, a_step, kc, rows, ar->mr, tile_a);
         for (int64_t j = j0; j < j1; j += ar->nr, panel += stride) {
             int nr = (int)min64(ar->nr, j1 - j);
-            if (g->bias_first) {
-                tm__sgemm_fill_bias(c + j, g->ldc, rows, nr, g->bias_first + j);
-                beta = 1.0f;
-            }
+            int64_t ldt;
+            int add;
+            float tb = g->bias_first ? 1.0f : beta;   /* the kernel's (bias_first: no trans_c) */
+            float *c = tile_target(g, i0 + i, j, rows, nr, &tb, buf, &ldt, &add);
+            if (g->bias_first) tm__sgemm_fill_bias(c, ldt, rows, nr, g->bias_first + j);
             if (packed && g->alpha == 1.0f && ar->tile_packed)   /* no FMAs on padding */
-                ar->tile_packed(kc, tile_a, panel, c + j, g->ldc, rows, nr, beta);
+                ar->tile_packed(kc, tile_a, panel, c, ldt, rows, nr, tb);
             else if (packed)
-                ar->tile(kc, tile_a, 1, ar->mr, panel, c + j, g->ldc, rows, nr, g->alpha, beta);
+                ar->tile(kc, tile_a, 1, ar->mr, panel, c, ldt, rows, nr, g->alpha, tb);
             else if (a_step == 1 && g->alpha == 1.0f && j == j0 && next_full &&
                      ar->tile_rows_next)   /* the row tile's first panel */
-                ar->tile_rows_next(kc, ai, a_row, panel, c + j, g->ldc, nr, beta,
-                                   ai + ar->mr * a_row);
+                ar->tile_rows_next(kc, ai, a_row, panel, c, ldt, nr, tb, ai + ar->mr * a_row);
             else if (a_step == 1 && g->alpha == 1.0f)   /* A's rows in place, alpha 1 */
-                ar->tile_rows(kc, ai, a_row, panel, c + j, g->ldc, nr, beta, NULL, 0);
+                ar->tile_rows(kc, ai, a_row, panel, c, ldt, nr, tb, NULL, 0);
             else if (a_row == 1 && g->alpha == 1.0f && ar->tile_cols)   /* A transposed */
-                ar->tile_cols(kc, ai, a_step, panel, c + j, g->ldc, nr, beta);
+                ar->tile_cols(kc, ai, a_step, panel, c, ldt, nr, tb);
             else
-                ar->tile(kc, ai, a_row, a_step, panel, c + j, g->ldc, ar->mr, nr, g->alpha,
-                         beta);
+                ar->tile(kc, ai, a_row, a_step, panel, c, ldt, ar->mr, nr, g->alpha, tb);
+            tile_finish(g, i0 + i, j, rows, nr, buf, add);
         }
         /* The epilogue on the row tile's finished columns at once, still in L1 (12 rows
          * of 512 columns: 24 KB): an activation then runs over whole rows of them, where
@@ -349,6 +395,8 @@ static void inplace_slice(void *arg, int ith, int nth) {
     slice((g->n + nr - 1) / nr, ith, nth, &q_begin, &q_end);
     if (mr * ar->kc > EDGE_FLOATS) abort();   /* an arch table out of step with this file */
     float tile_a[EDGE_FLOATS];
+    _Alignas(64) float buf[TILE_T_FLOATS] = {0};   /* trans_c's tiles */
+    if (nr > 32) abort();
     for (int64_t pc = 0; pc < g->k; pc += ar->kc) {
         int64_t kc = min64(ar->kc, g->k - pc);
         const float *b = g->b + pc * g->ldb;
@@ -368,14 +416,17 @@ static void inplace_slice(void *arg, int ith, int nth) {
                 int rows = (int)min64(mr, g->m - i);
                 const float *ai = rows < mr ? tile_a : g->a + i * g->lda + pc;
                 int64_t a_row = rows < mr ? 1 : g->lda, a_step = rows < mr ? mr : 1;
-                float *c = g->c + i * g->ldc + j;
                 float beta = pc == 0 ? g->beta : 1.0f;
+                int64_t ldt;
+                int add;
+                float *c = tile_target(g, i, j, rows, cols, &beta, buf, &ldt, &add);
                 if (g->bias_first) {
-                    tm__sgemm_fill_bias(c, g->ldc, rows, cols, g->bias_first + j);
+                    tm__sgemm_fill_bias(c, ldt, rows, cols, g->bias_first + j);
                     beta = 1.0f;
                 }
-                ar->tile_inplace(kc, ai, a_row, a_step, b + j, g->ldb, c, g->ldc, rows, cols,
+                ar->tile_inplace(kc, ai, a_row, a_step, b + j, g->ldb, c, ldt, rows, cols,
                                  g->alpha, beta, i == 0 ? next : NULL);
+                tile_finish(g, i, j, rows, cols, buf, add);
             }
             if (g->ep && last && ((q + 1 - q_begin) % INPLACE_EP_PANELS == 0 || q + 1 == q_end)) {
                 tm_sgemm_epilogue_apply(g->ep, g->c, g->ldc, 0, g->m, ep_from, j + cols);
@@ -409,7 +460,7 @@ static void small_product(const tm__sgemm_arch *ar, int trans_a, int trans_b, in
                           const float *b, int64_t ldb, float beta, float *c, int64_t ldc,
                           tm_pool *pool) {
     gemm_job g = {ar, trans_a, trans_b, m, n, k, alpha, beta, a, b, lda, ldb, ldc, c, NULL, 0,
-                  NULL, NULL};
+                  NULL, NULL, 0};
     double flops = 2.0 * (double)m * (double)n * (double)k;
     int nth = flops < PARALLEL_MIN_FLOPS ? 1 : tm_pool_threads(pool);
     g.small_n_blocks = (n + SMALL_COLUMNS - 1) / SMALL_COLUMNS;
@@ -424,15 +475,45 @@ void tm_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float a
                 pool);
 }
 
-void tm_sgemm_ep(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                 const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
-                 float *c, int64_t ldc, const tm_sgemm_epilogue *ep, void *scratch,
-                 tm_pool *pool) {
+/* tm_sgemm_reference with C stored transposed, (i, j) at c[j * ldc + i]: the same
+ * operations on each element, in the same order. */
+static void reference_ct(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
+                         float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
+                         float beta, float *c, int64_t ldc) {
+    for (int64_t i = 0; i < m; i++) {
+        for (int64_t j = 0; j < n; j++) {
+            float *out = c + j * ldc + i;
+            *out = beta == 0.0f ? 0.0f : beta == 1.0f ? *out : *out * beta;
+        }
+        if (trans_b) {
+            for (int64_t j = 0; j < n; j++) {
+                float sum = 0.0f;
+                for (int64_t p = 0; p < k; p++) sum += elem_a(trans_a, a, lda, i, p) * b[j * ldb + p];
+                c[j * ldc + i] += alpha * sum;
+            }
+            continue;
+        }
+        for (int64_t p = 0; p < k; p++) {
+            float scaled = alpha * elem_a(trans_a, a, lda, i, p);
+            for (int64_t j = 0; j < n; j++) c[j * ldc + i] += scaled * b[p * ldb + j];
+        }
+    }
+}
+
+static void sgemm_any(int trans_a, int trans_b, int trans_c, int64_t m, int64_t n, int64_t k,
+                      float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
+                      float beta, float *c, int64_t ldc, const tm_sgemm_epilogue *ep,
+                      void *scratch, tm_pool *pool) {
     if (m <= 0 || n <= 0) return;
     const tm__sgemm_arch *ar = active_arch();
     int path = k <= 0 || alpha == 0.0f ? PATH_REFERENCE : choose_path(ar, m, n, k);
     int inplace = path == PATH_PACKED && inplace_fits(ar, trans_a, trans_b, m, k);
     if (path == PATH_PACKED && !scratch && !inplace) path = PATH_REFERENCE;
+    if (trans_c && path != PATH_PACKED) {   /* few rows or few flops: the plain loops */
+        if (k <= 0 || alpha == 0.0f) scale_c(n, m, beta, c, ldc);
+        else reference_ct(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+        return;
+    }
     if (path != PATH_PACKED) {   /* the epilogue after the whole product */
         if (k <= 0 || alpha == 0.0f) scale_c(m, n, beta, c, ldc);
         else if (path == PATH_REFERENCE)
@@ -444,7 +525,7 @@ void tm_sgemm_ep(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, floa
         return;
     }
     gemm_job g = {ar, trans_a, trans_b, m, n, k, alpha, beta, a, b, lda, ldb, ldc, c, NULL, 0,
-                  ep, NULL};
+                  ep, NULL, trans_c};
     tm_sgemm_epilogue rest;
     g.bias_first = tm__sgemm_bias_first(ep, beta, k, ar->kc, &rest, &g.ep);
     double flops = 2.0 * (double)m * (double)n * (double)k;
@@ -460,4 +541,19 @@ void tm_sgemm_ep(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, floa
     int64_t panels = (min64(n, ar->nc) + ar->nr - 1) / ar->nr;
     if (nth > panels) nth = (int)panels;
     run_parallel(pool, nth, packed_slice, &g);
+}
+
+void tm_sgemm_ep(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                 const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                 float *c, int64_t ldc, const tm_sgemm_epilogue *ep, void *scratch,
+                 tm_pool *pool) {
+    sgemm_any(trans_a, trans_b, 0, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, ep, scratch,
+              pool);
+}
+
+void tm_sgemm_ct(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                 const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                 float *c, int64_t ldc, void *scratch, tm_pool *pool) {
+    sgemm_any(trans_a, trans_b, 1, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, NULL, scratch,
+              pool);
 }

@@ -32,6 +32,16 @@ void tm_sgemm_ep(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, floa
                  float *c, int64_t ldc, const struct tm_sgemm_epilogue *ep, void *scratch,
                  tm_pool *pool);
 
+/* tm_sgemm with C stored transposed: element (i, j) of the product goes to c[j * ldc + i]
+ * (C is (n, m), row stride ldc). Each tile of the product is written as a run down C's
+ * rows, so that a product computed as (B^T A^T)^T for its packing's sake needs no
+ * transpose after it. The same scratch as tm_sgemm; the same results, bit for bit, as
+ * tm_sgemm's followed by a transpose, except for products of at most 3 rows (where the
+ * plain loops run, not tm_sgemm's small kernel: equal to rounding). No epilogue. */
+void tm_sgemm_ct(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                 const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                 float *c, int64_t ldc, void *scratch, tm_pool *pool);
+
 /* The plain C implementation, always; for tests that compare it with tm_sgemm. */
 void tm_sgemm_reference(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
                         float alpha, const float *a, int64_t lda, const float *b,
@@ -188,6 +198,11 @@ typedef void (*tm__sgemm_inplace_fn)(int64_t k, const float *a, int64_t a_row, i
                                      const float *b, int64_t ldb, float *c, int64_t ldc, int mr,
                                      int nr, float alpha, float beta, const float *next);
 
+/* A tile (rows <= 16, cols <= NR) from t (NR floats a row; 16 rows readable) into C
+ * stored transposed: t[r * NR + q] to c[q * ldc + r], or added to it (add). */
+typedef void (*tm__sgemm_store_t_fn)(const float *t, int rows, int cols, float *c,
+                                     int64_t ldc, int add);
+
 typedef struct tm__sgemm_arch {
     const char *name;
     int mr, nr;                 /* register tile */
@@ -202,6 +217,7 @@ typedef struct tm__sgemm_arch {
     tm__sgemm_pack_bt_fn pack_bt;       /* NULL: plain loops */
     tm__sgemm_rows_next_fn tile_rows_next;   /* NULL: tile_rows */
     tm__sgemm_inplace_fn tile_inplace;       /* NULL: B always packed */
+    tm__sgemm_store_t_fn store_t;            /* NULL: plain loops */
 } tm__sgemm_arch;
 
 /* The arch tm_sgemm uses (NULL: the reference, TM_REFERENCE_KERNELS=1). */

@@ -441,9 +441,27 @@ static void pack_bt(const float *b, int64_t ldb, int64_t p0, int64_t kc, int64_t
     }
 }
 
+/* A tile into C stored transposed (or added to it): 16 x 16 blocks transposed in
+ * registers, each column of the tile one masked store of its rows along a row of C. */
+static void store_t(const float *t, int rows, int cols, float *c, int64_t ldc, int add) {
+    __mmask16 keep = lane_mask(rows);
+    for (int jb = 0; jb < cols; jb += 16) {
+        __m512 r[16];
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; i++) r[i] = _mm512_load_ps(t + i * NR + jb);
+        tm__transpose16(r);
+        int n = cols - jb < 16 ? cols - jb : 16;
+        for (int q = 0; q < n; q++) {
+            float *row = c + (jb + q) * ldc;
+            __m512 v = add ? _mm512_add_ps(_mm512_maskz_loadu_ps(keep, row), r[q]) : r[q];
+            _mm512_mask_storeu_ps(row, keep, v);
+        }
+    }
+}
+
 static const tm__sgemm_arch avx512 = {"avx512", MR, NR, 384, 96, 512, tile_12x32, small, rows,
                                      tile_indirect, tile_packed, tile_rows12, tile_cols, pack_bt,
-                                     tile_rows12_next, tile_inplace};
+                                     tile_rows12_next, tile_inplace, store_t};
 
 const tm__sgemm_arch *tm__sgemm_arch_avx512(void) {
     __builtin_cpu_init();

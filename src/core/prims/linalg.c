@@ -119,11 +119,14 @@ static size_t round_scratch(size_t bytes) { return (bytes + 63) & ~(size_t)63; }
 tm_status tm__shape_matmul(tm_ctx *c, int prim, const tm_args *a, const tm_vinfo *const *in,
                            int nin, tm_vinfo *out, int nout, size_t *scratch) {
     (void)prim; (void)nin; (void)nout;
-    int ta = a->i[0] != 0, tb = a->i[1] != 0;
+    int ta = a->i[0] != 0, tb = a->i[1] != 0, tc = a->i[2] != 0;
     if (nin != 2 && nin != 3)
         return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul: expected 2 inputs and an optional bias, "
                            "got %d", nin);
     const tm_vinfo *x = in[0], *y = in[1];
+    if (tc && (nin != 2 || x->rank != 2))
+        return tm_ctx_fail(c, TM_ERR_UNSUPPORTED, "matmul: a transposed output needs two "
+                           "matrices (no batch, no bias)");
     char tx[160], ty[160];
     if (x->dtype == TM_STRING || y->dtype == TM_STRING)
         return tm_ctx_fail(c, TM_ERR_UNSUPPORTED, "matmul: string tensors are not supported");
@@ -151,8 +154,8 @@ tm_status tm__shape_matmul(tm_ctx *c, int prim, const tm_args *a, const tm_vinfo
     int64_t m = x->dims[r - 2 + ta], k = x->dims[r - 1 - ta], n = y->dims[r - 1 - tb];
     out->dtype = x->dtype;
     out->rank = r;
-    out->dims[r - 2] = m;
-    out->dims[r - 1] = n;
+    out->dims[r - 2] = tc ? n : m;
+    out->dims[r - 1] = tc ? m : n;
     *scratch = 0;
     if (nin == 3 && (in[2]->dtype != x->dtype || in[2]->rank != 1 || in[2]->dims[0] != n ||
                      !tm_dtype_is_float(x->dtype)))
@@ -180,10 +183,11 @@ tm_status tm__shape_matmul(tm_ctx *c, int prim, const tm_args *a, const tm_vinfo
 typedef struct mm_layout {
     int ta, tb;
     int64_t a_row, a_col, b_row, b_col;
+    int64_t c_row, c_col;   /* C's: (n, 1), or (1, m) stored transposed (matmul_generic) */
 } mm_layout;
 
 static mm_layout mm_layout_of(int ta, int tb, int64_t m, int64_t n, int64_t k) {
-    mm_layout l = {ta, tb, ta ? 1 : k, ta ? m : 1, tb ? 1 : n, tb ? k : 1};
+    mm_layout l = {ta, tb, ta ? 1 : k, ta ? m : 1, tb ? 1 : n, tb ? k : 1, n, 1};
     return l;
 }
 
@@ -246,7 +250,7 @@ static void matmul_generic(tm_dtype dt, const void *a, int64_t off_a, const void
                 if (is_float) sum += tm_load_f64(a, dt, (size_t)ia) * tm_load_f64(b, dt, (size_t)ib);
                 else isum += load_wrapped(a, dt, ia) * load_wrapped(b, dt, ib);
             }
-            int64_t ic = off_c + i * n + j;
+            int64_t ic = off_c + i * l->c_row + j * l->c_col;
             if (is_float) tm_store_f64(c, dt, (size_t)ic, sum);
             else store_wrapped(c, dt, ic, isum);
         }
@@ -379,6 +383,20 @@ tm_status tm__kernel_matmul(const tm_kcall *kc) {
     const tm_tensor *x = kc->in[0], *y = kc->in[1];
     tm_tensor *z = kc->out[0];
     int r = z->rank, ta = kc->a->i[0] != 0, tb = kc->a->i[1] != 0;
+    if (kc->a->i[2]) {   /* (n, m): two matrices, checked by the shape rule */
+        int64_t n = z->dims[0], m = z->dims[1], k = x->dims[1 - ta];
+        if (!m || !n) return TM_OK;
+        if (z->dtype == TM_FLOAT) {
+            tm_sgemm_ct(ta, tb, m, n, k, 1.0f, x->data, ta ? m : k, y->data, tb ? k : n, 0.0f,
+                        z->data, m, kc->scratch, kc->pool);
+            return TM_OK;
+        }
+        mm_layout l = mm_layout_of(ta, tb, m, n, k);
+        l.c_row = 1;
+        l.c_col = m;
+        matmul_generic(z->dtype, x->data, 0, y->data, 0, z->data, 0, m, n, k, &l);
+        return TM_OK;
+    }
     int64_t m = z->dims[r - 2], k = x->dims[r - 1 - ta], n = z->dims[r - 1];
     int64_t batch = tm_numel(r - 2, z->dims);
     const tm_tensor *bias = kc->nin == 3 ? kc->in[2] : NULL;

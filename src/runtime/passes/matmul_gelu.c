@@ -20,7 +20,9 @@ static tm_status fuse_at(tm_pass_scan *s, int32_t gi) {
     const tm_rnode *mm = tm__pass_producer(c, y, TM_P_MATMUL);
     /* Operands as stored; their dtype, ranks and W's leading dims are MATMUL_GELU's shape
      * rule's to check (tm__pass_rewrite leaves the node alone when it refuses). */
-    if (!mm || (mm->nin != 2 && mm->nin != 3) || mm->args.i[0] || mm->args.i[1]) return TM_OK;
+    if (!mm || (mm->nin != 2 && mm->nin != 3) || mm->args.i[0] || mm->args.i[1] ||
+        mm->args.i[2])
+        return TM_OK;
     /* y's other live reader: a GELU_GRAD (erf form) of y, after the GELU. */
     int32_t grad = -1;
     for (int32_t i = gi + 1; i < c->n_nodes && grad < 0; i++) {

@@ -202,7 +202,8 @@ int tm__pass_is_row_vector(const tm_ctx *c, tm_val v, int rank, int64_t n) {
 }
 
 int tm__pass_is_plain_matmul(const tm_rnode *n) {
-    return n->prim == TM_P_MATMUL && n->nin == 2 && !n->args.i[0] && !n->args.i[1];
+    return n->prim == TM_P_MATMUL && n->nin == 2 && !n->args.i[0] && !n->args.i[1] &&
+           !n->args.i[2];
 }
 
 int32_t tm__pass_only_reader(const tm_pass_scan *s, tm_val v, int32_t from) {
