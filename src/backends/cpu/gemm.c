@@ -242,7 +242,7 @@ typedef struct gemm_job {
 /* Where tile (i, j)'s kernel writes: C itself, or with trans_c the buffer (NR floats a
  * row). *beta is then the kernel's: with beta 1 (a later depth block) the buffer takes the
  * block's sum alone (0) and tile_finish adds it to C; any other beta but 0 (the caller's,
- * on the first block) has the buffer loaded from C first. Returns the tile's *add. */
+ * on the first block) has the buffer loaded from C first. *add: tile_finish's add. */
 static float *tile_target(const gemm_job *g, int64_t i, int64_t j, int rows, int cols,
                           float *beta, float *buf, int64_t *ld, int *add) {
     *add = 0;
@@ -297,8 +297,9 @@ static void compute_rows(const gemm_job *g, int64_t i0, int64_t mc, int64_t pc, 
     int64_t a_row = g->trans_a ? 1 : g->lda, a_step = g->trans_a ? g->lda : 1;
     const float *a = g->a + i0 * a_row + pc * a_step;
     float tile_a[EDGE_FLOATS];
-    _Alignas(64) float buf[TILE_T_FLOATS] = {0};   /* trans_c's tiles */
+    _Alignas(64) float buf[TILE_T_FLOATS];   /* trans_c's tiles (16 rows read) */
     if (ar->nr > 32) abort();
+    if (g->trans_c) memset(buf, 0, sizeof buf);
     for (int64_t i = 0; i < mc; i += ar->mr) {
         int rows = (int)min64(ar->mr, mc - i);
         const float *panel = panels, *ai = a + i * a_row;
@@ -395,8 +396,9 @@ static void inplace_slice(void *arg, int ith, int nth) {
     slice((g->n + nr - 1) / nr, ith, nth, &q_begin, &q_end);
     if (mr * ar->kc > EDGE_FLOATS) abort();   /* an arch table out of step with this file */
     float tile_a[EDGE_FLOATS];
-    _Alignas(64) float buf[TILE_T_FLOATS] = {0};   /* trans_c's tiles */
+    _Alignas(64) float buf[TILE_T_FLOATS];   /* trans_c's tiles (16 rows read) */
     if (nr > 32) abort();
+    if (g->trans_c) memset(buf, 0, sizeof buf);
     for (int64_t pc = 0; pc < g->k; pc += ar->kc) {
         int64_t kc = min64(ar->kc, g->k - pc);
         const float *b = g->b + pc * g->ldb;
