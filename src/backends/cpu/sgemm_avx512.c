@@ -69,6 +69,40 @@ TILE_PACKED(12)
 TILE_PACKED(8)
 TILE_PACKED(4)
 
+/* One step of k of a 12x32 tile whose A rows lie in place: rows 3q, 3q + 1 and 3q + 2
+ * at rq, rq + l1 and rq + l2 (four base pointers and two strides keep the loop in the
+ * general registers; twelve row pointers would spill). */
+static inline __attribute__((always_inline)) void fma_rows12(__m512 acc[MR][2], const float *r0,
+                                                             const float *r1, const float *r2,
+                                                             const float *r3, int64_t l1,
+                                                             int64_t l2, __m512 b0, __m512 b1) {
+    const float *row[4] = {r0, r1, r2, r3};
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; q++) {
+        __m512 x0 = _mm512_set1_ps(row[q][0]), x1 = _mm512_set1_ps(row[q][l1]);
+        __m512 x2 = _mm512_set1_ps(row[q][l2]);
+        acc[3 * q][0] = _mm512_fmadd_ps(x0, b0, acc[3 * q][0]);
+        acc[3 * q][1] = _mm512_fmadd_ps(x0, b1, acc[3 * q][1]);
+        acc[3 * q + 1][0] = _mm512_fmadd_ps(x1, b0, acc[3 * q + 1][0]);
+        acc[3 * q + 1][1] = _mm512_fmadd_ps(x1, b1, acc[3 * q + 1][1]);
+        acc[3 * q + 2][0] = _mm512_fmadd_ps(x2, b0, acc[3 * q + 2][0]);
+        acc[3 * q + 2][1] = _mm512_fmadd_ps(x2, b1, acc[3 * q + 2][1]);
+    }
+}
+
+/* One step of k of a 12x32 tile whose A elements at this step lie `stride` apart (a
+ * packed tile: 1). */
+static inline __attribute__((always_inline)) void fma_strided12(__m512 acc[MR][2],
+                                                                const float *a, int64_t stride,
+                                                                __m512 b0, __m512 b1) {
+#pragma GCC unroll 12
+    for (int i = 0; i < MR; i++) {
+        __m512 x = _mm512_set1_ps(a[i * stride]);
+        acc[i][0] = _mm512_fmadd_ps(x, b0, acc[i][0]);
+        acc[i][1] = _mm512_fmadd_ps(x, b1, acc[i][1]);
+    }
+}
+
 /* Floats of packed B the row tile prefetches ahead of its reads (32 steps of k). */
 #define B_AHEAD (32 * NR)
 
@@ -116,18 +150,7 @@ static inline __attribute__((always_inline)) void tile_rows12_hint(int64_t k, co
             for (int i = 0; i < MR; i++) _mm_prefetch((const char *)(na + i * lda + p), _MM_HINT_T1);
         }
         __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
-        const float *row[4] = {a0 + p, a1 + p, a2 + p, a3 + p};
-#pragma GCC unroll 4
-        for (int q = 0; q < 4; q++) {
-            __m512 x0 = _mm512_set1_ps(row[q][0]), x1 = _mm512_set1_ps(row[q][l1]);
-            __m512 x2 = _mm512_set1_ps(row[q][l2]);
-            acc[3 * q][0] = _mm512_fmadd_ps(x0, b0, acc[3 * q][0]);
-            acc[3 * q][1] = _mm512_fmadd_ps(x0, b1, acc[3 * q][1]);
-            acc[3 * q + 1][0] = _mm512_fmadd_ps(x1, b0, acc[3 * q + 1][0]);
-            acc[3 * q + 1][1] = _mm512_fmadd_ps(x1, b1, acc[3 * q + 1][1]);
-            acc[3 * q + 2][0] = _mm512_fmadd_ps(x2, b0, acc[3 * q + 2][0]);
-            acc[3 * q + 2][1] = _mm512_fmadd_ps(x2, b1, acc[3 * q + 2][1]);
-        }
+        fma_rows12(acc, a0 + p, a1 + p, a2 + p, a3 + p, l1, l2, b0, b1);
         b += NR;
     }
     __m512 one = _mm512_set1_ps(1.0f);
@@ -186,25 +209,9 @@ static inline __attribute__((always_inline)) void inplace_body(
             b1 = _mm512_maskz_loadu_ps(m1, b + 16);
         }
         if (in_rows) {
-            const float *row[4] = {a0 + p, a1 + p, a2 + p, a3 + p};
-#pragma GCC unroll 4
-            for (int q = 0; q < 4; q++) {
-                __m512 x0 = _mm512_set1_ps(row[q][0]), x1 = _mm512_set1_ps(row[q][l1]);
-                __m512 x2 = _mm512_set1_ps(row[q][l2]);
-                acc[3 * q][0] = _mm512_fmadd_ps(x0, b0, acc[3 * q][0]);
-                acc[3 * q][1] = _mm512_fmadd_ps(x0, b1, acc[3 * q][1]);
-                acc[3 * q + 1][0] = _mm512_fmadd_ps(x1, b0, acc[3 * q + 1][0]);
-                acc[3 * q + 1][1] = _mm512_fmadd_ps(x1, b1, acc[3 * q + 1][1]);
-                acc[3 * q + 2][0] = _mm512_fmadd_ps(x2, b0, acc[3 * q + 2][0]);
-                acc[3 * q + 2][1] = _mm512_fmadd_ps(x2, b1, acc[3 * q + 2][1]);
-            }
+            fma_rows12(acc, a0 + p, a1 + p, a2 + p, a3 + p, l1, l2, b0, b1);
         } else {
-#pragma GCC unroll 12
-            for (int i = 0; i < MR; i++) {
-                __m512 x = _mm512_set1_ps(a[i]);
-                acc[i][0] = _mm512_fmadd_ps(x, b0, acc[i][0]);
-                acc[i][1] = _mm512_fmadd_ps(x, b1, acc[i][1]);
-            }
+            fma_strided12(acc, a, 1, b0, b1);
             a += a_step;
         }
         b += ldb;
@@ -247,12 +254,7 @@ static void tile_12x32(int64_t k, const float *a, int64_t a_row, int64_t a_step,
 #pragma GCC unroll 2
     for (int64_t p = 0; p < k; p++) {
         __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
-#pragma GCC unroll 12
-        for (int i = 0; i < MR; i++) {
-            __m512 x = _mm512_set1_ps(a[i * a_row]);
-            acc[i][0] = _mm512_fmadd_ps(x, b0, acc[i][0]);
-            acc[i][1] = _mm512_fmadd_ps(x, b1, acc[i][1]);
-        }
+        fma_strided12(acc, a, a_row, b0, b1);
         a += a_step;
         b += NR;
     }
