@@ -96,30 +96,42 @@ static inline float elem_a(int trans_a, const float *a, int64_t lda, int64_t i, 
     return trans_a ? a[p * lda + i] : a[i * lda + p];
 }
 
-void tm_sgemm_reference(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
-                        float alpha, const float *a, int64_t lda, const float *b,
-                        int64_t ldb, float beta, float *c, int64_t ldc) {
-    scale_c(m, n, beta, c, ldc);
+/* The plain loops with C's element (i, j) at c[i * c_row + j * c_col]: (ldc, 1) as stored,
+ * (1, ldc) stored transposed; the same operations on each element either way. Inlined
+ * with constant strides, so the row-major form's inner loop still vectorizes. */
+static inline void reference_strided(int trans_a, int trans_b, int64_t m, int64_t n,
+                                     int64_t k, float alpha, const float *a, int64_t lda,
+                                     const float *b, int64_t ldb, float beta, float *c,
+                                     int64_t c_row, int64_t c_col) {
+    if (c_col == 1) scale_c(m, n, beta, c, c_row);
+    else scale_c(n, m, beta, c, c_col);
     if (alpha == 0.0f || k == 0) return;
     for (int64_t i = 0; i < m; i++) {
-        float *restrict c_row = c + i * ldc;
+        float *restrict ci = c + i * c_row;
         if (trans_b) {
             /* B is stored (n, k): each output is a dot product along a row of B. */
             for (int64_t j = 0; j < n; j++) {
                 const float *b_row = b + j * ldb;
                 float sum = 0.0f;
                 for (int64_t p = 0; p < k; p++) sum += elem_a(trans_a, a, lda, i, p) * b_row[p];
-                c_row[j] += alpha * sum;
+                ci[j * c_col] += alpha * sum;
             }
             continue;
         }
-        /* i-p-j order: the inner loop runs along rows of B and C, which vectorizes. */
+        /* i-p-j order: the inner loop runs along rows of B (and of C as stored), which
+         * vectorizes. */
         for (int64_t p = 0; p < k; p++) {
             float scaled = alpha * elem_a(trans_a, a, lda, i, p);
             const float *restrict b_row = b + p * ldb;
-            for (int64_t j = 0; j < n; j++) c_row[j] += scaled * b_row[j];
+            for (int64_t j = 0; j < n; j++) ci[j * c_col] += scaled * b_row[j];
         }
     }
+}
+
+void tm_sgemm_reference(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
+                        float alpha, const float *a, int64_t lda, const float *b,
+                        int64_t ldb, float beta, float *c, int64_t ldc) {
+    reference_strided(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, 1);
 }
 
 /* ---- Choosing the path ------------------------------------------------------------- */
@@ -477,31 +489,6 @@ void tm_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float a
                 pool);
 }
 
-/* tm_sgemm_reference with C stored transposed, (i, j) at c[j * ldc + i]: the same
- * operations on each element, in the same order. */
-static void reference_ct(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
-                         float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
-                         float beta, float *c, int64_t ldc) {
-    for (int64_t i = 0; i < m; i++) {
-        for (int64_t j = 0; j < n; j++) {
-            float *out = c + j * ldc + i;
-            *out = beta == 0.0f ? 0.0f : beta == 1.0f ? *out : *out * beta;
-        }
-        if (trans_b) {
-            for (int64_t j = 0; j < n; j++) {
-                float sum = 0.0f;
-                for (int64_t p = 0; p < k; p++) sum += elem_a(trans_a, a, lda, i, p) * b[j * ldb + p];
-                c[j * ldc + i] += alpha * sum;
-            }
-            continue;
-        }
-        for (int64_t p = 0; p < k; p++) {
-            float scaled = alpha * elem_a(trans_a, a, lda, i, p);
-            for (int64_t j = 0; j < n; j++) c[j * ldc + i] += scaled * b[p * ldb + j];
-        }
-    }
-}
-
 static void sgemm_any(int trans_a, int trans_b, int trans_c, int64_t m, int64_t n, int64_t k,
                       float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
                       float beta, float *c, int64_t ldc, const tm_sgemm_epilogue *ep,
@@ -512,8 +499,7 @@ static void sgemm_any(int trans_a, int trans_b, int trans_c, int64_t m, int64_t 
     int inplace = path == PATH_PACKED && inplace_fits(ar, trans_a, trans_b, m, k);
     if (path == PATH_PACKED && !scratch && !inplace) path = PATH_REFERENCE;
     if (trans_c && path != PATH_PACKED) {   /* few rows or few flops: the plain loops */
-        if (k <= 0 || alpha == 0.0f) scale_c(n, m, beta, c, ldc);
-        else reference_ct(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+        reference_strided(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, 1, ldc);
         return;
     }
     if (path != PATH_PACKED) {   /* the epilogue after the whole product */

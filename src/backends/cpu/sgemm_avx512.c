@@ -69,6 +69,16 @@ TILE_PACKED(12)
 TILE_PACKED(8)
 TILE_PACKED(4)
 
+/* The first mr rows of a 12x32 tile's sums into c: alpha * acc + beta * c. */
+static inline __attribute__((always_inline)) void store_tile12(__m512 acc[MR][2], float *c,
+                                                               int64_t ldc, int mr, int nr,
+                                                               float alpha, float beta) {
+    __m512 va = _mm512_set1_ps(alpha);
+#pragma GCC unroll 12
+    for (int i = 0; i < MR; i++)
+        if (i < mr) store_row(c + i * ldc, acc[i][0], acc[i][1], nr, va, beta);
+}
+
 /* One step of k of a 12x32 tile whose A rows lie in place: rows 3q, 3q + 1 and 3q + 2
  * at rq, rq + l1 and rq + l2 (four base pointers and two strides keep the loop in the
  * general registers; twelve row pointers would spill). */
@@ -216,10 +226,7 @@ static inline __attribute__((always_inline)) void inplace_body(
         }
         b += ldb;
     }
-    __m512 va = _mm512_set1_ps(alpha);
-#pragma GCC unroll 12
-    for (int i = 0; i < MR; i++)
-        if (i < mr) store_row(c + i * ldc, acc[i][0], acc[i][1], nr, va, beta);
+    store_tile12(acc, c, ldc, mr, nr, alpha, beta);
 }
 
 static void tile_inplace(int64_t k, const float *a, int64_t a_row, int64_t a_step,
@@ -258,10 +265,7 @@ static void tile_12x32(int64_t k, const float *a, int64_t a_row, int64_t a_step,
         a += a_step;
         b += NR;
     }
-    __m512 va = _mm512_set1_ps(alpha);
-#pragma GCC unroll 12
-    for (int i = 0; i < MR; i++)
-        if (i < mr) store_row(c + i * ldc, acc[i][0], acc[i][1], nr, va, beta);
+    store_tile12(acc, c, ldc, mr, nr, alpha, beta);
 }
 
 /* The 12x32 tile with B's rows found through a table, not packed: row p of B is
