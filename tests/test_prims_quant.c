@@ -430,6 +430,63 @@ static void test_qgemm_batched(void) {
     tm_ctx_destroy(&c);
 }
 
+/* An activation whose double or missing application shows: y = 2 x + 1. Counts calls. */
+static int qgemm_act_calls;
+static void qgemm_affine(const void *arg, const float *x, float *y, int64_t n) {
+    (void)arg;
+    qgemm_act_calls++;
+    for (int64_t i = 0; i < n; i++) y[i] = 2.0f * x[i] + 1.0f;
+}
+
+/* tm_qgemm with an f32 epilogue that has an activation and a residual, against
+ * tm_qgemm_reference, bit for bit: rows over several of the kernel's row blocks (256 KB
+ * of A each), an odd number of 64-column panels with a short last one (the activation
+ * runs over pairs of panels), 1 and 3 threads, every kernel. */
+static void test_qgemm_activation(void) {
+    const int64_t m = 700, k = 1000, n = 4 * 64 + 7;
+    uint8_t *a = malloc((size_t)(m * k));
+    int8_t *b = malloc((size_t)(k * n));
+    float *res = malloc(sizeof(float) * (size_t)(m * n)), *bias = malloc(sizeof(float) * (size_t)n);
+    float *want = malloc(sizeof(float) * (size_t)(m * n)), *got = malloc(sizeof(float) * (size_t)(m * n));
+    for (int64_t i = 0; i < m * k; i++) a[i] = (uint8_t)q8_value(TM_UINT8, 2);
+    for (int64_t i = 0; i < k * n; i++) b[i] = (int8_t)q8_value(TM_INT8, 2);
+    for (int64_t i = 0; i < m * n; i++) res[i] = next_f();
+    for (int64_t i = 0; i < n; i++) bias[i] = next_f();
+    uint8_t za = 3;
+    int8_t zb = -2;
+    void *packed = malloc(tm_qgemm_packed_size(k, n));
+    tm_qgemm_pack_b(b, 1, 0, n, k, n, &zb, 1, packed);
+    float scale = 1e-4f;
+    tm_sgemm_epilogue ep = {NULL, 0, qgemm_affine, NULL, res, n, NULL, 0};
+    tm_qgemm_args g = {m, n, k, a, 0, k, &za, 1, packed, NULL, want, n, &scale, 1, bias, n, &ep};
+    tm_qgemm_reference(&g);
+    void *scratch = malloc(tm_qgemm_scratch(m, k, 0));
+    tm_pool *pool = tm_pool_create(3);
+    const char *isas[] = {"amx", "avx512", "avx2"};
+    for (int is = 0; is < 3; is++)
+        for (int threads = 1; threads <= 3; threads += 2) {
+            setenv("TM_KERNEL_ISA", isas[is], 1);
+            memset(got, 0, sizeof(float) * (size_t)(m * n));
+            g.c_float = got;
+            qgemm_act_calls = 0;
+            tm_qgemm(&g, scratch, threads == 1 ? NULL : pool);
+            int64_t bad = 0;
+            for (int64_t i = 0; i < m * n; i++) bad += memcmp(&got[i], &want[i], sizeof(float)) != 0;
+            CHECK(bad == 0 && qgemm_act_calls > 0, "qgemm activation epilogue (%s, %d threads): %lld wrong",
+                  tm_qgemm_kernel_name(), threads, (long long)bad);
+        }
+    unsetenv("TM_KERNEL_ISA");
+    tm_pool_free(pool);
+    free(scratch);
+    free(packed);
+    free(a);
+    free(b);
+    free(res);
+    free(bias);
+    free(want);
+    free(got);
+}
+
 static void test_qgemm(void) {
     const tm_dtype dts[2] = {TM_UINT8, TM_INT8};
     /* Rows around the AVX-512 tile (6) and the AMX one (16), depths around the group of 4,
@@ -735,6 +792,7 @@ int main(void) {
     test_gather_bq(TM_INT4, 1);
     test_gather_bq(TM_UINT4, 1);
     test_qgemm();
+    test_qgemm_activation();
     test_qgemm_batched();
     test_dynamic_quantize();
     test_conv_integer();

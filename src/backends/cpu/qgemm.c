@@ -199,14 +199,26 @@ typedef struct qgemm_job {
     int by_rows;               /* threads claim tiles of rows (each over every panel) */
 } qgemm_job;
 
+/* Panels per run of an epilogue that has an activation: its maths want rows of 128
+ * columns, not of one panel's 64 (GELU over 64 floats at a time took 0.83 ns a float,
+ * over 128 0.53: too few independent vectors per call). */
+#define ACTIVATION_PANELS 2
+
+static int64_t epilogue_panels(const tm_qgemm_args *g) {
+    return g->epilogue && g->c_float && g->epilogue->activation ? ACTIVATION_PANELS : 1;
+}
+
 /* Rows [r0, r1) of panels [p0, p1), in blocks of rows whose A stays in L2 while it meets
- * each of the panels (a panel alone stays in L1 for the tiles of one block). */
+ * each of the panels (a panel alone stays in L1 for the tiles of one block). The f32
+ * epilogue runs on each tile as it is stored; with an activation, on the block's rows
+ * once every ACTIVATION_PANELS panels instead (in L2 still). */
 static void panels(const qgemm_job *jb, int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
     const tm_qgemm_args *g = jb->g;
     const tm__qgemm_packed *h = jb->h;
     const uint8_t *base = g->b_packed;
     int64_t step = jb->ar->mr, block = ROW_BLOCK_BYTES / (g->k > 0 ? g->k : 1) / step * step;
     if (block < step) block = step;
+    int64_t per = epilogue_panels(g);
     if (jb->ar->begin) jb->ar->begin();
     for (int64_t i0 = r0; i0 < r1; i0 += block) {
         int64_t i1 = r1 - i0 < block ? r1 : i0 + block;
@@ -230,9 +242,12 @@ static void panels(const qgemm_job *jb, int64_t r0, int64_t r1, int64_t p0, int6
                     g->bias_count != 1,
                 };
                 jb->ar->tile(g->k, jb->a + i * jb->lda, jb->lda, mr, panel, nr, &e);
-                if (g->epilogue && g->c_float)
+                if (per == 1 && g->epilogue && g->c_float)
                     tm_sgemm_epilogue_apply(g->epilogue, g->c_float, g->ldc, i, i + mr, j, j + nr);
             }
+            if (per > 1 && ((p + 1 - p0) % per == 0 || p + 1 == p1))
+                tm_sgemm_epilogue_apply(g->epilogue, g->c_float, g->ldc, i0, i1,
+                                        (p - (p - p0) % per) * TM_QGEMM_NR, j + nr);
         }
     }
     if (jb->ar->end) jb->ar->end();
@@ -248,8 +263,10 @@ static void panel_slice(void *arg, int ith, int nth) {
             panels(jb, p0 * step, p1 * step < jb->g->m ? p1 * step : jb->g->m, 0, jb->h->panels);
         return;
     }
-    while ((p0 = tm__claim(&jb->next, jb->h->panels, nth, 1, &p1)) < jb->h->panels)
-        panels(jb, 0, jb->g->m, p0, p1);
+    /* Whole groups of the epilogue's panels. */
+    int64_t per = epilogue_panels(jb->g), groups = (jb->h->panels + per - 1) / per;
+    while ((p0 = tm__claim(&jb->next, groups, nth, 1, &p1)) < groups)
+        panels(jb, 0, jb->g->m, p0 * per, p1 * per < jb->h->panels ? p1 * per : jb->h->panels);
 }
 
 void tm_qgemm(const tm_qgemm_args *g, void *scratch, tm_pool *pool) {
@@ -289,7 +306,8 @@ void tm_qgemm(const tm_qgemm_args *g, void *scratch, tm_pool *pool) {
      * each thread gets at least 4 (AMX: split by panels, each thread went through all of
      * A for a share of the columns, and two threads did the work of 1.1-1.5). */
     int by_rows = ar->split_rows && g->m >= 4 * (int64_t)ar->mr * nth;
-    if (!by_rows && nth > h.panels) nth = (int)h.panels;
+    int64_t units = (h.panels + epilogue_panels(g) - 1) / epilogue_panels(g);
+    if (!by_rows && nth > units) nth = (int)units;
     qgemm_job jb = {g, ar, &h, a, lda, za, h.zb_any ? rowsum : NULL, 0, by_rows};
     if (nth <= 1) panels(&jb, 0, g->m, 0, h.panels);
     else tm_pool_run(pool, nth, panel_slice, &jb);
