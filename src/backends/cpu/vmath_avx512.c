@@ -20,11 +20,13 @@
 #define EACH(u) _Pragma("GCC unroll 8") for (int u = 0; u < U; u++)
 
 /* exp(w) for w <= 0 (the erfc argument): n = round(w / ln 2), r = w - n ln 2 in two
- * parts, a degree-6 polynomial, then 2^n by scalef (which underflows to 0 gracefully). */
+ * parts, a degree-6 polynomial, then 2^n by scalef (which underflows to 0 gracefully).
+ * A NaN stays NaN through every step (the clamp's operands are in the order that keeps
+ * it: min and max return their second operand when either is NaN). */
 static inline __attribute__((always_inline)) void exp_nonpositive(int U, __m512 *w) {
     __m512 n[GELU_U], r[GELU_U], p[GELU_U];
     EACH(u) {
-        w[u] = _mm512_max_ps(w[u], _mm512_set1_ps(-104.0f));
+        w[u] = _mm512_max_ps(_mm512_set1_ps(-104.0f), w[u]);
         n[u] = _mm512_roundscale_ps(_mm512_mul_ps(w[u], _mm512_set1_ps(1.44269504088896341f)),
                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     }
@@ -49,15 +51,16 @@ static inline __m512 recip(__m512 d) {
 
 /* 1 + erf(x / sqrt 2) into y, with 1 + erf(-u) written erfc(u) so negative x keeps its
  * relative accuracy (erfc in Numerical Recipes' Chebyshev form, as the scalar kernels
- * have it). */
+ * have it). NaN in, NaN out, through the arithmetic alone (the kernels have no fix-up
+ * step: at some 40 vector operations a vector, on two FMA pipes, each one counts). */
 static inline __attribute__((always_inline)) void one_plus_erf(int U, const __m512 *x,
                                                                __m512 *y) {
     __m512 z[GELU_U], t[GELU_U], p[GELU_U];
-    /* |x| / sqrt 2, capped where erfc is 0 anyway (so that 1 / (1 + z / 2) stays finite;
-     * a NaN becomes the cap here: callers restore it). */
-    EACH(u) z[u] = _mm512_min_ps(_mm512_mul_ps(_mm512_abs_ps(x[u]),
-                                               _mm512_set1_ps(0.70710678118654752440f)),
-                                 _mm512_set1_ps(1e4f));
+    /* |x| / sqrt 2, capped where erfc is 0 anyway (so that 1 / (1 + z / 2) stays
+     * finite; a NaN passes the cap). */
+    EACH(u) z[u] = _mm512_min_ps(_mm512_set1_ps(1e4f),
+                                 _mm512_mul_ps(_mm512_abs_ps(x[u]),
+                                               _mm512_set1_ps(0.70710678118654752440f)));
     EACH(u) t[u] = recip(_mm512_fmadd_ps(_mm512_set1_ps(0.5f), z[u], _mm512_set1_ps(1.0f)));
     static const float c[9] = {-0.82215223f, 1.48851587f, -1.13520398f, 0.27886807f,
                                -0.18628806f, 0.09678418f, 0.37409196f, 1.00002368f,
@@ -68,9 +71,10 @@ static inline __attribute__((always_inline)) void one_plus_erf(int U, const __m5
     EACH(u) p[u] = _mm512_fnmadd_ps(z[u], z[u], p[u]);
     exp_nonpositive(U, p);
     EACH(u) {
+        /* erfc(z) for x < 0; 2 - erfc(z) for the rest (NaN included: NaN either way). */
         __m512 e = _mm512_mul_ps(t[u], p[u]);
-        __mmask16 neg = _mm512_cmp_ps_mask(x[u], _mm512_setzero_ps(), _CMP_LT_OQ);
-        y[u] = _mm512_mask_blend_ps(neg, _mm512_sub_ps(_mm512_set1_ps(2.0f), e), e);
+        __mmask16 rest = _mm512_cmp_ps_mask(x[u], _mm512_setzero_ps(), _CMP_NLT_UQ);
+        y[u] = _mm512_mask_sub_ps(e, rest, _mm512_set1_ps(2.0f), e);
     }
 }
 
@@ -78,12 +82,7 @@ static inline __attribute__((always_inline)) void one_plus_erf(int U, const __m5
 static inline __attribute__((always_inline)) void gelu(int U, __m512 *x) {
     __m512 e[GELU_U];
     one_plus_erf(U, x, e);
-    EACH(u) {
-        __m512 y = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(0.5f), x[u]), e[u]);
-        /* NaN in, NaN out (the comparisons above treat it as positive). */
-        __mmask16 nan = _mm512_cmp_ps_mask(x[u], x[u], _CMP_UNORD_Q);
-        x[u] = _mm512_mask_mov_ps(y, nan, x[u]);
-    }
+    EACH(u) x[u] = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(0.5f), x[u]), e[u]);
 }
 
 /* gy times GELU's derivative, Phi(x) + x phi(x): the cdf as in gelu, the density
@@ -97,10 +96,7 @@ static inline __attribute__((always_inline)) void gelu_grad(int U, const __m512 
     EACH(u) {
         __m512 cdf = _mm512_mul_ps(_mm512_set1_ps(0.5f), e[u]);
         __m512 pdf = _mm512_mul_ps(_mm512_set1_ps(0.39894228040143267794f), w[u]);
-        __m512 y = _mm512_mul_ps(gy[u], _mm512_fmadd_ps(x[u], pdf, cdf));
-        /* NaN in x gives NaN (the comparisons above treat it as positive). */
-        __mmask16 nan = _mm512_cmp_ps_mask(x[u], x[u], _CMP_UNORD_Q);
-        gy[u] = _mm512_mask_mov_ps(y, nan, x[u]);
+        gy[u] = _mm512_mul_ps(gy[u], _mm512_fmadd_ps(x[u], pdf, cdf));
     }
 }
 
