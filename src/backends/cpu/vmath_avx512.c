@@ -27,8 +27,9 @@ static inline __attribute__((always_inline)) void exp_nonpositive(int U, __m512 
     __m512 n[GELU_U], r[GELU_U], p[GELU_U];
     EACH(u) {
         w[u] = _mm512_max_ps(_mm512_set1_ps(-104.0f), w[u]);
-        n[u] = _mm512_roundscale_ps(_mm512_mul_ps(w[u], _mm512_set1_ps(1.44269504088896341f)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        n[u] = _mm512_sub_ps(_mm512_fmadd_ps(w[u], _mm512_set1_ps(1.44269504088896341f),
+                                             _mm512_set1_ps(12582912.0f)),
+                             _mm512_set1_ps(12582912.0f));
     }
     EACH(u) r[u] = _mm512_fnmadd_ps(n[u], _mm512_set1_ps(0.693359375f), w[u]);
     EACH(u) r[u] = _mm512_fnmadd_ps(n[u], _mm512_set1_ps(-2.12194440e-4f), r[u]);
@@ -37,8 +38,8 @@ static inline __attribute__((always_inline)) void exp_nonpositive(int U, __m512 
     EACH(u) p[u] = _mm512_set1_ps(1.9875691500e-4f);
 #pragma GCC unroll 5
     for (int i = 0; i < 5; i++) EACH(u) p[u] = _mm512_fmadd_ps(p[u], r[u], _mm512_set1_ps(c[i]));
-    EACH(u) p[u] = _mm512_fmadd_ps(_mm512_mul_ps(p[u], r[u]), r[u],
-                                   _mm512_add_ps(r[u], _mm512_set1_ps(1.0f)));
+    EACH(u) p[u] = _mm512_fmadd_ps(p[u], r[u], _mm512_set1_ps(1.0f));
+    EACH(u) p[u] = _mm512_fmadd_ps(p[u], r[u], _mm512_set1_ps(1.0f));
     EACH(u) w[u] = _mm512_scalef_ps(p[u], n[u]);
 }
 
