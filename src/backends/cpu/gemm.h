@@ -80,7 +80,8 @@ void tm_sgemm_pack_a(int trans_a, int64_t m, int64_t k, const float *a, int64_t 
 
 /* What happens to each tile after its product: c += bias (per column, or per row when
  * bias_rows), then c = activation(c), then c += residual (row stride ldr). Any part may
- * be NULL. activation(arg, x, y, n) writes y[0..n) from x[0..n) (not aliased). With
+ * be NULL. activation(arg, x, y, n) writes y[0..n) from x[0..n), lane by lane (y may
+ * be x). With
  * act_out (and an activation), activation(c) + residual goes there instead (row stride
  * ld_act, the same rows and columns) and c keeps the product plus bias: a gradient plan
  * saves the activation's input for its backward, and writing both from the tile in cache

@@ -44,8 +44,6 @@
  * by reading B: their bar is B's size. */
 #define PARALLEL_MIN_FLOPS (1 << 21)
 #define PARALLEL_MIN_STREAM_BYTES (512 << 10)
-/* The epilogue's activation runs on row pieces of at most this many floats. */
-#define EPILOGUE_CHUNK 256
 #define EDGE_FLOATS (16 * 512)
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -141,7 +139,6 @@ __attribute__((optimize("O3", "no-trapping-math")))
 static void epilogue(const tm_sgemm_epilogue *ep, float *c, int64_t ldc, int64_t i0,
                      int64_t i1, int64_t j0, int64_t j1) {
     if (!ep || (!ep->bias && !ep->activation && !ep->residual)) return;
-    float tmp[EPILOGUE_CHUNK];
     for (int64_t i = i0; i < i1; i++) {
         float *row = c + i * ldc;
         const float *res = ep->residual ? ep->residual + i * ep->ldr : NULL;
@@ -156,19 +153,12 @@ static void epilogue(const tm_sgemm_epilogue *ep, float *c, int64_t ldc, int64_t
                 for (int64_t j = j0; j < j1; j++) row[j] += res[j];
             continue;
         }
+        /* The activation over the whole run at once (lane by lane, so in place too), then
+         * the residual where it went. */
         float *dst = ep->act_out ? ep->act_out + i * ep->ld_act : row;
-        if (dst != row && !res) {   /* straight into its own output, the whole run at once */
-            ep->activation(ep->activation_arg, row + j0, dst + j0, j1 - j0);
-            continue;
-        }
-        for (int64_t j = j0; j < j1; j += EPILOGUE_CHUNK) {
-            int64_t len = min64(EPILOGUE_CHUNK, j1 - j);
-            ep->activation(ep->activation_arg, row + j, tmp, len);
-            if (res)
-                for (int64_t t = 0; t < len; t++) dst[j + t] = tmp[t] + res[j + t];
-            else
-                memcpy(dst + j, tmp, (size_t)len * sizeof *tmp);
-        }
+        ep->activation(ep->activation_arg, row + j0, dst + j0, j1 - j0);
+        if (res)
+            for (int64_t j = j0; j < j1; j++) dst[j] += res[j];
     }
 }
 
