@@ -19,8 +19,10 @@
 #define GELU_U 8
 #define EACH(u) _Pragma("GCC unroll 8") for (int u = 0; u < U; u++)
 
-/* exp(w) for w <= 0 (the erfc argument): n = round(w / ln 2), r = w - n ln 2 in two
- * parts, a degree-6 polynomial, then 2^n by scalef (which underflows to 0 gracefully).
+/* exp(w) for w <= 0 (the erfc argument): n = round(w / ln 2) (adding and taking away
+ * 1.5 x 2^23 rounds to an integer in one FMA and a subtract, where roundscale is two
+ * uops on an Intel core), r = w - n ln 2 in two parts, 1 + r + r^2 P(r) in Horner form,
+ * then 2^n by scalef (which underflows to 0 gracefully).
  * A NaN stays NaN through every step (the clamp's operands are in the order that keeps
  * it: min and max return their second operand when either is NaN). */
 static inline __attribute__((always_inline)) void exp_nonpositive(int U, __m512 *w) {
