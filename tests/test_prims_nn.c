@@ -147,6 +147,42 @@ static void test_softmax(void) {
         double z[] = {-INFINITY, 0, 1, 2, 3, -INFINITY, 5, 6};
         run_softmax_values(TM_FLOAT, 2, d, 1, log_form, z, "-inf entries");
     }
+    /* Masked keys (an export's mask adds the float minimum) and scores far below the
+     * row's maximum: exact zeros, where a vector exp once made subnormals (and an Intel
+     * core a microcode assist on each); below exp's smallest normal result the vector
+     * kernel gives 0, at most 1.2e-38 from the true value. Rows of 4 x 37: the 4-row
+     * kernel, full vectors and a tail. */
+    {
+        enum { ROWS = 4, LEN = 37 };
+        const int64_t d[] = {ROWS, LEN};
+        double x[ROWS * LEN];
+        for (int r = 0; r < ROWS; r++)
+            for (int j = 0; j < LEN; j++) {
+                double v = 0.25 * ((r * 7 + j * 3) % 11);
+                if (j % 9 == 4) v += -3.4028234663852886e38;   /* masked */
+                if (j == 20) v = -95.0;    /* e^-97.5 relative to the row: below FLT_MIN */
+                if (j == 21) v = -80.0;    /* e^-82.5: a normal float, kept */
+                x[r * LEN + j] = v;
+            }
+        tm_ctx c;
+        tm_ctx_init(&c, TM_MODE_EAGER, NULL);
+        tm_val in = make(&c, TM_FLOAT, 2, d, x);
+        tm_args a;
+        memset(&a, 0, sizeof a);
+        a.i[0] = 1;
+        tm_val out = tm_prim(&c, TM_P_SOFTMAX, &in, 1, &a);
+        double want[ROWS * LEN];
+        naive_softmax(2, d, 1, 0, x, want);
+        int bad = 0;
+        for (int i = 0; tm_ctx_ok(&c) && i < ROWS * LEN; i++) {
+            double got = element(tm_vdata(&c, out), i);
+            int j = i % LEN;
+            if (j % 9 == 4 || j == 20) bad += got != 0.0 && fabs(got - want[i]) > 1.2e-38;
+            else bad += fabs(got - want[i]) > 1e-6 * want[i] + 1e-45;
+        }
+        CHECK(tm_ctx_ok(&c) && bad == 0, "softmax with masked keys and far-below scores: %d wrong", bad);
+        tm_ctx_destroy(&c);
+    }
     const int64_t len1[] = {4, 1}, empty_outer[] = {0, 5}, empty_axis[] = {3, 0, 2};
     run_softmax(TM_FLOAT, 2, len1, 1, 0, 1.0, "length 1");
     run_softmax(TM_FLOAT, 2, empty_outer, 1, 0, 1.0, "empty outer");
