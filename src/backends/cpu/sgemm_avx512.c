@@ -40,6 +40,30 @@ static inline void store_row(float *c, __m512 lo, __m512 hi, int nr, __m512 alph
     _mm512_mask_storeu_ps(c + 16, m1, hi);
 }
 
+/* The first mr of R rows of a register tile's sums into c: alpha * acc + beta * c (R a
+ * constant in each caller). */
+static inline __attribute__((always_inline)) void store_tile(const int R, __m512 acc[][2],
+                                                             float *c, int64_t ldc, int mr,
+                                                             int nr, float alpha, float beta) {
+    __m512 va = _mm512_set1_ps(alpha);
+#pragma GCC unroll 12
+    for (int i = 0; i < R; i++)
+        if (i < mr) store_row(c + i * ldc, acc[i][0], acc[i][1], nr, va, beta);
+}
+
+/* One step of k of an R-row tile whose A elements at this step lie `stride` apart (a
+ * packed tile: 1). */
+static inline __attribute__((always_inline)) void fma_strided(const int R, __m512 acc[][2],
+                                                              const float *a, int64_t stride,
+                                                              __m512 b0, __m512 b1) {
+#pragma GCC unroll 12
+    for (int i = 0; i < R; i++) {
+        __m512 x = _mm512_set1_ps(a[i * stride]);
+        acc[i][0] = _mm512_fmadd_ps(x, b0, acc[i][0]);
+        acc[i][1] = _mm512_fmadd_ps(x, b1, acc[i][1]);
+    }
+}
+
 /* A packed as tm_sgemm_pack_a lays it out (MR floats a step of k), or stored transposed
  * (the tile's rows side by side, `step` floats from one k to the next): its offsets are
  * constants, so the loop needs two pointers where the strided form needs twelve. A
@@ -52,32 +76,15 @@ static inline void store_row(float *c, __m512 lo, __m512 hi, int nr, __m512 alph
         _Pragma("GCC unroll 12") for (int i = 0; i < R; i++)                                \
             acc[i][0] = acc[i][1] = _mm512_setzero_ps();                                    \
         _Pragma("GCC unroll 2") for (int64_t p = 0; p < k; p++) {                           \
-            __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);                  \
-            _Pragma("GCC unroll 12") for (int i = 0; i < R; i++) {                          \
-                __m512 x = _mm512_set1_ps(a[i]);                                            \
-                acc[i][0] = _mm512_fmadd_ps(x, b0, acc[i][0]);                              \
-                acc[i][1] = _mm512_fmadd_ps(x, b1, acc[i][1]);                              \
-            }                                                                               \
+            fma_strided(R, acc, a, 1, _mm512_loadu_ps(b), _mm512_loadu_ps(b + 16));         \
             a += step;                                                                      \
             b += NR;                                                                        \
         }                                                                                   \
-        __m512 one = _mm512_set1_ps(1.0f);                                                  \
-        _Pragma("GCC unroll 12") for (int i = 0; i < R; i++)                                \
-            if (i < mr) store_row(c + i * ldc, acc[i][0], acc[i][1], nr, one, beta);        \
+        store_tile(R, acc, c, ldc, mr, nr, 1.0f, beta);                                     \
     }
 TILE_PACKED(12)
 TILE_PACKED(8)
 TILE_PACKED(4)
-
-/* The first mr rows of a 12x32 tile's sums into c: alpha * acc + beta * c. */
-static inline __attribute__((always_inline)) void store_tile12(__m512 acc[MR][2], float *c,
-                                                               int64_t ldc, int mr, int nr,
-                                                               float alpha, float beta) {
-    __m512 va = _mm512_set1_ps(alpha);
-#pragma GCC unroll 12
-    for (int i = 0; i < MR; i++)
-        if (i < mr) store_row(c + i * ldc, acc[i][0], acc[i][1], nr, va, beta);
-}
 
 /* One step of k of a 12x32 tile whose A rows lie in place: rows 3q, 3q + 1 and 3q + 2
  * at rq, rq + l1 and rq + l2 (four base pointers and two strides keep the loop in the
@@ -97,19 +104,6 @@ static inline __attribute__((always_inline)) void fma_rows12(__m512 acc[MR][2], 
         acc[3 * q + 1][1] = _mm512_fmadd_ps(x1, b1, acc[3 * q + 1][1]);
         acc[3 * q + 2][0] = _mm512_fmadd_ps(x2, b0, acc[3 * q + 2][0]);
         acc[3 * q + 2][1] = _mm512_fmadd_ps(x2, b1, acc[3 * q + 2][1]);
-    }
-}
-
-/* One step of k of a 12x32 tile whose A elements at this step lie `stride` apart (a
- * packed tile: 1). */
-static inline __attribute__((always_inline)) void fma_strided12(__m512 acc[MR][2],
-                                                                const float *a, int64_t stride,
-                                                                __m512 b0, __m512 b1) {
-#pragma GCC unroll 12
-    for (int i = 0; i < MR; i++) {
-        __m512 x = _mm512_set1_ps(a[i * stride]);
-        acc[i][0] = _mm512_fmadd_ps(x, b0, acc[i][0]);
-        acc[i][1] = _mm512_fmadd_ps(x, b1, acc[i][1]);
     }
 }
 
@@ -163,9 +157,7 @@ static inline __attribute__((always_inline)) void tile_rows12_hint(int64_t k, co
         fma_rows12(acc, a0 + p, a1 + p, a2 + p, a3 + p, l1, l2, b0, b1);
         b += NR;
     }
-    __m512 one = _mm512_set1_ps(1.0f);
-#pragma GCC unroll 12
-    for (int i = 0; i < MR; i++) store_row(c + i * ldc, acc[i][0], acc[i][1], nr, one, beta);
+    store_tile(MR, acc, c, ldc, MR, nr, 1.0f, beta);
 }
 
 /* Its own stream into L1 or L2 as tm__stream_prefetch_l2 says; another panel, fetched a
@@ -221,12 +213,12 @@ static inline __attribute__((always_inline)) void inplace_body(
         if (in_rows) {
             fma_rows12(acc, a0 + p, a1 + p, a2 + p, a3 + p, l1, l2, b0, b1);
         } else {
-            fma_strided12(acc, a, 1, b0, b1);
+            fma_strided(MR, acc, a, 1, b0, b1);
             a += a_step;
         }
         b += ldb;
     }
-    store_tile12(acc, c, ldc, mr, nr, alpha, beta);
+    store_tile(MR, acc, c, ldc, mr, nr, alpha, beta);
 }
 
 static void tile_inplace(int64_t k, const float *a, int64_t a_row, int64_t a_step,
@@ -261,11 +253,11 @@ static void tile_12x32(int64_t k, const float *a, int64_t a_row, int64_t a_step,
 #pragma GCC unroll 2
     for (int64_t p = 0; p < k; p++) {
         __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
-        fma_strided12(acc, a, a_row, b0, b1);
+        fma_strided(MR, acc, a, a_row, b0, b1);
         a += a_step;
         b += NR;
     }
-    store_tile12(acc, c, ldc, mr, nr, alpha, beta);
+    store_tile(MR, acc, c, ldc, mr, nr, alpha, beta);
 }
 
 /* The 12x32 tile with B's rows found through a table, not packed: row p of B is
@@ -288,18 +280,10 @@ static void tile_indirect(int64_t k, const float *a, const float *b, const int64
          * 6.0 ms). Prefetches never fault, past the end of a buffer included. */
         _mm_prefetch((const char *)(row + 2 * NR), _MM_HINT_T0);
         _mm_prefetch((const char *)(row + 2 * NR + 16), _MM_HINT_T0);
-#pragma GCC unroll 12
-        for (int i = 0; i < MR; i++) {
-            __m512 x = _mm512_set1_ps(a[i]);
-            acc[i][0] = _mm512_fmadd_ps(x, b0, acc[i][0]);
-            acc[i][1] = _mm512_fmadd_ps(x, b1, acc[i][1]);
-        }
+        fma_strided(MR, acc, a, 1, b0, b1);
         a += MR;
     }
-    __m512 one = _mm512_set1_ps(1.0f);
-#pragma GCC unroll 12
-    for (int i = 0; i < MR; i++)
-        if (i < mr) store_row(c + i * ldc, acc[i][0], acc[i][1], nr, one, beta);
+    store_tile(MR, acc, c, ldc, mr, nr, 1.0f, beta);
 }
 
 /* Few rows (m <= 4, a decode step) against one packed panel: each row keeps two pairs of
