@@ -197,6 +197,7 @@ typedef struct qgemm_job {
     const int32_t *za, *rowsum;
     _Atomic int64_t next;      /* first unclaimed panel, or tile of rows (claim.h) */
     int by_rows;               /* threads claim tiles of rows (each over every panel) */
+    int64_t per;               /* panels per run of the f32 epilogue (epilogue_panels) */
 } qgemm_job;
 
 /* Panels per run of an epilogue that has an activation: its maths want rows of 128
@@ -218,7 +219,7 @@ static void panels(const qgemm_job *jb, int64_t r0, int64_t r1, int64_t p0, int6
     const uint8_t *base = g->b_packed;
     int64_t step = jb->ar->mr, block = ROW_BLOCK_BYTES / (g->k > 0 ? g->k : 1) / step * step;
     if (block < step) block = step;
-    int64_t per = epilogue_panels(g);
+    int64_t per = jb->per;
     if (jb->ar->begin) jb->ar->begin();
     for (int64_t i0 = r0; i0 < r1; i0 += block) {
         int64_t i1 = r1 - i0 < block ? r1 : i0 + block;
@@ -264,7 +265,7 @@ static void panel_slice(void *arg, int ith, int nth) {
         return;
     }
     /* Whole groups of the epilogue's panels. */
-    int64_t per = epilogue_panels(jb->g), groups = (jb->h->panels + per - 1) / per;
+    int64_t per = jb->per, groups = (jb->h->panels + per - 1) / per;
     while ((p0 = tm__claim(&jb->next, groups, nth, 1, &p1)) < groups)
         panels(jb, 0, jb->g->m, p0 * per, p1 * per < jb->h->panels ? p1 * per : jb->h->panels);
 }
@@ -306,9 +307,9 @@ void tm_qgemm(const tm_qgemm_args *g, void *scratch, tm_pool *pool) {
      * each thread gets at least 4 (AMX: split by panels, each thread went through all of
      * A for a share of the columns, and two threads did the work of 1.1-1.5). */
     int by_rows = ar->split_rows && g->m >= 4 * (int64_t)ar->mr * nth;
-    int64_t units = (h.panels + epilogue_panels(g) - 1) / epilogue_panels(g);
+    int64_t per = epilogue_panels(g), units = (h.panels + per - 1) / per;
     if (!by_rows && nth > units) nth = (int)units;
-    qgemm_job jb = {g, ar, &h, a, lda, za, h.zb_any ? rowsum : NULL, 0, by_rows};
+    qgemm_job jb = {g, ar, &h, a, lda, za, h.zb_any ? rowsum : NULL, 0, by_rows, per};
     if (nth <= 1) panels(&jb, 0, g->m, 0, h.panels);
     else tm_pool_run(pool, nth, panel_slice, &jb);
 }
