@@ -172,8 +172,10 @@ static void walk_run(const walk *w, row_fn row, const void *job) {
 }
 
 /* Large outputs split over the pool: below this many elements one thread (waking a
- * worker costs about what a thread does to this many in that time). */
-#define PARALLEL_MIN_ELEMENTS ((int64_t)1 << 17)
+ * worker costs about what a thread does to this many in that time; nn.c's rows have the
+ * same bound, measured there). Slices are claimed, so a worker that wakes late only
+ * leaves the caller more of them. */
+#define PARALLEL_MIN_ELEMENTS ((int64_t)1 << 15)
 #define PARALLEL_SLICES 8
 
 typedef struct walk_job {
