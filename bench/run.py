@@ -515,7 +515,7 @@ def main():
                 if g["mflop"] >= 100:
                     gemms.append(g)
                     print(f"  gemm {g['shape']}: {g['gflops']:.1f} GFLOP/s, "
-                          f"{100 * g['gflops'] / probe['fma_peak_gflops']:.0f}% of the FMA peak")
+                          f"{100 * g['gflops'] / probe['fma_peak_gflops']:.1f}% of the FMA peak")
     # The machine once more: its quietest moment of the two probes counts.
     again = probe_machine()
     for key in ("fma_peak_gflops", "read_gbs_1t", "read_gbs_2t"):
@@ -597,7 +597,7 @@ def write_results(args, probe, rows, skipped, bandwidth, gemms, worst):
             for g in gemms:
                 each = ", ".join(f"{x:.1f}" for x in g.get("processes", [g["gflops"]]))
                 f.write(f"| {g['shape']} | {g['mflop']:.0f} | {g['count']} | {g['gflops']:.1f} | "
-                        f"{100 * g['gflops'] / probe['fma_peak_gflops']:.0f}% | {each} |\n")
+                        f"{100 * g['gflops'] / probe['fma_peak_gflops']:.1f}% | {each} |\n")
         f.write("\n## The issue's bars\n\n")
         done = [(n, t, r) for n, t, r in rows if r]
         over = [f"{n} t{t} ({r['ratio']:.2f})" for n, t, r in done if r["ratio"] > 1.0]
@@ -610,8 +610,10 @@ def write_results(args, probe, rows, skipped, bandwidth, gemms, worst):
                         f"creation {r['ort_session_ms']:.0f} ms ({'within' if ours <= r['ort_session_ms'] else 'OVER'}).\n")
         if gemms and probe:
             low = min(gemms, key=lambda g: g["gflops"])
+            # One decimal, and the verdict from the unrounded share: 79.6% is not 80%.
+            share = 100 * low['gflops'] / probe['fma_peak_gflops']
             f.write(f"- Large f32 GEMMs in MiniLM 8x128: the slowest, {low['shape']}, at "
-                    f"{100 * low['gflops'] / probe['fma_peak_gflops']:.0f}% of the FMA peak (bar: 80%).\n")
+                    f"{share:.1f}% of the FMA peak (bar: 80%: {'met' if share >= 80 else 'NOT met'}).\n")
         for label, mb, ms, t, bw in bandwidth:
             if "-q4-" in label:
                 gbs = mb * 1048576 / (ms * 1e-3) * 1e-9
