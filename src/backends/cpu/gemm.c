@@ -399,8 +399,8 @@ static void packed_slice(void *arg, int ith, int nth) {
  * store waited on its line. Row after row, it is one stream. 128 x 1536 x 384 + bias +
  * GELU to act_out, operands cold, one thread, paired with the grouped epilogue: 13%
  * faster (1.52 -> 1.32 ms median), the same with everything in cache; MiniLM's gradient
- * step at 1 x 128, one thread, 1.5% (best of 30: 68.5 -> 67.5 ms, four alternating
- * rounds). */
+ * step at 1 x 128, one thread, about 1% (best of 30, alternating processes against the
+ * binary before: 68.5 -> 67.8 ms; docs/architecture.md). */
 #define INPLACE_EP_PANELS 4
 
 /* Slice ith of nth owns a range of column panels, as packed_slice, and computes them
