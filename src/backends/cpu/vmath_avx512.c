@@ -1,7 +1,9 @@
 /* AVX-512 forms of the maths that fused epilogues and the GELU kernels run over whole
- * tensors (GELU's erf form after the FFN's first product, and its derivative): the same construction as the scalar kernels in
- * core/prims/elementwise.c (erfc from Numerical Recipes' Chebyshev form, exp by range
- * reduction and a polynomial), sixteen lanes at a time. Compiled with -mavx512f and used
+ * tensors (GELU's erf form after the FFN's first product, and its derivative): the
+ * construction of the scalar kernels in core/prims/elementwise.c (erfc in Numerical
+ * Recipes' form, exp by range reduction and a polynomial) with shorter polynomials
+ * fitted for the accuracy the f32 arguments leave (tools/fit_gelu.py), sixteen lanes at
+ * a time. Compiled with -mavx512f and used
  * only when the CPU has it; not the elementwise primitives themselves. */
 #include "vmath.h"
 
@@ -10,7 +12,7 @@
 #include "transpose_avx512.h"
 
 /* The maths below run on U vectors side by side, each step over all U before the next:
- * one vector's GELU is a chain of some 35 dependent instructions, and a core's scheduler
+ * one vector's GELU is a chain of some 30 dependent instructions, and a core's scheduler
  * holds only two or three such chains in flight when they come one after another (256
  * floats in L1: 1.5 ns a float, latency-bound); interleaved, the independent steps of U
  * vectors fill the vector pipes. Four were still bound by the chains' latency on a Zen 5
@@ -19,12 +21,14 @@
 #define GELU_U 8
 #define EACH(u) _Pragma("GCC unroll 8") for (int u = 0; u < U; u++)
 
-/* exp(w) for w <= 0 (the erfc argument): n = round(w / ln 2) (adding and taking away
- * 1.5 x 2^23 rounds to an integer in one FMA and a subtract, where roundscale is two
- * uops on an Intel core), r = w - n ln 2 in two parts, 1 + r + r^2 P(r) in Horner form,
- * then 2^n by scalef (which underflows to 0 gracefully).
- * A NaN stays NaN through every step (the clamp's operands are in the order that keeps
- * it: min and max return their second operand when either is NaN). */
+/* exp(w) for w <= 0 (the erfc argument, the normal density's): n = round(w / ln 2)
+ * (adding and taking away 1.5 x 2^23 rounds to an integer in one FMA and a subtract,
+ * where roundscale is two uops on an Intel core), r = w - n ln 2 in two parts, exp(r) by
+ * a degree-5 polynomial (minimax in the relative error on [-ln 2 / 2, ln 2 / 2], 7.5e-8:
+ * tools/fit_gelu.py; Cephes' degree 7 is within an ulp, which none of the callers keep
+ * after rounding their own argument), then 2^n by scalef (which underflows to 0
+ * gracefully). A NaN stays NaN through every step (the clamp's operands are in the order
+ * that keeps it: min and max return their second operand when either is NaN). */
 static inline __attribute__((always_inline)) void exp_nonpositive(int U, __m512 *w) {
     __m512 n[GELU_U], r[GELU_U], p[GELU_U];
     EACH(u) {
@@ -35,72 +39,71 @@ static inline __attribute__((always_inline)) void exp_nonpositive(int U, __m512 
     }
     EACH(u) r[u] = _mm512_fnmadd_ps(n[u], _mm512_set1_ps(0.693359375f), w[u]);
     EACH(u) r[u] = _mm512_fnmadd_ps(n[u], _mm512_set1_ps(-2.12194440e-4f), r[u]);
-    static const float c[5] = {1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f,
-                               1.6666665459e-1f, 5.0000001201e-1f};
-    EACH(u) p[u] = _mm512_set1_ps(1.9875691500e-4f);
+    static const float c[5] = {4.191538199e-02f, 1.666757473e-01f, 4.999889485e-01f,
+                               9.999996920e-01f, 1.000000072e+00f};
+    EACH(u) p[u] = _mm512_set1_ps(8.297654957e-03f);
 #pragma GCC unroll 5
     for (int i = 0; i < 5; i++) EACH(u) p[u] = _mm512_fmadd_ps(p[u], r[u], _mm512_set1_ps(c[i]));
-    EACH(u) p[u] = _mm512_fmadd_ps(p[u], r[u], _mm512_set1_ps(1.0f));
-    EACH(u) p[u] = _mm512_fmadd_ps(p[u], r[u], _mm512_set1_ps(1.0f));
     EACH(u) w[u] = _mm512_scalef_ps(p[u], n[u]);
 }
 
-/* 1 / d for d >= 1 (erfc's 1 / (1 + z / 2)): the 14-bit estimate and one Newton step,
+/* 1 / d for d >= 1 (erfc's 1 / (1 + a z)): the 14-bit estimate and one Newton step,
  * within an ulp or two of the division, which the FMA pipes do not wait on. */
 static inline __m512 recip(__m512 d) {
     __m512 r = _mm512_rcp14_ps(d);
     return _mm512_mul_ps(r, _mm512_fnmadd_ps(d, r, _mm512_set1_ps(2.0f)));
 }
 
-/* 1 + erf(x / sqrt 2) into y, with 1 + erf(-u) written erfc(u) so negative x keeps its
- * relative accuracy (erfc in Numerical Recipes' Chebyshev form, as the scalar kernels
- * have it). NaN in, NaN out, through the arithmetic alone (the kernels have no fix-up
- * step: at some 40 vector operations a vector, on two FMA pipes, each one counts). */
-static inline __attribute__((always_inline)) void one_plus_erf(int U, const __m512 *x,
-                                                               __m512 *y) {
+/* The normal cdf Phi(x) = 1 - erfc(x / sqrt 2) / 2 into y, written erfc(u) / 2 for
+ * negative x so that it keeps its relative accuracy there. erfc(z) = t exp(P(t) - z^2)
+ * with t = 1 / (1 + 0.385 z) (Numerical Recipes' form, refitted by tools/fit_gelu.py:
+ * degree 8 with a relative error of 4.4e-8 where erfc(z) / 2 is a normal float, against
+ * NR's degree 9 and 1.2e-7), P's constant term carrying -ln 2 for the half. NaN in, NaN
+ * out, through the arithmetic alone (the kernels have no fix-up step: at some 30 vector
+ * operations a vector, on two FMA pipes, each one counts). */
+static inline __attribute__((always_inline)) void normal_cdf(int U, const __m512 *x,
+                                                             __m512 *y) {
     __m512 z[GELU_U], t[GELU_U], p[GELU_U];
-    /* |x| / sqrt 2, capped where erfc is 0 anyway (so that 1 / (1 + z / 2) stays
-     * finite; a NaN passes the cap). */
+    /* |x| / sqrt 2, capped where erfc is 0 anyway (so that 1 / (1 + a z) stays finite;
+     * a NaN passes the cap). */
     EACH(u) z[u] = _mm512_min_ps(_mm512_set1_ps(1e4f),
                                  _mm512_mul_ps(_mm512_abs_ps(x[u]),
                                                _mm512_set1_ps(0.70710678118654752440f)));
-    EACH(u) t[u] = recip(_mm512_fmadd_ps(_mm512_set1_ps(0.5f), z[u], _mm512_set1_ps(1.0f)));
-    static const float c[9] = {-0.82215223f, 1.48851587f, -1.13520398f, 0.27886807f,
-                               -0.18628806f, 0.09678418f, 0.37409196f, 1.00002368f,
-                               -1.26551223f};
-    EACH(u) p[u] = _mm512_set1_ps(0.17087277f);
-#pragma GCC unroll 9
-    for (int i = 0; i < 9; i++) EACH(u) p[u] = _mm512_fmadd_ps(p[u], t[u], _mm512_set1_ps(c[i]));
+    EACH(u) t[u] = recip(_mm512_fmadd_ps(_mm512_set1_ps(0.385f), z[u], _mm512_set1_ps(1.0f)));
+    static const float c[8] = {1.138996877e+00f, -2.035406546e+00f, 1.661401884e+00f,
+                               -8.498442063e-01f, 4.763624951e-01f, 3.677431415e-01f,
+                               1.006478550e+00f, -2.220332160e+00f};
+    EACH(u) p[u] = _mm512_set1_ps(-2.385472420e-01f);
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) EACH(u) p[u] = _mm512_fmadd_ps(p[u], t[u], _mm512_set1_ps(c[i]));
     EACH(u) p[u] = _mm512_fnmadd_ps(z[u], z[u], p[u]);
     exp_nonpositive(U, p);
     EACH(u) {
-        /* erfc(z) for x < 0; 2 - erfc(z) for the rest (NaN included: NaN either way). */
-        __m512 e = _mm512_mul_ps(t[u], p[u]);
+        /* erfc(z) / 2 for x < 0; 1 - erfc(z) / 2 for the rest (NaN included: NaN either
+         * way). */
+        __m512 h = _mm512_mul_ps(t[u], p[u]);
         __mmask16 rest = _mm512_cmp_ps_mask(x[u], _mm512_setzero_ps(), _CMP_NLT_UQ);
-        y[u] = _mm512_mask_sub_ps(e, rest, _mm512_set1_ps(2.0f), e);
+        y[u] = _mm512_mask_sub_ps(h, rest, _mm512_set1_ps(1.0f), h);
     }
 }
 
-/* 0.5 x (1 + erf(x / sqrt 2)), as gelu_erf_f32, in place. */
+/* x Phi(x) = 0.5 x (1 + erf(x / sqrt 2)), as gelu_erf_f32, in place. */
 static inline __attribute__((always_inline)) void gelu(int U, __m512 *x) {
-    __m512 e[GELU_U];
-    one_plus_erf(U, x, e);
-    EACH(u) x[u] = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(0.5f), x[u]), e[u]);
+    __m512 cdf[GELU_U];
+    normal_cdf(U, x, cdf);
+    EACH(u) x[u] = _mm512_mul_ps(x[u], cdf[u]);
 }
 
 /* gy times GELU's derivative, Phi(x) + x phi(x): the cdf as in gelu, the density
- * exp(-x^2 / 2) / sqrt(2 pi) by exp_nonpositive, as gelu_erf_derivative_f32. gy in,
- * the gradient out. */
+ * exp(-x^2 / 2 - ln sqrt(2 pi)) by exp_nonpositive (its argument rounded once), as
+ * gelu_erf_derivative_f32. gy in, the gradient out. */
 static inline __attribute__((always_inline)) void gelu_grad(int U, const __m512 *x, __m512 *gy) {
-    __m512 e[GELU_U], w[GELU_U];
-    one_plus_erf(U, x, e);
-    EACH(u) w[u] = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(-0.5f), x[u]), x[u]);
-    exp_nonpositive(U, w);
-    EACH(u) {
-        __m512 cdf = _mm512_mul_ps(_mm512_set1_ps(0.5f), e[u]);
-        __m512 pdf = _mm512_mul_ps(_mm512_set1_ps(0.39894228040143267794f), w[u]);
-        gy[u] = _mm512_mul_ps(gy[u], _mm512_fmadd_ps(x[u], pdf, cdf));
-    }
+    __m512 cdf[GELU_U], pdf[GELU_U];
+    normal_cdf(U, x, cdf);
+    EACH(u) pdf[u] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(-0.5f), x[u]), x[u],
+                                     _mm512_set1_ps(-0.91893853320467274178f));
+    exp_nonpositive(U, pdf);
+    EACH(u) gy[u] = _mm512_mul_ps(gy[u], _mm512_fmadd_ps(x[u], pdf[u], cdf[u]));
 }
 
 /* Subnormal results flushed to zero (and subnormal inputs read as zero) while a GELU
