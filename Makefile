@@ -61,7 +61,7 @@ $(BUILD)/src/backends/cpu/qgemm_avx512.o: CFLAGS += -mavx2 -mfma -mavx512f -mavx
 VECT_COST := $(shell $(CC) -fvect-cost-model=dynamic -E -x c /dev/null > /dev/null 2>&1 && \
                      echo -fvect-cost-model=dynamic)
 $(BUILD)/src/train/optim.o: CFLAGS += -fno-math-errno $(VECT_COST)
-$(BUILD)/src/backends/cpu/vmath_avx512.o: CFLAGS += -mavx2 -mfma -mavx512f
+$(BUILD)/src/backends/cpu/vmath_avx512.o: CFLAGS += -mavx2 -mfma -mavx512f -mavx512dq
 
 $(BUILD)/libtransmuter.a: $(LIB_OBJ)
 	rm -f $@.$$$$.tmp && ar rcs $@.$$$$.tmp $^ && mv -f $@.$$$$.tmp $@

@@ -1,18 +1,19 @@
 /* AVX-512 forms of the maths that fused epilogues and the GELU kernels run over whole
- * tensors (GELU's erf form after the FFN's first product, and its derivative): the
- * construction of the scalar kernels in core/prims/elementwise.c (erfc in Numerical
- * Recipes' form, exp by range reduction and a polynomial) with shorter polynomials
- * fitted for the accuracy the f32 arguments leave (tools/fit_gelu.py), sixteen lanes at
- * a time. Compiled with -mavx512f and used
- * only when the CPU has it; not the elementwise primitives themselves. */
+ * tensors (GELU's erf form after the FFN's first product, the GELU primitive's f32
+ * kernel, and its derivative): the construction of the scalar kernels in
+ * core/prims/elementwise.c (erfc in Numerical Recipes' form, an exponential by range
+ * reduction and a polynomial), in base 2 and with polynomials fitted for float
+ * coefficients (tools/fit_gelu.py), sixteen lanes at a time. Compiled with -mavx512f
+ * -mavx512dq (exp2_'s reduce) and used only when the CPU has both; the attention
+ * products below too. */
 #include "vmath.h"
 
-#if defined(__x86_64__) && defined(__AVX512F__)
+#if defined(__x86_64__) && defined(__AVX512F__) && defined(__AVX512DQ__)
 #include <immintrin.h>
 #include "transpose_avx512.h"
 
 /* The maths below run on U vectors side by side, each step over all U before the next:
- * one vector's GELU is a chain of some 30 dependent instructions, and a core's scheduler
+ * one vector's GELU is a chain of some 29 dependent instructions, and a core's scheduler
  * holds only two or three such chains in flight when they come one after another (256
  * floats in L1: 1.5 ns a float, latency-bound); interleaved, the independent steps of U
  * vectors fill the vector pipes. Four were still bound by the chains' latency on a Zen 5
@@ -21,33 +22,24 @@
 #define GELU_U 8
 #define EACH(u) _Pragma("GCC unroll 8") for (int u = 0; u < U; u++)
 
-/* exp(w) for w <= 0 (the erfc argument, the normal density's): n = round(w / ln 2)
- * (adding and taking away 1.5 x 2^23 rounds to an integer in one FMA and a subtract,
- * where roundscale is two uops on an Intel core), r = w - n ln 2 in two parts, exp(r) by
- * a degree-5 polynomial (minimax in the relative error on [-ln 2 / 2, ln 2 / 2], 7.5e-8:
- * tools/fit_gelu.py; Cephes' degree 7 is within an ulp, which none of the callers keep
- * after rounding their own argument), then 2^n by scalef (which underflows to 0
- * gracefully). A NaN stays NaN through every step (the clamp's operands are in the order
- * that keeps it: min and max return their second operand when either is NaN). */
-static inline __attribute__((always_inline)) void exp_nonpositive(int U, __m512 *w) {
-    __m512 n[GELU_U], r[GELU_U], p[GELU_U];
-    EACH(u) {
-        w[u] = _mm512_max_ps(_mm512_set1_ps(-104.0f), w[u]);
-        n[u] = _mm512_sub_ps(_mm512_fmadd_ps(w[u], _mm512_set1_ps(1.44269504088896341f),
-                                             _mm512_set1_ps(12582912.0f)),
-                             _mm512_set1_ps(12582912.0f));
-    }
-    EACH(u) r[u] = _mm512_fnmadd_ps(n[u], _mm512_set1_ps(0.693359375f), w[u]);
-    EACH(u) r[u] = _mm512_fnmadd_ps(n[u], _mm512_set1_ps(-2.12194440e-4f), r[u]);
-    static const float c[5] = {4.191538199e-02f, 1.666757473e-01f, 4.999889485e-01f,
-                               9.999996920e-01f, 1.000000072e+00f};
-    EACH(u) p[u] = _mm512_set1_ps(8.297654957e-03f);
-#pragma GCC unroll 5
-    for (int i = 0; i < 5; i++) EACH(u) p[u] = _mm512_fmadd_ps(p[u], r[u], _mm512_set1_ps(c[i]));
-    EACH(u) w[u] = _mm512_scalef_ps(p[u], n[u]);
+/* 2^w, any w the callers make (NaN included): 2^f for f = w - floor(w) in [0, 1) (one
+ * reduce) by a degree-6 polynomial (minimax in the relative error with float
+ * coefficients, 1.4e-8, and exactly 1 at f = 0: tools/fit_gelu.py), times 2^floor(w) by
+ * scalef, which takes the floor itself and underflows to 0 gracefully, so no clamp. In
+ * base 2 the range reduction is exact, where exp's needs ln 2 in two parts, an integer
+ * rounding and a clamp: 8 operations against 13 (Cephes' degree 7 there). */
+static inline __attribute__((always_inline)) void exp2_(int U, __m512 *w) {
+    __m512 f[GELU_U], p[GELU_U];
+    EACH(u) f[u] = _mm512_reduce_ps(w[u], _MM_FROUND_TO_NEG_INF);
+    static const float c[6] = {1.243968843e-03f, 9.678840637e-03f, 5.548334122e-02f,
+                               2.402298450e-01f, 6.931470037e-01f, 1.0f};
+    EACH(u) p[u] = _mm512_set1_ps(2.170225489e-04f);
+#pragma GCC unroll 6
+    for (int i = 0; i < 6; i++) EACH(u) p[u] = _mm512_fmadd_ps(p[u], f[u], _mm512_set1_ps(c[i]));
+    EACH(u) w[u] = _mm512_scalef_ps(p[u], w[u]);
 }
 
-/* 1 / d for d >= 1 (erfc's 1 / (1 + a z)): the 14-bit estimate and one Newton step,
+/* 1 / d for d >= 1 (erfc's 1 / (1 + a' s)): the 14-bit estimate and one Newton step,
  * within an ulp or two of the division, which the FMA pipes do not wait on. */
 static inline __m512 recip(__m512 d) {
     __m512 r = _mm512_rcp14_ps(d);
@@ -55,29 +47,29 @@ static inline __m512 recip(__m512 d) {
 }
 
 /* The normal cdf Phi(x) = 1 - erfc(x / sqrt 2) / 2 into y, written erfc(u) / 2 for
- * negative x so that it keeps its relative accuracy there. erfc(z) = t exp(P(t) - z^2)
- * with t = 1 / (1 + 0.385 z) (Numerical Recipes' form, refitted by tools/fit_gelu.py:
- * degree 8 with a relative error of 4.4e-8 where erfc(z) / 2 is a normal float, against
- * NR's degree 9 and 1.2e-7), P's constant term carrying -ln 2 for the half. NaN in, NaN
- * out, through the arithmetic alone (the kernels have no fix-up step: at some 30 vector
- * operations a vector, on two FMA pipes, each one counts). */
+ * negative x so that it keeps its relative accuracy there; s = |x| sqrt(log2 e / 2) into
+ * s. erfc(z) = t exp(P(t) - z^2) (Numerical Recipes' form) computed in base 2:
+ * erfc(z) / 2 = t 2^(Q(t) - s^2) with t = 1 / (1 + a' s), Q = P log2 e - 1, refitted by
+ * tools/fit_gelu.py for float coefficients: degree 9, a relative error of 4.5e-8 where
+ * erfc(z) / 2 is a normal float (NR's degree 9 has 1.2e-7). NaN in, NaN out, through the
+ * arithmetic alone (the kernels have no fix-up step: at some 29 vector operations a
+ * vector, on two FMA pipes, each one counts). */
 static inline __attribute__((always_inline)) void normal_cdf(int U, const __m512 *x,
-                                                             __m512 *y) {
-    __m512 z[GELU_U], t[GELU_U], p[GELU_U];
-    /* |x| / sqrt 2, capped where erfc is 0 anyway (so that 1 / (1 + a z) stays finite;
-     * a NaN passes the cap). */
-    EACH(u) z[u] = _mm512_min_ps(_mm512_set1_ps(1e4f),
-                                 _mm512_mul_ps(_mm512_abs_ps(x[u]),
-                                               _mm512_set1_ps(0.70710678118654752440f)));
-    EACH(u) t[u] = recip(_mm512_fmadd_ps(_mm512_set1_ps(0.385f), z[u], _mm512_set1_ps(1.0f)));
-    static const float c[8] = {1.138996877e+00f, -2.035406546e+00f, 1.661401884e+00f,
-                               -8.498442063e-01f, 4.763624951e-01f, 3.677431415e-01f,
-                               1.006478550e+00f, -2.220332160e+00f};
-    EACH(u) p[u] = _mm512_set1_ps(-2.385472420e-01f);
-#pragma GCC unroll 8
-    for (int i = 0; i < 8; i++) EACH(u) p[u] = _mm512_fmadd_ps(p[u], t[u], _mm512_set1_ps(c[i]));
-    EACH(u) p[u] = _mm512_fnmadd_ps(z[u], z[u], p[u]);
-    exp_nonpositive(U, p);
+                                                             __m512 *s, __m512 *y) {
+    __m512 t[GELU_U], p[GELU_U];
+    /* capped where erfc is 0 anyway (so that 1 / (1 + a s) stays finite; a NaN passes
+     * the cap). */
+    EACH(u) s[u] = _mm512_min_ps(_mm512_set1_ps(1e4f),
+                                 _mm512_mul_ps(_mm512_abs_ps(x[u]), _mm512_set1_ps(8.493217826e-01f)));
+    EACH(u) t[u] = recip(_mm512_fmadd_ps(_mm512_set1_ps(2.913941145e-01f), s[u], _mm512_set1_ps(1.0f)));
+    static const float c[9] = {1.277101755e+00f, -1.976192236e+00f, 1.215488791e+00f,
+                               -3.648065329e-01f, 3.667308390e-02f, 3.929315507e-01f,
+                               6.037030220e-01f, 1.447284341e+00f, -3.340618372e+00f};
+    EACH(u) p[u] = _mm512_set1_ps(-2.915654182e-01f);
+#pragma GCC unroll 9
+    for (int i = 0; i < 9; i++) EACH(u) p[u] = _mm512_fmadd_ps(p[u], t[u], _mm512_set1_ps(c[i]));
+    EACH(u) p[u] = _mm512_fnmadd_ps(s[u], s[u], p[u]);
+    exp2_(U, p);
     EACH(u) {
         /* erfc(z) / 2 for x < 0; 1 - erfc(z) / 2 for the rest (NaN included: NaN either
          * way). */
@@ -89,20 +81,19 @@ static inline __attribute__((always_inline)) void normal_cdf(int U, const __m512
 
 /* x Phi(x) = 0.5 x (1 + erf(x / sqrt 2)), as gelu_erf_f32, in place. */
 static inline __attribute__((always_inline)) void gelu(int U, __m512 *x) {
-    __m512 cdf[GELU_U];
-    normal_cdf(U, x, cdf);
+    __m512 cdf[GELU_U], s[GELU_U];
+    normal_cdf(U, x, s, cdf);
     EACH(u) x[u] = _mm512_mul_ps(x[u], cdf[u]);
 }
 
 /* gy times GELU's derivative, Phi(x) + x phi(x): the cdf as in gelu, the density
- * exp(-x^2 / 2 - ln sqrt(2 pi)) by exp_nonpositive (its argument rounded once), as
- * gelu_erf_derivative_f32. gy in, the gradient out. */
+ * exp(-x^2 / 2) / sqrt(2 pi) = 2^(-s^2 - log2 sqrt(2 pi)), as gelu_erf_derivative_f32.
+ * gy in, the gradient out. */
 static inline __attribute__((always_inline)) void gelu_grad(int U, const __m512 *x, __m512 *gy) {
     __m512 cdf[GELU_U], pdf[GELU_U];
-    normal_cdf(U, x, cdf);
-    EACH(u) pdf[u] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(-0.5f), x[u]), x[u],
-                                     _mm512_set1_ps(-0.91893853320467274178f));
-    exp_nonpositive(U, pdf);
+    normal_cdf(U, x, pdf, cdf);
+    EACH(u) pdf[u] = _mm512_fnmadd_ps(pdf[u], pdf[u], _mm512_set1_ps(-1.325748065e+00f));
+    exp2_(U, pdf);
     EACH(u) gy[u] = _mm512_mul_ps(gy[u], _mm512_fmadd_ps(x[u], pdf[u], cdf[u]));
 }
 
@@ -331,7 +322,7 @@ static const tm__vmath vmath512 = {"avx512", gelu_erf, gelu_erf_grad, attn_score
 
 const tm__vmath *tm__vmath_avx512(void) {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") ? &vmath512 : 0;
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") ? &vmath512 : 0;
 }
 
 #else
