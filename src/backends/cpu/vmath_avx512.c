@@ -57,11 +57,13 @@ static inline __m512 recip(__m512 d) {
 static inline __attribute__((always_inline)) void normal_cdf(int U, const __m512 *x,
                                                              __m512 *s, __m512 *y) {
     __m512 t[GELU_U], p[GELU_U];
-    /* capped where erfc is 0 anyway (so that 1 / (1 + a s) stays finite; a NaN passes
+    /* capped where erfc is 0 anyway (so that 1 / (1 + a' s) stays finite; a NaN passes
      * the cap). */
     EACH(u) s[u] = _mm512_min_ps(_mm512_set1_ps(1e4f),
-                                 _mm512_mul_ps(_mm512_abs_ps(x[u]), _mm512_set1_ps(8.493217826e-01f)));
-    EACH(u) t[u] = recip(_mm512_fmadd_ps(_mm512_set1_ps(2.913941145e-01f), s[u], _mm512_set1_ps(1.0f)));
+                                 _mm512_mul_ps(_mm512_abs_ps(x[u]),
+                                               _mm512_set1_ps(8.493217826e-01f)));
+    EACH(u) t[u] = recip(_mm512_fmadd_ps(_mm512_set1_ps(2.913941145e-01f), s[u],
+                                         _mm512_set1_ps(1.0f)));
     static const float c[9] = {1.277101755e+00f, -1.976192236e+00f, 1.215488791e+00f,
                                -3.648065329e-01f, 3.667308390e-02f, 3.929315507e-01f,
                                6.037030220e-01f, 1.447284341e+00f, -3.340618372e+00f};
