@@ -193,11 +193,13 @@ typedef void (*tm__sgemm_rows_next_fn)(int64_t k, const float *a, int64_t lda,
 /* A register tile with B read where it lies, nothing packed: c (mr, nr) = alpha * a . b
  * + beta * c (beta == 0: c not read), row p of B at b + p * ldb (nr <= NR floats of it
  * read, through masks). A is a full tile of rows in place (a_step == 1, row stride a_row;
- * mr is then MR) or a packed short tile (a_row 1, a_step MR, zero rows past mr). Each
- * step of k it may fetch two lines of next's rows (ldb apart) into L2 (next NULL: none). */
+ * mr is then MR) or a packed short tile (a_row 1, a_step MR, zero rows past mr). It
+ * fetches next_rows rows of next (ldb apart) into L2, spread over its steps of k (next
+ * NULL: none). */
 typedef void (*tm__sgemm_inplace_fn)(int64_t k, const float *a, int64_t a_row, int64_t a_step,
                                      const float *b, int64_t ldb, float *c, int64_t ldc, int mr,
-                                     int nr, float alpha, float beta, const float *next);
+                                     int nr, float alpha, float beta, const float *next,
+                                     int64_t next_rows);
 
 /* A tile (rows <= 16, cols <= NR) from t (NR floats a row; 16 rows readable) into C
  * stored transposed: t[r * NR + q] to c[q * ldc + r], or added to it (add). */
