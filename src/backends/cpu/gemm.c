@@ -461,14 +461,11 @@ static void inplace_slice(void *arg, int ith, int nth) {
                 int64_t ldt;
                 int add;
                 float *c = tile_target(g, i, j, rows, cols, &beta, buf, &ldt, &add);
-                if (g->bias_first) {
-                    tm__sgemm_fill_bias(c, ldt, rows, cols, g->bias_first + j);
-                    beta = 1.0f;
-                }
                 /* Row tile t of `tiles` fetches its share of the next panel's rows. */
                 int64_t t = i / mr, lo = t * kc / tiles, hi = (t + 1) * kc / tiles;
                 ar->tile_inplace(kc, ai, a_row, a_step, b + j, g->ldb, c, ldt, rows, cols,
-                                 g->alpha, beta, next ? next + lo * g->ldb : NULL, hi - lo);
+                                 g->alpha, beta, next ? next + lo * g->ldb : NULL, hi - lo,
+                                 g->bias_first ? g->bias_first + j : NULL);
                 tile_finish(g, i, j, rows, cols, buf, add);
             }
             if (g->ep && !g->ep->act_out && last &&

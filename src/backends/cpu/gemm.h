@@ -195,16 +195,22 @@ typedef void (*tm__sgemm_rows_next_fn)(int64_t k, const float *a, int64_t lda,
  * read, through masks). A is a full tile of rows in place (a_step == 1, row stride a_row;
  * mr is then MR) or a packed short tile (a_row 1, a_step MR, zero rows past mr). It
  * fetches next_rows rows of next (ldb apart) into L2, spread over its steps of k (next
- * NULL: none). */
+ * NULL: none). With bias (nr floats; beta then 0), c = alpha * a . b + bias. */
 typedef void (*tm__sgemm_inplace_fn)(int64_t k, const float *a, int64_t a_row, int64_t a_step,
                                      const float *b, int64_t ldb, float *c, int64_t ldc, int mr,
                                      int nr, float alpha, float beta, const float *next,
-                                     int64_t next_rows);
+                                     int64_t next_rows, const float *bias);
 
 /* A tile (rows <= 16, cols <= NR) from t (NR floats a row; 16 rows readable) into C
  * stored transposed: t[r * NR + q] to c[q * ldc + r], or added to it (add). */
 typedef void (*tm__sgemm_store_t_fn)(const float *t, int rows, int cols, float *c,
                                      int64_t ldc, int add);
+
+/* tile_rows_fn over one depth block, C overwritten: c (MR, nr) = a . b_packed + bias
+ * (nr floats). */
+typedef void (*tm__sgemm_rows_bias_fn)(int64_t k, const float *a, int64_t lda,
+                                       const float *b_packed, float *c, int64_t ldc, int nr,
+                                       const float *bias, const float *pf, int64_t pf_step);
 
 typedef struct tm__sgemm_arch {
     const char *name;
@@ -221,6 +227,7 @@ typedef struct tm__sgemm_arch {
     tm__sgemm_rows_next_fn tile_rows_next;   /* NULL: tile_rows */
     tm__sgemm_inplace_fn tile_inplace;       /* NULL: B always packed */
     tm__sgemm_store_t_fn store_t;            /* NULL: plain loops */
+    tm__sgemm_rows_bias_fn tile_rows_bias;   /* NULL: the bias filled in first */
 } tm__sgemm_arch;
 
 /* The arch tm_sgemm uses (NULL: the reference, TM_REFERENCE_KERNELS=1). */

@@ -217,7 +217,8 @@ static void small(int trans_a, int trans_b, int64_t m, int64_t n0, int64_t n1, i
 }
 
 static const tm__sgemm_arch avx2 = {"avx2", MR, NR, 256, 96, 512, tile_6x16, small, rows,
-                                   tile_indirect, tile_packed, tile_rows, NULL, NULL, NULL, NULL, NULL};
+                                   tile_indirect, tile_packed, tile_rows, NULL, NULL, NULL, NULL, NULL,
+                                   NULL};
 
 const tm__sgemm_arch *tm__sgemm_arch_avx2(void) {
     __builtin_cpu_init();

@@ -222,6 +222,11 @@ static inline void bpacked_tile(const bpacked_job *g, int64_t i, int rows, const
     const tm__sgemm_arch *ar = g->ar;
     const float *panel = panel_at(g, pc, j);
     int nr = (int)min64(ar->nr, j1 - j);
+    if (g->bias_first && rows == ar->mr && ar->tile_rows_bias) {   /* one depth block */
+        ar->tile_rows_bias(kcb, g->a + i * g->lda + pc, g->lda, panel, g->c + i * g->ldc + j,
+                           g->ldc, nr, g->bias_first + j, pf, pf_step);
+        return;
+    }
     if (g->bias_first) {   /* one depth block: pc == 0 */
         tm__sgemm_fill_bias(g->c + i * g->ldc + j, g->ldc, rows, nr, g->bias_first + j);
         beta = 1.0f;
