@@ -417,25 +417,33 @@ typedef struct attention_grad_call {
 } attention_grad_call;
 
 /* ds = p (dp - sum(dp p)) times the scale's derivative, in place of dp: SOFTMAX_GRAD's
- * steps (the row sum in double, in 16 partial sums), then the scale's. */
+ * steps, then the scale's, in one pass. The row sum in 16 float partial sums (lanes of one
+ * vector, 8 terms each at 128 keys) added in double: in double throughout the loop did
+ * not vectorize and took 1.3x the time (MiniLM's 12 heads x 128 x 128: 0.071 -> 0.055
+ * ms a layer, the rest of it reading p from memory). */
 #define DOT_PARTIALS 16
+#if defined(__GNUC__) && !defined(__clang__)
+__attribute__((optimize("O3", "no-trapping-math")))
+#endif
 static void scores_grad(float *dp, const float *p, int64_t rows, int64_t sk, int scale_kind,
                         float scale) {
     for (int64_t r = 0; r < rows; r++) {
         float *d = dp + r * sk;
         const float *pr = p + r * sk;
-        double part[DOT_PARTIALS] = {0}, dot = 0.0;
+        float part[DOT_PARTIALS] = {0};
+        double dot = 0.0;
         int64_t j = 0;
         for (; j + DOT_PARTIALS <= sk; j += DOT_PARTIALS)
-            for (int u = 0; u < DOT_PARTIALS; u++) part[u] += (double)d[j + u] * pr[j + u];
+            for (int u = 0; u < DOT_PARTIALS; u++) part[u] += d[j + u] * pr[j + u];
         for (; j < sk; j++) dot += (double)d[j] * pr[j];
         for (int u = 0; u < DOT_PARTIALS; u++) dot += part[u];
         float f = (float)dot;
-        for (j = 0; j < sk; j++) d[j] = pr[j] * (d[j] - f);
         if (scale_kind == SCALE_MUL)
-            for (j = 0; j < sk; j++) d[j] *= scale;
+            for (j = 0; j < sk; j++) d[j] = pr[j] * (d[j] - f) * scale;
         else if (scale_kind == SCALE_DIV)
-            for (j = 0; j < sk; j++) d[j] /= scale;
+            for (j = 0; j < sk; j++) d[j] = pr[j] * (d[j] - f) / scale;
+        else
+            for (j = 0; j < sk; j++) d[j] = pr[j] * (d[j] - f);
     }
 }
 
