@@ -162,6 +162,25 @@ static tm_val mm_gelu_other(tm_ctx *c, const tm_val *in, tm_val *extra) {
     return g;
 }
 
+/* ---- MATMUL_ADD (a gradient plan's residual) ------------------------------------------ */
+
+/* r + (x . W + bias), W and bias unknown (parameters), r of the product's dims. */
+static tm_val mm_residual(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    (void)extra;
+    return bin(c, TM_P_ADD, in[3], mm_bias(c, in));
+}
+/* (x . W) + r, no bias. */
+static tm_val mm_residual_plain(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    (void)extra;
+    return bin(c, TM_P_ADD, bin(c, TM_P_MATMUL, in[0], in[1]), in[2]);
+}
+/* The product also read by something else: left alone. */
+static tm_val mm_residual_shared(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    tm_val y = bin(c, TM_P_MATMUL, in[0], in[1]);
+    *extra = un(c, TM_P_NEG, y);
+    return bin(c, TM_P_ADD, y, in[2]);
+}
+
 /* ---- MATMUL_NBITS epilogues ------------------------------------------------------------ */
 
 /* x (..., K) times N columns of seeded 4-bit weights (blocks of 32, default zero point)
@@ -423,6 +442,14 @@ static const pattern patterns[] = {
      {{2, 60, 40}, {2, 40, 70}, {2, 60, 70}}, mm_gelu_batched_w, TM_P_GELU, 0},
     {"matmul + bias + gelu, the sum read elsewhere", 4, {3, 3, 1, 3},
      {{2, 60, 40}, {1, 40, 70}, {70}, {2, 60, 70}}, mm_gelu_other, TM_P_GELU, 0},
+    {"matmul + bias + residual, unknown weight (in place path)", 4, {3, 3, 1, 3},
+     {{2, 60, 40}, {1, 40, 70}, {70}, {2, 60, 70}}, mm_residual, TM_P_MATMUL_ADD, 1},
+    {"matmul + bias + residual, unknown weight (small path)", 4, {3, 3, 1, 3},
+     {{1, 2, 40}, {1, 40, 70}, {70}, {1, 2, 70}}, mm_residual, TM_P_MATMUL_ADD, 1},
+    {"matmul + residual, no bias", 3, {2, 2, 2}, {{300, 40}, {40, 70}, {300, 70}},
+     mm_residual_plain, TM_P_MATMUL_ADD, 1},
+    {"matmul + residual, the product read elsewhere", 3, {2, 2, 2},
+     {{30, 40}, {40, 70}, {30, 70}}, mm_residual_shared, TM_P_ADD, 0},
     {"nbits + bias + gelu + residual", 2, {3, 3}, {{2, 6, 64}, {2, 6, 40}}, nbits_full,
      TM_P_MATMUL_NBITS, 1},
     {"nbits one row + residual (a decode step)", 2, {3, 3}, {{1, 1, 64}, {1, 1, 40}},
@@ -529,7 +556,8 @@ static void run_pattern(const pattern *p) {
                                     count_prim(&t, &roots, TM_P_CONV_PACKED) +
                                     count_prim(&t, &roots, TM_P_ATTENTION) +
                                     count_prim(&t, &roots, TM_P_MATMUL_NBITS) +
-                                    count_prim(&t, &roots, TM_P_MATMUL_GELU) : 0;
+                                    count_prim(&t, &roots, TM_P_MATMUL_GELU) +
+                                    count_prim(&t, &roots, TM_P_MATMUL_ADD) : 0;
     CHECK(got_prim == p->want_prim && fused == p->want_fused,
           "%s: the result comes from %s (%d fused nodes), expected %s (%d)", p->name,
           tm_prims[got_prim].name, fused, tm_prims[p->want_prim].name, p->want_fused);

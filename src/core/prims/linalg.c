@@ -474,6 +474,49 @@ tm_status tm__kernel_matmul_gelu(const tm_kcall *kc) {
     return TM_OK;
 }
 
+/* ---- MATMUL_ADD ------------------------------------------------------------------------ */
+
+tm_status tm__shape_matmul_add(tm_ctx *c, int prim, const tm_args *a, const tm_vinfo *const *in,
+                               int nin, tm_vinfo *out, int nout, size_t *scratch) {
+    (void)nout;
+    if (nin != 3 && nin != 4)
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_add: expected x, W, an optional bias and "
+                           "the residual, got %d inputs", nin);
+    if (in[0]->dtype != TM_FLOAT)
+        return tm_ctx_fail(c, TM_ERR_UNSUPPORTED, "matmul_add: float32 operands only");
+    tm_args plain;
+    memset(&plain, 0, sizeof plain);
+    tm_status st = tm__shape_matmul(c, prim, &plain, in, nin - 1, out, 1, scratch);
+    if (st != TM_OK) return st;
+    if (!matmul_folds_batch(in[1]->rank, in[1]->dims))
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_add: the weight's leading dims must be 1");
+    const tm_vinfo *r = in[nin - 1];
+    if (r->dtype != TM_FLOAT || r->rank != out->rank ||
+        memcmp(r->dims, out->dims, (size_t)r->rank * sizeof r->dims[0]))
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_add: the residual must be float32 of the "
+                           "product's dims");
+    (void)a;
+    return TM_OK;
+}
+
+/* One product over all rows; the bias and the residual in its epilogue. */
+tm_status tm__kernel_matmul_add(const tm_kcall *kc) {
+    const tm_tensor *x = kc->in[0], *w = kc->in[1], *r = kc->in[kc->nin - 1];
+    tm_tensor *y = kc->out[0];
+    int rank = y->rank;
+    int64_t rows = tm_numel(rank - 1, y->dims), n = y->dims[rank - 1], k = x->dims[rank - 1];
+    if (rows == 0 || n == 0) return TM_OK;
+    tm_sgemm_epilogue ep;
+    memset(&ep, 0, sizeof ep);
+    ep.bias = kc->nin == 4 ? kc->in[2]->data : NULL;
+    ep.residual = r->data;
+    ep.ldr = n;
+    mm_layout l = mm_layout_of(0, 0, rows, n, k);
+    matmul_one(TM_FLOAT, x->data, 0, w->data, 0, y->data, 0, rows, n, k, kc->scratch, kc->pool,
+               &l, &ep);
+    return TM_OK;
+}
+
 /* ---- Convolution geometry -------------------------------------------------------------- */
 
 /* Everything CONV and CONV_TRANSPOSE need, read from the args and the input dims.

@@ -1,0 +1,51 @@
+/* Puts a residual ADD into the product before it, after a gradient plan's backward is
+ * built: y = MATMUL(x, W[, bias]); z = ADD(y, r) (either order), r of y's dims, becomes
+ * z = MATMUL_ADD(x, W[, bias], r), which adds r to each tile while it is in cache. In a
+ * training step's forward the weights are parameters, so LINEAR (which takes a residual
+ * too) does not apply, and the ADD read both of its operands back from memory and wrote
+ * a new one. Only y's one reader is the ADD: the backward reads neither (an ADD's
+ * gradient passes its cotangent on; a product's reads x and W). MATMUL_ADD has no
+ * gradient rule: passes.c keeps it off tracked values while the tape runs. */
+#include <string.h>
+#include "../passes.h"
+
+static tm_status fuse_at(tm_pass_scan *s, int32_t mm) {
+    tm_ctx *c = s->c;
+    const tm_rnode *node = &c->nodes[mm];
+    tm_val y = node->out[0];
+    if (c->vals[y].dtype != TM_FLOAT) return TM_OK;
+    int32_t at = tm__pass_only_reader(s, y, mm + 1);
+    if (at < 0 || c->nodes[at].prim != TM_P_ADD || c->nodes[at].nin != 2) return TM_OK;
+    const tm_rnode *add = &c->nodes[at];
+    tm_val r = add->in[0] == y ? add->in[1] : add->in[0];
+    const tm_vinfo *yi = &c->vals[y], *ri = &c->vals[r];
+    if (r == y || ri->dtype != TM_FLOAT || ri->rank != yi->rank ||
+        memcmp(ri->dims, yi->dims, (size_t)yi->rank * sizeof yi->dims[0]))
+        return TM_OK;
+    tm_val in[4];
+    int nin = node->nin;
+    memcpy(in, node->in, (size_t)nin * sizeof in[0]);
+    in[nin++] = r;
+    tm_args a;
+    memset(&a, 0, sizeof a);
+    tm_status st = tm__pass_rewrite(c, at, TM_P_MATMUL_ADD, in, nin, &a);
+    if (st == TM_ERR_SHAPE) return TM_OK;
+    if (st != TM_OK) return st;
+    /* The ADD's reads go (y's was its only one: the product is dead now, and the plan
+     * drops it); the fused node reads what the product read, and r. */
+    if (y < s->n_uses) s->uses[y]--;
+    if (r < s->n_uses) s->uses[r]--;
+    for (int i = 0; i < nin; i++)
+        if (in[i] < s->n_uses) s->uses[in[i]]++;
+    return TM_OK;
+}
+
+/* A product as stored, with or without its bias (MATMUL's third input). */
+static int wants(const tm_rnode *n) {
+    return n->prim == TM_P_MATMUL && (n->nin == 2 || n->nin == 3) && !n->args.i[0] &&
+           !n->args.i[1] && !n->args.i[2];
+}
+
+tm_status tm__pass_matmul_add(tm_ctx *c, const tm_pass_roots *roots) {
+    return tm__pass_each(c, roots, wants, fuse_at);
+}
