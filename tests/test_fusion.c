@@ -181,6 +181,27 @@ static tm_val mm_residual_shared(tm_ctx *c, const tm_val *in, tm_val *extra) {
     return bin(c, TM_P_ADD, y, in[2]);
 }
 
+/* A backward's product written transposed: (x . y^T)^T, MATMUL's i[1] and i[2]. */
+static tm_val mm_ct(tm_ctx *c, tm_val x, tm_val y) {
+    tm_args a;
+    memset(&a, 0, sizeof a);
+    a.i[1] = 1;
+    a.i[2] = 1;
+    tm_val in[2] = {x, y};
+    return tm_prim(c, TM_P_MATMUL, in, 2, &a);
+}
+/* r + (W gy^T)^T reshaped to r's dims, as a backward sums x's cotangents. */
+static tm_val ct_residual(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    (void)extra;
+    const tm_vinfo *r = &c->vals[in[2]];
+    return bin(c, TM_P_ADD, in[2], tm_reshape(c, mm_ct(c, in[0], in[1]), r->rank, r->dims));
+}
+/* (W gy^T)^T + r, no reshape. */
+static tm_val ct_residual_flat(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    (void)extra;
+    return bin(c, TM_P_ADD, mm_ct(c, in[0], in[1]), in[2]);
+}
+
 /* ---- MATMUL_NBITS epilogues ------------------------------------------------------------ */
 
 /* x (..., K) times N columns of seeded 4-bit weights (blocks of 32, default zero point)
@@ -450,6 +471,12 @@ static const pattern patterns[] = {
      mm_residual_plain, TM_P_MATMUL_ADD, 1},
     {"matmul + residual, the product read elsewhere", 3, {2, 2, 2},
      {{30, 40}, {40, 70}, {30, 70}}, mm_residual_shared, TM_P_ADD, 0},
+    {"transposed product + reshape + residual (packed path)", 3, {2, 2, 3},
+     {{40, 70}, {300, 70}, {1, 300, 40}}, ct_residual, TM_P_MATMUL_ADD, 1},
+    {"transposed product + reshape + residual (two depth blocks)", 3, {2, 2, 3},
+     {{24, 500}, {50, 500}, {2, 25, 24}}, ct_residual, TM_P_MATMUL_ADD, 1},
+    {"transposed product + residual (plain loops)", 3, {2, 2, 2},
+     {{2, 30}, {9, 30}, {9, 2}}, ct_residual_flat, TM_P_MATMUL_ADD, 1},
     {"nbits + bias + gelu + residual", 2, {3, 3}, {{2, 6, 64}, {2, 6, 40}}, nbits_full,
      TM_P_MATMUL_NBITS, 1},
     {"nbits one row + residual (a decode step)", 2, {3, 3}, {{1, 1, 64}, {1, 1, 40}},

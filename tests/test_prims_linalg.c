@@ -241,6 +241,37 @@ static void test_sgemm_shapes(void) {
                           trans_a, trans_b, beta, pi < 0 ? 1 : 3, same ? "same bits" : "other bits",
                           err, kept ? "kept" : "written");
                 }
+                /* And with a residual (tm_sgemm_ct_add): that result plus r, to the bit,
+                 * r added after the last depth block. */
+                float *res = malloc((size_t)(n * ldt) * sizeof *res);
+                for (int64_t i = 0; i < n * ldt; i++) res[i] = (float)random_unit();
+                for (int pi = -1; pi < 2; pi += 2) {
+                    for (int64_t j = 0; j < n; j++)
+                        for (int64_t i = 0; i < ldt; i++)
+                            ct[j * ldt + i] = i < m ? c2[i * ldc + j] : 7.0f;
+                    tm_sgemm_ct_add(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, ct,
+                                    ldt, res, work, pi < 0 ? NULL : pools[pi]);
+                    double err = 0.0;
+                    int same = 1, kept = 1;
+                    for (int64_t j = 0; j < n; j++)
+                        for (int64_t i = 0; i < ldt; i++) {
+                            float got = ct[j * ldt + i];
+                            if (i >= m) {
+                                kept &= got == 7.0f;
+                                continue;
+                            }
+                            float want = c1[i * ldc + j] + res[j * ldt + i];
+                            same &= memcmp(&got, &want, sizeof got) == 0;
+                            double e = fabs((double)got - want) / (1.0 + sqrt((double)k));
+                            err = isnan(e) ? INFINITY : fmax(err, e);
+                        }
+                    check((exact ? same : err < 1e-5) && kept,
+                          "sgemm_ct_add %lldx%lldx%lld trans %d/%d beta %g on %d threads: %s, "
+                          "error %g, padding %s", (long long)m, (long long)n, (long long)k,
+                          trans_a, trans_b, beta, pi < 0 ? 1 : 3, same ? "same bits" : "other bits",
+                          err, kept ? "kept" : "written");
+                }
+                free(res);
                 free(ct);
             }
             /* With a bias epilogue, on 1 and 3 threads: the product, then the bias added,

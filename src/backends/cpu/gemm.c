@@ -243,6 +243,7 @@ typedef struct gemm_job {
     const tm_sgemm_epilogue *ep;   /* on each tile after its last depth block; NULL: none */
     const float *bias_first;       /* tm__sgemm_bias_first's; NULL: none */
     int trans_c;   /* C stored transposed: (i, j) at c[j * ldc + i] (tm_sgemm_ct) */
+    const float *res_t;   /* trans_c: added after the last depth block, laid out as C */
 } gemm_job;
 
 /* ---- C stored transposed ------------------------------------------------------------- */
@@ -273,20 +274,22 @@ static float *tile_target(const gemm_job *g, int64_t i, int64_t j, int rows, int
     return buf;
 }
 
-/* With trans_c, the buffer's tile into C transposed, or added to it (the arch's 16 x 16
- * register transposes, or plain loops). */
+/* With trans_c, the buffer's tile into C transposed, or added to it, and after the last
+ * depth block (last) res_t too (the arch's 16 x 16 register transposes, or plain loops). */
 static void tile_finish(const gemm_job *g, int64_t i, int64_t j, int rows, int cols,
-                        const float *buf, int add) {
+                        const float *buf, int add, int last) {
     if (!g->trans_c) return;
     float *c = g->c + j * g->ldc + i;
+    const float *res = last && g->res_t ? g->res_t + j * g->ldc + i : NULL;
     if (g->ar->store_t) {
-        g->ar->store_t(buf, rows, cols, c, g->ldc, add);
+        g->ar->store_t(buf, rows, cols, c, g->ldc, add, res);
         return;
     }
     for (int t = 0; t < cols; t++)
-        for (int r = 0; r < rows; r++)
-            c[t * g->ldc + r] = add ? c[t * g->ldc + r] + buf[r * g->ar->nr + t]
-                                    : buf[r * g->ar->nr + t];
+        for (int r = 0; r < rows; r++) {
+            float v = add ? c[t * g->ldc + r] + buf[r * g->ar->nr + t] : buf[r * g->ar->nr + t];
+            c[t * g->ldc + r] = res ? v + res[t * g->ldc + r] : v;
+        }
 }
 
 /* [begin, end) of `total` units for slice ith of nth. */
@@ -352,7 +355,7 @@ static void compute_rows(const gemm_job *g, int64_t i0, int64_t mc, int64_t pc, 
                 ar->tile_cols(kc, ai, a_step, panel, c, ldt, nr, tb);
             else
                 ar->tile(kc, ai, a_row, a_step, panel, c, ldt, ar->mr, nr, g->alpha, tb);
-            tile_finish(g, i0 + i, j, rows, nr, buf, add);
+            tile_finish(g, i0 + i, j, rows, nr, buf, add, pc + kc >= g->k);
         }
         /* The epilogue on the row tile's finished columns at once, still in L1 (12 rows
          * of 512 columns: 24 KB): an activation then runs over whole rows of them, where
@@ -466,7 +469,7 @@ static void inplace_slice(void *arg, int ith, int nth) {
                 ar->tile_inplace(kc, ai, a_row, a_step, b + j, g->ldb, c, ldt, rows, cols,
                                  g->alpha, beta, next ? next + lo * g->ldb : NULL, hi - lo,
                                  g->bias_first ? g->bias_first + j : NULL);
-                tile_finish(g, i, j, rows, cols, buf, add);
+                tile_finish(g, i, j, rows, cols, buf, add, last);
             }
             if (g->ep && !g->ep->act_out && last &&
                 ((q + 1 - q_begin) % INPLACE_EP_PANELS == 0 || q + 1 == q_end)) {
@@ -504,7 +507,7 @@ static void small_product(const tm__sgemm_arch *ar, int trans_a, int trans_b, in
                           const float *b, int64_t ldb, float beta, float *c, int64_t ldc,
                           tm_pool *pool) {
     gemm_job g = {ar, trans_a, trans_b, m, n, k, alpha, beta, a, b, lda, ldb, ldc, c, NULL, 0,
-                  NULL, NULL, 0};
+                  NULL, NULL, 0, NULL};
     double flops = 2.0 * (double)m * (double)n * (double)k;
     int nth = flops < PARALLEL_MIN_FLOPS ? 1 : tm_pool_threads(pool);
     g.small_n_blocks = (n + SMALL_COLUMNS - 1) / SMALL_COLUMNS;
@@ -522,7 +525,7 @@ void tm_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float a
 static void sgemm_any(int trans_a, int trans_b, int trans_c, int64_t m, int64_t n, int64_t k,
                       float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
                       float beta, float *c, int64_t ldc, const tm_sgemm_epilogue *ep,
-                      void *scratch, tm_pool *pool) {
+                      const float *res_t, void *scratch, tm_pool *pool) {
     if (m <= 0 || n <= 0) return;
     const tm__sgemm_arch *ar = active_arch();
     int path = k <= 0 || alpha == 0.0f ? PATH_REFERENCE : choose_path(ar, m, n, k);
@@ -530,6 +533,8 @@ static void sgemm_any(int trans_a, int trans_b, int trans_c, int64_t m, int64_t 
     if (path == PATH_PACKED && !scratch && !inplace) path = PATH_REFERENCE;
     if (trans_c && path != PATH_PACKED) {   /* few rows or few flops: the plain loops */
         reference_strided(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, 1, ldc);
+        for (int64_t j = 0; res_t && j < n; j++)
+            for (int64_t i = 0; i < m; i++) c[j * ldc + i] += res_t[j * ldc + i];
         return;
     }
     if (path != PATH_PACKED) {   /* the epilogue after the whole product */
@@ -543,7 +548,7 @@ static void sgemm_any(int trans_a, int trans_b, int trans_c, int64_t m, int64_t 
         return;
     }
     gemm_job g = {ar, trans_a, trans_b, m, n, k, alpha, beta, a, b, lda, ldb, ldc, c, NULL, 0,
-                  ep, NULL, trans_c};
+                  ep, NULL, trans_c, trans_c ? res_t : NULL};
     tm_sgemm_epilogue rest;
     g.bias_first = tm__sgemm_bias_first(ep, beta, k, ar->kc, &rest, &g.ep);
     double flops = 2.0 * (double)m * (double)n * (double)k;
@@ -565,13 +570,20 @@ void tm_sgemm_ep(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, floa
                  const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
                  float *c, int64_t ldc, const tm_sgemm_epilogue *ep, void *scratch,
                  tm_pool *pool) {
-    sgemm_any(trans_a, trans_b, 0, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, ep, scratch,
-              pool);
+    sgemm_any(trans_a, trans_b, 0, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, ep, NULL,
+              scratch, pool);
 }
 
 void tm_sgemm_ct(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                  const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
                  float *c, int64_t ldc, void *scratch, tm_pool *pool) {
-    sgemm_any(trans_a, trans_b, 1, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, NULL, scratch,
-              pool);
+    sgemm_any(trans_a, trans_b, 1, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, NULL, NULL,
+              scratch, pool);
+}
+
+void tm_sgemm_ct_add(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                     const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                     float *c, int64_t ldc, const float *r, void *scratch, tm_pool *pool) {
+    sgemm_any(trans_a, trans_b, 1, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, NULL, r,
+              scratch, pool);
 }

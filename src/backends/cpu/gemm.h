@@ -42,6 +42,13 @@ void tm_sgemm_ct(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, floa
                  const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
                  float *c, int64_t ldc, void *scratch, tm_pool *pool);
 
+/* tm_sgemm_ct, then + r, laid out as C (element (i, j) at r[j * ldc + i]), added to each
+ * tile as it is stored after its last depth block: the same sums in the same order as
+ * tm_sgemm_ct followed by an Add (a backward's cotangent summed into another). */
+void tm_sgemm_ct_add(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                     const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                     float *c, int64_t ldc, const float *r, void *scratch, tm_pool *pool);
+
 /* The plain C implementation, always; for tests that compare it with tm_sgemm. */
 void tm_sgemm_reference(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
                         float alpha, const float *a, int64_t lda, const float *b,
@@ -202,9 +209,10 @@ typedef void (*tm__sgemm_inplace_fn)(int64_t k, const float *a, int64_t a_row, i
                                      int64_t next_rows, const float *bias);
 
 /* A tile (rows <= 16, cols <= NR) from t (NR floats a row; 16 rows readable) into C
- * stored transposed: t[r * NR + q] to c[q * ldc + r], or added to it (add). */
+ * stored transposed: t[r * NR + q] to c[q * ldc + r], or added to it (add); then res at
+ * the same place added too (res laid out as C; NULL: none). */
 typedef void (*tm__sgemm_store_t_fn)(const float *t, int rows, int cols, float *c,
-                                     int64_t ldc, int add);
+                                     int64_t ldc, int add, const float *res);
 
 /* tile_rows_fn over one depth block, C overwritten: c (MR, nr) = a . b_packed + bias
  * (nr floats). */

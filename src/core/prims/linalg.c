@@ -484,25 +484,41 @@ tm_status tm__shape_matmul_add(tm_ctx *c, int prim, const tm_args *a, const tm_v
                            "the residual, got %d inputs", nin);
     if (in[0]->dtype != TM_FLOAT)
         return tm_ctx_fail(c, TM_ERR_UNSUPPORTED, "matmul_add: float32 operands only");
-    tm_args plain;
-    memset(&plain, 0, sizeof plain);
-    tm_status st = tm__shape_matmul(c, prim, &plain, in, nin - 1, out, 1, scratch);
+    if (!a->i[2] && (a->i[0] || a->i[1]))
+        return tm_ctx_fail(c, TM_ERR_UNSUPPORTED, "matmul_add: operands as stored, or a "
+                           "product written transposed");
+    tm_status st = tm__shape_matmul(c, prim, a, in, nin - 1, out, 1, scratch);
     if (st != TM_OK) return st;
-    if (!matmul_folds_batch(in[1]->rank, in[1]->dims))
+    if (!a->i[2] && !matmul_folds_batch(in[1]->rank, in[1]->dims))
         return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_add: the weight's leading dims must be 1");
     const tm_vinfo *r = in[nin - 1];
+    /* Written transposed, the (n, m) product may take the residual's dims: the same
+     * floats in the same order (the backward's reshape to x's dims). */
+    if (a->i[2] && r->dtype == TM_FLOAT && r->rank >= 2 && r->dims[r->rank - 1] == out->dims[1] &&
+        tm_numel(r->rank, r->dims) == out->dims[0] * out->dims[1]) {
+        out->rank = r->rank;
+        memcpy(out->dims, r->dims, (size_t)r->rank * sizeof r->dims[0]);
+    }
     if (r->dtype != TM_FLOAT || r->rank != out->rank ||
         memcmp(r->dims, out->dims, (size_t)r->rank * sizeof r->dims[0]))
         return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_add: the residual must be float32 of the "
                            "product's dims");
-    (void)a;
     return TM_OK;
 }
 
-/* One product over all rows; the bias and the residual in its epilogue. */
+/* One product over all rows; the bias and the residual in its epilogue (written
+ * transposed: the residual as each tile is stored). */
 tm_status tm__kernel_matmul_add(const tm_kcall *kc) {
     const tm_tensor *x = kc->in[0], *w = kc->in[1], *r = kc->in[kc->nin - 1];
     tm_tensor *y = kc->out[0];
+    if (kc->a->i[2]) {   /* (n, m), as MATMUL's i[2], or the residual's dims */
+        int ta = kc->a->i[0] != 0, tb = kc->a->i[1] != 0;
+        int64_t m = y->dims[y->rank - 1], n = tm_numel(y->rank - 1, y->dims), k = x->dims[1 - ta];
+        if (!m || !n) return TM_OK;
+        tm_sgemm_ct_add(ta, tb, m, n, k, 1.0f, x->data, ta ? m : k, w->data, tb ? k : n, 0.0f,
+                        y->data, m, r->data, kc->scratch, kc->pool);
+        return TM_OK;
+    }
     int rank = y->rank;
     int64_t rows = tm_numel(rank - 1, y->dims), n = y->dims[rank - 1], k = x->dims[rank - 1];
     if (rows == 0 || n == 0) return TM_OK;
