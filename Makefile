@@ -132,13 +132,14 @@ $(BUILD)/finetune_replay: bench/finetune/replay.c $(BUILD)/libtransmuter.a
 	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(BUILD)/libtransmuter.a $(LDLIBS)
 
 # Value-and-gradient plan against the forward plan (not part of `all`; see
-# bench/grad_bench.c). GRAD_BENCH_ARGS defaults to MiniLM at batch 1 x 128, MSE against
-# zeros on last_hidden_state.
+# bench/grad_bench.c): bench/grad_run.py runs it on 1 and 2 threads, three processes
+# each, and writes bench/GRAD_RESULTS.md. GRAD_BENCH_ARGS defaults to MiniLM at batch
+# 1 x 128, MSE against zeros on last_hidden_state.
 GRAD_BENCH_ARGS ?= bench/models/minilm-l6/model.onnx --dim batch_size=1 --dim sequence_length=128 \
                    --loss mse --output last_hidden_state
 .PHONY: grad-bench
 grad-bench: $(BUILD)/grad_bench
-	$(BUILD)/grad_bench $(GRAD_BENCH_ARGS)
+	python3 bench/grad_run.py -- $(GRAD_BENCH_ARGS)
 
 $(BUILD)/grad_bench: bench/grad_bench.c $(BUILD)/libtransmuter.a
 	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(BUILD)/libtransmuter.a $(LDLIBS)
