@@ -154,6 +154,61 @@ typedef struct sgemm_case {
     int64_t m, n, k;
 } sgemm_case;
 
+/* A product stored transposed, checked against tm_sgemm's result c1 (from c2, beta's C):
+ * tm_sgemm_ct (res NULL) or tm_sgemm_ct_add (+ res, laid out as C), on 1 and 3 threads. */
+typedef struct ct_case {
+    int trans_a, trans_b;
+    int64_t m, n, k;
+    float alpha;
+    const float *a;
+    int64_t lda;
+    const float *b;
+    int64_t ldb;
+    float beta;
+    const float *c1, *c2;
+    int64_t ldc, ldt;
+    void *work;
+    tm_pool **pools;
+} ct_case;
+
+static void check_ct(const ct_case *t, const float *res) {
+    int64_t m = t->m, n = t->n, k = t->k, ldt = t->ldt;
+    int exact = m > 3 && (double)m * (double)n * (double)k > 512.0;
+    float *ct = malloc((size_t)(n * ldt) * sizeof *ct);
+    for (int pi = -1; pi < 2; pi += 2) {
+        for (int64_t j = 0; j < n; j++)
+            for (int64_t i = 0; i < ldt; i++) ct[j * ldt + i] = i < m ? t->c2[i * t->ldc + j] : 7.0f;
+        tm_pool *pool = pi < 0 ? NULL : t->pools[pi];
+        if (res)
+            tm_sgemm_ct_add(t->trans_a, t->trans_b, m, n, k, t->alpha, t->a, t->lda, t->b,
+                            t->ldb, t->beta, ct, ldt, res, t->work, pool);
+        else
+            tm_sgemm_ct(t->trans_a, t->trans_b, m, n, k, t->alpha, t->a, t->lda, t->b, t->ldb,
+                        t->beta, ct, ldt, t->work, pool);
+        double err = 0.0;
+        int same = 1, kept = 1;
+        for (int64_t j = 0; j < n; j++)
+            for (int64_t i = 0; i < ldt; i++) {
+                float got = ct[j * ldt + i];
+                if (i >= m) {
+                    kept &= got == 7.0f;
+                    continue;
+                }
+                float want = t->c1[i * t->ldc + j];
+                if (res) want += res[j * ldt + i];
+                same &= memcmp(&got, &want, sizeof got) == 0;
+                double e = fabs((double)got - want) / (1.0 + sqrt((double)k));
+                err = isnan(e) ? INFINITY : fmax(err, e);
+            }
+        check((exact ? same : err < 1e-5) && kept,
+              "%s %lldx%lldx%lld trans %d/%d beta %g on %d threads: %s, error %g, padding %s",
+              res ? "sgemm_ct_add" : "sgemm_ct", (long long)m, (long long)n, (long long)k,
+              t->trans_a, t->trans_b, t->beta, pi < 0 ? 1 : 3, same ? "same bits" : "other bits",
+              err, kept ? "kept" : "written");
+    }
+    free(ct);
+}
+
 static void test_sgemm_shapes(void) {
     const sgemm_case cases[] = {
         {1, 1, 600}, {1, 768, 768}, {2, 70, 33}, {3, 129, 257}, {4, 16, 16}, {5, 17, 9},
@@ -210,69 +265,17 @@ static void test_sgemm_shapes(void) {
             }
             /* C stored transposed (tm_sgemm_ct), on 1 and 3 threads: tm_sgemm's result
              * transposed, bit for bit where the packed path runs (past 3 rows and 512
-             * flops; the plain loops' to rounding below), and C's padding kept. */
+             * flops; the plain loops' to rounding below), and C's padding kept; then with
+             * a residual (tm_sgemm_ct_add): that result plus r, to the bit, r added after
+             * the last depth block. */
             {
-                int64_t ldt = m + pad;
-                int exact = m > 3 && (double)m * (double)n * (double)k > 512.0;
-                float *ct = malloc((size_t)(n * ldt) * sizeof *ct);
-                for (int pi = -1; pi < 2; pi += 2) {
-                    for (int64_t j = 0; j < n; j++)
-                        for (int64_t i = 0; i < ldt; i++)
-                            ct[j * ldt + i] = i < m ? c2[i * ldc + j] : 7.0f;
-                    tm_sgemm_ct(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, ct, ldt,
-                                work, pi < 0 ? NULL : pools[pi]);
-                    double err = 0.0;
-                    int same = 1, kept = 1;
-                    for (int64_t j = 0; j < n; j++)
-                        for (int64_t i = 0; i < ldt; i++) {
-                            float got = ct[j * ldt + i];
-                            if (i >= m) {
-                                kept &= got == 7.0f;
-                                continue;
-                            }
-                            float want = c1[i * ldc + j];
-                            same &= memcmp(&got, &want, sizeof got) == 0;
-                            double e = fabs((double)got - want) / (1.0 + sqrt((double)k));
-                            err = isnan(e) ? INFINITY : fmax(err, e);
-                        }
-                    check((exact ? same : err < 1e-5) && kept,
-                          "sgemm_ct %lldx%lldx%lld trans %d/%d beta %g on %d threads: %s, "
-                          "error %g, padding %s", (long long)m, (long long)n, (long long)k,
-                          trans_a, trans_b, beta, pi < 0 ? 1 : 3, same ? "same bits" : "other bits",
-                          err, kept ? "kept" : "written");
-                }
-                /* And with a residual (tm_sgemm_ct_add): that result plus r, to the bit,
-                 * r added after the last depth block. */
-                float *res = malloc((size_t)(n * ldt) * sizeof *res);
-                for (int64_t i = 0; i < n * ldt; i++) res[i] = (float)random_unit();
-                for (int pi = -1; pi < 2; pi += 2) {
-                    for (int64_t j = 0; j < n; j++)
-                        for (int64_t i = 0; i < ldt; i++)
-                            ct[j * ldt + i] = i < m ? c2[i * ldc + j] : 7.0f;
-                    tm_sgemm_ct_add(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, ct,
-                                    ldt, res, work, pi < 0 ? NULL : pools[pi]);
-                    double err = 0.0;
-                    int same = 1, kept = 1;
-                    for (int64_t j = 0; j < n; j++)
-                        for (int64_t i = 0; i < ldt; i++) {
-                            float got = ct[j * ldt + i];
-                            if (i >= m) {
-                                kept &= got == 7.0f;
-                                continue;
-                            }
-                            float want = c1[i * ldc + j] + res[j * ldt + i];
-                            same &= memcmp(&got, &want, sizeof got) == 0;
-                            double e = fabs((double)got - want) / (1.0 + sqrt((double)k));
-                            err = isnan(e) ? INFINITY : fmax(err, e);
-                        }
-                    check((exact ? same : err < 1e-5) && kept,
-                          "sgemm_ct_add %lldx%lldx%lld trans %d/%d beta %g on %d threads: %s, "
-                          "error %g, padding %s", (long long)m, (long long)n, (long long)k,
-                          trans_a, trans_b, beta, pi < 0 ? 1 : 3, same ? "same bits" : "other bits",
-                          err, kept ? "kept" : "written");
-                }
+                ct_case cc = {trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c1, c2,
+                              ldc, m + pad, work, pools};
+                check_ct(&cc, NULL);
+                float *res = malloc((size_t)(n * cc.ldt) * sizeof *res);
+                for (int64_t i = 0; i < n * cc.ldt; i++) res[i] = (float)random_unit();
+                check_ct(&cc, res);
                 free(res);
-                free(ct);
             }
             /* With a bias epilogue, on 1 and 3 threads: the product, then the bias added,
              * to the bit (each tile's after its last depth block); padding kept. */

@@ -452,25 +452,32 @@ tm_status tm__shape_matmul_gelu(tm_ctx *c, int prim, const tm_args *a, const tm_
     return TM_OK;
 }
 
+/* A fused product's one float32 product over all rows, x (in[0], rows of k) by W (in[1],
+ * leading dims 1) into y, with the epilogue ep (its row strides set here: act_out and the
+ * residual have y's dims). */
+static void fused_product(const tm_kcall *kc, tm_tensor *y, tm_sgemm_epilogue *ep) {
+    const tm_tensor *x = kc->in[0], *w = kc->in[1];
+    int r = y->rank;
+    int64_t rows = tm_numel(r - 1, y->dims), n = y->dims[r - 1], k = x->dims[r - 1];
+    if (rows == 0 || n == 0) return;
+    ep->ld_act = n;
+    ep->ldr = n;
+    mm_layout l = mm_layout_of(0, 0, rows, n, k);
+    matmul_one(TM_FLOAT, x->data, 0, w->data, 0, y->data, 0, rows, n, k, kc->scratch, kc->pool,
+               &l, ep);
+}
+
 /* One product over all rows; in its epilogue the bias, then GELU into output 0 while
  * output 1 keeps the sum (gemm.h's act_out). */
 tm_status tm__kernel_matmul_gelu(const tm_kcall *kc) {
-    const tm_tensor *x = kc->in[0], *w = kc->in[1];
-    tm_tensor *g = kc->out[0], *y = kc->out[1];
-    int r = y->rank;
-    int64_t rows = tm_numel(r - 1, y->dims), n = y->dims[r - 1], k = x->dims[r - 1];
-    if (rows == 0 || n == 0) return TM_OK;
     tm_chain ch = {1, {{TM_P_GELU, TM_CHAIN_UNARY, 0, 0.0f}}};
     tm_sgemm_epilogue ep;
     memset(&ep, 0, sizeof ep);
     ep.bias = kc->nin == 3 ? kc->in[2]->data : NULL;
     ep.activation = tm__chain_apply;
     ep.activation_arg = &ch;
-    ep.act_out = g->data;
-    ep.ld_act = n;
-    mm_layout l = mm_layout_of(0, 0, rows, n, k);
-    matmul_one(TM_FLOAT, x->data, 0, w->data, 0, y->data, 0, rows, n, k, kc->scratch, kc->pool,
-               &l, &ep);
+    ep.act_out = kc->out[0]->data;
+    fused_product(kc, kc->out[1], &ep);
     return TM_OK;
 }
 
@@ -519,17 +526,11 @@ tm_status tm__kernel_matmul_add(const tm_kcall *kc) {
                         y->data, m, r->data, kc->scratch, kc->pool);
         return TM_OK;
     }
-    int rank = y->rank;
-    int64_t rows = tm_numel(rank - 1, y->dims), n = y->dims[rank - 1], k = x->dims[rank - 1];
-    if (rows == 0 || n == 0) return TM_OK;
     tm_sgemm_epilogue ep;
     memset(&ep, 0, sizeof ep);
     ep.bias = kc->nin == 4 ? kc->in[2]->data : NULL;
     ep.residual = r->data;
-    ep.ldr = n;
-    mm_layout l = mm_layout_of(0, 0, rows, n, k);
-    matmul_one(TM_FLOAT, x->data, 0, w->data, 0, y->data, 0, rows, n, k, kc->scratch, kc->pool,
-               &l, &ep);
+    fused_product(kc, y, &ep);
     return TM_OK;
 }
 
