@@ -418,13 +418,10 @@ typedef struct attention_grad_call {
 
 /* ds = p (dp - sum(dp p)) times the scale's derivative, in place of dp: SOFTMAX_GRAD's
  * steps, then the scale's, in one pass. The row sum in 16 float partial sums (lanes of one
- * vector, 8 terms each at 128 keys) added in double: in double throughout the loop did
- * not vectorize and took 1.3x the time (MiniLM's 12 heads x 128 x 128: 0.071 -> 0.055
- * ms a layer, the rest of it reading p from memory). */
+ * vector, 8 terms each at 128 keys) added in double: partial sums in double took 1.3x
+ * the time (MiniLM's 12 heads x 128 x 128: 0.071 -> 0.055 ms a layer, the rest of it
+ * reading p from memory). */
 #define DOT_PARTIALS 16
-#if defined(__GNUC__) && !defined(__clang__)
-__attribute__((optimize("O3", "no-trapping-math")))
-#endif
 static void scores_grad(float *dp, const float *p, int64_t rows, int64_t sk, int scale_kind,
                         float scale) {
     for (int64_t r = 0; r < rows; r++) {
