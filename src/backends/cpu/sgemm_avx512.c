@@ -51,6 +51,24 @@ static inline __attribute__((always_inline)) void store_tile(const int R, __m512
         if (i < mr) store_row(c + i * ldc, acc[i][0], acc[i][1], nr, va, beta);
 }
 
+/* The first mr rows of a 12-row tile's sums into c as alpha * acc + bias (bias: nr
+ * floats, one per column): the roundings of a tile stored with alpha and then added to a
+ * C filled with the bias (store_row with beta 1), without writing C twice. */
+static inline __attribute__((always_inline)) void store_tile_bias(__m512 acc[][2], float *c,
+                                                                  int64_t ldc, int mr, int nr,
+                                                                  float alpha,
+                                                                  const float *bias) {
+    __m512 va = _mm512_set1_ps(alpha);
+    __m512 b0 = _mm512_maskz_loadu_ps(lane_mask(nr), bias);
+    __m512 b1 = _mm512_maskz_loadu_ps(lane_mask(nr - 16), bias + 16);
+#pragma GCC unroll 12
+    for (int i = 0; i < MR; i++) {
+        acc[i][0] = _mm512_add_ps(b0, _mm512_mul_ps(acc[i][0], va));
+        acc[i][1] = _mm512_add_ps(b1, _mm512_mul_ps(acc[i][1], va));
+    }
+    store_tile(MR, acc, c, ldc, mr, nr, 1.0f, 0.0f);
+}
+
 /* One step of k of an R-row tile whose A elements at this step lie `stride` apart (a
  * packed tile: 1). */
 static inline __attribute__((always_inline)) void fma_strided(const int R, __m512 acc[][2],
@@ -159,14 +177,7 @@ static inline __attribute__((always_inline)) void tile_rows12_hint(int64_t k, co
         b += NR;
     }
     if (bias) {   /* c = a . b + bias, C written once (not filled with the bias first) */
-        __mmask16 m0 = lane_mask(nr), m1 = lane_mask(nr - 16);
-        __m512 b0 = _mm512_maskz_loadu_ps(m0, bias), b1 = _mm512_maskz_loadu_ps(m1, bias + 16);
-#pragma GCC unroll 12
-        for (int i = 0; i < MR; i++) {
-            acc[i][0] = _mm512_add_ps(acc[i][0], b0);
-            acc[i][1] = _mm512_add_ps(acc[i][1], b1);
-        }
-        store_tile(MR, acc, c, ldc, MR, nr, 1.0f, 0.0f);
+        store_tile_bias(acc, c, ldc, MR, nr, 1.0f, bias);
         return;
     }
     store_tile(MR, acc, c, ldc, MR, nr, 1.0f, beta);
@@ -261,14 +272,7 @@ static inline __attribute__((always_inline)) void inplace_body(
         b += ldb;
     }
     if (bias) {   /* c = alpha * acc + bias: C is written once, not filled first */
-        __m512 va = _mm512_set1_ps(alpha);
-        __m512 b0 = _mm512_maskz_loadu_ps(m0, bias), b1 = _mm512_maskz_loadu_ps(m1, bias + 16);
-#pragma GCC unroll 12
-        for (int i = 0; i < MR; i++) {
-            acc[i][0] = _mm512_fmadd_ps(acc[i][0], va, b0);
-            acc[i][1] = _mm512_fmadd_ps(acc[i][1], va, b1);
-        }
-        store_tile(MR, acc, c, ldc, mr, nr, 1.0f, 0.0f);
+        store_tile_bias(acc, c, ldc, mr, nr, alpha, bias);
         return;
     }
     store_tile(MR, acc, c, ldc, mr, nr, alpha, beta);
