@@ -181,6 +181,17 @@ static tm_val mm_residual_shared(tm_ctx *c, const tm_val *in, tm_val *extra) {
     return bin(c, TM_P_ADD, y, in[2]);
 }
 
+/* x . W^T (MATMUL's i[1]) + r: a backward's cotangent of x over a batch of rows, W
+ * (1, N, K) broadcast, summed with another. */
+static tm_val mm_tb_residual(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    (void)extra;
+    tm_args a;
+    memset(&a, 0, sizeof a);
+    a.i[1] = 1;
+    tm_val xw[2] = {in[0], in[1]};
+    return bin(c, TM_P_ADD, in[2], tm_prim(c, TM_P_MATMUL, xw, 2, &a));
+}
+
 /* A backward's product written transposed: (x . y^T)^T, MATMUL's i[1] and i[2]. */
 static tm_val mm_ct(tm_ctx *c, tm_val x, tm_val y) {
     tm_args a;
@@ -471,6 +482,14 @@ static const pattern patterns[] = {
      mm_residual_plain, TM_P_MATMUL_ADD, 1},
     {"matmul + residual, the product read elsewhere", 3, {2, 2, 2},
      {{30, 40}, {40, 70}, {30, 70}}, mm_residual_shared, TM_P_ADD, 0},
+    {"x . W^T + residual, W broadcast over a batch (packed path)", 3, {3, 3, 3},
+     {{3, 60, 40}, {1, 70, 40}, {3, 60, 70}}, mm_tb_residual, TM_P_MATMUL_ADD, 1},
+    {"x . W^T + residual, two depth blocks", 3, {3, 3, 3},
+     {{2, 50, 500}, {1, 24, 500}, {2, 50, 24}}, mm_tb_residual, TM_P_MATMUL_ADD, 1},
+    {"x . W^T + residual, a few rows (small path)", 3, {2, 2, 2},
+     {{3, 40}, {70, 40}, {3, 70}}, mm_tb_residual, TM_P_MATMUL_ADD, 1},
+    {"x . W^T + residual, W batched: left alone", 3, {3, 3, 3},
+     {{2, 30, 40}, {2, 70, 40}, {2, 30, 70}}, mm_tb_residual, TM_P_ADD, 0},
     {"transposed product + reshape + residual (packed path)", 3, {2, 2, 3},
      {{40, 70}, {300, 70}, {1, 300, 40}}, ct_residual, TM_P_MATMUL_ADD, 1},
     {"transposed product + reshape + residual (two depth blocks)", 3, {2, 2, 3},

@@ -223,6 +223,23 @@ static void test_params(void) {
               tm_tensor_numel(d.tensor) == 96,
           "the classifier weight is a (3, 32) float parameter");
     check(tm_model_param(m, 99, &d) == TM_ERR_INVALID_ARGUMENT, "parameter 99 does not exist");
+    /* Without a custom allocator the parameters lie in one slab, in load order, each at a
+     * cache line, none overlapping (and optimizers write them in place). */
+    uintptr_t end = 0, first = 0;
+    size_t rounded = 0;
+    int in_order = 1;
+    for (int i = 0; i < tm_model_n_params(m); i++) {
+        if (tm_model_param(m, i, &d) != TM_OK) break;
+        uintptr_t at = (uintptr_t)tm_tensor_data(d.tensor);
+        size_t bytes = tm_tensor_nbytes(d.tensor);
+        if (i == 0) first = at;
+        in_order &= at % 64 == 0 && at >= end;
+        end = at + bytes;
+        rounded += (bytes + 63) / 64 * 64;
+    }
+    check(in_order && end - first <= rounded && end - first + 64 > rounded,
+          "parameters in one slab: aligned, in order, %zu bytes over %zu rounded",
+          (size_t)(end - first), rounded);
     tm_model_free(m);
 
     const char *some[] = {"model.classifier.*", "model.bert.pooler.dense.weight"};

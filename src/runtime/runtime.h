@@ -48,6 +48,7 @@ struct tm_model {
     size_t n_cache;
     int n_params;                  /* trainable parameters (params.c) */
     tm_param *params;
+    void *param_slab;              /* their data, huge pages (no custom allocator); or NULL */
     tm_tensor **param_values;      /* param_table's arrays */
     int *init_param;
     tm_param_table param_table;

@@ -453,8 +453,8 @@ tm_status tm__shape_matmul_gelu(tm_ctx *c, int prim, const tm_args *a, const tm_
 }
 
 /* A fused product's one float32 product over all rows, x (in[0], rows of k) by W (in[1],
- * leading dims 1) into y, with the epilogue ep (its row strides set here: act_out and the
- * residual have y's dims). */
+ * leading dims 1; transposed with the args' i[1]) into y, with the epilogue ep (its row
+ * strides set here: act_out and the residual have y's dims). */
 static void fused_product(const tm_kcall *kc, tm_tensor *y, tm_sgemm_epilogue *ep) {
     const tm_tensor *x = kc->in[0], *w = kc->in[1];
     int r = y->rank;
@@ -462,7 +462,7 @@ static void fused_product(const tm_kcall *kc, tm_tensor *y, tm_sgemm_epilogue *e
     if (rows == 0 || n == 0) return;
     ep->ld_act = n;
     ep->ldr = n;
-    mm_layout l = mm_layout_of(0, 0, rows, n, k);
+    mm_layout l = mm_layout_of(0, kc->a->i[1] != 0, rows, n, k);
     matmul_one(TM_FLOAT, x->data, 0, w->data, 0, y->data, 0, rows, n, k, kc->scratch, kc->pool,
                &l, ep);
 }
@@ -491,9 +491,9 @@ tm_status tm__shape_matmul_add(tm_ctx *c, int prim, const tm_args *a, const tm_v
                            "the residual, got %d inputs", nin);
     if (in[0]->dtype != TM_FLOAT)
         return tm_ctx_fail(c, TM_ERR_UNSUPPORTED, "matmul_add: float32 operands only");
-    if (!a->i[2] && (a->i[0] || a->i[1]))
-        return tm_ctx_fail(c, TM_ERR_UNSUPPORTED, "matmul_add: operands as stored, or a "
-                           "product written transposed");
+    if (!a->i[2] && a->i[0])
+        return tm_ctx_fail(c, TM_ERR_UNSUPPORTED, "matmul_add: x as stored (W as stored or "
+                           "transposed), or a product written transposed");
     tm_status st = tm__shape_matmul(c, prim, a, in, nin - 1, out, 1, scratch);
     if (st != TM_OK) return st;
     if (!a->i[2] && !matmul_folds_batch(in[1]->rank, in[1]->dims))

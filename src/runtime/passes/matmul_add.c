@@ -47,13 +47,14 @@ static tm_status fuse_at(tm_pass_scan *s, int32_t mm) {
     return TM_OK;
 }
 
-/* A product as stored, with or without its bias (MATMUL's third input), or one written
- * transposed (a backward's cotangent by a weight, gy W^T as (W gy^T)^T, whose sum with
- * the other cotangents of x the ADD made). */
+/* A product with x as stored, with or without its bias (MATMUL's third input), W as
+ * stored or transposed (a backward's cotangent by a weight, gy W^T, over a batch of
+ * rows), or one written transposed (gy W^T as (W gy^T)^T, a single matrix's): the ADD
+ * after the last two sums x's cotangents. */
 static int wants(const tm_rnode *n) {
     if (n->prim != TM_P_MATMUL) return 0;
     if (n->args.i[2]) return n->nin == 2;
-    return (n->nin == 2 || n->nin == 3) && !n->args.i[0] && !n->args.i[1];
+    return (n->nin == 2 || n->nin == 3) && !n->args.i[0];
 }
 
 tm_status tm__pass_matmul_add(tm_ctx *c, const tm_pass_roots *roots) {
