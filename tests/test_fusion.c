@@ -192,6 +192,71 @@ static tm_val mm_tb_residual(tm_ctx *c, const tm_val *in, tm_val *extra) {
     return bin(c, TM_P_ADD, in[2], tm_prim(c, TM_P_MATMUL, xw, 2, &a));
 }
 
+/* ---- MATMUL_COLSUM (a weight's and its bias's gradients) ------------------------------ */
+
+/* REDUCE_SUM of g over the axes in mask. */
+static tm_val sum_axes(tm_ctx *c, tm_val g, int64_t mask) {
+    tm_args a;
+    memset(&a, 0, sizeof a);
+    a.i[0] = mask;
+    return tm_prim(c, TM_P_REDUCE_SUM, &g, 1, &a);
+}
+static tm_val sum_rows(tm_ctx *c, tm_val g) { return sum_axes(c, g, (1 << (c->vals[g].rank - 1)) - 1); }
+/* x^T g (MATMUL's i[0]). */
+static tm_val mm_ta(tm_ctx *c, tm_val x, tm_val g) {
+    tm_args a;
+    memset(&a, 0, sizeof a);
+    a.i[0] = 1;
+    tm_val in[2] = {x, g};
+    return tm_prim(c, TM_P_MATMUL, in, 2, &a);
+}
+/* v as a matrix of rows of its last dim, or flat. */
+static tm_val as_rows(tm_ctx *c, tm_val v) {
+    const tm_vinfo *vi = &c->vals[v];
+    int64_t d[2] = {tm_numel(vi->rank, vi->dims) / vi->dims[vi->rank - 1], vi->dims[vi->rank - 1]};
+    return tm_reshape(c, v, 2, d);
+}
+static tm_val as_flat(tm_ctx *c, tm_val v) {
+    int64_t d[1] = {tm_numel(c->vals[v].rank, c->vals[v].dims)};
+    return tm_reshape(c, v, 1, d);
+}
+/* The bias gradient (y) first, then the weight's (extra), each reshaped as a gradient
+ * output is; and with the roots the other way round, so both outputs are compared. */
+static tm_val db_dw(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    tm_val db = sum_rows(c, in[1]);
+    *extra = as_flat(c, mm_ta(c, in[0], in[1]));
+    return as_flat(c, db);
+}
+static tm_val dw_db(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    tm_val db = sum_rows(c, in[1]);
+    *extra = as_flat(c, db);
+    return as_flat(c, mm_ta(c, in[0], in[1]));
+}
+/* Rows of a batch: the product reads x and g reshaped to rows, x's reshape made after
+ * the sum. */
+static tm_val dw_db_rows(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    tm_val db = sum_rows(c, in[1]);
+    *extra = as_flat(c, db);
+    return as_flat(c, mm_ta(c, as_rows(c, in[0]), as_rows(c, in[1])));
+}
+/* The sum itself a root (the fused node keeps its output): fused or left alone shows. */
+static tm_val db_root(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    tm_val db = sum_rows(c, in[1]);
+    *extra = as_flat(c, mm_ta(c, in[0], in[1]));
+    return db;
+}
+/* Near misses: a sum over the first axis only; the product a root (y's reshape gone). */
+static tm_val db_one_axis(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    tm_val db = sum_axes(c, in[1], 1);
+    *extra = as_flat(c, mm_ta(c, in[0], in[1]));
+    return db;
+}
+static tm_val db_dw_root(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    tm_val db = sum_rows(c, in[1]);
+    *extra = mm_ta(c, in[0], in[1]);
+    return db;
+}
+
 /* A backward's product written transposed: (x . y^T)^T, MATMUL's i[1] and i[2]. */
 static tm_val mm_ct(tm_ctx *c, tm_val x, tm_val y) {
     tm_args a;
@@ -490,6 +555,24 @@ static const pattern patterns[] = {
      {{3, 40}, {70, 40}, {3, 70}}, mm_tb_residual, TM_P_MATMUL_ADD, 1},
     {"x . W^T + residual, W batched: left alone", 3, {3, 3, 3},
      {{2, 30, 40}, {2, 70, 40}, {2, 30, 70}}, mm_tb_residual, TM_P_ADD, 0},
+    {"weight and bias gradients, bias compared", 2, {3, 3}, {{1, 60, 40}, {1, 60, 70}},
+     db_dw, TM_P_RESHAPE, 1},
+    {"weight and bias gradients, weight compared", 2, {3, 3}, {{1, 60, 40}, {1, 60, 70}},
+     dw_db, TM_P_RESHAPE, 1},
+    {"weight and bias gradients, two depth blocks", 2, {3, 3}, {{1, 500, 24}, {1, 500, 50}},
+     dw_db, TM_P_RESHAPE, 1},
+    {"weight and bias gradients, few columns (small path)", 2, {2, 2}, {{7, 2}, {7, 9}},
+     dw_db, TM_P_RESHAPE, 1},
+    {"weight and bias gradients over a batch's rows", 2, {3, 3}, {{3, 20, 40}, {3, 20, 70}},
+     dw_db_rows, TM_P_RESHAPE, 1},
+    {"weight and bias gradients, the sum a root", 2, {3, 3}, {{1, 60, 40}, {1, 60, 70}},
+     db_root, TM_P_MATMUL_COLSUM, 1},
+    {"bias gradient over one axis: left alone", 2, {3, 3}, {{1, 30, 40}, {1, 30, 70}},
+     db_one_axis, TM_P_REDUCE_SUM, 0},
+    {"a batch of weight gradients: left alone", 2, {3, 3}, {{2, 30, 40}, {2, 30, 70}},
+     db_root, TM_P_REDUCE_SUM, 0},
+    {"the weight gradient a root: left alone", 2, {3, 3}, {{1, 60, 40}, {1, 60, 70}},
+     db_dw_root, TM_P_REDUCE_SUM, 0},
     {"transposed product + reshape + residual (packed path)", 3, {2, 2, 3},
      {{40, 70}, {300, 70}, {1, 300, 40}}, ct_residual, TM_P_MATMUL_ADD, 1},
     {"transposed product + reshape + residual (two depth blocks)", 3, {2, 2, 3},
@@ -603,7 +686,8 @@ static void run_pattern(const pattern *p) {
                                     count_prim(&t, &roots, TM_P_ATTENTION) +
                                     count_prim(&t, &roots, TM_P_MATMUL_NBITS) +
                                     count_prim(&t, &roots, TM_P_MATMUL_GELU) +
-                                    count_prim(&t, &roots, TM_P_MATMUL_ADD) : 0;
+                                    count_prim(&t, &roots, TM_P_MATMUL_ADD) +
+                                    count_prim(&t, &roots, TM_P_MATMUL_COLSUM) : 0;
     CHECK(got_prim == p->want_prim && fused == p->want_fused,
           "%s: the result comes from %s (%d fused nodes), expected %s (%d)", p->name,
           tm_prims[got_prim].name, fused, tm_prims[p->want_prim].name, p->want_fused);

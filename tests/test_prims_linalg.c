@@ -277,6 +277,28 @@ static void test_sgemm_shapes(void) {
                 check_ct(&cc, res);
                 free(res);
             }
+            /* B as stored, alpha 1, beta 0, with B's column sums (tm_sgemm_colsum): the
+             * product tm_sgemm makes and B's rows added in order in double, both to the bit,
+             * on 1 and 3 threads. */
+            if (!trans_b && !with_beta) {
+                double *want_s = calloc((size_t)n, sizeof *want_s), *got_s = calloc((size_t)n, sizeof *got_s);
+                for (int64_t p = 0; p < k; p++)
+                    for (int64_t j = 0; j < n; j++) want_s[j] += (double)b[p * ldb + j];
+                for (int pi = -1; pi < 2; pi += 2) {
+                    for (int64_t i = 0; i < cells_c; i++) c0[i] = c2[i];
+                    memset(got_s, 0, (size_t)n * sizeof *got_s);
+                    tm_sgemm_colsum(trans_a, m, n, k, a, lda, b, ldb, c0, ldc, got_s, work,
+                                    pi < 0 ? NULL : pools[pi]);
+                    check(memcmp(c0, c1, (size_t)cells_c * sizeof *c0) == 0 &&
+                              memcmp(got_s, want_s, (size_t)n * sizeof *got_s) == 0,
+                          "sgemm_colsum %lldx%lldx%lld trans %d on %d threads: product %s, "
+                          "column sums %s", (long long)m, (long long)n, (long long)k, trans_a,
+                          pi < 0 ? 1 : 3, memcmp(c0, c1, (size_t)cells_c * sizeof *c0) ? "differs" : "same",
+                          memcmp(got_s, want_s, (size_t)n * sizeof *got_s) ? "differ" : "same");
+                }
+                free(want_s);
+                free(got_s);
+            }
             /* With a bias epilogue, on 1 and 3 threads: the product, then the bias added,
              * to the bit (each tile's after its last depth block); padding kept. */
             float *bias = malloc((size_t)n * sizeof *bias), *want_b = malloc((size_t)cells_c * sizeof *want_b);

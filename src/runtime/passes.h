@@ -119,6 +119,7 @@ tm_status tm__pass_linear(tm_ctx *c, const tm_pass_roots *roots);
 tm_status tm__pass_matmul_bias(tm_ctx *c, const tm_pass_roots *roots);
 tm_status tm__pass_matmul_gelu(tm_ctx *c, const tm_pass_roots *roots);
 tm_status tm__pass_matmul_add(tm_ctx *c, const tm_pass_roots *roots);
+tm_status tm__pass_matmul_colsum(tm_ctx *c, const tm_pass_roots *roots);
 tm_status tm__pass_conv(tm_ctx *c, const tm_pass_roots *roots);
 tm_status tm__pass_nbits(tm_ctx *c, const tm_pass_roots *roots);
 tm_status tm__pass_index_add(tm_ctx *c, const tm_pass_roots *roots);

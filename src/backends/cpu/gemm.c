@@ -197,13 +197,26 @@ static inline void copy_panel_row(float *d, const float *src, int nr) {
     else memcpy(d, src, (size_t)nr * sizeof(float));
 }
 
+/* sums[0..cols) += rows [0, nrows) of b (row stride ldb), row by row, in double. */
+#if defined(__GNUC__) && !defined(__clang__)
+__attribute__((optimize("O3")))
+#endif
+static void add_rows_f64(double *restrict sums, const float *restrict b, int64_t ldb,
+                         int64_t nrows, int64_t cols) {
+    for (int64_t p = 0; p < nrows; p++)
+        for (int64_t j = 0; j < cols; j++) sums[j] += (double)b[p * ldb + j];
+}
+
+/* With sums (not NULL), also sums[0..cols) += the group's rows, in order, while they are
+ * in L1 (tm_sgemm_colsum). */
 static void pack_b_rows(const float *b, int64_t ldb, int64_t p0, int64_t kc, int64_t j0,
-                        int64_t cols, int nr, int64_t stride, float *dst) {
+                        int64_t cols, int nr, int64_t stride, float *dst, double *sums) {
     int64_t whole = cols / nr * nr;
     for (int64_t g = 0; g < kc; g += PACK_GROUP_ROWS) {
         int64_t ge = g + PACK_GROUP_ROWS < kc ? g + PACK_GROUP_ROWS : kc;
         const float *rows = b + (p0 + g) * ldb + j0;
         float *d = dst + g * nr;
+        if (sums) add_rows_f64(sums, rows, ldb, ge - g, cols);
         for (int64_t j = 0; j < whole; j += nr, d += stride)
             for (int64_t p = 0; p < ge - g; p++) copy_panel_row(d + p * nr, rows + p * ldb + j, nr);
         if (whole == cols) continue;
@@ -244,6 +257,7 @@ typedef struct gemm_job {
     const float *bias_first;       /* tm__sgemm_bias_first's; NULL: none */
     int trans_c;   /* C stored transposed: (i, j) at c[j * ldc + i] (tm_sgemm_ct) */
     const float *res_t;   /* trans_c: added after the last depth block, laid out as C */
+    double *colsum;       /* B's column sums, added while packing (tm_sgemm_colsum) */
 } gemm_job;
 
 /* ---- C stored transposed ------------------------------------------------------------- */
@@ -391,7 +405,8 @@ static void packed_slice(void *arg, int ith, int nth) {
                     pack_bt_panel(g->b, g->ldb, pc, kc, j, min64(ar->nr, j1 - j), ar->nr,
                                   region + (j - j0) / ar->nr * stride);
             else
-                pack_b_rows(g->b, g->ldb, pc, kc, j0, j1 - j0, ar->nr, stride, region);
+                pack_b_rows(g->b, g->ldb, pc, kc, j0, j1 - j0, ar->nr, stride, region,
+                            g->colsum ? g->colsum + j0 : NULL);
             float beta = pc == 0 ? g->beta : 1.0f;
             for (int64_t ic = 0; ic < g->m; ic += ar->mc)
                 compute_rows(g, ic, min64(ar->mc, g->m - ic), pc, kc, region, stride, j0, j1,
@@ -507,7 +522,7 @@ static void small_product(const tm__sgemm_arch *ar, int trans_a, int trans_b, in
                           const float *b, int64_t ldb, float beta, float *c, int64_t ldc,
                           tm_pool *pool) {
     gemm_job g = {ar, trans_a, trans_b, m, n, k, alpha, beta, a, b, lda, ldb, ldc, c, NULL, 0,
-                  NULL, NULL, 0, NULL};
+                  NULL, NULL, 0, NULL, NULL};
     double flops = 2.0 * (double)m * (double)n * (double)k;
     int nth = flops < PARALLEL_MIN_FLOPS ? 1 : tm_pool_threads(pool);
     g.small_n_blocks = (n + SMALL_COLUMNS - 1) / SMALL_COLUMNS;
@@ -525,12 +540,17 @@ void tm_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float a
 static void sgemm_any(int trans_a, int trans_b, int trans_c, int64_t m, int64_t n, int64_t k,
                       float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
                       float beta, float *c, int64_t ldc, const tm_sgemm_epilogue *ep,
-                      const float *res_t, void *scratch, tm_pool *pool) {
+                      const float *res_t, double *colsum, void *scratch, tm_pool *pool) {
     if (m <= 0 || n <= 0) return;
     const tm__sgemm_arch *ar = active_arch();
     int path = k <= 0 || alpha == 0.0f ? PATH_REFERENCE : choose_path(ar, m, n, k);
     int inplace = path == PATH_PACKED && inplace_fits(ar, trans_a, trans_b, m, k);
     if (path == PATH_PACKED && !scratch && !inplace) path = PATH_REFERENCE;
+    /* B's column sums ride on its packing; the other paths read B for them first. */
+    if (colsum && (path != PATH_PACKED || inplace || trans_b || trans_c)) {
+        if (k > 0) add_rows_f64(colsum, b, ldb, k, n);
+        colsum = NULL;
+    }
     if (trans_c && path != PATH_PACKED) {   /* few rows or few flops: the plain loops */
         reference_strided(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, 1, ldc);
         for (int64_t j = 0; res_t && j < n; j++)
@@ -548,7 +568,7 @@ static void sgemm_any(int trans_a, int trans_b, int trans_c, int64_t m, int64_t 
         return;
     }
     gemm_job g = {ar, trans_a, trans_b, m, n, k, alpha, beta, a, b, lda, ldb, ldc, c, NULL, 0,
-                  ep, NULL, trans_c, trans_c ? res_t : NULL};
+                  ep, NULL, trans_c, trans_c ? res_t : NULL, colsum};
     tm_sgemm_epilogue rest;
     g.bias_first = tm__sgemm_bias_first(ep, beta, k, ar->kc, &rest, &g.ep);
     double flops = 2.0 * (double)m * (double)n * (double)k;
@@ -570,7 +590,7 @@ void tm_sgemm_ep(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, floa
                  const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
                  float *c, int64_t ldc, const tm_sgemm_epilogue *ep, void *scratch,
                  tm_pool *pool) {
-    sgemm_any(trans_a, trans_b, 0, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, ep, NULL,
+    sgemm_any(trans_a, trans_b, 0, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, ep, NULL, NULL,
               scratch, pool);
 }
 
@@ -578,12 +598,19 @@ void tm_sgemm_ct(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, floa
                  const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
                  float *c, int64_t ldc, void *scratch, tm_pool *pool) {
     sgemm_any(trans_a, trans_b, 1, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, NULL, NULL,
-              scratch, pool);
+              NULL, scratch, pool);
 }
 
 void tm_sgemm_ct_add(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                      const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
                      float *c, int64_t ldc, const float *r, void *scratch, tm_pool *pool) {
     sgemm_any(trans_a, trans_b, 1, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, NULL, r,
+              NULL, scratch, pool);
+}
+
+void tm_sgemm_colsum(int trans_a, int64_t m, int64_t n, int64_t k, const float *a,
+                     int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc,
+                     double *colsum, void *scratch, tm_pool *pool) {
+    sgemm_any(trans_a, 0, 0, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc, NULL, NULL, colsum,
               scratch, pool);
 }

@@ -49,6 +49,15 @@ void tm_sgemm_ct_add(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, 
                      const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
                      float *c, int64_t ldc, const float *r, void *scratch, tm_pool *pool);
 
+/* tm_sgemm with B as stored (alpha 1, beta 0) that also adds each column of B, over its
+ * k rows in order, into colsum[0..n) (doubles the caller zeroes): a weight gradient x^T gy
+ * and its bias's gradient, the column sums of gy, from one read of gy (each packed block
+ * of B summed as it is packed). The same product as tm_sgemm; the same sums, bit for bit,
+ * as adding B's rows in order in double. */
+void tm_sgemm_colsum(int trans_a, int64_t m, int64_t n, int64_t k, const float *a,
+                     int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc,
+                     double *colsum, void *scratch, tm_pool *pool);
+
 /* The plain C implementation, always; for tests that compare it with tm_sgemm. */
 void tm_sgemm_reference(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
                         float alpha, const float *a, int64_t lda, const float *b,

@@ -534,6 +534,64 @@ tm_status tm__kernel_matmul_add(const tm_kcall *kc) {
     return TM_OK;
 }
 
+/* ---- MATMUL_COLSUM ---------------------------------------------------------------------- */
+
+/* x (..., R, K) and g (..., R, N), float32, each R rows as stored (leading dims folded into
+ * the rows); output 0 the column sums of g over all its rows, (1, ..., 1, N) of rank
+ * a->i[0]; output 1 x^T g, (1, ..., 1, K, N) of rank a->i[1]. */
+tm_status tm__shape_matmul_colsum(tm_ctx *c, int prim, const tm_args *a,
+                                  const tm_vinfo *const *in, int nin, tm_vinfo *out, int nout,
+                                  size_t *scratch) {
+    (void)prim; (void)nin; (void)nout;
+    const tm_vinfo *x = in[0], *g = in[1];
+    if (x->dtype != TM_FLOAT || g->dtype != TM_FLOAT)
+        return tm_ctx_fail(c, TM_ERR_UNSUPPORTED, "matmul_colsum: float32 operands only");
+    if (x->rank < 2 || g->rank < 2 || a->i[0] < 1 || a->i[1] < 2 || a->i[0] > TM_MAX_RANK ||
+        a->i[1] > TM_MAX_RANK)
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_colsum: operands of rank 2 or more, "
+                           "outputs of rank %lld and %lld", (long long)a->i[0],
+                           (long long)a->i[1]);
+    int64_t k = x->dims[x->rank - 1], n = g->dims[g->rank - 1];
+    int64_t rows = k ? tm_numel(x->rank, x->dims) / k : 0;
+    if (n == 0 || k == 0 || rows * n != tm_numel(g->rank, g->dims))
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_colsum: x and g must have as many rows");
+    for (int o = 0; o < 2; o++) {
+        int r = (int)a->i[o];
+        out[o].dtype = TM_FLOAT;
+        out[o].rank = r;
+        for (int d = 0; d < r; d++) out[o].dims[d] = 1;
+        out[o].dims[r - 1] = n;
+        if (o == 1) out[o].dims[r - 2] = k;
+    }
+    *scratch = round_scratch(tm_sgemm_scratch(1, 0, k, n, rows)) + (size_t)n * sizeof(double) + 64;
+    return TM_OK;
+}
+
+/* One product and the column sums beside it (tm_sgemm_colsum: g read once), the sums in
+ * double, row by row, as REDUCE_SUM adds them. */
+tm_status tm__kernel_matmul_colsum(const tm_kcall *kc) {
+    const tm_tensor *x = kc->in[0], *g = kc->in[1];
+    tm_tensor *db = kc->out[0], *dw = kc->out[1];
+    int64_t k = x->dims[x->rank - 1], n = g->dims[g->rank - 1];
+    int64_t rows = tm_numel(x->rank, x->dims) / k;
+    uintptr_t at = ((uintptr_t)kc->scratch + 63) & ~(uintptr_t)63;
+    double *sums = (double *)at;
+    void *gemm = (char *)at + round_scratch((size_t)n * sizeof(double));
+    memset(sums, 0, (size_t)n * sizeof(double));
+    if (tm_use_reference_kernels()) {
+        tm_sgemm_reference(1, 0, k, n, rows, 1.0f, x->data, k, g->data, n, 0.0f, dw->data, n);
+        const float *gs = g->data;
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t j = 0; j < n; j++) sums[j] += (double)gs[r * n + j];
+    } else {
+        tm_sgemm_colsum(1, k, n, rows, x->data, k, g->data, n, dw->data, n, sums, gemm,
+                        kc->pool);
+    }
+    float *out = db->data;
+    for (int64_t j = 0; j < n; j++) out[j] = (float)sums[j];
+    return TM_OK;
+}
+
 /* ---- Convolution geometry -------------------------------------------------------------- */
 
 /* Everything CONV and CONV_TRANSPOSE need, read from the args and the input dims.

@@ -19,6 +19,7 @@ static const tm_pass_fn passes[] = {
     tm__pass_matmul_bias,   /* after linear: the products it left */
     tm__pass_matmul_gelu,   /* after matmul_bias; only once a gradient reads the product */
     tm__pass_matmul_add,    /* after matmul_bias; only once the backward is built */
+    tm__pass_matmul_colsum, /* likewise */
     tm__pass_conv,
     tm__pass_nbits,    /* after gelu too */
     tm__pass_index_add,
