@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "transmuter.h"
 #include "io/npy.h"
 #include "io/names.h"
@@ -381,8 +382,62 @@ static void test_contract(void) {
     CHECK(!strcmp(tm_dtype_name(TM_BFLOAT16), "bfloat16"), "dtype names");
 }
 
+/* TM_PROFILE=1 (read when a session is made): the profile goes to stderr when the session
+ * is freed, over its runs after the first (which faults the arena's pages in), or over
+ * that one run when there was no other. Returns what was printed (malloc'ed), or NULL. */
+static char *profile_of_runs(tm_plan *plan, int runs, const tm_tensor *const *in) {
+    tm_session *s = NULL;
+    tm_error err;
+    setenv("TM_PROFILE", "1", 1);
+    tm_status st = tm_session_create(plan, &s, &err);
+    unsetenv("TM_PROFILE");
+    for (int r = 0; r < runs && st == TM_OK; r++) st = tm_session_run(s, 3, names, in, NULL, &err);
+    CHECK(st == TM_OK, "profiled runs: %s", err.message);
+    FILE *tmp = tmpfile();
+    int saved = dup(2);
+    if (!tmp || saved < 0) {
+        tm_session_free(s);
+        return NULL;
+    }
+    fflush(stderr);
+    dup2(fileno(tmp), 2);
+    tm_session_free(s);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    char *text = calloc(1, 1 << 16);
+    rewind(tmp);
+    if (text) text[fread(text, 1, (1 << 16) - 1, tmp)] = 0;
+    fclose(tmp);
+    return text;
+}
+
+static void test_profile(void) {
+    tm_model *m = NULL;
+    tm_error err;
+    tm_status st = tm_model_load(DIR "/model.onnx", NULL, &m, &err);
+    CHECK(st == TM_OK, "load: %s", err.message);
+    const tm_tensor *in[3];
+    for (int i = 0; i < 3; i++) in[i] = load_npy(DIR "/model.cases/default/inputs", names[i]);
+    tm_plan *plan = NULL;
+    if (st == TM_OK && in[0] && in[1] && in[2]) st = tm_plan_create(m, 3, names, in, NULL, &plan, &err);
+    CHECK(plan != NULL, "plan: %s", err.message);
+    for (int runs = 1; plan && runs <= 4; runs += 3) {
+        char *text = profile_of_runs(plan, runs, in);
+        char want[64];
+        snprintf(want, sizeof want, "over %d runs", runs == 1 ? 1 : runs - 1);
+        CHECK(text && strstr(text, "profile of") && strstr(text, want),
+              "TM_PROFILE after %d runs says '%s': %s", runs, want, text ? text : "(nothing)");
+        free(text);
+    }
+    tm_plan_free(plan);
+    tm_model_free(m);
+    for (int i = 0; i < 3; i++) tm_tensor_free((tm_tensor *)in[i]);
+}
+
 int main(void) {
     test_contract();
+    test_profile();
     test_bert();
     test_merged_decoder();
     test_outputs_in_place();
