@@ -383,6 +383,12 @@ typedef struct tm_optimizer_params {
      * torch.nn.utils.clip_grad_norm_ does. 0: no clipping (default). */
     double max_grad_norm;
     const tm_allocator *allocator; /* for the state; NULL: malloc; must outlive the optimizer */
+    /* Threads a step's update runs on (the optimizer keeps its own, asleep between steps;
+     * 0 or 1: the calling thread only, the default). Every element's update is its own,
+     * so the results are the same bit for bit whatever the count. A step streams each
+     * parameter, its gradient and its state through memory (AdamW: 28 bytes a float32
+     * parameter), which one core's bandwidth limits. */
+    int threads;
 } tm_optimizer_params;
 
 /* PyTorch's defaults for the kind (see the fields). */

@@ -617,6 +617,79 @@ static void test_state_errors(void) {
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) tm_tensor_free(ts[i]);
 }
 
+/* The same steps on 1 and on 3 threads give the same parameters and state, bit for bit:
+ * float32, float64 and both half types (their float32 masters), big enough to be split
+ * (one parameter across slices, slices across parameters), a parameter without a
+ * gradient on some steps; AdamW with amsgrad, decay and clipping, and SGD with nesterov
+ * momentum. */
+static tm_tensor *filled_1d(tm_dtype dt, int64_t n, uint64_t seed, double scale) {
+    int64_t dims[1] = {n};
+    tm_tensor *t = tm_tensor_alloc(dt, 1, dims, NULL);
+    uint64_t s = seed * 0x9e3779b97f4a7c15ULL + 7;
+    for (int64_t i = 0; t && i < n; i++) {
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        double v = scale * ((double)(s % 20001) / 10000.0 - 1.0);
+        tm_store_f64(t->data, dt, (size_t)i, v);
+    }
+    return t;
+}
+
+static void test_threads(void) {
+    const tm_dtype dts[5] = {TM_FLOAT, TM_DOUBLE, TM_FLOAT16, TM_BFLOAT16, TM_FLOAT};
+    const int64_t sizes[5] = {150001, 70000, 90007, 3, 131072};
+    for (int kind = 0; kind < 2; kind++) {
+        tm_optimizer *o[2] = {NULL, NULL};
+        tm_tensor *params[2][5];
+        for (int t = 0; t < 2; t++) {
+            for (int i = 0; i < 5; i++) params[t][i] = filled_1d(dts[i], sizes[i], (uint64_t)i + 1, 1.0);
+            tm_optimizer_params op;
+            tm_optimizer_params_default(&op, kind ? TM_OPTIMIZER_SGD : TM_OPTIMIZER_ADAMW);
+            op.threads = t ? 3 : 1;
+            op.lr = 0.01;
+            op.max_grad_norm = 50.0;
+            if (kind) {
+                op.momentum = 0.9;
+                op.nesterov = 1;
+                op.weight_decay = 0.01;
+            } else {
+                op.amsgrad = 1;
+            }
+            tm_error err;
+            CHECK(tm_optimizer_create(&op, 5, NULL, params[t], &o[t], &err) == TM_OK, "%s",
+                  err.message);
+        }
+        for (int step = 0; o[0] && o[1] && step < 4; step++) {
+            tm_tensor *g[5];
+            for (int i = 0; i < 5; i++)
+                g[i] = i == 4 && step == 1 ? NULL
+                       : filled_1d(i >= 2 && i <= 3 && step % 2 ? TM_FLOAT : dts[i], sizes[i],
+                                (uint64_t)(100 * step + i), 0.1);
+            tm_error err;
+            for (int t = 0; t < 2; t++)
+                CHECK(tm_optimizer_step(o[t], (const tm_tensor *const *)g, &err) == TM_OK, "%s",
+                      err.message);
+            for (int i = 0; i < 5; i++) tm_tensor_free(g[i]);
+        }
+        int same = o[0] && o[1];
+        for (int i = 0; same && i < 5; i++) {
+            same &= memcmp(params[0][i]->data, params[1][i]->data, params[0][i]->nbytes) == 0;
+            for (int role = TM__BUF_MASTER; role <= TM__BUF_MAX_EXP_AVG_SQ; role++) {
+                const void *a = tm__opt_buffer(o[0], &o[0]->p[i], role);
+                const void *b = tm__opt_buffer(o[1], &o[1]->p[i], role);
+                size_t bytes = (size_t)sizes[i] * (dts[i] == TM_DOUBLE ? 8 : 4);
+                same &= (!a && !b) || (a && b && memcmp(a, b, bytes) == 0);
+            }
+        }
+        CHECK(same, "%s: 3 threads give other parameters or state than 1",
+              kind ? "sgd" : "adamw");
+        CHECK(tm_optimizer_grad_norm(o[0]) == tm_optimizer_grad_norm(o[1]), "the same norm");
+        for (int t = 0; t < 2; t++) {
+            tm_optimizer_free(o[t]);
+            for (int i = 0; i < 5; i++) tm_tensor_free(params[t][i]);
+        }
+    }
+}
+
 int main(void) {
     snprintf(temp_dir, sizeof temp_dir, "%s/tm_optim_%d", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
              (int)getpid());
@@ -628,6 +701,7 @@ int main(void) {
     test_schedules();
     test_api_errors();
     test_state_errors();
+    test_threads();
     rmdir(temp_dir);
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;

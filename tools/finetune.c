@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 #include "transmuter.h"
 #include "core/tensor.h"
 #include "onnx/model.h"
@@ -533,6 +534,9 @@ static int make_optimizer(ft_run *r) {
     op.schedule = a->schedule;
     op.warmup_steps = a->warmup;
     op.total_steps = a->steps;
+    /* The update on as many threads as the model's kernels (--threads; 0: every core). */
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    op.threads = a->threads > 0 ? a->threads : cores > 0 ? (int)cores : 1;
     op.max_grad_norm = a->max_grad_norm;
     tm_error err;
     if (tm_optimizer_create(&op, r->n_params, r->names, r->params, &r->opt, &err) != TM_OK)

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../backends/cpu/pool.h"
 #include "../core/dtype.h"
 #include "../core/status.h"
 #include "optim.h"
@@ -49,6 +50,8 @@ double tm_lr_schedule_factor(const tm_optimizer_params *p, int64_t k) {
 }
 
 /* ---- Creation ------------------------------------------------------------------------ */
+
+static size_t step_consts_size(void);
 
 static const char *param_name(const tm_optimizer *o, int i) { return o->p[i].name; }
 
@@ -124,6 +127,9 @@ void tm_optimizer_free(tm_optimizer *o) {
     if (!o) return;
     for (int i = 0; i < o->n; i++) free_param(o->params.allocator, &o->p[i]);
     free(o->p);
+    free(o->consts);
+    free(o->sumsq);
+    tm_pool_free(o->pool);
     free(o);
 }
 
@@ -198,11 +204,16 @@ tm_status tm_optimizer_create(const tm_optimizer_params *params, int n,
     tm_status st = check_params(&p, err);
     if (st) return st;
     tm_optimizer *o = calloc(1, sizeof *o);
-    if (!o || !(o->p = calloc((size_t)n + 1, sizeof *o->p))) {
+    if (!o || !(o->p = calloc((size_t)n + 1, sizeof *o->p)) ||
+        !(o->consts = calloc((size_t)n + 1, step_consts_size())) ||
+        !(o->sumsq = calloc((size_t)n + 1, sizeof *o->sumsq))) {
+        if (o) free(o->consts);
+        if (o) free(o->p);
         free(o);
         return tm__fail(err, TM_ERR_NO_MEMORY, "optimizer: out of memory");
     }
     o->params = p;
+    if (p.threads > 1) o->pool = tm_pool_create(p.threads);   /* NULL: one thread after all */
     for (int i = 0; i < n && !st; i++) {
         o->n = i + 1;
         st = init_param(o, i, names ? names[i] : NULL, tensors[i], err);
@@ -381,8 +392,10 @@ static void run_kernel(const tm_optimizer *o, const tm__opt_param *p, void *para
                   p->max_exp_avg_sq ? (float *)p->max_exp_avg_sq + off : NULL, n, k);
 }
 
-static void update_param(tm_optimizer *o, tm__opt_param *p, const tm_tensor *g,
-                         step_consts *k) {
+static size_t step_consts_size(void) { return sizeof(step_consts); }
+
+/* Parameter p's step count and its scalars for this step (k holds the step's shared ones). */
+static void begin_param(const tm_optimizer *o, tm__opt_param *p, step_consts *k) {
     const tm_optimizer_params *hp = &o->params;
     p->step++;
     k->weight_decay = p->weight_decay;
@@ -395,28 +408,59 @@ static void update_param(tm_optimizer *o, tm__opt_param *p, const tm_tensor *g,
         k->step_size = k->lr / bias_correction1;
         k->bias_correction2_sqrt = sqrt(bias_correction2);
     }
-    if (!is_half(p->tensor->dtype)) {
-        run_kernel(o, p, p->tensor->data, g->data, 0, p->numel, k);
-    } else {
-        /* The update runs on the float32 master; the parameter receives it rounded. */
-        tm_dtype dt = p->tensor->dtype;
-        uint16_t *h = p->tensor->data;
-        float *master = p->master;
-        float chunk[HALF_CHUNK];
-        for (size_t off = 0; off < p->numel; off += HALF_CHUNK) {
-            size_t n = p->numel - off < HALF_CHUNK ? p->numel - off : HALF_CHUNK;
-            const float *gf = (const float *)g->data + off;
-            if (g->dtype != TM_FLOAT) {
-                const uint16_t *gh = (const uint16_t *)g->data + off;
-                for (size_t i = 0; i < n; i++) chunk[i] = half_to_f32(g->dtype, gh[i]);
-                gf = chunk;
-            }
-            run_kernel(o, p, master, gf, off, n, k);
-            for (size_t i = 0; i < n; i++) h[off + i] = f32_to_half(dt, master[off + i]);
-        }
-    }
-    if (hp->kind == TM_OPTIMIZER_SGD && hp->momentum != 0.0) p->has_momentum = 1;
 }
+
+/* Elements [off, off + n) of parameter p's update. */
+static void update_range(const tm_optimizer *o, const tm__opt_param *p, const tm_tensor *g,
+                         size_t off, size_t n, const step_consts *k) {
+    if (!is_half(p->tensor->dtype)) {
+        size_t bytes = tm_dtype_elem_size(g->dtype);
+        run_kernel(o, p, p->tensor->data, (const char *)g->data + off * bytes, off, n, k);
+        return;
+    }
+    /* The update runs on the float32 master; the parameter receives it rounded. */
+    tm_dtype dt = p->tensor->dtype;
+    uint16_t *h = p->tensor->data;
+    float *master = p->master;
+    float chunk[HALF_CHUNK];
+    for (size_t end = off + n; off < end; off += HALF_CHUNK) {
+        size_t c = end - off < HALF_CHUNK ? end - off : HALF_CHUNK;
+        const float *gf = (const float *)g->data + off;
+        if (g->dtype != TM_FLOAT) {
+            const uint16_t *gh = (const uint16_t *)g->data + off;
+            for (size_t i = 0; i < c; i++) chunk[i] = half_to_f32(g->dtype, gh[i]);
+            gf = chunk;
+        }
+        run_kernel(o, p, master, gf, off, c, k);
+        for (size_t i = 0; i < c; i++) h[off + i] = f32_to_half(dt, master[off + i]);
+    }
+}
+
+/* The step's updates as one range of elements over every parameter with a gradient, in
+ * order; slice ith of nth takes its share of that range. */
+typedef struct step_job {
+    const tm_optimizer *o;
+    const tm_tensor *const *grads;
+    size_t total;
+} step_job;
+
+static void step_slice(void *arg, int ith, int nth) {
+    const step_job *j = arg;
+    const tm_optimizer *o = j->o;
+    size_t lo = (size_t)((double)j->total * ith / nth), hi = (size_t)((double)j->total * (ith + 1) / nth);
+    if (ith == nth - 1) hi = j->total;
+    size_t at = 0;   /* the current parameter's first element in the range */
+    for (int i = 0; i < o->n && at < hi; i++) {
+        if (!j->grads[i]) continue;
+        size_t n = o->p[i].numel, b = lo > at ? lo - at : 0, e = hi - at < n ? hi - at : n;
+        if (b < e) update_range(o, &o->p[i], j->grads[i], b, e - b, &o->consts[i]);
+        at += n;
+    }
+}
+
+/* Elements a slice takes at the least: below it the wake-up of the pool's threads costs
+ * more than they save. */
+#define STEP_SLICE_MIN ((size_t)1 << 16)
 
 static tm_status check_grad(const tm_optimizer *o, int i, const tm_tensor *g, tm_error *err) {
     const tm__opt_param *p = &o->p[i];
@@ -443,6 +487,17 @@ static tm_status check_grad(const tm_optimizer *o, int i, const tm_tensor *g, tm
     return TM_OK;
 }
 
+typedef struct sumsq_job {
+    const tm_optimizer *o;
+    const tm_tensor *const *grads;
+} sumsq_job;
+
+static void sumsq_slice(void *arg, int ith, int nth) {
+    (void)nth;
+    const sumsq_job *j = arg;
+    if (j->grads[ith]) j->o->sumsq[ith] = sum_squares(j->grads[ith], j->o->p[ith].numel);
+}
+
 tm_status tm_optimizer_step(tm_optimizer *o, const tm_tensor *const *grads, tm_error *err) {
     if (!o || (o->n > 0 && !grads))
         return tm__fail(err, TM_ERR_INVALID_ARGUMENT,
@@ -454,9 +509,15 @@ tm_status tm_optimizer_step(tm_optimizer *o, const tm_tensor *const *grads, tm_e
         if (st) return st;
     }
     const tm_optimizer_params *hp = &o->params;
+    /* Each gradient's sum of squares whole (a slice a parameter, on any thread), then
+     * added up in order: the same norm whatever the thread count. */
+    sumsq_job sj = {o, grads};
+    if (o->pool && o->n > 1 && o->n <= 65535) tm_pool_run_n(o->pool, o->n, sumsq_slice, &sj);
+    else
+        for (int i = 0; i < o->n; i++) sumsq_slice(&sj, i, o->n);
     double sumsq = 0.0;
     for (int i = 0; i < o->n; i++)
-        if (grads[i]) sumsq += sum_squares(grads[i], o->p[i].numel);
+        if (grads[i]) sumsq += o->sumsq[i];
     double norm = sqrt(sumsq);
     step_consts k;
     memset(&k, 0, sizeof k);
@@ -475,8 +536,20 @@ tm_status tm_optimizer_step(tm_optimizer *o, const tm_tensor *const *grads, tm_e
         if (coef > 1.0) coef = 1.0;
     }
     k.grad_mul = hp->maximize ? -coef : coef;
+    step_job job = {o, grads, 0};
     for (int i = 0; i < o->n; i++)
-        if (grads[i]) update_param(o, &o->p[i], grads[i], &k);
+        if (grads[i]) {
+            o->consts[i] = k;
+            begin_param(o, &o->p[i], &o->consts[i]);
+            job.total += o->p[i].numel;
+        }
+    int slices = tm_pool_threads(o->pool);
+    if ((size_t)slices > job.total / STEP_SLICE_MIN) slices = (int)(job.total / STEP_SLICE_MIN);
+    if (slices <= 1) step_slice(&job, 0, 1);
+    else tm_pool_run_n(o->pool, slices, step_slice, &job);
+    if (hp->kind == TM_OPTIMIZER_SGD && hp->momentum != 0.0)
+        for (int i = 0; i < o->n; i++)
+            if (grads[i]) o->p[i].has_momentum = 1;
     o->last_grad_norm = norm;
     o->steps++;
     return TM_OK;

@@ -28,12 +28,17 @@ typedef struct tm__opt_param {
     void *exp_avg, *exp_avg_sq, *max_exp_avg_sq; /* AdamW; the last with amsgrad only */
 } tm__opt_param;
 
+struct step_consts;
+
 struct tm_optimizer {
     tm_optimizer_params params;
     int64_t steps;               /* tm_optimizer_step calls that succeeded */
     double last_grad_norm;
     int n;
     tm__opt_param *p;
+    struct step_consts *consts;  /* per parameter, for the step running (n of them) */
+    double *sumsq;               /* per parameter, its gradient's sum of squares (n) */
+    struct tm_pool *pool;        /* params.threads > 1; NULL: the calling thread */
 };
 
 /* Buffer of role `role` of parameter p, or NULL when it does not have one. */
