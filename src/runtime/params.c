@@ -161,10 +161,10 @@ tm_status tm__params_init(tm_model *m, tm_error *err) {
         return tm__fail(err, TM_ERR_NO_MEMORY, "out of memory selecting parameters");
     char why[400];
     /* Without a custom allocator the parameters share one slab in huge pages: a training
-     * step reads every weight twice and a page walk per 4 KB of each (a weight panel's
-     * rows lie 6 KB apart) missed the TLB (MiniLM's step at 1 x 128, one thread: about
-     * 2% faster than with each parameter in its own malloc'd pages, alternating
-     * processes). Optimizers update them in place; the model frees the slab. */
+     * step reads every weight twice, a weight panel's rows lie a few KB apart, and with
+     * 4 KiB pages each row cost a page walk (MiniLM's step at 1 x 128, one thread: 1-1.7%
+     * faster than with each parameter in its own malloc'd pages, two models alternating
+     * in one process). Optimizers update them in place; the model frees the slab. */
     uint8_t *chosen = calloc((size_t)g->n_inits + 1, 1);
     if (!chosen) return tm__fail(err, TM_ERR_NO_MEMORY, "out of memory selecting parameters");
     size_t total = 0;
