@@ -11,8 +11,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
-#include <unistd.h>
 #include "transmuter.h"
+#include "backends/cpu/pool.h"
 #include "core/tensor.h"
 #include "onnx/model.h"
 #include "runtime/runtime.h"
@@ -535,8 +535,7 @@ static int make_optimizer(ft_run *r) {
     op.warmup_steps = a->warmup;
     op.total_steps = a->steps;
     /* The update on as many threads as the model's kernels (--threads; 0: every core). */
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    op.threads = a->threads > 0 ? a->threads : cores > 0 ? (int)cores : 1;
+    op.threads = a->threads > 0 ? a->threads : tm_pool_online_cpus();
     op.max_grad_norm = a->max_grad_norm;
     tm_error err;
     if (tm_optimizer_create(&op, r->n_params, r->names, r->params, &r->opt, &err) != TM_OK)

@@ -51,7 +51,16 @@ double tm_lr_schedule_factor(const tm_optimizer_params *p, int64_t k) {
 
 /* ---- Creation ------------------------------------------------------------------------ */
 
-static size_t step_consts_size(void);
+/* The scalars of one parameter's update (the optimizer keeps one a parameter for the step
+ * running), computed in double as torch.optim computes them in Python, then rounded to
+ * the element type where torch passes them to a kernel. */
+typedef struct step_consts {
+    double lr, weight_decay, momentum, dampening;
+    double decay;                /* AdamW: 1 - lr * weight_decay */
+    double beta1, beta2, eps, step_size, bias_correction2_sqrt;
+    double grad_mul;             /* clipping factor, negated for maximize; else 1 */
+    int nesterov, has_momentum, amsgrad;
+} step_consts;
 
 static const char *param_name(const tm_optimizer *o, int i) { return o->p[i].name; }
 
@@ -205,10 +214,9 @@ tm_status tm_optimizer_create(const tm_optimizer_params *params, int n,
     if (st) return st;
     tm_optimizer *o = calloc(1, sizeof *o);
     if (!o || !(o->p = calloc((size_t)n + 1, sizeof *o->p)) ||
-        !(o->consts = calloc((size_t)n + 1, step_consts_size())) ||
+        !(o->consts = calloc((size_t)n + 1, sizeof *o->consts)) ||
         !(o->sumsq = calloc((size_t)n + 1, sizeof *o->sumsq))) {
-        if (o) free(o->consts);
-        if (o) free(o->p);
+        if (o) free(o->consts), free(o->p);
         free(o);
         return tm__fail(err, TM_ERR_NO_MEMORY, "optimizer: out of memory");
     }
@@ -253,16 +261,6 @@ double tm_optimizer_lr(const tm_optimizer *o) {
 double tm_optimizer_grad_norm(const tm_optimizer *o) { return o ? o->last_grad_norm : 0.0; }
 
 /* ---- Update rules -------------------------------------------------------------------- */
-
-/* The scalars of one parameter's update, computed in double as torch.optim computes them
- * in Python, then rounded to the element type where torch passes them to a kernel. */
-typedef struct step_consts {
-    double lr, weight_decay, momentum, dampening;
-    double decay;                /* AdamW: 1 - lr * weight_decay */
-    double beta1, beta2, eps, step_size, bias_correction2_sqrt;
-    double grad_mul;             /* clipping factor, negated for maximize; else 1 */
-    int nesterov, has_momentum, amsgrad;
-} step_consts;
 
 /* The kernels mirror torch's sequence of in-place tensor operations one element at a
  * time; fma where ATen's vectorised add-with-alpha uses one (a + alpha * b as
@@ -392,8 +390,6 @@ static void run_kernel(const tm_optimizer *o, const tm__opt_param *p, void *para
                   p->max_exp_avg_sq ? (float *)p->max_exp_avg_sq + off : NULL, n, k);
 }
 
-static size_t step_consts_size(void) { return sizeof(step_consts); }
-
 /* Parameter p's step count and its scalars for this step (k holds the step's shared ones). */
 static void begin_param(const tm_optimizer *o, tm__opt_param *p, step_consts *k) {
     const tm_optimizer_params *hp = &o->params;
@@ -447,8 +443,7 @@ typedef struct step_job {
 static void step_slice(void *arg, int ith, int nth) {
     const step_job *j = arg;
     const tm_optimizer *o = j->o;
-    size_t lo = (size_t)((double)j->total * ith / nth), hi = (size_t)((double)j->total * (ith + 1) / nth);
-    if (ith == nth - 1) hi = j->total;
+    size_t lo = j->total * (size_t)ith / (size_t)nth, hi = j->total * (size_t)(ith + 1) / (size_t)nth;
     size_t at = 0;   /* the current parameter's first element in the range */
     for (int i = 0; i < o->n && at < hi; i++) {
         if (!j->grads[i]) continue;

@@ -546,8 +546,9 @@ static void sgemm_any(int trans_a, int trans_b, int trans_c, int64_t m, int64_t 
     int path = k <= 0 || alpha == 0.0f ? PATH_REFERENCE : choose_path(ar, m, n, k);
     int inplace = path == PATH_PACKED && inplace_fits(ar, trans_a, trans_b, m, k);
     if (path == PATH_PACKED && !scratch && !inplace) path = PATH_REFERENCE;
-    /* B's column sums ride on its packing; the other paths read B for them first. */
-    if (colsum && (path != PATH_PACKED || inplace || trans_b || trans_c)) {
+    /* B's column sums (tm_sgemm_colsum: B as stored, C not transposed) ride on its
+     * packing; the other paths read B for them first. */
+    if (colsum && (path != PATH_PACKED || inplace)) {
         if (k > 0) add_rows_f64(colsum, b, ldb, k, n);
         colsum = NULL;
     }

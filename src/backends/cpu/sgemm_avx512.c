@@ -185,12 +185,19 @@ static inline __attribute__((always_inline)) void tile_rows12_hint(int64_t k, co
 
 /* Its own stream into L1 or L2 as tm__stream_prefetch_l2 says; another panel, fetched a
  * panel or more ahead, always into L2 (into L1 it would push out A's tile and the panel
- * being read). */
+ * being read). With bias, c = a . b + bias (beta unused). */
+static inline __attribute__((always_inline)) void tile_rows12_fetching(
+    int64_t k, const float *a, int64_t lda, const float *b, float *c, int64_t ldc, int nr,
+    float beta, const float *pf, int64_t pf_step, const float *bias) {
+    if (pf) tile_rows12_hint(k, a, lda, b, c, ldc, nr, beta, pf, pf_step, 1, NULL, bias);
+    else if (tm__stream_prefetch_l2())
+        tile_rows12_hint(k, a, lda, b, c, ldc, nr, beta, b + B_AHEAD, NR, 2, NULL, bias);
+    else tile_rows12_hint(k, a, lda, b, c, ldc, nr, beta, b + B_AHEAD, NR, 0, NULL, bias);
+}
+
 static void tile_rows12(int64_t k, const float *a, int64_t lda, const float *b, float *c,
                         int64_t ldc, int nr, float beta, const float *pf, int64_t pf_step) {
-    if (pf) tile_rows12_hint(k, a, lda, b, c, ldc, nr, beta, pf, pf_step, 1, NULL, NULL);
-    else if (tm__stream_prefetch_l2()) tile_rows12_hint(k, a, lda, b, c, ldc, nr, beta, b + B_AHEAD, NR, 2, NULL, NULL);
-    else tile_rows12_hint(k, a, lda, b, c, ldc, nr, beta, b + B_AHEAD, NR, 0, NULL, NULL);
+    tile_rows12_fetching(k, a, lda, b, c, ldc, nr, beta, pf, pf_step, NULL);
 }
 
 /* tile_rows12 over one depth block with c = a . b + bias (bias: nr floats): a product
@@ -200,9 +207,7 @@ static void tile_rows12(int64_t k, const float *a, int64_t lda, const float *b, 
 static void tile_rows12_bias(int64_t k, const float *a, int64_t lda, const float *b, float *c,
                              int64_t ldc, int nr, const float *bias, const float *pf,
                              int64_t pf_step) {
-    if (pf) tile_rows12_hint(k, a, lda, b, c, ldc, nr, 0.0f, pf, pf_step, 1, NULL, bias);
-    else if (tm__stream_prefetch_l2()) tile_rows12_hint(k, a, lda, b, c, ldc, nr, 0.0f, b + B_AHEAD, NR, 2, NULL, bias);
-    else tile_rows12_hint(k, a, lda, b, c, ldc, nr, 0.0f, b + B_AHEAD, NR, 0, NULL, bias);
+    tile_rows12_fetching(k, a, lda, b, c, ldc, nr, 0.0f, pf, pf_step, bias);
 }
 
 /* tile_rows12, its own stream as there, also fetching the next row tile's rows of A

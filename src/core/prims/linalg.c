@@ -567,8 +567,9 @@ tm_status tm__shape_matmul_colsum(tm_ctx *c, int prim, const tm_args *a,
     return TM_OK;
 }
 
-/* One product and the column sums beside it (tm_sgemm_colsum: g read once), the sums in
- * double, row by row, as REDUCE_SUM adds them. */
+/* One product and the column sums beside it (tm_sgemm_colsum: g read once; the plain
+ * loops for both under TM_REFERENCE_KERNELS), the sums in double, row by row, as
+ * REDUCE_SUM adds them. */
 tm_status tm__kernel_matmul_colsum(const tm_kcall *kc) {
     const tm_tensor *x = kc->in[0], *g = kc->in[1];
     tm_tensor *db = kc->out[0], *dw = kc->out[1];
@@ -578,15 +579,7 @@ tm_status tm__kernel_matmul_colsum(const tm_kcall *kc) {
     double *sums = (double *)at;
     void *gemm = (char *)at + round_scratch((size_t)n * sizeof(double));
     memset(sums, 0, (size_t)n * sizeof(double));
-    if (tm_use_reference_kernels()) {
-        tm_sgemm_reference(1, 0, k, n, rows, 1.0f, x->data, k, g->data, n, 0.0f, dw->data, n);
-        const float *gs = g->data;
-        for (int64_t r = 0; r < rows; r++)
-            for (int64_t j = 0; j < n; j++) sums[j] += (double)gs[r * n + j];
-    } else {
-        tm_sgemm_colsum(1, k, n, rows, x->data, k, g->data, n, dw->data, n, sums, gemm,
-                        kc->pool);
-    }
+    tm_sgemm_colsum(1, k, n, rows, x->data, k, g->data, n, dw->data, n, sums, gemm, kc->pool);
     float *out = db->data;
     for (int64_t j = 0; j < n; j++) out[j] = (float)sums[j];
     return TM_OK;

@@ -72,8 +72,7 @@ static tm_status fuse_at(tm_pass_scan *s, int32_t si) {
     for (int32_t i = mi + 1; i < c->n_nodes; i++)
         for (int j = 0; j < c->nodes[i].nin; j++)
             if (c->nodes[i].in[j] == dw) c->nodes[i].in[j] = fused;
-    if (fused < s->n_uses) s->uses[fused] = dw < s->n_uses ? s->uses[dw] : 0;
-    if (dw < s->n_uses) s->uses[dw] = 0;
+    if (dw < s->n_uses) s->uses[dw] = 0;   /* fused is a new value, past the counts */
     for (int j = 0; j < m->nin; j++)
         if (m->in[j] < s->n_uses) s->uses[m->in[j]]--;
     if (x < s->n_uses) s->uses[x]++;
