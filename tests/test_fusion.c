@@ -266,6 +266,29 @@ static tm_val mm_ct(tm_ctx *c, tm_val x, tm_val y) {
     tm_val in[2] = {x, y};
     return tm_prim(c, TM_P_MATMUL, in, 2, &a);
 }
+/* (W gy^T)^T reshaped to f's dims, times f: a cotangent through GELU (f, the derivative
+ * the forward kept), as a backward has it; the factor on either side. */
+static tm_val ct_times(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    (void)extra;
+    const tm_vinfo *f = &c->vals[in[2]];
+    return bin(c, TM_P_MUL, tm_reshape(c, mm_ct(c, in[0], in[1]), f->rank, f->dims), in[2]);
+}
+static tm_val ct_times_left(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    (void)extra;
+    return bin(c, TM_P_MUL, in[2], mm_ct(c, in[0], in[1]));
+}
+/* Near misses: the product not written transposed; f broadcast along the rows; the
+ * product also read elsewhere. */
+static tm_val plain_times(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    (void)extra;
+    return bin(c, TM_P_MUL, bin(c, TM_P_MATMUL, in[0], in[1]), in[2]);
+}
+static tm_val ct_times_shared(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    tm_val y = mm_ct(c, in[0], in[1]);
+    *extra = un(c, TM_P_NEG, y);
+    return bin(c, TM_P_MUL, y, in[2]);
+}
+
 /* r + (W gy^T)^T reshaped to r's dims, as a backward sums x's cotangents. */
 static tm_val ct_residual(tm_ctx *c, const tm_val *in, tm_val *extra) {
     (void)extra;
@@ -555,6 +578,18 @@ static const pattern patterns[] = {
      {{3, 40}, {70, 40}, {3, 70}}, mm_tb_residual, TM_P_MATMUL_ADD, 1},
     {"x . W^T + residual, W batched: left alone", 3, {3, 3, 3},
      {{2, 30, 40}, {2, 70, 40}, {2, 30, 70}}, mm_tb_residual, TM_P_ADD, 0},
+    {"(W gy^T)^T times the GELU derivative, reshaped", 3, {2, 2, 3},
+     {{70, 40}, {60, 40}, {1, 60, 70}}, ct_times, TM_P_MATMUL_MUL, 1},
+    {"f times (W gy^T)^T, two depth blocks", 3, {2, 2, 2}, {{24, 500}, {50, 500}, {50, 24}},
+     ct_times_left, TM_P_MATMUL_MUL, 1},
+    {"(W gy^T)^T times f, a few rows (plain loops)", 3, {2, 2, 2}, {{9, 7}, {2, 7}, {2, 9}},
+     ct_times_left, TM_P_MATMUL_MUL, 1},
+    {"x . W times f: left alone", 3, {2, 2, 2}, {{60, 40}, {40, 70}, {60, 70}}, plain_times,
+     TM_P_MUL, 0},
+    {"(W gy^T)^T times a broadcast row: left alone", 3, {2, 2, 2},
+     {{70, 40}, {60, 40}, {1, 70}}, ct_times_left, TM_P_MUL, 0},
+    {"(W gy^T)^T times f, the product read elsewhere", 3, {2, 2, 2},
+     {{70, 40}, {60, 40}, {60, 70}}, ct_times_shared, TM_P_MUL, 0},
     {"weight and bias gradients, bias compared", 2, {3, 3}, {{1, 60, 40}, {1, 60, 70}},
      db_dw, TM_P_RESHAPE, 1},
     {"weight and bias gradients, weight compared", 2, {3, 3}, {{1, 60, 40}, {1, 60, 70}},
@@ -687,6 +722,7 @@ static void run_pattern(const pattern *p) {
                                     count_prim(&t, &roots, TM_P_MATMUL_NBITS) +
                                     count_prim(&t, &roots, TM_P_MATMUL_GELU) +
                                     count_prim(&t, &roots, TM_P_MATMUL_ADD) +
+                                    count_prim(&t, &roots, TM_P_MATMUL_MUL) +
                                     count_prim(&t, &roots, TM_P_MATMUL_COLSUM) : 0;
     CHECK(got_prim == p->want_prim && fused == p->want_fused,
           "%s: the result comes from %s (%d fused nodes), expected %s (%d)", p->name,
@@ -779,8 +815,87 @@ static void test_chain_gelu(void) {
     free(x), free(want), free(got);
 }
 
+/* GELU and its derivative from one call (MATMUL_GELU's epilogue in a gradient plan):
+ * GELU's bits as the GELU kernel's, and the derivative's as the factor GELU_GRAD
+ * multiplies by (its f32 kernel with a cotangent of ones; where that kernel is the f64
+ * reference, within a few ulp), in place too. */
+static void test_gelu_with_derivative(void) {
+    enum { N = 4099 };
+    float *x = malloc(N * sizeof *x), *y = malloc(N * sizeof *y), *d = malloc(N * sizeof *d);
+    float *want = malloc(N * sizeof *want), *ones = malloc(N * sizeof *ones);
+    for (int i = 0; i < N; i++) x[i] = -9.0f + 18.0f * (float)i / (N - 1), ones[i] = 1.0f;
+    x[0] = 0.0f, x[1] = -0.0f, x[2] = 1e-20f, x[3] = 30.0f, x[4] = -30.0f;
+    tm_args a;
+    memset(&a, 0, sizeof a);
+    tm__unary_f32_rows(TM_P_GELU, &a, x, want, N);
+    tm__gelu_erf_d_f32(x, y, d, N);
+    CHECK(!memcmp(y, want, N * sizeof *y), "gelu with derivative: GELU's bits differ");
+    tm_ctx e;
+    tm_ctx_init(&e, TM_MODE_EAGER, NULL);
+    int64_t dims[1] = {N};
+    tm_tensor *tx = tm_tensor_alloc(TM_FLOAT, 1, dims, NULL);
+    tm_tensor *tg = tm_tensor_alloc(TM_FLOAT, 1, dims, NULL);
+    memcpy(tx->data, x, N * sizeof *x);
+    memcpy(tg->data, ones, N * sizeof *x);
+    tm_val in[2] = {tm_val_tensor(&e, tx, 0), tm_val_tensor(&e, tg, 0)};
+    tm_val g = tm_prim(&e, TM_P_GELU_GRAD, in, 2, &a);
+    CHECK(tm_ctx_ok(&e), "gelu_grad: %s", e.err.message);
+    const float *gd = tm_ctx_ok(&e) ? tm_vdata(&e, g)->data : d;
+    /* (Absolute: the derivative crosses 0 near x = -0.75, and is about 1e-17 at x = -9.) */
+    double worst = 0.0;
+    for (int i = 0; i < N; i++) worst = fmax(worst, fabs((double)gd[i] - d[i]));
+    if (tm_use_reference_kernels())
+        CHECK(worst < 1e-6, "gelu with derivative: the derivative %g from GELU_GRAD's", worst);
+    else
+        CHECK(worst == 0.0, "gelu with derivative: the derivative differs from GELU_GRAD's "
+              "factor (%g)", worst);
+    memcpy(d, x, N * sizeof *x);   /* the derivative over x itself */
+    tm__gelu_erf_d_f32(d, y, d, N);
+    CHECK(!memcmp(y, want, N * sizeof *y), "gelu with derivative in place: GELU's bits differ");
+    double again = 0.0;
+    for (int i = 0; i < N; i++) again = fmax(again, fabs((double)gd[i] - d[i]));
+    CHECK(again == worst, "gelu with derivative in place: %g against %g", again, worst);
+    tm_ctx_destroy(&e);
+    free(x), free(y), free(d), free(want), free(ones);
+}
+
+/* A gradient plan's GELU: the fused product keeps GELU's derivative (MATMUL_GELU's
+ * i[3]), GELU_GRAD is gone, and its cotangent is multiplied by that output. */
+static void test_gelu_derivative_kept(void) {
+    tm_ctx t;
+    tm_ctx_init(&t, TM_MODE_TRACE, NULL);
+    const int64_t d[4][3] = {{2, 60, 40}, {1, 40, 70}, {70}, {2, 60, 70}};
+    const int rank[4] = {3, 3, 1, 3};
+    tm_val in[4], extra = TM_NONE;
+    for (int i = 0; i < 4; i++) in[i] = tm_val_symbolic(&t, TM_FLOAT, rank[i], d[i], i);
+    tm_val y = mm_gelu_saved(&t, in, &extra);
+    tm_pass_roots roots = {&y, 1};
+    CHECK(tm_ctx_ok(&t) && tm__run_passes(&t, &roots) == TM_OK, "gelu derivative: passes");
+    uint8_t *live = NULL;
+    int *uses = tm__pass_live_use_counts(&t, &roots, &live);
+    int fused = 0, grads = 0, muls = 0;
+    for (int32_t i = 0; i < t.n_nodes; i++) {
+        const tm_rnode *n = &t.nodes[i];
+        if (!live[i]) continue;
+        grads += n->prim == TM_P_GELU_GRAD;
+        if (n->prim == TM_P_MATMUL_GELU && n->args.i[3] == 1) {
+            fused++;
+            for (int32_t j = i + 1; j < t.n_nodes; j++)
+                muls += live[j] && t.nodes[j].prim == TM_P_MUL &&
+                        (t.nodes[j].in[0] == n->out[1] || t.nodes[j].in[1] == n->out[1]);
+        }
+    }
+    CHECK(fused == 1 && grads == 0 && muls == 1, "gelu derivative: %d fused products keeping "
+          "it, %d GELU_GRADs left, %d MULs by it", fused, grads, muls);
+    free(uses);
+    free(live);
+    tm_ctx_destroy(&t);
+}
+
 int main(void) {
     test_chain_gelu();
+    test_gelu_with_derivative();
+    test_gelu_derivative_kept();
     for (size_t i = 0; i < sizeof patterns / sizeof patterns[0]; i++) run_pattern(&patterns[i]);
     printf("reference kernels: %s\n", tm_use_reference_kernels() ? "on" : "off");
     printf("%d passed, %d failed\n", passed, failed);

@@ -155,7 +155,8 @@ typedef struct sgemm_case {
 } sgemm_case;
 
 /* A product stored transposed, checked against tm_sgemm's result c1 (from c2, beta's C):
- * tm_sgemm_ct (res NULL) or tm_sgemm_ct_add (+ res, laid out as C), on 1 and 3 threads. */
+ * tm_sgemm_ct (res NULL), tm_sgemm_ct_add (+ res, laid out as C) or with mul
+ * tm_sgemm_ct_mul (times res), on 1 and 3 threads. */
 typedef struct ct_case {
     int trans_a, trans_b;
     int64_t m, n, k;
@@ -171,7 +172,7 @@ typedef struct ct_case {
     tm_pool **pools;
 } ct_case;
 
-static void check_ct(const ct_case *t, const float *res) {
+static void check_ct(const ct_case *t, const float *res, int mul) {
     int64_t m = t->m, n = t->n, k = t->k, ldt = t->ldt;
     int exact = m > 3 && (double)m * (double)n * (double)k > 512.0;
     float *ct = malloc((size_t)(n * ldt) * sizeof *ct);
@@ -179,7 +180,10 @@ static void check_ct(const ct_case *t, const float *res) {
         for (int64_t j = 0; j < n; j++)
             for (int64_t i = 0; i < ldt; i++) ct[j * ldt + i] = i < m ? t->c2[i * t->ldc + j] : 7.0f;
         tm_pool *pool = pi < 0 ? NULL : t->pools[pi];
-        if (res)
+        if (res && mul)
+            tm_sgemm_ct_mul(t->trans_a, t->trans_b, m, n, k, t->alpha, t->a, t->lda, t->b,
+                            t->ldb, t->beta, ct, ldt, res, t->work, pool);
+        else if (res)
             tm_sgemm_ct_add(t->trans_a, t->trans_b, m, n, k, t->alpha, t->a, t->lda, t->b,
                             t->ldb, t->beta, ct, ldt, res, t->work, pool);
         else
@@ -195,14 +199,16 @@ static void check_ct(const ct_case *t, const float *res) {
                     continue;
                 }
                 float want = t->c1[i * t->ldc + j];
-                if (res) want += res[j * ldt + i];
+                if (res && mul) want *= res[j * ldt + i];
+                else if (res) want += res[j * ldt + i];
                 same &= memcmp(&got, &want, sizeof got) == 0;
                 double e = fabs((double)got - want) / (1.0 + sqrt((double)k));
                 err = isnan(e) ? INFINITY : fmax(err, e);
             }
         check((exact ? same : err < 1e-5) && kept,
               "%s %lldx%lldx%lld trans %d/%d beta %g on %d threads: %s, error %g, padding %s",
-              res ? "sgemm_ct_add" : "sgemm_ct", (long long)m, (long long)n, (long long)k,
+              res ? mul ? "sgemm_ct_mul" : "sgemm_ct_add" : "sgemm_ct", (long long)m,
+              (long long)n, (long long)k,
               t->trans_a, t->trans_b, t->beta, pi < 0 ? 1 : 3, same ? "same bits" : "other bits",
               err, kept ? "kept" : "written");
     }
@@ -267,14 +273,15 @@ static void test_sgemm_shapes(void) {
              * transposed, bit for bit where the packed path runs (past 3 rows and 512
              * flops; the plain loops' to rounding below), and C's padding kept; then with
              * a residual (tm_sgemm_ct_add): that result plus r, to the bit, r added after
-             * the last depth block. */
+             * the last depth block; and times r (tm_sgemm_ct_mul) likewise. */
             {
                 ct_case cc = {trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c1, c2,
                               ldc, m + pad, work, pools};
-                check_ct(&cc, NULL);
+                check_ct(&cc, NULL, 0);
                 float *res = malloc((size_t)(n * cc.ldt) * sizeof *res);
                 for (int64_t i = 0; i < n * cc.ldt; i++) res[i] = (float)random_unit();
-                check_ct(&cc, res);
+                check_ct(&cc, res, 0);
+                check_ct(&cc, res, 1);
                 free(res);
             }
             /* B as stored, alpha 1, beta 0, with B's column sums (tm_sgemm_colsum): the
@@ -375,7 +382,7 @@ static void test_sgemm_packed(void) {
         for (int variant = 0; variant < 8; variant++) {
             int use_a = variant & 1, with_act = (variant >> 1) & 1, with_res = variant >> 2;
             tm_sgemm_epilogue ep = {use_a ? bias_r : bias_c, use_a, with_act ? clip_activation : NULL,
-                                    &hi, with_res ? res : NULL, ldc, NULL, 0};
+                                    &hi, with_res ? res : NULL, ldc, NULL, 0, NULL};
             for (int i = 0; i < 4; i++)
                 for (int64_t j = 0; j < m * ldc; j++) c[i][j] = NAN;
             for (int t = 0; t < 3; t++) {
@@ -445,7 +452,7 @@ static void test_sgemm_packed(void) {
         tm_sgemm_bpacked(m, n, k, a, lda, bp, bp_panel, bp_depth, c[0], ldc, NULL, NULL);
         for (int64_t i = 0; i < m; i++)
             for (int64_t j = 0; j < n; j++) c[0][i * ldc + j] += bias_c[j];
-        tm_sgemm_epilogue bias_only = {bias_c, 0, NULL, NULL, NULL, 0, NULL, 0};
+        tm_sgemm_epilogue bias_only = {bias_c, 0, NULL, NULL, NULL, 0, NULL, 0, NULL};
         for (int t = 1; t <= 2; t++) {   /* c[1] on one thread, c[2] on three */
             tm_sgemm_bpacked(m, n, k, a, lda, bp, bp_panel, bp_depth, c[t], ldc, &bias_only,
                              t == 1 ? NULL : pools[1]);
@@ -466,8 +473,9 @@ static void test_sgemm_packed(void) {
                 for (int t = 1; t <= 2; t++) {
                     tm_pool *pool = t == 1 ? NULL : pools[1];
                     tm_sgemm_epilogue in_place = {bias_c, 0, clip_activation, &hi,
-                                                  with_res ? res : NULL, ldc, NULL, 0};
-                    tm_sgemm_epilogue to_act = in_place, bias_alone = {bias_c, 0, NULL, NULL, NULL, 0, NULL, 0};
+                                                  with_res ? res : NULL, ldc, NULL, 0, NULL};
+                    tm_sgemm_epilogue to_act = in_place,
+                                      bias_alone = {bias_c, 0, NULL, NULL, NULL, 0, NULL, 0, NULL};
                     to_act.act_out = act;
                     to_act.ld_act = ldc;
                     for (int64_t j = 0; j < m * ldc; j++) act[j] = NAN;

@@ -257,6 +257,7 @@ typedef struct gemm_job {
     const float *bias_first;       /* tm__sgemm_bias_first's; NULL: none */
     int trans_c;   /* C stored transposed: (i, j) at c[j * ldc + i] (tm_sgemm_ct) */
     const float *res_t;   /* trans_c: added after the last depth block, laid out as C */
+    const float *mul_t;   /* trans_c: multiplies it there (before res_t), laid out as C */
     double *colsum;       /* B's column sums, added while packing (tm_sgemm_colsum) */
 } gemm_job;
 
@@ -289,19 +290,22 @@ static float *tile_target(const gemm_job *g, int64_t i, int64_t j, int rows, int
 }
 
 /* With trans_c, the buffer's tile into C transposed, or added to it, and after the last
- * depth block (last) res_t too (the arch's 16 x 16 register transposes, or plain loops). */
+ * depth block (last) times mul_t and plus res_t too (the arch's 16 x 16 register
+ * transposes, or plain loops). */
 static void tile_finish(const gemm_job *g, int64_t i, int64_t j, int rows, int cols,
                         const float *buf, int add, int last) {
     if (!g->trans_c) return;
     float *c = g->c + j * g->ldc + i;
     const float *res = last && g->res_t ? g->res_t + j * g->ldc + i : NULL;
+    const float *mul = last && g->mul_t ? g->mul_t + j * g->ldc + i : NULL;
     if (g->ar->store_t) {
-        g->ar->store_t(buf, rows, cols, c, g->ldc, add, res);
+        g->ar->store_t(buf, rows, cols, c, g->ldc, add, mul, res);
         return;
     }
     for (int t = 0; t < cols; t++)
         for (int r = 0; r < rows; r++) {
             float v = add ? c[t * g->ldc + r] + buf[r * g->ar->nr + t] : buf[r * g->ar->nr + t];
+            if (mul) v *= mul[t * g->ldc + r];
             c[t * g->ldc + r] = res ? v + res[t * g->ldc + r] : v;
         }
 }
@@ -352,8 +356,11 @@ static void compute_rows(const gemm_job *g, int64_t i0, int64_t mc, int64_t pc, 
              * x 384, C cold, one Xeon core: 134 -> 146 GFLOP/s; MiniLM's gradient step
              * about 1%, alternating in one process). */
             if (g->trans_c && i0 + i + 2 * ar->mr <= g->m) {
-                const float *ahead = g->c + j * g->ldc + i0 + i + 2 * ar->mr - 1;
-                for (int t = 0; t < nr; t++) __builtin_prefetch(ahead + t * g->ldc, 1, 3);
+                int64_t ahead = j * g->ldc + i0 + i + 2 * ar->mr - 1;
+                for (int t = 0; t < nr; t++) __builtin_prefetch(g->c + ahead + t * g->ldc, 1, 3);
+                if (g->mul_t && pc + kc >= g->k)   /* the factor's line, read there too */
+                    for (int t = 0; t < nr; t++)
+                        __builtin_prefetch(g->mul_t + ahead + t * g->ldc, 0, 3);
             }
             if (g->bias_first) tm__sgemm_fill_bias(c, ldt, rows, nr, g->bias_first + j);
             if (packed && g->alpha == 1.0f && ar->tile_packed)   /* no FMAs on padding */
@@ -522,7 +529,7 @@ static void small_product(const tm__sgemm_arch *ar, int trans_a, int trans_b, in
                           const float *b, int64_t ldb, float beta, float *c, int64_t ldc,
                           tm_pool *pool) {
     gemm_job g = {ar, trans_a, trans_b, m, n, k, alpha, beta, a, b, lda, ldb, ldc, c, NULL, 0,
-                  NULL, NULL, 0, NULL, NULL};
+                  NULL, NULL, 0, NULL, NULL, NULL};
     double flops = 2.0 * (double)m * (double)n * (double)k;
     int nth = flops < PARALLEL_MIN_FLOPS ? 1 : tm_pool_threads(pool);
     g.small_n_blocks = (n + SMALL_COLUMNS - 1) / SMALL_COLUMNS;
@@ -540,7 +547,8 @@ void tm_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float a
 static void sgemm_any(int trans_a, int trans_b, int trans_c, int64_t m, int64_t n, int64_t k,
                       float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
                       float beta, float *c, int64_t ldc, const tm_sgemm_epilogue *ep,
-                      const float *res_t, double *colsum, void *scratch, tm_pool *pool) {
+                      const float *res_t, const float *mul_t, double *colsum, void *scratch,
+                      tm_pool *pool) {
     if (m <= 0 || n <= 0) return;
     const tm__sgemm_arch *ar = active_arch();
     int path = k <= 0 || alpha == 0.0f ? PATH_REFERENCE : choose_path(ar, m, n, k);
@@ -554,6 +562,8 @@ static void sgemm_any(int trans_a, int trans_b, int trans_c, int64_t m, int64_t 
     }
     if (trans_c && path != PATH_PACKED) {   /* few rows or few flops: the plain loops */
         reference_strided(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, 1, ldc);
+        for (int64_t j = 0; mul_t && j < n; j++)
+            for (int64_t i = 0; i < m; i++) c[j * ldc + i] *= mul_t[j * ldc + i];
         for (int64_t j = 0; res_t && j < n; j++)
             for (int64_t i = 0; i < m; i++) c[j * ldc + i] += res_t[j * ldc + i];
         return;
@@ -569,7 +579,7 @@ static void sgemm_any(int trans_a, int trans_b, int trans_c, int64_t m, int64_t 
         return;
     }
     gemm_job g = {ar, trans_a, trans_b, m, n, k, alpha, beta, a, b, lda, ldb, ldc, c, NULL, 0,
-                  ep, NULL, trans_c, trans_c ? res_t : NULL, colsum};
+                  ep, NULL, trans_c, trans_c ? res_t : NULL, trans_c ? mul_t : NULL, colsum};
     tm_sgemm_epilogue rest;
     g.bias_first = tm__sgemm_bias_first(ep, beta, k, ar->kc, &rest, &g.ep);
     double flops = 2.0 * (double)m * (double)n * (double)k;
@@ -592,26 +602,33 @@ void tm_sgemm_ep(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, floa
                  float *c, int64_t ldc, const tm_sgemm_epilogue *ep, void *scratch,
                  tm_pool *pool) {
     sgemm_any(trans_a, trans_b, 0, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, ep, NULL, NULL,
-              scratch, pool);
+              NULL, scratch, pool);
 }
 
 void tm_sgemm_ct(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                  const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
                  float *c, int64_t ldc, void *scratch, tm_pool *pool) {
     sgemm_any(trans_a, trans_b, 1, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, NULL, NULL,
-              NULL, scratch, pool);
+              NULL, NULL, scratch, pool);
 }
 
 void tm_sgemm_ct_add(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                      const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
                      float *c, int64_t ldc, const float *r, void *scratch, tm_pool *pool) {
     sgemm_any(trans_a, trans_b, 1, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, NULL, r,
+              NULL, NULL, scratch, pool);
+}
+
+void tm_sgemm_ct_mul(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                     const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                     float *c, int64_t ldc, const float *f, void *scratch, tm_pool *pool) {
+    sgemm_any(trans_a, trans_b, 1, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, NULL, NULL, f,
               NULL, scratch, pool);
 }
 
 void tm_sgemm_colsum(int trans_a, int64_t m, int64_t n, int64_t k, const float *a,
                      int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc,
                      double *colsum, void *scratch, tm_pool *pool) {
-    sgemm_any(trans_a, 0, 0, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc, NULL, NULL, colsum,
-              scratch, pool);
+    sgemm_any(trans_a, 0, 0, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc, NULL, NULL, NULL,
+              colsum, scratch, pool);
 }

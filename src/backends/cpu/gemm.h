@@ -49,6 +49,13 @@ void tm_sgemm_ct_add(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, 
                      const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
                      float *c, int64_t ldc, const float *r, void *scratch, tm_pool *pool);
 
+/* tm_sgemm_ct, then times f, laid out as C, each tile multiplied as it is stored after
+ * its last depth block: the same products, rounded the same way, as tm_sgemm_ct followed
+ * by a Mul (a backward's cotangent through GELU, times the derivative its forward kept). */
+void tm_sgemm_ct_mul(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                     const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                     float *c, int64_t ldc, const float *f, void *scratch, tm_pool *pool);
+
 /* tm_sgemm with B as stored (alpha 1, beta 0) that also adds each column of B, over its
  * k rows in order, into colsum[0..n) (doubles the caller zeroes): a weight gradient x^T gy
  * and its bias's gradient, the column sums of gy, from one read of gy (each packed block
@@ -101,7 +108,9 @@ void tm_sgemm_pack_a(int trans_a, int64_t m, int64_t k, const float *a, int64_t 
  * act_out (and an activation), activation(c) + residual goes there instead (row stride
  * ld_act, the same rows and columns) and c keeps the product plus bias: a gradient plan
  * saves the activation's input for its backward, and writing both from the tile in cache
- * spares a pass over the whole product. */
+ * spares a pass over the whole product. activation_d (with act_out, in place of
+ * activation) writes y = activation(x) to act_out and the activation's derivative at x
+ * over x itself (dx = x): c keeps the derivative, all its backward needs (GELU's). */
 typedef struct tm_sgemm_epilogue {
     const float *bias;
     int bias_rows;
@@ -111,6 +120,7 @@ typedef struct tm_sgemm_epilogue {
     int64_t ldr;
     float *act_out;
     int64_t ld_act;
+    void (*activation_d)(const float *x, float *y, float *dx, int64_t n);
 } tm_sgemm_epilogue;
 
 /* The epilogue on rows [i0, i1) and columns [j0, j1) of c (row stride ldc) that already
@@ -218,10 +228,10 @@ typedef void (*tm__sgemm_inplace_fn)(int64_t k, const float *a, int64_t a_row, i
                                      int64_t next_rows, const float *bias);
 
 /* A tile (rows <= 16, cols <= NR) from t (NR floats a row; 16 rows readable) into C
- * stored transposed: t[r * NR + q] to c[q * ldc + r], or added to it (add); then res at
- * the same place added too (res laid out as C; NULL: none). */
+ * stored transposed: t[r * NR + q] to c[q * ldc + r], or added to it (add); then times
+ * mul and plus res at the same place (each laid out as C; NULL: none). */
 typedef void (*tm__sgemm_store_t_fn)(const float *t, int rows, int cols, float *c,
-                                     int64_t ldc, int add, const float *res);
+                                     int64_t ldc, int add, const float *mul, const float *res);
 
 /* tile_rows_fn over one depth block, C overwritten: c (MR, nr) = a . b_packed + bias
  * (nr floats). */
@@ -278,7 +288,7 @@ static inline const float *tm__sgemm_bias_first(const tm_sgemm_epilogue *ep, flo
     if (!ep || !ep->bias || ep->bias_rows || beta != 0.0f || k > depth) return NULL;
     *buf = *ep;
     buf->bias = NULL;
-    *rest = buf->activation || buf->residual ? buf : NULL;
+    *rest = buf->activation || buf->activation_d || buf->residual ? buf : NULL;
     return ep->bias;
 }
 

@@ -521,11 +521,11 @@ static void pack_bt(const float *b, int64_t ldb, int64_t p0, int64_t kc, int64_t
     }
 }
 
-/* A tile into C stored transposed (or added to it, then res added too): 16 x 16 blocks
- * transposed in registers, each column of the tile one masked store of its rows along a
- * row of C. */
+/* A tile into C stored transposed (or added to it, then times mul and plus res): 16 x 16
+ * blocks transposed in registers, each column of the tile one masked store of its rows
+ * along a row of C. */
 static void store_t(const float *t, int rows, int cols, float *c, int64_t ldc, int add,
-                    const float *res) {
+                    const float *mul, const float *res) {
     __mmask16 keep = lane_mask(rows);
     for (int jb = 0; jb < cols; jb += 16) {
         __m512 r[16];
@@ -536,6 +536,7 @@ static void store_t(const float *t, int rows, int cols, float *c, int64_t ldc, i
         for (int q = 0; q < n; q++) {
             float *row = c + (jb + q) * ldc;
             __m512 v = add ? _mm512_add_ps(_mm512_maskz_loadu_ps(keep, row), r[q]) : r[q];
+            if (mul) v = _mm512_mul_ps(v, _mm512_maskz_loadu_ps(keep, mul + (jb + q) * ldc));
             if (res) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(keep, res + (jb + q) * ldc));
             _mm512_mask_storeu_ps(row, keep, v);
         }

@@ -138,7 +138,7 @@ __attribute__((optimize("O3", "no-trapping-math")))
 #endif
 static void epilogue(const tm_sgemm_epilogue *ep, float *c, int64_t ldc, int64_t i0,
                      int64_t i1, int64_t j0, int64_t j1) {
-    if (!ep || (!ep->bias && !ep->activation && !ep->residual)) return;
+    if (!ep || (!ep->bias && !ep->activation && !ep->activation_d && !ep->residual)) return;
     for (int64_t i = i0; i < i1; i++) {
         float *row = c + i * ldc;
         const float *res = ep->residual ? ep->residual + i * ep->ldr : NULL;
@@ -147,6 +147,13 @@ static void epilogue(const tm_sgemm_epilogue *ep, float *c, int64_t ldc, int64_t
             for (int64_t j = j0; j < j1; j++) row[j] += b;
         } else if (ep->bias) {
             for (int64_t j = j0; j < j1; j++) row[j] += ep->bias[j];
+        }
+        if (ep->activation_d && ep->act_out) {   /* the activation out, its derivative kept */
+            float *dst = ep->act_out + i * ep->ld_act;
+            ep->activation_d(row + j0, dst + j0, row + j0, j1 - j0);
+            if (res)
+                for (int64_t j = j0; j < j1; j++) dst[j] += res[j];
+            continue;
         }
         if (!ep->activation) {
             if (res)

@@ -14,6 +14,10 @@ typedef struct tm__vmath {
     void (*gelu_erf)(const float *x, float *y, int64_t n);
     /* y[0..n) = gy * GELU'(x) (erf form); y may equal gy. */
     void (*gelu_erf_grad)(const float *x, const float *gy, float *y, int64_t n);
+    /* y[0..n) = GELU (erf form) of x[0..n) and dx[0..n) = GELU'(x), the same bits as
+     * gelu_erf's and as the factor gelu_erf_grad multiplies gy by; dx may equal x, y may
+     * not. */
+    void (*gelu_erf_d)(const float *x, float *y, float *dx, int64_t n);
     /* Attention's two products for one block of query rows, for head sizes d a multiple
      * of 16 up to TM_ATTN_MAX_D. scores: s (rows, sk; row stride lds) = q (rows, d; row
      * stride ldq) . k^T with k (sk, d; row stride ldk), through kt, scratch of

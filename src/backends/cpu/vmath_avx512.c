@@ -99,6 +99,19 @@ static inline __attribute__((always_inline)) void gelu_grad(int U, const __m512 
     EACH(u) gy[u] = _mm512_mul_ps(gy[u], _mm512_fmadd_ps(x[u], pdf[u], cdf[u]));
 }
 
+/* GELU and its derivative from one normal cdf: x into GELU (x), d into GELU'(x), each
+ * the same steps as gelu's and gelu_grad's factor. */
+static inline __attribute__((always_inline)) void gelu_d(int U, __m512 *x, __m512 *d) {
+    __m512 cdf[GELU_U];
+    normal_cdf(U, x, d, cdf);
+    EACH(u) d[u] = _mm512_fnmadd_ps(d[u], d[u], _mm512_set1_ps(-1.325748065e+00f));
+    exp2_(U, d);
+    EACH(u) {
+        d[u] = _mm512_fmadd_ps(x[u], d[u], cdf[u]);
+        x[u] = _mm512_mul_ps(x[u], cdf[u]);
+    }
+}
+
 /* Subnormal results flushed to zero (and subnormal inputs read as zero) while a GELU
  * kernel runs: past |x| ~ 13 its exponentials are subnormal, and an Intel core takes a
  * microcode assist on each instruction that makes or reads one: an FFN's activations with
@@ -130,6 +143,30 @@ static void gelu_erf_grad(const float *x, const float *gy, float *y, int64_t n) 
         __m512 xv = _mm512_maskz_loadu_ps(m, x + i), g = _mm512_maskz_loadu_ps(m, gy + i);
         gelu_grad(1, &xv, &g);
         _mm512_mask_storeu_ps(y + i, m, g);
+    }
+    _mm_setcsr(csr);
+}
+
+static void gelu_erf_d(const float *x, float *y, float *dx, int64_t n) {
+    unsigned csr = flush_subnormals();
+    int64_t i = 0;
+    for (; i + 16 * GELU_U <= n; i += 16 * GELU_U) {
+        __m512 v[GELU_U], d[GELU_U];
+#pragma GCC unroll 8
+        for (int u = 0; u < GELU_U; u++) v[u] = _mm512_loadu_ps(x + i + 16 * u);
+        gelu_d(GELU_U, v, d);
+#pragma GCC unroll 8
+        for (int u = 0; u < GELU_U; u++) {
+            _mm512_storeu_ps(y + i + 16 * u, v[u]);
+            _mm512_storeu_ps(dx + i + 16 * u, d[u]);
+        }
+    }
+    for (; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
+        __m512 v = _mm512_maskz_loadu_ps(m, x + i), d;
+        gelu_d(1, &v, &d);
+        _mm512_mask_storeu_ps(y + i, m, v);
+        _mm512_mask_storeu_ps(dx + i, m, d);
     }
     _mm_setcsr(csr);
 }
@@ -320,7 +357,8 @@ static void attn_values(int64_t rows, int64_t sk, int64_t d, const float *p, int
     }
 }
 
-static const tm__vmath vmath512 = {"avx512", gelu_erf, gelu_erf_grad, attn_scores, attn_values};
+static const tm__vmath vmath512 = {"avx512",    gelu_erf,    gelu_erf_grad, gelu_erf_d,
+                                   attn_scores, attn_values};
 
 const tm__vmath *tm__vmath_avx512(void) {
     __builtin_cpu_init();

@@ -1439,6 +1439,19 @@ static inline float gelu_tanh_derivative_f32(float x) {
     return s + 2.0f * x * s * (1.0f - s) * du;
 }
 
+void tm__gelu_erf_d_f32(const float *x, float *y, float *dx, int64_t n) {
+    const tm__vmath *vm = tm__vmath_active();
+    if (vm && vm->gelu_erf_d) {
+        vm->gelu_erf_d(x, y, dx, n);
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        float v = x[i];
+        y[i] = gelu_erf_f32(v);
+        dx[i] = gelu_erf_derivative_f32(v);
+    }
+}
+
 typedef struct gelu_grad_job {
     const float *x, *gy;
     float *y;

@@ -12,6 +12,11 @@
  * kernel computes it; y must not alias x. */
 void tm__unary_f32_rows(int prim, const tm_args *a, const float *x, float *y, int64_t n);
 
+/* y[0..n) = GELU (erf form) of x[0..n) as the GELU kernel computes it, and dx[0..n) =
+ * GELU'(x), the factor GELU_GRAD's f32 kernel multiplies the cotangent by (elementwise.c;
+ * a gradient plan's MATMUL_GELU keeps it for the backward). dx may equal x; y may not. */
+void tm__gelu_erf_d_f32(const float *x, float *y, float *dx, int64_t n);
+
 /* y[0..n) = softmax(x[0..n)) as the SOFTMAX kernel computes a contiguous row (nn.c);
  * y may equal x. */
 void tm__softmax_rows_f32(const float *x, float *y, int64_t n);

@@ -442,7 +442,7 @@ tm_status tm__shape_matmul_gelu(tm_ctx *c, int prim, const tm_args *a, const tm_
     if (nin != 2 && nin != 3)
         return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_gelu: expected 2 inputs and an optional "
                            "bias, got %d", nin);
-    if (a->i[0] || a->i[1] || in[0]->dtype != TM_FLOAT)
+    if (a->i[0] || a->i[1] || a->i[2] || in[0]->dtype != TM_FLOAT)
         return tm_ctx_fail(c, TM_ERR_UNSUPPORTED, "matmul_gelu: float32 operands as stored only");
     tm_status st = tm__shape_matmul(c, prim, a, in, nin, out, 1, scratch);
     if (st != TM_OK) return st;
@@ -468,20 +468,38 @@ static void fused_product(const tm_kcall *kc, tm_tensor *y, tm_sgemm_epilogue *e
 }
 
 /* One product over all rows; in its epilogue the bias, then GELU into output 0 while
- * output 1 keeps the sum (gemm.h's act_out). */
+ * output 1 keeps the sum (gemm.h's act_out), or with i[3] GELU's derivative at the sum
+ * (the activation_d there). */
 tm_status tm__kernel_matmul_gelu(const tm_kcall *kc) {
     tm_chain ch = {1, {{TM_P_GELU, TM_CHAIN_UNARY, 0, 0.0f}}};
     tm_sgemm_epilogue ep;
     memset(&ep, 0, sizeof ep);
     ep.bias = kc->nin == 3 ? kc->in[2]->data : NULL;
-    ep.activation = tm__chain_apply;
-    ep.activation_arg = &ch;
+    if (kc->a->i[3]) {
+        ep.activation_d = tm__gelu_erf_d_f32;
+    } else {
+        ep.activation = tm__chain_apply;
+        ep.activation_arg = &ch;
+    }
     ep.act_out = kc->out[0]->data;
     fused_product(kc, kc->out[1], &ep);
     return TM_OK;
 }
 
-/* ---- MATMUL_ADD ------------------------------------------------------------------------ */
+/* ---- MATMUL_ADD, MATMUL_MUL ------------------------------------------------------------ */
+
+/* 1 when r, the operand a fused product's epilogue takes elementwise, is float32 of the
+ * product's dims out. Written transposed (i[2]), the (n, m) product may take r's dims
+ * instead: the same floats in the same order (the backward's reshape to x's dims). */
+static int takes_operand_dims(const tm_args *a, const tm_vinfo *r, tm_vinfo *out) {
+    if (a->i[2] && r->dtype == TM_FLOAT && r->rank >= 2 && r->dims[r->rank - 1] == out->dims[1] &&
+        tm_numel(r->rank, r->dims) == out->dims[0] * out->dims[1]) {
+        out->rank = r->rank;
+        memcpy(out->dims, r->dims, (size_t)r->rank * sizeof r->dims[0]);
+    }
+    return r->dtype == TM_FLOAT && r->rank == out->rank &&
+           !memcmp(r->dims, out->dims, (size_t)r->rank * sizeof r->dims[0]);
+}
 
 tm_status tm__shape_matmul_add(tm_ctx *c, int prim, const tm_args *a, const tm_vinfo *const *in,
                                int nin, tm_vinfo *out, int nout, size_t *scratch) {
@@ -498,18 +516,40 @@ tm_status tm__shape_matmul_add(tm_ctx *c, int prim, const tm_args *a, const tm_v
     if (st != TM_OK) return st;
     if (!a->i[2] && !matmul_folds_batch(in[1]->rank, in[1]->dims))
         return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_add: the weight's leading dims must be 1");
-    const tm_vinfo *r = in[nin - 1];
-    /* Written transposed, the (n, m) product may take the residual's dims: the same
-     * floats in the same order (the backward's reshape to x's dims). */
-    if (a->i[2] && r->dtype == TM_FLOAT && r->rank >= 2 && r->dims[r->rank - 1] == out->dims[1] &&
-        tm_numel(r->rank, r->dims) == out->dims[0] * out->dims[1]) {
-        out->rank = r->rank;
-        memcpy(out->dims, r->dims, (size_t)r->rank * sizeof r->dims[0]);
-    }
-    if (r->dtype != TM_FLOAT || r->rank != out->rank ||
-        memcmp(r->dims, out->dims, (size_t)r->rank * sizeof r->dims[0]))
+    if (!takes_operand_dims(a, in[nin - 1], out))
         return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_add: the residual must be float32 of the "
                            "product's dims");
+    return TM_OK;
+}
+
+tm_status tm__shape_matmul_mul(tm_ctx *c, int prim, const tm_args *a, const tm_vinfo *const *in,
+                               int nin, tm_vinfo *out, int nout, size_t *scratch) {
+    (void)nout;
+    if (nin != 3)
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_mul: expected x, W and the factor, got %d "
+                           "inputs", nin);
+    if (in[0]->dtype != TM_FLOAT)
+        return tm_ctx_fail(c, TM_ERR_UNSUPPORTED, "matmul_mul: float32 operands only");
+    if (!a->i[2])
+        return tm_ctx_fail(c, TM_ERR_UNSUPPORTED, "matmul_mul: a product written transposed "
+                           "only");
+    tm_status st = tm__shape_matmul(c, prim, a, in, 2, out, 1, scratch);
+    if (st != TM_OK) return st;
+    if (!takes_operand_dims(a, in[2], out))
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_mul: the factor must be float32 of the "
+                           "product's dims");
+    return TM_OK;
+}
+
+/* The product, written transposed, times f as each tile is stored. */
+tm_status tm__kernel_matmul_mul(const tm_kcall *kc) {
+    const tm_tensor *x = kc->in[0], *w = kc->in[1], *f = kc->in[2];
+    tm_tensor *y = kc->out[0];
+    int ta = kc->a->i[0] != 0, tb = kc->a->i[1] != 0;
+    int64_t m = y->dims[y->rank - 1], n = tm_numel(y->rank - 1, y->dims), k = x->dims[1 - ta];
+    if (!m || !n) return TM_OK;
+    tm_sgemm_ct_mul(ta, tb, m, n, k, 1.0f, x->data, ta ? m : k, w->data, tb ? k : n, 0.0f,
+                    y->data, m, f->data, kc->scratch, kc->pool);
     return TM_OK;
 }
 

@@ -238,7 +238,7 @@ tm_status tm__kernel_matmul_nbits(const tm_kcall *k) {
             return tm__fail(k->err, TM_ERR_INVALID_ARGUMENT, "matmul_nbits: bad epilogue chain");
         tm_sgemm_epilogue ep = {with_bias ? k->in[2]->data : NULL, 0,
                                 ch.n ? tm__chain_apply : NULL, &ch,
-                                with_residual ? k->in[k->nin - 1]->data : NULL, N, NULL, 0};
+                                with_residual ? k->in[k->nin - 1]->data : NULL, N, NULL, 0, NULL};
         tm_nbits_matmul(P->data, M, A->data, Y->data, k->scratch,
                         with_bias || with_residual || ch.n ? &ep : NULL, k->pool);
         return TM_OK;
@@ -777,7 +777,7 @@ tm_status tm__kernel_matmul_integer(const tm_kcall *k) {
     if (!tm__chain_decode(k->a->i + TM_QGEMM_ARG_CHAIN, TM_ARGS_MAX_I - TM_QGEMM_ARG_CHAIN, &ch))
         return tm__fail(k->err, TM_ERR_INVALID_ARGUMENT, "matmul_integer: bad epilogue chain");
     tm_sgemm_epilogue ep = {NULL, 0, ch.n ? tm__chain_apply : NULL, &ch,
-                            k->a->i[4] ? k->in[k->nin - 1]->data : NULL, N, NULL, 0};
+                            k->a->i[4] ? k->in[k->nin - 1]->data : NULL, N, NULL, 0, NULL};
     if (ch.n || ep.residual) g.epilogue = &ep;
     tm_qgemm(&g, k->scratch, k->pool);
     return TM_OK;

@@ -1,6 +1,9 @@
 /* Puts a residual ADD into the product before it, after a gradient plan's backward is
  * built: y = MATMUL(x, W[, bias]); z = ADD(y, r) (either order), r of y's dims, becomes
- * z = MATMUL_ADD(x, W[, bias], r), which adds r to each tile while it is in cache. In a
+ * z = MATMUL_ADD(x, W[, bias], r), which adds r to each tile while it is in cache; and
+ * z = MUL(y, f) after a product written transposed becomes z = MATMUL_MUL(x, W, f), each
+ * tile multiplied as it is stored (the cotangent through GELU, f the derivative that
+ * MATMUL_GELU kept: passes/matmul_gelu.c). In a
  * training step's forward the weights are parameters, so LINEAR (which takes a residual
  * too) does not apply, and the ADD read both of its operands back from memory and wrote
  * a new one. The backward's sums of cotangents (x's from q, k and v and the residual
@@ -22,7 +25,12 @@ static tm_status fuse_at(tm_pass_scan *s, int32_t mm) {
         seen = c->nodes[at].out[0];
         at = tm__pass_only_reader(s, seen, at + 1);
     }
-    if (at < 0 || c->nodes[at].prim != TM_P_ADD || c->nodes[at].nin != 2) return TM_OK;
+    if (at < 0 || c->nodes[at].nin != 2) return TM_OK;
+    /* A MUL only after a product written transposed (GELU's backward: MATMUL_MUL). */
+    int prim = c->nodes[at].prim == TM_P_ADD                      ? TM_P_MATMUL_ADD
+               : c->nodes[at].prim == TM_P_MUL && node->args.i[2] ? TM_P_MATMUL_MUL
+                                                                  : -1;
+    if (prim < 0) return TM_OK;
     const tm_rnode *add = &c->nodes[at];
     tm_val r = add->in[0] == seen ? add->in[1] : add->in[0];
     const tm_vinfo *si = &c->vals[seen], *ri = &c->vals[r];
@@ -34,7 +42,7 @@ static tm_status fuse_at(tm_pass_scan *s, int32_t mm) {
     memcpy(in, node->in, (size_t)nin * sizeof in[0]);
     in[nin++] = r;
     tm_args a = node->args;   /* a product written transposed keeps its flags */
-    tm_status st = tm__pass_rewrite(c, at, TM_P_MATMUL_ADD, in, nin, &a);
+    tm_status st = tm__pass_rewrite(c, at, prim, in, nin, &a);
     if (st == TM_ERR_SHAPE) return TM_OK;
     if (st != TM_OK) return st;
     /* The ADD's reads go (y's was its only one: the product is dead now, and the plan
