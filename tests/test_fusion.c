@@ -277,12 +277,27 @@ static tm_val ct_times_left(tm_ctx *c, const tm_val *in, tm_val *extra) {
     (void)extra;
     return bin(c, TM_P_MUL, in[2], mm_ct(c, in[0], in[1]));
 }
-/* Near misses: the product not written transposed; f broadcast along the rows; the
- * product also read elsewhere. */
+/* x . W (or x . W^T, MATMUL's i[1]: a backward's cotangent over a batch of rows) times
+ * f; with a bias first (near miss: MATMUL_MUL takes none). */
 static tm_val plain_times(tm_ctx *c, const tm_val *in, tm_val *extra) {
     (void)extra;
     return bin(c, TM_P_MUL, bin(c, TM_P_MATMUL, in[0], in[1]), in[2]);
 }
+static tm_val tb_times(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    (void)extra;
+    tm_args a;
+    memset(&a, 0, sizeof a);
+    a.i[1] = 1;
+    tm_val xw[2] = {in[0], in[1]};
+    return bin(c, TM_P_MUL, in[2], tm_prim(c, TM_P_MATMUL, xw, 2, &a));
+}
+static tm_val bias_times(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    (void)extra;
+    const int64_t row[2] = {1, 70};
+    tm_val y = bin(c, TM_P_ADD, bin(c, TM_P_MATMUL, in[0], in[1]), tm_reshape(c, in[3], 2, row));
+    return bin(c, TM_P_MUL, y, in[2]);
+}
+/* Near misses: f broadcast along the rows; the product also read elsewhere. */
 static tm_val ct_times_shared(tm_ctx *c, const tm_val *in, tm_val *extra) {
     tm_val y = mm_ct(c, in[0], in[1]);
     *extra = un(c, TM_P_NEG, y);
@@ -584,8 +599,16 @@ static const pattern patterns[] = {
      ct_times_left, TM_P_MATMUL_MUL, 1},
     {"(W gy^T)^T times f, a few rows (plain loops)", 3, {2, 2, 2}, {{9, 7}, {2, 7}, {2, 9}},
      ct_times_left, TM_P_MATMUL_MUL, 1},
-    {"x . W times f: left alone", 3, {2, 2, 2}, {{60, 40}, {40, 70}, {60, 70}}, plain_times,
-     TM_P_MUL, 0},
+    {"x . W times f (in place path)", 3, {2, 2, 2}, {{60, 40}, {40, 70}, {60, 70}},
+     plain_times, TM_P_MATMUL_MUL, 1},
+    {"x . W times f, a few rows (small path)", 3, {2, 2, 2}, {{2, 40}, {40, 70}, {2, 70}},
+     plain_times, TM_P_MATMUL_MUL, 1},
+    {"f times x . W^T, W broadcast over a batch (packed path)", 3, {3, 3, 3},
+     {{3, 60, 40}, {1, 70, 40}, {3, 60, 70}}, tb_times, TM_P_MATMUL_MUL, 1},
+    {"f times x . W^T, W batched: left alone", 3, {3, 3, 3},
+     {{2, 30, 40}, {2, 70, 40}, {2, 30, 70}}, tb_times, TM_P_MUL, 0},
+    {"(x . W + bias) times f: left alone", 4, {2, 2, 2, 1},
+     {{60, 40}, {40, 70}, {60, 70}, {70}}, bias_times, TM_P_MUL, 0},
     {"(W gy^T)^T times a broadcast row: left alone", 3, {2, 2, 2},
      {{70, 40}, {60, 40}, {1, 70}}, ct_times_left, TM_P_MUL, 0},
     {"(W gy^T)^T times f, the product read elsewhere", 3, {2, 2, 2},

@@ -324,6 +324,26 @@ static void test_sgemm_shapes(void) {
                       "sgemm_ep %lldx%lldx%lld trans %d/%d beta %g: not the product plus the "
                       "bias", (long long)m, (long long)n, (long long)k, trans_a, trans_b, beta);
             }
+            /* And times f after the bias (ep.mul, row stride ldc): (product + bias) f, to
+             * the bit, on 1 and 3 threads. */
+            float *f = malloc((size_t)cells_c * sizeof *f);
+            for (int64_t i = 0; i < cells_c; i++) f[i] = (float)random_unit();
+            for (int64_t i = 0; i < m; i++)
+                for (int64_t j = 0; j < n; j++) want_b[i * ldc + j] *= f[i * ldc + j];
+            ep.mul = f;
+            ep.ldm = ldc;
+            for (int pi = -1; pi < 2; pi += 2) {
+                for (int64_t i = 0; i < cells_c; i++) c0[i] = c2[i];
+                tm_sgemm_ep(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c0, ldc, &ep,
+                            work, pi < 0 ? NULL : pools[pi]);
+                int same = 1;
+                for (int64_t i = 0; i < m; i++)
+                    same &= memcmp(c0 + i * ldc, want_b + i * ldc, (size_t)n * sizeof *c0) == 0;
+                check(same, "sgemm_ep %lldx%lldx%lld trans %d/%d beta %g: not (the product plus "
+                      "the bias) times f", (long long)m, (long long)n, (long long)k, trans_a,
+                      trans_b, beta);
+            }
+            free(f);
             free(bias);
             free(want_b);
             free(work);
@@ -381,8 +401,10 @@ static void test_sgemm_packed(void) {
         void *scratch = malloc(scratch_bytes + 1);
         for (int variant = 0; variant < 8; variant++) {
             int use_a = variant & 1, with_act = (variant >> 1) & 1, with_res = variant >> 2;
-            tm_sgemm_epilogue ep = {use_a ? bias_r : bias_c, use_a, with_act ? clip_activation : NULL,
-                                    &hi, with_res ? res : NULL, ldc, NULL, 0, NULL};
+            tm_sgemm_epilogue ep = {.bias = use_a ? bias_r : bias_c, .bias_rows = use_a,
+                                    .activation = with_act ? clip_activation : NULL,
+                                    .activation_arg = &hi, .residual = with_res ? res : NULL,
+                                    .ldr = ldc};
             for (int i = 0; i < 4; i++)
                 for (int64_t j = 0; j < m * ldc; j++) c[i][j] = NAN;
             for (int t = 0; t < 3; t++) {
@@ -452,7 +474,7 @@ static void test_sgemm_packed(void) {
         tm_sgemm_bpacked(m, n, k, a, lda, bp, bp_panel, bp_depth, c[0], ldc, NULL, NULL);
         for (int64_t i = 0; i < m; i++)
             for (int64_t j = 0; j < n; j++) c[0][i * ldc + j] += bias_c[j];
-        tm_sgemm_epilogue bias_only = {bias_c, 0, NULL, NULL, NULL, 0, NULL, 0, NULL};
+        tm_sgemm_epilogue bias_only = {.bias = bias_c};
         for (int t = 1; t <= 2; t++) {   /* c[1] on one thread, c[2] on three */
             tm_sgemm_bpacked(m, n, k, a, lda, bp, bp_panel, bp_depth, c[t], ldc, &bias_only,
                              t == 1 ? NULL : pools[1]);
@@ -472,10 +494,10 @@ static void test_sgemm_packed(void) {
             for (int with_res = 0; with_res < 2; with_res++)
                 for (int t = 1; t <= 2; t++) {
                     tm_pool *pool = t == 1 ? NULL : pools[1];
-                    tm_sgemm_epilogue in_place = {bias_c, 0, clip_activation, &hi,
-                                                  with_res ? res : NULL, ldc, NULL, 0, NULL};
-                    tm_sgemm_epilogue to_act = in_place,
-                                      bias_alone = {bias_c, 0, NULL, NULL, NULL, 0, NULL, 0, NULL};
+                    tm_sgemm_epilogue in_place = {.bias = bias_c, .activation = clip_activation,
+                                                  .activation_arg = &hi,
+                                                  .residual = with_res ? res : NULL, .ldr = ldc};
+                    tm_sgemm_epilogue to_act = in_place, bias_alone = {.bias = bias_c};
                     to_act.act_out = act;
                     to_act.ld_act = ldc;
                     for (int64_t j = 0; j < m * ldc; j++) act[j] = NAN;

@@ -457,7 +457,7 @@ static void test_qgemm_activation(void) {
     void *packed = malloc(tm_qgemm_packed_size(k, n));
     tm_qgemm_pack_b(b, 1, 0, n, k, n, &zb, 1, packed);
     float scale = 1e-4f;
-    tm_sgemm_epilogue ep = {NULL, 0, qgemm_affine, NULL, res, n, NULL, 0, NULL};
+    tm_sgemm_epilogue ep = {.activation = qgemm_affine, .residual = res, .ldr = n};
     tm_qgemm_args g = {m, n, k, a, 0, k, &za, 1, packed, NULL, want, n, &scale, 1, bias, n, &ep};
     tm_qgemm_reference(&g);
     void *scratch = malloc(tm_qgemm_scratch(m, k, 0));

@@ -102,9 +102,9 @@ void tm_sgemm_pack_a(int trans_a, int64_t m, int64_t k, const float *a, int64_t 
                      int panel, int depth, float *dst);
 
 /* What happens to each tile after its product: c += bias (per column, or per row when
- * bias_rows), then c = activation(c), then c += residual (row stride ldr). Any part may
- * be NULL. activation(arg, x, y, n) writes y[0..n) from x[0..n), lane by lane (y may
- * be x). With
+ * bias_rows), then c *= mul (row stride ldm), then c = activation(c), then c += residual
+ * (row stride ldr). Any part may be NULL. activation(arg, x, y, n) writes y[0..n) from
+ * x[0..n), lane by lane (y may be x). With
  * act_out (and an activation), activation(c) + residual goes there instead (row stride
  * ld_act, the same rows and columns) and c keeps the product plus bias: a gradient plan
  * saves the activation's input for its backward, and writing both from the tile in cache
@@ -121,6 +121,8 @@ typedef struct tm_sgemm_epilogue {
     float *act_out;
     int64_t ld_act;
     void (*activation_d)(const float *x, float *y, float *dx, int64_t n);
+    const float *mul;
+    int64_t ldm;
 } tm_sgemm_epilogue;
 
 /* The epilogue on rows [i0, i1) and columns [j0, j1) of c (row stride ldc) that already
@@ -288,7 +290,7 @@ static inline const float *tm__sgemm_bias_first(const tm_sgemm_epilogue *ep, flo
     if (!ep || !ep->bias || ep->bias_rows || beta != 0.0f || k > depth) return NULL;
     *buf = *ep;
     buf->bias = NULL;
-    *rest = buf->activation || buf->activation_d || buf->residual ? buf : NULL;
+    *rest = buf->activation || buf->activation_d || buf->residual || buf->mul ? buf : NULL;
     return ep->bias;
 }
 

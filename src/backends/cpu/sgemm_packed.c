@@ -131,14 +131,16 @@ void tm_sgemm_epilogue_apply(const tm_sgemm_epilogue *ep, float *c, int64_t ldc,
     epilogue(ep, c, ldc, i0, i1, j0, j1);
 }
 
-/* Rows [i0, i1), columns [j0, j1) of c, holding the products: bias, activation, residual.
+/* Rows [i0, i1), columns [j0, j1) of c, holding the products: bias, factor, activation,
+ * residual.
  * Its loops vectorized (GCC's -O2 leaves loops that need a check for aliasing scalar). */
 #if defined(__GNUC__) && !defined(__clang__)
 __attribute__((optimize("O3", "no-trapping-math")))
 #endif
 static void epilogue(const tm_sgemm_epilogue *ep, float *c, int64_t ldc, int64_t i0,
                      int64_t i1, int64_t j0, int64_t j1) {
-    if (!ep || (!ep->bias && !ep->activation && !ep->activation_d && !ep->residual)) return;
+    if (!ep || (!ep->bias && !ep->activation && !ep->activation_d && !ep->residual && !ep->mul))
+        return;
     for (int64_t i = i0; i < i1; i++) {
         float *row = c + i * ldc;
         const float *res = ep->residual ? ep->residual + i * ep->ldr : NULL;
@@ -148,6 +150,8 @@ static void epilogue(const tm_sgemm_epilogue *ep, float *c, int64_t ldc, int64_t
         } else if (ep->bias) {
             for (int64_t j = j0; j < j1; j++) row[j] += ep->bias[j];
         }
+        if (ep->mul)
+            for (int64_t j = j0; j < j1; j++) row[j] *= ep->mul[i * ep->ldm + j];
         if (ep->activation_d && ep->act_out) {   /* the activation out, its derivative kept */
             float *dst = ep->act_out + i * ep->ld_act;
             ep->activation_d(row + j0, dst + j0, row + j0, j1 - j0);

@@ -530,26 +530,37 @@ tm_status tm__shape_matmul_mul(tm_ctx *c, int prim, const tm_args *a, const tm_v
                            "inputs", nin);
     if (in[0]->dtype != TM_FLOAT)
         return tm_ctx_fail(c, TM_ERR_UNSUPPORTED, "matmul_mul: float32 operands only");
-    if (!a->i[2])
-        return tm_ctx_fail(c, TM_ERR_UNSUPPORTED, "matmul_mul: a product written transposed "
-                           "only");
+    if (!a->i[2] && a->i[0])
+        return tm_ctx_fail(c, TM_ERR_UNSUPPORTED, "matmul_mul: x as stored (W as stored or "
+                           "transposed), or a product written transposed");
     tm_status st = tm__shape_matmul(c, prim, a, in, 2, out, 1, scratch);
     if (st != TM_OK) return st;
+    if (!a->i[2] && !matmul_folds_batch(in[1]->rank, in[1]->dims))
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_mul: the weight's leading dims must be 1");
     if (!takes_operand_dims(a, in[2], out))
         return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_mul: the factor must be float32 of the "
                            "product's dims");
     return TM_OK;
 }
 
-/* The product, written transposed, times f as each tile is stored. */
+/* The product times f: written transposed, as each tile is stored; else over all rows,
+ * in each tile's epilogue. */
 tm_status tm__kernel_matmul_mul(const tm_kcall *kc) {
     const tm_tensor *x = kc->in[0], *w = kc->in[1], *f = kc->in[2];
     tm_tensor *y = kc->out[0];
-    int ta = kc->a->i[0] != 0, tb = kc->a->i[1] != 0;
-    int64_t m = y->dims[y->rank - 1], n = tm_numel(y->rank - 1, y->dims), k = x->dims[1 - ta];
-    if (!m || !n) return TM_OK;
-    tm_sgemm_ct_mul(ta, tb, m, n, k, 1.0f, x->data, ta ? m : k, w->data, tb ? k : n, 0.0f,
-                    y->data, m, f->data, kc->scratch, kc->pool);
+    if (kc->a->i[2]) {
+        int ta = kc->a->i[0] != 0, tb = kc->a->i[1] != 0;
+        int64_t m = y->dims[y->rank - 1], n = tm_numel(y->rank - 1, y->dims), k = x->dims[1 - ta];
+        if (!m || !n) return TM_OK;
+        tm_sgemm_ct_mul(ta, tb, m, n, k, 1.0f, x->data, ta ? m : k, w->data, tb ? k : n, 0.0f,
+                        y->data, m, f->data, kc->scratch, kc->pool);
+        return TM_OK;
+    }
+    tm_sgemm_epilogue ep;
+    memset(&ep, 0, sizeof ep);
+    ep.mul = f->data;
+    ep.ldm = y->dims[y->rank - 1];
+    fused_product(kc, y, &ep);
     return TM_OK;
 }
 

@@ -54,9 +54,11 @@ tm_status tm__kernel_linear(const tm_kcall *kc) {
         return tm__fail(kc->err, TM_ERR_INVALID_ARGUMENT, "linear: bad chain");
     const tm_tensor *x = kc->in[0];
     int64_t m = k ? (int64_t)tm_tensor_numel_(x) / k : 0;
-    tm_sgemm_epilogue ep = {with_bias ? kc->in[2]->data : NULL, 0,
-                            ch.n ? tm__chain_apply : NULL, &ch,
-                            with_residual ? kc->in[kc->nin - 1]->data : NULL, n, NULL, 0, NULL};
+    tm_sgemm_epilogue ep = {.bias = with_bias ? kc->in[2]->data : NULL,
+                            .activation = ch.n ? tm__chain_apply : NULL,
+                            .activation_arg = &ch,
+                            .residual = with_residual ? kc->in[kc->nin - 1]->data : NULL,
+                            .ldr = n};
     /* With TM_REFERENCE_KERNELS=1 there is no micro-kernel, and tm_sgemm_bpacked runs the
      * plain loops (tm_sgemm_bpacked_reference) itself. */
     tm_sgemm_bpacked(m, n, k, x->data, k, kc->in[1]->data, (int)a->i[2], (int)a->i[3],

@@ -236,9 +236,11 @@ tm_status tm__kernel_matmul_nbits(const tm_kcall *k) {
         tm_chain ch;
         if (!tm__chain_decode(k->a->i + TM_NBITS_ARG_CHAIN, TM_ARGS_MAX_I - TM_NBITS_ARG_CHAIN, &ch))
             return tm__fail(k->err, TM_ERR_INVALID_ARGUMENT, "matmul_nbits: bad epilogue chain");
-        tm_sgemm_epilogue ep = {with_bias ? k->in[2]->data : NULL, 0,
-                                ch.n ? tm__chain_apply : NULL, &ch,
-                                with_residual ? k->in[k->nin - 1]->data : NULL, N, NULL, 0, NULL};
+        tm_sgemm_epilogue ep = {.bias = with_bias ? k->in[2]->data : NULL,
+                                .activation = ch.n ? tm__chain_apply : NULL,
+                                .activation_arg = &ch,
+                                .residual = with_residual ? k->in[k->nin - 1]->data : NULL,
+                                .ldr = N};
         tm_nbits_matmul(P->data, M, A->data, Y->data, k->scratch,
                         with_bias || with_residual || ch.n ? &ep : NULL, k->pool);
         return TM_OK;
@@ -776,8 +778,10 @@ tm_status tm__kernel_matmul_integer(const tm_kcall *k) {
     tm_chain ch;
     if (!tm__chain_decode(k->a->i + TM_QGEMM_ARG_CHAIN, TM_ARGS_MAX_I - TM_QGEMM_ARG_CHAIN, &ch))
         return tm__fail(k->err, TM_ERR_INVALID_ARGUMENT, "matmul_integer: bad epilogue chain");
-    tm_sgemm_epilogue ep = {NULL, 0, ch.n ? tm__chain_apply : NULL, &ch,
-                            k->a->i[4] ? k->in[k->nin - 1]->data : NULL, N, NULL, 0, NULL};
+    tm_sgemm_epilogue ep = {.activation = ch.n ? tm__chain_apply : NULL,
+                            .activation_arg = &ch,
+                            .residual = k->a->i[4] ? k->in[k->nin - 1]->data : NULL,
+                            .ldr = N};
     if (ch.n || ep.residual) g.epilogue = &ep;
     tm_qgemm(&g, k->scratch, k->pool);
     return TM_OK;

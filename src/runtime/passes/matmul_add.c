@@ -1,9 +1,9 @@
 /* Puts a residual ADD into the product before it, after a gradient plan's backward is
  * built: y = MATMUL(x, W[, bias]); z = ADD(y, r) (either order), r of y's dims, becomes
  * z = MATMUL_ADD(x, W[, bias], r), which adds r to each tile while it is in cache; and
- * z = MUL(y, f) after a product written transposed becomes z = MATMUL_MUL(x, W, f), each
- * tile multiplied as it is stored (the cotangent through GELU, f the derivative that
- * MATMUL_GELU kept: passes/matmul_gelu.c). In a
+ * z = MUL(y, f) after a product without a bias becomes z = MATMUL_MUL(x, W, f), each tile
+ * multiplied in its epilogue, or as it is stored when written transposed (the cotangent
+ * through GELU, f the derivative that MATMUL_GELU kept: passes/matmul_gelu.c). In a
  * training step's forward the weights are parameters, so LINEAR (which takes a residual
  * too) does not apply, and the ADD read both of its operands back from memory and wrote
  * a new one. The backward's sums of cotangents (x's from q, k and v and the residual
@@ -26,10 +26,10 @@ static tm_status fuse_at(tm_pass_scan *s, int32_t mm) {
         at = tm__pass_only_reader(s, seen, at + 1);
     }
     if (at < 0 || c->nodes[at].nin != 2) return TM_OK;
-    /* A MUL only after a product written transposed (GELU's backward: MATMUL_MUL). */
-    int prim = c->nodes[at].prim == TM_P_ADD                      ? TM_P_MATMUL_ADD
-               : c->nodes[at].prim == TM_P_MUL && node->args.i[2] ? TM_P_MATMUL_MUL
-                                                                  : -1;
+    /* A MUL only after a product without a bias (GELU's backward: MATMUL_MUL). */
+    int prim = c->nodes[at].prim == TM_P_ADD                     ? TM_P_MATMUL_ADD
+               : c->nodes[at].prim == TM_P_MUL && node->nin == 2 ? TM_P_MATMUL_MUL
+                                                                 : -1;
     if (prim < 0) return TM_OK;
     const tm_rnode *add = &c->nodes[at];
     tm_val r = add->in[0] == seen ? add->in[1] : add->in[0];
