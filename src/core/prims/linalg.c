@@ -501,25 +501,35 @@ static int takes_operand_dims(const tm_args *a, const tm_vinfo *r, tm_vinfo *out
            !memcmp(r->dims, out->dims, (size_t)r->rank * sizeof r->dims[0]);
 }
 
+/* MATMUL_ADD's and MATMUL_MUL's shape: a product of in[0..nin - 1) (x, W and for ADD an
+ * optional bias; as MATMUL has them, x as stored, W's leading dims 1, or written
+ * transposed), then the operand in[nin - 1] (what: "residual" or "factor") of its dims. */
+static tm_status shape_product_and_operand(tm_ctx *c, int prim, const tm_args *a,
+                                           const tm_vinfo *const *in, int nin, tm_vinfo *out,
+                                           size_t *scratch, const char *name, const char *what) {
+    if (in[0]->dtype != TM_FLOAT)
+        return tm_ctx_fail(c, TM_ERR_UNSUPPORTED, "%s: float32 operands only", name);
+    if (!a->i[2] && a->i[0])
+        return tm_ctx_fail(c, TM_ERR_UNSUPPORTED, "%s: x as stored (W as stored or "
+                           "transposed), or a product written transposed", name);
+    tm_status st = tm__shape_matmul(c, prim, a, in, nin - 1, out, 1, scratch);
+    if (st != TM_OK) return st;
+    if (!a->i[2] && !matmul_folds_batch(in[1]->rank, in[1]->dims))
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "%s: the weight's leading dims must be 1", name);
+    if (!takes_operand_dims(a, in[nin - 1], out))
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "%s: the %s must be float32 of the product's dims",
+                           name, what);
+    return TM_OK;
+}
+
 tm_status tm__shape_matmul_add(tm_ctx *c, int prim, const tm_args *a, const tm_vinfo *const *in,
                                int nin, tm_vinfo *out, int nout, size_t *scratch) {
     (void)nout;
     if (nin != 3 && nin != 4)
         return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_add: expected x, W, an optional bias and "
                            "the residual, got %d inputs", nin);
-    if (in[0]->dtype != TM_FLOAT)
-        return tm_ctx_fail(c, TM_ERR_UNSUPPORTED, "matmul_add: float32 operands only");
-    if (!a->i[2] && a->i[0])
-        return tm_ctx_fail(c, TM_ERR_UNSUPPORTED, "matmul_add: x as stored (W as stored or "
-                           "transposed), or a product written transposed");
-    tm_status st = tm__shape_matmul(c, prim, a, in, nin - 1, out, 1, scratch);
-    if (st != TM_OK) return st;
-    if (!a->i[2] && !matmul_folds_batch(in[1]->rank, in[1]->dims))
-        return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_add: the weight's leading dims must be 1");
-    if (!takes_operand_dims(a, in[nin - 1], out))
-        return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_add: the residual must be float32 of the "
-                           "product's dims");
-    return TM_OK;
+    return shape_product_and_operand(c, prim, a, in, nin, out, scratch, "matmul_add",
+                                     "residual");
 }
 
 tm_status tm__shape_matmul_mul(tm_ctx *c, int prim, const tm_args *a, const tm_vinfo *const *in,
@@ -528,37 +538,37 @@ tm_status tm__shape_matmul_mul(tm_ctx *c, int prim, const tm_args *a, const tm_v
     if (nin != 3)
         return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_mul: expected x, W and the factor, got %d "
                            "inputs", nin);
-    if (in[0]->dtype != TM_FLOAT)
-        return tm_ctx_fail(c, TM_ERR_UNSUPPORTED, "matmul_mul: float32 operands only");
-    if (!a->i[2] && a->i[0])
-        return tm_ctx_fail(c, TM_ERR_UNSUPPORTED, "matmul_mul: x as stored (W as stored or "
-                           "transposed), or a product written transposed");
-    tm_status st = tm__shape_matmul(c, prim, a, in, 2, out, 1, scratch);
-    if (st != TM_OK) return st;
-    if (!a->i[2] && !matmul_folds_batch(in[1]->rank, in[1]->dims))
-        return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_mul: the weight's leading dims must be 1");
-    if (!takes_operand_dims(a, in[2], out))
-        return tm_ctx_fail(c, TM_ERR_SHAPE, "matmul_mul: the factor must be float32 of the "
-                           "product's dims");
-    return TM_OK;
+    return shape_product_and_operand(c, prim, a, in, nin, out, scratch, "matmul_mul", "factor");
+}
+
+/* A product written transposed (MATMUL's i[2]: y (n, m), or the operand's dims) of x and
+ * W (in[0], in[1]), plus res or times mul as each tile is stored (one of them). */
+static void transposed_product(const tm_kcall *kc, tm_tensor *y, const float *res,
+                               const float *mul) {
+    const tm_tensor *x = kc->in[0], *w = kc->in[1];
+    int ta = kc->a->i[0] != 0, tb = kc->a->i[1] != 0;
+    int64_t m = y->dims[y->rank - 1], n = tm_numel(y->rank - 1, y->dims), k = x->dims[1 - ta];
+    if (!m || !n) return;
+    if (mul)
+        tm_sgemm_ct_mul(ta, tb, m, n, k, 1.0f, x->data, ta ? m : k, w->data, tb ? k : n, 0.0f,
+                        y->data, m, mul, kc->scratch, kc->pool);
+    else
+        tm_sgemm_ct_add(ta, tb, m, n, k, 1.0f, x->data, ta ? m : k, w->data, tb ? k : n, 0.0f,
+                        y->data, m, res, kc->scratch, kc->pool);
 }
 
 /* The product times f: written transposed, as each tile is stored; else over all rows,
  * in each tile's epilogue. */
 tm_status tm__kernel_matmul_mul(const tm_kcall *kc) {
-    const tm_tensor *x = kc->in[0], *w = kc->in[1], *f = kc->in[2];
     tm_tensor *y = kc->out[0];
+    const float *f = kc->in[2]->data;
     if (kc->a->i[2]) {
-        int ta = kc->a->i[0] != 0, tb = kc->a->i[1] != 0;
-        int64_t m = y->dims[y->rank - 1], n = tm_numel(y->rank - 1, y->dims), k = x->dims[1 - ta];
-        if (!m || !n) return TM_OK;
-        tm_sgemm_ct_mul(ta, tb, m, n, k, 1.0f, x->data, ta ? m : k, w->data, tb ? k : n, 0.0f,
-                        y->data, m, f->data, kc->scratch, kc->pool);
+        transposed_product(kc, y, NULL, f);
         return TM_OK;
     }
     tm_sgemm_epilogue ep;
     memset(&ep, 0, sizeof ep);
-    ep.mul = f->data;
+    ep.mul = f;
     ep.ldm = y->dims[y->rank - 1];
     fused_product(kc, y, &ep);
     return TM_OK;
@@ -567,20 +577,16 @@ tm_status tm__kernel_matmul_mul(const tm_kcall *kc) {
 /* One product over all rows; the bias and the residual in its epilogue (written
  * transposed: the residual as each tile is stored). */
 tm_status tm__kernel_matmul_add(const tm_kcall *kc) {
-    const tm_tensor *x = kc->in[0], *w = kc->in[1], *r = kc->in[kc->nin - 1];
     tm_tensor *y = kc->out[0];
+    const float *r = kc->in[kc->nin - 1]->data;
     if (kc->a->i[2]) {   /* (n, m), as MATMUL's i[2], or the residual's dims */
-        int ta = kc->a->i[0] != 0, tb = kc->a->i[1] != 0;
-        int64_t m = y->dims[y->rank - 1], n = tm_numel(y->rank - 1, y->dims), k = x->dims[1 - ta];
-        if (!m || !n) return TM_OK;
-        tm_sgemm_ct_add(ta, tb, m, n, k, 1.0f, x->data, ta ? m : k, w->data, tb ? k : n, 0.0f,
-                        y->data, m, r->data, kc->scratch, kc->pool);
+        transposed_product(kc, y, r, NULL);
         return TM_OK;
     }
     tm_sgemm_epilogue ep;
     memset(&ep, 0, sizeof ep);
     ep.bias = kc->nin == 4 ? kc->in[2]->data : NULL;
-    ep.residual = r->data;
+    ep.residual = r;
     fused_product(kc, y, &ep);
     return TM_OK;
 }
