@@ -39,8 +39,10 @@ done
 suite test_api-reference-gemm env TM_REFERENCE_KERNELS=1 "$BUILD/tests/test_api"
 suite test_grad-reference env TM_REFERENCE_KERNELS=1 "$BUILD/tests/test_grad"
 suite test_fusion-reference env TM_REFERENCE_KERNELS=1 "$BUILD/tests/test_fusion"
-# The AVX2 micro-kernels, which a CPU without AVX-512 runs, on this one too.
+# The AVX2 micro-kernels and the scalar maths, which a CPU without AVX-512 runs, on this
+# one too.
 suite test_prims_linalg-avx2 env TM_SGEMM_ARCH=avx2 "$BUILD/tests/test_prims_linalg"
+suite test_fusion-avx2 env TM_SGEMM_ARCH=avx2 "$BUILD/tests/test_fusion"
 suite onnx-backend "$TM" test-onnx tests/data/onnx-backend --mode both --quiet \
     --expected-failures tests/expected_failures.txt
 suite gradient-op "$TM" test-onnx tests/data/grad/gradient-op --mode both

@@ -776,6 +776,10 @@ static void run_pattern(const pattern *p) {
             worst = isnan(err) ? INFINITY : fmax(worst, err);
         }
         CHECK(worst < 1e-5, "%s: fused differs by %g", p->name, worst);
+        /* A product's residual or factor in its epilogue: the same bits as the unfused. */
+        if (p->want_fused && (p->want_prim == TM_P_MATMUL_ADD || p->want_prim == TM_P_MATMUL_MUL))
+            CHECK(tm_tensor_numel_(b) == n && !memcmp(a->data, b->data, (size_t)n * sizeof(float)),
+                  "%s: fused differs from the unfused bits", p->name);
     }
     tm_ctx_destroy(&e);
     tm_ctx_destroy(&t);
@@ -882,43 +886,96 @@ static void test_gelu_with_derivative(void) {
     free(x), free(y), free(d), free(want), free(ones);
 }
 
-/* A gradient plan's GELU: the fused product keeps GELU's derivative (MATMUL_GELU's
- * i[3]), GELU_GRAD is gone, and its cotangent is multiplied by that output. */
-static void test_gelu_derivative_kept(void) {
+/* A gradient plan's GELU, forward and backward: h = x W + b, g = GELU(h); the backward's
+ * cotangent of h, GELU_GRAD(h, gy), gy a product written transposed ((W2 go^T)^T, as x's
+ * cotangent through the next product is made). The fused product keeps GELU's derivative
+ * (MATMUL_GELU's i[3]) and the gradient becomes MATMUL_MUL of that product by it, no
+ * GELU_GRAD left; with the reference kernels MATMUL_GELU keeps h and GELU_GRAD reads it.
+ * Both results to the bit as the unfused primitives give them. */
+static tm_val gelu_step(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    const int64_t row[3] = {1, 1, 70};
+    tm_val h = bin(c, TM_P_ADD, bin(c, TM_P_MATMUL, in[0], in[1]), tm_reshape(c, in[2], 3, row));
+    *extra = un(c, TM_P_GELU, h);
+    const tm_vinfo *hi = &c->vals[h];
+    tm_val gy = tm_reshape(c, mm_ct(c, in[3], in[4]), hi->rank, hi->dims);
+    return gelu_grad_of(c, h, gy);
+}
+
+static void test_gelu_step(void) {
+    static const int64_t d[5][3] = {{2, 60, 40}, {1, 40, 70}, {70}, {70, 50}, {120, 50}};
+    static const int rank[5] = {3, 3, 1, 2, 2};
     tm_ctx t;
     tm_ctx_init(&t, TM_MODE_TRACE, NULL);
-    const int64_t d[4][3] = {{2, 60, 40}, {1, 40, 70}, {70}, {2, 60, 70}};
-    const int rank[4] = {3, 3, 1, 3};
-    tm_val in[4], extra = TM_NONE;
-    for (int i = 0; i < 4; i++) in[i] = tm_val_symbolic(&t, TM_FLOAT, rank[i], d[i], i);
-    tm_val y = mm_gelu_saved(&t, in, &extra);
-    tm_pass_roots roots = {&y, 1};
-    CHECK(tm_ctx_ok(&t) && tm__run_passes(&t, &roots) == TM_OK, "gelu derivative: passes");
+    tm_val in[5], extra = TM_NONE;
+    for (int i = 0; i < 5; i++) in[i] = tm_val_symbolic(&t, TM_FLOAT, rank[i], d[i], i);
+    tm_val y = gelu_step(&t, in, &extra);
+    tm_val root_vals[2] = {y, extra};
+    tm_pass_roots roots = {root_vals, 2};
+    CHECK(tm_ctx_ok(&t) && tm__run_passes(&t, &roots) == TM_OK, "gelu step: passes");
     uint8_t *live = NULL;
     int *uses = tm__pass_live_use_counts(&t, &roots, &live);
-    int fused = 0, grads = 0, muls = 0;
+    int keeps_d = 0, keeps_h = 0, grads = 0, muls = 0;
     for (int32_t i = 0; i < t.n_nodes; i++) {
         const tm_rnode *n = &t.nodes[i];
         if (!live[i]) continue;
         grads += n->prim == TM_P_GELU_GRAD;
-        if (n->prim == TM_P_MATMUL_GELU && n->args.i[3] == 1) {
-            fused++;
-            for (int32_t j = i + 1; j < t.n_nodes; j++)
-                muls += live[j] && t.nodes[j].prim == TM_P_MUL &&
-                        (t.nodes[j].in[0] == n->out[1] || t.nodes[j].in[1] == n->out[1]);
-        }
+        muls += n->prim == TM_P_MUL;
+        keeps_d += n->prim == TM_P_MATMUL_GELU && n->args.i[3] == 1;
+        keeps_h += n->prim == TM_P_MATMUL_GELU && n->args.i[3] == 0;
     }
-    CHECK(fused == 1 && grads == 0 && muls == 1, "gelu derivative: %d fused products keeping "
-          "it, %d GELU_GRADs left, %d MULs by it", fused, grads, muls);
+    int fused_grad = t.nodes[t.vals[y].producer].prim;
+    if (tm_use_reference_kernels())
+        CHECK(keeps_h == 1 && keeps_d == 0 && grads == 1 && fused_grad == TM_P_GELU_GRAD,
+              "gelu step (reference kernels): %d products keeping h, %d keeping GELU', %d "
+              "GELU_GRADs, the gradient from %s", keeps_h, keeps_d, grads,
+              tm_prims[fused_grad].name);
+    else
+        CHECK(keeps_d == 1 && keeps_h == 0 && grads == 0 && muls == 0 &&
+                  fused_grad == TM_P_MATMUL_MUL,
+              "gelu step: %d products keeping GELU', %d keeping h, %d GELU_GRADs, %d MULs, the "
+              "gradient from %s", keeps_d, keeps_h, grads, muls, tm_prims[fused_grad].name);
     free(uses);
     free(live);
+    tm_ctx e;
+    tm_ctx_init(&e, TM_MODE_EAGER, NULL);
+    tm_val ein[5];
+    for (int i = 0; i < 5; i++) {
+        tm_tensor *x = tm_tensor_alloc(TM_FLOAT, rank[i], d[i], NULL);
+        for (int64_t j = 0; j < tm_numel(rank[i], d[i]); j++)
+            ((float *)x->data)[j] = 2.0f * next_f();
+        ein[i] = tm_val_tensor(&e, x, 0);
+    }
+    tm_val want_g = TM_NONE;
+    tm_val want = gelu_step(&e, ein, &want_g);
+    tm_val got = replay(&t, &roots, &e, in, ein, 5, y);
+    tm_val got_g = replay(&t, &roots, &e, in, ein, 5, extra);
+    CHECK(tm_ctx_ok(&e) && got != TM_NONE && got_g != TM_NONE, "gelu step: eager: %s",
+          e.err.message);
+    if (tm_ctx_ok(&e) && got != TM_NONE && got_g != TM_NONE) {
+        const tm_tensor *a = tm_vdata(&e, want), *b = tm_vdata(&e, got);
+        const tm_tensor *ga = tm_vdata(&e, want_g), *gb = tm_vdata(&e, got_g);
+        CHECK(a->nbytes == b->nbytes && !memcmp(a->data, b->data, a->nbytes),
+              "gelu step: the cotangent of h differs from GELU_GRAD's");
+        /* (The reference GELU computes in double; the fused one in float.) */
+        double worst = 0.0;
+        for (size_t q = 0; q < ga->nbytes / sizeof(float); q++) {
+            double u = ((const float *)ga->data)[q], v = ((const float *)gb->data)[q];
+            worst = fmax(worst, fabs(u - v) / (1e-6 + fabs(u)));
+        }
+        if (tm_use_reference_kernels())
+            CHECK(worst < 1e-5, "gelu step: GELU %g from the GELU primitive's", worst);
+        else
+            CHECK(ga->nbytes == gb->nbytes && !memcmp(ga->data, gb->data, ga->nbytes),
+                  "gelu step: GELU differs from the GELU primitive's");
+    }
+    tm_ctx_destroy(&e);
     tm_ctx_destroy(&t);
 }
 
 int main(void) {
     test_chain_gelu();
     test_gelu_with_derivative();
-    test_gelu_derivative_kept();
+    test_gelu_step();
     for (size_t i = 0; i < sizeof patterns / sizeof patterns[0]; i++) run_pattern(&patterns[i]);
     printf("reference kernels: %s\n", tm_use_reference_kernels() ? "on" : "off");
     printf("%d passed, %d failed\n", passed, failed);

@@ -2,6 +2,7 @@
  * and of tm_sgemm: against naive loops in double written here, and against the ONNX
  * backend test data when /work/shared/onnx-backend is present.
  * Not a test of the ONNX lowerings: node attributes are turned into args by hand. */
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -537,6 +538,55 @@ static void count_slice(void *arg, int ith, int nth) {
     int *seen = arg;
     __atomic_fetch_add(&seen[ith], 1, __ATOMIC_RELAXED);
     __atomic_fetch_add(&seen[8], nth, __ATOMIC_RELAXED);
+}
+
+/* The factor of tm_sgemm_ct_mul and of the epilogue's mul flushes subnormals: a sum, a
+ * factor or a product below FLT_MIN in magnitude counts as a zero of its sign (GELU_GRAD's
+ * vector kernel under FTZ and DAZ). Factors about FLT_MIN make about half the products
+ * subnormal, and a few factors are subnormal themselves; packed and plain paths. */
+static float flushed(float v) { return fabsf(v) < FLT_MIN ? copysignf(0.0f, v) : v; }
+
+static void test_sgemm_mul_flush(void) {
+    const sgemm_case cases[] = {{2, 5, 7}, {40, 70, 33}, {128, 96, 300}};
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        int64_t m = cases[ci].m, n = cases[ci].n, k = cases[ci].k;
+        float *a = malloc((size_t)(m * k) * sizeof *a), *b = malloc((size_t)(k * n) * sizeof *b);
+        float *f = malloc((size_t)(m * n) * sizeof *f), *c = malloc((size_t)(m * n) * sizeof *c);
+        float *got = malloc((size_t)(m * n) * sizeof *got), *ct = malloc((size_t)(m * n) * sizeof *ct);
+        for (int64_t i = 0; i < m * k; i++) a[i] = (float)random_unit();
+        for (int64_t i = 0; i < k * n; i++) b[i] = (float)random_unit();
+        for (int64_t i = 0; i < m * n; i++)
+            f[i] = (float)random_unit() * (i % 7 == 3 ? 1e-39f : 2.0f * FLT_MIN);
+        void *work = malloc(tm_sgemm_scratch(0, 0, m, n, k) + tm_sgemm_scratch(0, 1, n, m, k) + 64);
+        tm_sgemm(0, 0, m, n, k, 1.0f, a, k, b, n, 0.0f, c, n, work, NULL);
+        int tiny = 0;
+        for (int64_t i = 0; i < m * n; i++) {
+            float p = c[i] * f[i];
+            tiny += p != 0.0f && fabsf(p) < FLT_MIN;
+            c[i] = flushed(flushed(c[i]) * flushed(f[i]));
+        }
+        tm_sgemm_epilogue ep;
+        memset(&ep, 0, sizeof ep);
+        ep.mul = f;
+        ep.ldm = n;
+        tm_sgemm_ep(0, 0, m, n, k, 1.0f, a, k, b, n, 0.0f, got, n, &ep, work, NULL);
+        check(tiny > 0 && !memcmp(got, c, (size_t)(m * n) * sizeof *c),
+              "sgemm_ep %lldx%lldx%lld times a factor: subnormals not flushed (%d tiny products)",
+              (long long)m, (long long)n, (long long)k, tiny);
+        /* The product written transposed: C (n, m) of (b^T a^T), stored as (a b), times f
+         * laid out as that C. */
+        float *bt = malloc((size_t)(k * n) * sizeof *bt);
+        for (int64_t p = 0; p < k; p++)
+            for (int64_t j = 0; j < n; j++) bt[j * k + p] = b[p * n + j];
+        tm_sgemm_ct_mul(0, 1, n, m, k, 1.0f, bt, k, a, k, 0.0f, ct, n, f, work, NULL);
+        int same = 1;
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) same &= !memcmp(&ct[i * n + j], &c[i * n + j], sizeof *c);
+        check(same, "sgemm_ct_mul %lldx%lldx%lld: subnormals not flushed as the epilogue's",
+              (long long)n, (long long)m, (long long)k);
+        free(bt);
+        free(a), free(b), free(f), free(c), free(got), free(ct), free(work);
+    }
 }
 
 static void test_pool_runs_every_slice(void) {
@@ -1446,6 +1496,7 @@ int main(void) {
     test_sgemm_against_reference();
     test_sgemm_shapes();
     test_sgemm_packed();
+    test_sgemm_mul_flush();
     test_pool_runs_every_slice();
     test_matmul();
     test_matmul_int_wrap();

@@ -4,6 +4,7 @@
 #ifndef TM_BACKENDS_CPU_GEMM_H
 #define TM_BACKENDS_CPU_GEMM_H
 
+#include <float.h>
 #include <stddef.h>
 #include <stdint.h>
 #include "pool.h"
@@ -50,8 +51,9 @@ void tm_sgemm_ct_add(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, 
                      float *c, int64_t ldc, const float *r, void *scratch, tm_pool *pool);
 
 /* tm_sgemm_ct, then times f, laid out as C, each tile multiplied as it is stored after
- * its last depth block: the same products, rounded the same way, as tm_sgemm_ct followed
- * by a Mul (a backward's cotangent through GELU, times the derivative its forward kept). */
+ * its last depth block, subnormals flushed as the epilogue's mul: the same products,
+ * rounded the same way, as tm_sgemm_ct followed by a Mul, but for values below FLT_MIN
+ * (a backward's cotangent through GELU, times the derivative its forward kept). */
 void tm_sgemm_ct_mul(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                      const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
                      float *c, int64_t ldc, const float *f, void *scratch, tm_pool *pool);
@@ -102,15 +104,20 @@ void tm_sgemm_pack_a(int trans_a, int64_t m, int64_t k, const float *a, int64_t 
                      int panel, int depth, float *dst);
 
 /* What happens to each tile after its product: c += bias (per column, or per row when
- * bias_rows), then c *= mul (row stride ldm), then c = activation(c), then c += residual
- * (row stride ldr). Any part may be NULL. activation(arg, x, y, n) writes y[0..n) from
- * x[0..n), lane by lane (y may be x). With
+ * bias_rows), then c *= mul (row stride ldm; subnormal factors and products flushed: a
+ * value below FLT_MIN in magnitude becomes a zero of its sign, as GELU_GRAD's vector
+ * kernel does under FTZ and DAZ, whose product by GELU's derivative this mostly is), then
+ * c = activation(c), then c += residual (row stride ldr). Any part may be NULL.
+ * activation(arg, x, y, n) writes y[0..n) from x[0..n), lane by lane (y may be x). With
  * act_out (and an activation), activation(c) + residual goes there instead (row stride
- * ld_act, the same rows and columns) and c keeps the product plus bias: a gradient plan
+ * ld_act, the same rows and columns) and c keeps the product plus bias (times mul): a
+ * gradient plan
  * saves the activation's input for its backward, and writing both from the tile in cache
  * spares a pass over the whole product. activation_d (with act_out, in place of
- * activation) writes y = activation(x) to act_out and the activation's derivative at x
- * over x itself (dx = x): c keeps the derivative, all its backward needs (GELU's). */
+ * activation; ignored without act_out) writes y = activation(x) to act_out and the
+ * activation's derivative at x over x itself (dx = x): c keeps the derivative, all its
+ * backward needs (GELU's). mul and activation_d are tm_sgemm's (tm_sgemm_ep and
+ * tm_sgemm_bpacked); the quantized GEMMs do not read them. */
 typedef struct tm_sgemm_epilogue {
     const float *bias;
     int bias_rows;
@@ -302,6 +309,11 @@ static inline void tm__sgemm_fill_bias(float *c, int64_t ldc, int rows, int nr,
         else if (nr == 16) __builtin_memcpy(c, bias, 16 * sizeof *c);
         else __builtin_memcpy(c, bias, (size_t)nr * sizeof *c);
     }
+}
+
+/* v, or a zero of its sign below FLT_MIN in magnitude (gemm.h's mul; NaN kept). */
+static inline float tm__flush_subnormal(float v) {
+    return v > -FLT_MIN && v < FLT_MIN ? __builtin_copysignf(0.0f, v) : v;
 }
 
 /* 1 where kernels streaming weights from memory should prefetch them into L2 rather

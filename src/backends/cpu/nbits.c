@@ -319,6 +319,7 @@ static void panel_slice(void *arg, int ith, int nth) {
                 if (ep.bias) ep.bias += n0;
                 if (ep.residual) ep.residual += n0;
                 if (ep.act_out) ep.act_out += n0;
+                if (ep.mul) ep.mul += n0;
                 use = &ep;
             }
             tm_sgemm_bpacked(jb->m, width, jb->k_pad, jb->a, jb->k_pad, packed, jb->panel,

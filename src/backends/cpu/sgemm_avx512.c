@@ -2,6 +2,7 @@
  * broadcast from A's rows as they are), a small-m kernel over unpacked operands and the
  * packing of a transposed B (16 x 16 register transposes). Compiled
  * with -mavx512f (Makefile), used only when the CPU has it; blocking and packing: gemm.c. */
+#include <float.h>
 #include "gemm.h"
 
 #if defined(__x86_64__) && defined(__AVX512F__)
@@ -521,9 +522,18 @@ static void pack_bt(const float *b, int64_t ldb, int64_t p0, int64_t kc, int64_t
     }
 }
 
-/* A tile into C stored transposed (or added to it, then times mul and plus res): 16 x 16
- * blocks transposed in registers, each column of the tile one masked store of its rows
- * along a row of C. */
+/* v with each lane below FLT_MIN in magnitude (subnormal, or zero) a zero of its sign,
+ * NaN kept: flush to zero and denormals as zero, lane by lane (gemm.h's mul). */
+static inline __m512 flush_subnormal(__m512 v) {
+    __mmask16 tiny = _mm512_cmp_ps_mask(_mm512_abs_ps(v), _mm512_set1_ps(FLT_MIN), _CMP_LT_OQ);
+    __m512i bits = _mm512_castps_si512(v);   /* (AVX-512 F alone: no DQ float and) */
+    return _mm512_castsi512_ps(
+        _mm512_mask_and_epi32(bits, tiny, bits, _mm512_set1_epi32((int)0x80000000u)));
+}
+
+/* A tile into C stored transposed (or added to it, then times mul, subnormals flushed as
+ * gemm.h's mul says, and plus res): 16 x 16 blocks transposed in registers, each column
+ * of the tile one masked store of its rows along a row of C. */
 static void store_t(const float *t, int rows, int cols, float *c, int64_t ldc, int add,
                     const float *mul, const float *res) {
     __mmask16 keep = lane_mask(rows);
@@ -536,7 +546,10 @@ static void store_t(const float *t, int rows, int cols, float *c, int64_t ldc, i
         for (int q = 0; q < n; q++) {
             float *row = c + (jb + q) * ldc;
             __m512 v = add ? _mm512_add_ps(_mm512_maskz_loadu_ps(keep, row), r[q]) : r[q];
-            if (mul) v = _mm512_mul_ps(v, _mm512_maskz_loadu_ps(keep, mul + (jb + q) * ldc));
+            if (mul)
+                v = flush_subnormal(_mm512_mul_ps(
+                    flush_subnormal(v),
+                    flush_subnormal(_mm512_maskz_loadu_ps(keep, mul + (jb + q) * ldc))));
             if (res) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(keep, res + (jb + q) * ldc));
             _mm512_mask_storeu_ps(row, keep, v);
         }

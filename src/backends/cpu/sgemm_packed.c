@@ -151,7 +151,9 @@ static void epilogue(const tm_sgemm_epilogue *ep, float *c, int64_t ldc, int64_t
             for (int64_t j = j0; j < j1; j++) row[j] += ep->bias[j];
         }
         if (ep->mul)
-            for (int64_t j = j0; j < j1; j++) row[j] *= ep->mul[i * ep->ldm + j];
+            for (int64_t j = j0; j < j1; j++)
+                row[j] = tm__flush_subnormal(tm__flush_subnormal(row[j]) *
+                                             tm__flush_subnormal(ep->mul[i * ep->ldm + j]));
         if (ep->activation_d && ep->act_out) {   /* the activation out, its derivative kept */
             float *dst = ep->act_out + i * ep->ld_act;
             ep->activation_d(row + j0, dst + j0, row + j0, j1 - j0);

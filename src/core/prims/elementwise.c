@@ -1469,8 +1469,10 @@ static void gelu_grad_f32(const gelu_grad_job *j, int64_t first, int64_t last) {
         for (int64_t i = 0; i < n; i++) ys[i] = gs[i] * gelu_tanh_derivative_f32(xs[i]);
     else if (vm && vm->gelu_erf_grad)
         vm->gelu_erf_grad(xs, gs, ys, n);
-    else
-        for (int64_t i = 0; i < n; i++) ys[i] = gs[i] * gelu_erf_derivative_f32(xs[i]);
+    else   /* subnormals flushed, as the vector kernel's FTZ and DAZ (and MATMUL_MUL) do */
+        for (int64_t i = 0; i < n; i++)
+            ys[i] = tm__flush_subnormal(tm__flush_subnormal(gs[i]) *
+                                        tm__flush_subnormal(gelu_erf_derivative_f32(xs[i])));
 }
 
 static void gelu_grad_slice(void *arg, int ith, int nth) {

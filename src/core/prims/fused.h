@@ -13,8 +13,9 @@
 void tm__unary_f32_rows(int prim, const tm_args *a, const float *x, float *y, int64_t n);
 
 /* y[0..n) = GELU (erf form) of x[0..n) as the GELU kernel computes it, and dx[0..n) =
- * GELU'(x), the factor GELU_GRAD's f32 kernel multiplies the cotangent by (elementwise.c;
- * a gradient plan's MATMUL_GELU keeps it for the backward). dx may equal x; y may not. */
+ * GELU'(x), the factor GELU_GRAD's f32 kernel multiplies the cotangent by, subnormals
+ * flushed after (elementwise.c; a gradient plan's MATMUL_GELU keeps it for the backward,
+ * and MATMUL_MUL multiplies by it as GELU_GRAD would). dx may equal x; y may not. */
 void tm__gelu_erf_d_f32(const float *x, float *y, float *dx, int64_t n);
 
 /* y[0..n) = softmax(x[0..n)) as the SOFTMAX kernel computes a contiguous row (nn.c);

@@ -1,16 +1,19 @@
-/* Puts a residual ADD into the product before it, after a gradient plan's backward is
- * built: y = MATMUL(x, W[, bias]); z = ADD(y, r) (either order), r of y's dims, becomes
- * z = MATMUL_ADD(x, W[, bias], r), which adds r to each tile while it is in cache; and
- * z = MUL(y, f) after a product without a bias becomes z = MATMUL_MUL(x, W, f), each tile
- * multiplied in its epilogue, or as it is stored when written transposed (the cotangent
- * through GELU, f the derivative that MATMUL_GELU kept: passes/matmul_gelu.c). In a
- * training step's forward the weights are parameters, so LINEAR (which takes a residual
- * too) does not apply, and the ADD read both of its operands back from memory and wrote
- * a new one. The backward's sums of cotangents (x's from q, k and v and the residual
- * path) are such ADDs after products written transposed: those take r as each tile is
- * stored. Only y's one reader is the ADD: the backward reads neither (an ADD's
- * gradient passes its cotangent on; a product's reads x and W). MATMUL_ADD has no
- * gradient rule: passes.c keeps it off tracked values while the tape runs. */
+/* Puts a residual ADD into the product before it: y = MATMUL(x, W[, bias]); z = ADD(y, r)
+ * (either order), r of y's dims, becomes z = MATMUL_ADD(x, W[, bias], r), which adds r to
+ * each tile while it is in cache; and z = MUL(y, f) after a product without a bias
+ * becomes z = MATMUL_MUL(x, W, f), each tile multiplied in its epilogue, or as it is
+ * stored when written transposed (a gradient plan's cotangent through GELU, f the
+ * derivative that MATMUL_GELU kept: passes/matmul_gelu.c; subnormals flushed, gemm.h's
+ * mul). What it finds is in a gradient plan, once the backward is built (in an inference
+ * plan LINEAR has taken the products whose weights it knows; any other it fuses the same
+ * way, to the same bits). In a training step's forward the weights are parameters, so
+ * LINEAR (which takes a residual too) does not apply, and the ADD read both of its
+ * operands back from memory and wrote a new one. The backward's sums of cotangents (x's
+ * from q, k and v and the residual path) are such ADDs after products written transposed:
+ * those take r as each tile is stored. y's only live reader must be the ADD or MUL, and
+ * not a root: then nothing else needs y (a forward MUL's gradient, which reads y, would
+ * be another reader). MATMUL_ADD and MATMUL_MUL have no gradient rule: passes.c keeps
+ * them off tracked values while the tape runs. */
 #include <string.h>
 #include "../passes.h"
 
@@ -58,7 +61,7 @@ static tm_status fuse_at(tm_pass_scan *s, int32_t mm) {
 /* A product with x as stored, with or without its bias (MATMUL's third input), W as
  * stored or transposed (a backward's cotangent by a weight, gy W^T, over a batch of
  * rows), or one written transposed (gy W^T as (W gy^T)^T, a single matrix's): the ADD
- * after the last two sums x's cotangents. */
+ * after the last two sums x's cotangents, the MUL (no bias) takes GELU's derivative. */
 static int wants(const tm_rnode *n) {
     if (n->prim != TM_P_MATMUL) return 0;
     if (n->args.i[2]) return n->nin == 2;

@@ -1,18 +1,21 @@
 /* Puts a GELU into the product before it when a gradient also reads the product:
  *   y = MATMUL(x, W[, bias]); g = GELU(y); ... GELU_GRAD(y, gy)
  * becomes (g, d) = MATMUL_GELU(x, W[, bias]) with d = GELU'(y) (its i[3]), and the
- * GELU_GRAD becomes MUL(gy, d): the same product, GELU_GRAD's factor computed in the
- * forward from the normal cdf that GELU computes anyway (one exponential more there), the
- * backward a multiply (MiniLM's gradient step at 1 x 128, one thread: see
- * docs/architecture.md). A gradient plan's forward keeps y's derivative for GELU's
- * backward, so LINEAR's epilogue (which leaves only g) cannot take the GELU, and a GELU
- * of its own reads all of y back from memory; the fused kernel writes both from each tile
- * while it is in cache. Only after
+ * GELU_GRAD becomes MUL(gy, d): GELU_GRAD's factor computed in the forward from the
+ * normal cdf that GELU computes anyway (one exponential more there), the backward a
+ * multiply, which passes/matmul_add.c then puts into the product before it (MATMUL_MUL,
+ * subnormals flushed as GELU_GRAD's vector kernel does): the same bits as GELU_GRAD's f32
+ * vector kernel. With TM_REFERENCE_KERNELS=1, whose GELU_GRAD computes in double, the
+ * GELU_GRAD stays and output 1 keeps y. A gradient plan's forward keeps what GELU's
+ * backward reads, so LINEAR's epilogue (which leaves only g) cannot take the GELU, and a
+ * GELU of its own reads all of y back from memory; the fused kernel writes both from each
+ * tile while it is in cache. Only after
  * differentiation (MATMUL_GELU has no gradient rule: passes.c keeps it off tracked
  * values while the tape runs); float32, erf form, W's leading dims 1, y read by exactly
  * the GELU and that GELU_GRAD and not a root. */
 #include <string.h>
 #include "../passes.h"
+#include "../../backends/cpu/gemm.h"
 
 static tm_status fuse_at(tm_pass_scan *s, int32_t gi) {
     tm_ctx *c = s->c;
@@ -42,25 +45,34 @@ static tm_status fuse_at(tm_pass_scan *s, int32_t gi) {
     if (gg->prim != TM_P_GELU_GRAD || gg->args.i[0] != 0 || gg->in[0] != y || gg->in[1] == y)
         return TM_OK;
     tm_val gy = gg->in[1];
-    if (c->vals[gy].dtype != TM_FLOAT) return TM_OK;
+    int derivative = c->vals[gy].dtype == TM_FLOAT && !tm_use_reference_kernels();
     tm_val in[3];
     int nin = mm->nin;
     memcpy(in, mm->in, (size_t)nin * sizeof in[0]);
     tm_args a;
     memset(&a, 0, sizeof a);
-    a.i[3] = 1;   /* output 1: GELU'(y) */
+    a.i[3] = derivative;   /* output 1: GELU'(y), or y */
     tm_status st = tm__pass_rewrite(c, gi, TM_P_MATMUL_GELU, in, nin, &a);
     if (st == TM_ERR_SHAPE) return TM_OK;
     if (st != TM_OK) return st;
-    /* The gradient multiplies by the fused node's derivative; the old product has no
-     * reader left (the plan drops it), and the fused node reads what it read. */
-    tm_val mul[2] = {gy, c->nodes[gi].out[1]};
-    tm_args none;
-    memset(&none, 0, sizeof none);
-    st = tm__pass_rewrite(c, grad, TM_P_MUL, mul, 2, &none);
-    if (st != TM_OK && st != TM_ERR_SHAPE) return st;
-    /* (Refused, the GELU_GRAD stays on y, which the old product still makes.) */
-    s->uses[y] = st == TM_OK ? 0 : 1;
+    /* The gradient multiplies by the fused node's derivative (or reads its product); the
+     * old product has no reader left (the plan drops it), and the fused node reads what
+     * it read. */
+    tm_val saved = c->nodes[gi].out[1];
+    if (derivative) {
+        tm_val mul[2] = {gy, saved};
+        tm_args none;
+        memset(&none, 0, sizeof none);
+        st = tm__pass_rewrite(c, grad, TM_P_MUL, mul, 2, &none);
+        if (st != TM_OK && st != TM_ERR_SHAPE) return st;
+        if (st == TM_ERR_SHAPE) {   /* (not met: gy has y's dims) the product kept instead */
+            c->nodes[gi].args.i[3] = 0;
+            c->nodes[grad].in[0] = saved;
+        }
+    } else {
+        c->nodes[grad].in[0] = saved;
+    }
+    s->uses[y] = 0;
     for (int i = 0; i < nin; i++)
         if (in[i] < s->n_uses) s->uses[in[i]]++;
     return TM_OK;
