@@ -552,7 +552,8 @@ static void test_sgemm_mul_flush(void) {
         int64_t m = cases[ci].m, n = cases[ci].n, k = cases[ci].k;
         float *a = malloc((size_t)(m * k) * sizeof *a), *b = malloc((size_t)(k * n) * sizeof *b);
         float *f = malloc((size_t)(m * n) * sizeof *f), *c = malloc((size_t)(m * n) * sizeof *c);
-        float *got = malloc((size_t)(m * n) * sizeof *got), *ct = malloc((size_t)(m * n) * sizeof *ct);
+        float *got = malloc((size_t)(m * n) * sizeof *got);
+        float *ct = malloc((size_t)(m * n) * sizeof *ct);
         for (int64_t i = 0; i < m * k; i++) a[i] = (float)random_unit();
         for (int64_t i = 0; i < k * n; i++) b[i] = (float)random_unit();
         for (int64_t i = 0; i < m * n; i++)
@@ -581,7 +582,8 @@ static void test_sgemm_mul_flush(void) {
         tm_sgemm_ct_mul(0, 1, n, m, k, 1.0f, bt, k, a, k, 0.0f, ct, n, f, work, NULL);
         int same = 1;
         for (int64_t i = 0; i < m; i++)
-            for (int64_t j = 0; j < n; j++) same &= !memcmp(&ct[i * n + j], &c[i * n + j], sizeof *c);
+            for (int64_t j = 0; j < n; j++)
+                same &= !memcmp(&ct[i * n + j], &c[i * n + j], sizeof *c);
         check(same, "sgemm_ct_mul %lldx%lldx%lld: subnormals not flushed as the epilogue's",
               (long long)n, (long long)m, (long long)k);
         free(bt);
