@@ -305,9 +305,7 @@ static void tile_finish(const gemm_job *g, int64_t i, int64_t j, int rows, int c
     for (int t = 0; t < cols; t++)
         for (int r = 0; r < rows; r++) {
             float v = add ? c[t * g->ldc + r] + buf[r * g->ar->nr + t] : buf[r * g->ar->nr + t];
-            if (mul)
-                v = tm__flush_subnormal(tm__flush_subnormal(v) *
-                                        tm__flush_subnormal(mul[t * g->ldc + r]));
+            if (mul) v = tm__mul_flushed(v, mul[t * g->ldc + r]);
             c[t * g->ldc + r] = res ? v + res[t * g->ldc + r] : v;
         }
 }
@@ -566,8 +564,7 @@ static void sgemm_any(int trans_a, int trans_b, int trans_c, int64_t m, int64_t 
         reference_strided(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, 1, ldc);
         for (int64_t j = 0; mul_t && j < n; j++)
             for (int64_t i = 0; i < m; i++)
-                c[j * ldc + i] = tm__flush_subnormal(tm__flush_subnormal(c[j * ldc + i]) *
-                                                     tm__flush_subnormal(mul_t[j * ldc + i]));
+                c[j * ldc + i] = tm__mul_flushed(c[j * ldc + i], mul_t[j * ldc + i]);
         for (int64_t j = 0; res_t && j < n; j++)
             for (int64_t i = 0; i < m; i++) c[j * ldc + i] += res_t[j * ldc + i];
         return;

@@ -111,9 +111,8 @@ void tm_sgemm_pack_a(int trans_a, int64_t m, int64_t k, const float *a, int64_t 
  * activation(arg, x, y, n) writes y[0..n) from x[0..n), lane by lane (y may be x). With
  * act_out (and an activation), activation(c) + residual goes there instead (row stride
  * ld_act, the same rows and columns) and c keeps the product plus bias (times mul): a
- * gradient plan
- * saves the activation's input for its backward, and writing both from the tile in cache
- * spares a pass over the whole product. activation_d (with act_out, in place of
+ * gradient plan saves the activation's input for its backward, and writing both from the
+ * tile in cache spares a pass over the whole product. activation_d (with act_out, in place of
  * activation; ignored without act_out) writes y = activation(x) to act_out and the
  * activation's derivative at x over x itself (dx = x): c keeps the derivative, all its
  * backward needs (GELU's). mul and activation_d are tm_sgemm's (tm_sgemm_ep and
@@ -311,9 +310,15 @@ static inline void tm__sgemm_fill_bias(float *c, int64_t ldc, int rows, int nr,
     }
 }
 
-/* v, or a zero of its sign below FLT_MIN in magnitude (gemm.h's mul; NaN kept). */
+/* v, or a zero of its sign below FLT_MIN in magnitude (NaN kept). */
 static inline float tm__flush_subnormal(float v) {
     return v > -FLT_MIN && v < FLT_MIN ? __builtin_copysignf(0.0f, v) : v;
+}
+
+/* a * b as under FTZ and DAZ: subnormal operands read as zeros of their sign, a subnormal
+ * product flushed likewise (the epilogue's mul; GELU_GRAD's scalar path). */
+static inline float tm__mul_flushed(float a, float b) {
+    return tm__flush_subnormal(tm__flush_subnormal(a) * tm__flush_subnormal(b));
 }
 
 /* 1 where kernels streaming weights from memory should prefetch them into L2 rather

@@ -132,8 +132,7 @@ void tm_sgemm_epilogue_apply(const tm_sgemm_epilogue *ep, float *c, int64_t ldc,
 }
 
 /* Rows [i0, i1), columns [j0, j1) of c, holding the products: bias, factor, activation,
- * residual.
- * Its loops vectorized (GCC's -O2 leaves loops that need a check for aliasing scalar). */
+ * residual. Its loops vectorized (GCC's -O2 leaves loops that need a check for aliasing scalar). */
 #if defined(__GNUC__) && !defined(__clang__)
 __attribute__((optimize("O3", "no-trapping-math")))
 #endif
@@ -152,8 +151,7 @@ static void epilogue(const tm_sgemm_epilogue *ep, float *c, int64_t ldc, int64_t
         }
         if (ep->mul)
             for (int64_t j = j0; j < j1; j++)
-                row[j] = tm__flush_subnormal(tm__flush_subnormal(row[j]) *
-                                             tm__flush_subnormal(ep->mul[i * ep->ldm + j]));
+                row[j] = tm__mul_flushed(row[j], ep->mul[i * ep->ldm + j]);
         if (ep->activation_d && ep->act_out) {   /* the activation out, its derivative kept */
             float *dst = ep->act_out + i * ep->ld_act;
             ep->activation_d(row + j0, dst + j0, row + j0, j1 - j0);

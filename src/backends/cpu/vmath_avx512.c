@@ -88,28 +88,30 @@ static inline __attribute__((always_inline)) void gelu(int U, __m512 *x) {
     EACH(u) x[u] = _mm512_mul_ps(x[u], cdf[u]);
 }
 
-/* gy times GELU's derivative, Phi(x) + x phi(x): the cdf as in gelu, the density
- * exp(-x^2 / 2) / sqrt(2 pi) = 2^(-s^2 - log2 sqrt(2 pi)), as gelu_erf_derivative_f32.
- * gy in, the gradient out. */
-static inline __attribute__((always_inline)) void gelu_grad(int U, const __m512 *x, __m512 *gy) {
-    __m512 cdf[GELU_U], pdf[GELU_U];
-    normal_cdf(U, x, pdf, cdf);
-    EACH(u) pdf[u] = _mm512_fnmadd_ps(pdf[u], pdf[u], _mm512_set1_ps(-1.325748065e+00f));
-    exp2_(U, pdf);
-    EACH(u) gy[u] = _mm512_mul_ps(gy[u], _mm512_fmadd_ps(x[u], pdf[u], cdf[u]));
-}
-
-/* GELU and its derivative from one normal cdf: x into GELU (x), d into GELU'(x), each
- * the same steps as gelu's and gelu_grad's factor. */
-static inline __attribute__((always_inline)) void gelu_d(int U, __m512 *x, __m512 *d) {
-    __m512 cdf[GELU_U];
+/* GELU's derivative, Phi(x) + x phi(x), into d, and the cdf into cdf (as gelu's): the
+ * density exp(-x^2 / 2) / sqrt(2 pi) = 2^(-s^2 - log2 sqrt(2 pi)), as
+ * gelu_erf_derivative_f32. */
+static inline __attribute__((always_inline)) void derivative(int U, const __m512 *x,
+                                                             __m512 *d, __m512 *cdf) {
     normal_cdf(U, x, d, cdf);
     EACH(u) d[u] = _mm512_fnmadd_ps(d[u], d[u], _mm512_set1_ps(-1.325748065e+00f));
     exp2_(U, d);
-    EACH(u) {
-        d[u] = _mm512_fmadd_ps(x[u], d[u], cdf[u]);
-        x[u] = _mm512_mul_ps(x[u], cdf[u]);
-    }
+    EACH(u) d[u] = _mm512_fmadd_ps(x[u], d[u], cdf[u]);
+}
+
+/* gy times GELU's derivative: gy in, the gradient out. */
+static inline __attribute__((always_inline)) void gelu_grad(int U, const __m512 *x, __m512 *gy) {
+    __m512 cdf[GELU_U], d[GELU_U];
+    derivative(U, x, d, cdf);
+    EACH(u) gy[u] = _mm512_mul_ps(gy[u], d[u]);
+}
+
+/* GELU and its derivative from one normal cdf: x into GELU (x), d into GELU'(x), the
+ * same bits as gelu's and gelu_grad's factor. */
+static inline __attribute__((always_inline)) void gelu_d(int U, __m512 *x, __m512 *d) {
+    __m512 cdf[GELU_U];
+    derivative(U, x, d, cdf);
+    EACH(u) x[u] = _mm512_mul_ps(x[u], cdf[u]);
 }
 
 /* Subnormal results flushed to zero (and subnormal inputs read as zero) while a GELU

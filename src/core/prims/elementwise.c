@@ -1471,8 +1471,7 @@ static void gelu_grad_f32(const gelu_grad_job *j, int64_t first, int64_t last) {
         vm->gelu_erf_grad(xs, gs, ys, n);
     else   /* subnormals flushed, as the vector kernel's FTZ and DAZ (and MATMUL_MUL) do */
         for (int64_t i = 0; i < n; i++)
-            ys[i] = tm__flush_subnormal(tm__flush_subnormal(gs[i]) *
-                                        tm__flush_subnormal(gelu_erf_derivative_f32(xs[i])));
+            ys[i] = tm__mul_flushed(gs[i], gelu_erf_derivative_f32(xs[i]));
 }
 
 static void gelu_grad_slice(void *arg, int ith, int nth) {

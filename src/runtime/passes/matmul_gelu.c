@@ -9,10 +9,9 @@
  * GELU_GRAD stays and output 1 keeps y. A gradient plan's forward keeps what GELU's
  * backward reads, so LINEAR's epilogue (which leaves only g) cannot take the GELU, and a
  * GELU of its own reads all of y back from memory; the fused kernel writes both from each
- * tile while it is in cache. Only after
- * differentiation (MATMUL_GELU has no gradient rule: passes.c keeps it off tracked
- * values while the tape runs); float32, erf form, W's leading dims 1, y read by exactly
- * the GELU and that GELU_GRAD and not a root. */
+ * tile while it is in cache. Only after differentiation (MATMUL_GELU has no gradient rule:
+ * passes.c keeps it off tracked values while the tape runs); float32, erf form, W's
+ * leading dims 1, y read by exactly the GELU and that GELU_GRAD and not a root. */
 #include <string.h>
 #include "../passes.h"
 #include "../../backends/cpu/gemm.h"
@@ -59,17 +58,14 @@ static tm_status fuse_at(tm_pass_scan *s, int32_t gi) {
      * old product has no reader left (the plan drops it), and the fused node reads what
      * it read. */
     tm_val saved = c->nodes[gi].out[1];
-    if (derivative) {
-        tm_val mul[2] = {gy, saved};
-        tm_args none;
-        memset(&none, 0, sizeof none);
-        st = tm__pass_rewrite(c, grad, TM_P_MUL, mul, 2, &none);
-        if (st != TM_OK && st != TM_ERR_SHAPE) return st;
-        if (st == TM_ERR_SHAPE) {   /* (not met: gy has y's dims) the product kept instead */
-            c->nodes[gi].args.i[3] = 0;
-            c->nodes[grad].in[0] = saved;
-        }
-    } else {
+    tm_args none;
+    memset(&none, 0, sizeof none);
+    st = derivative ? tm__pass_rewrite(c, grad, TM_P_MUL, (tm_val[2]){gy, saved}, 2, &none)
+                    : TM_ERR_SHAPE;
+    if (st != TM_OK && st != TM_ERR_SHAPE) return st;
+    if (st == TM_ERR_SHAPE) {   /* GELU_GRAD reads the kept product (reference kernels; or
+                                 * a refused MUL, not met: gy has y's dims) */
+        c->nodes[gi].args.i[3] = 0;
         c->nodes[grad].in[0] = saved;
     }
     s->uses[y] = 0;
