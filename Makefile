@@ -8,12 +8,13 @@ SAN ?=
 CFLAGS ?= $(OPT) -g
 CFLAGS += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -fPIC -pthread $(SAN)
 CPPFLAGS += -Iinclude -Isrc -I$(BUILD)
-LDLIBS += -lcurl -ljpeg -lpng -ltiff -lwebp -lopenjp2 -lm -pthread
+LDLIBS += -lpcre2-8 -lutf8proc -lcurl -ljpeg -lpng -ltiff -lwebp -lopenjp2 -lm -pthread
 LDFLAGS += $(SAN)
 
 LIB_SRC := $(wildcard src/core/*.c src/core/prims/*.c src/onnx/*.c src/onnx/ops/*.c \
                       src/io/*.c src/backends/cpu/*.c src/runtime/*.c src/hub/*.c \
-                      src/runtime/passes/*.c src/train/*.c)
+                      src/runtime/passes/*.c src/train/*.c src/tokenizer/*.c \
+                      src/template/*.c)
 OP_SRC := $(wildcard src/onnx/ops/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/prim_stubs.o
 TEST_SRC := $(wildcard tests/test_*.c)
@@ -69,8 +70,11 @@ $(BUILD)/libtransmuter.a: $(LIB_OBJ)
 $(BUILD)/libtransmuter.so: $(LIB_OBJ)
 	$(CC) -shared $(LDFLAGS) -o $@.$$$$.tmp $^ $(LDLIBS) && mv -f $@.$$$$.tmp $@
 
+# Commands of their own files: tools/cmd_*.c (each defines tm__cmd_<name>, see transmuter.c).
+CMD_SRC := $(wildcard tools/cmd_*.c)
+CMD_OBJ := $(CMD_SRC:%.c=$(BUILD)/%.o)
 $(BUILD)/transmuter: $(BUILD)/tools/transmuter.o $(BUILD)/tools/generate.o $(BUILD)/tools/finetune.o \
-                     $(BUILD)/libtransmuter.a
+                     $(CMD_OBJ) $(BUILD)/libtransmuter.a
 	$(CC) $(LDFLAGS) -o $@.$$$$.tmp $^ $(LDLIBS) && mv -f $@.$$$$.tmp $@
 
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libtransmuter.a
@@ -194,5 +198,5 @@ $(FUZZ_BUILD)/fuzz_%: fuzz/fuzz_%.c $(FUZZ_BUILD)/libtransmuter.a
 fuzz-clean:
 	rm -rf $(FUZZ_BUILD) build-tsan
 
--include $(LIB_OBJ:.o=.d) $(BUILD)/tools/transmuter.d $(BUILD)/tools/generate.d $(BUILD)/tools/finetune.d \
+-include $(LIB_OBJ:.o=.d) $(CMD_OBJ:.o=.d) $(BUILD)/tools/transmuter.d $(BUILD)/tools/generate.d $(BUILD)/tools/finetune.d \
          $(TEST_SRC:tests/%.c=$(BUILD)/tests/%.d)
