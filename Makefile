@@ -33,6 +33,14 @@ $(BUILD)/ops_registry.inc: $(OP_SRC) tools/gen_registry.sh
 
 $(BUILD)/src/onnx/lower.o: $(BUILD)/ops_registry.inc
 
+# Tokenizer components register themselves the same way (TM_TOK_* lines, src/tokenizer/).
+TOK_SRC := $(wildcard src/tokenizer/*.c)
+$(BUILD)/tok_registry.inc: $(TOK_SRC) tools/gen_tok_registry.sh
+	@mkdir -p $(BUILD)
+	sh tools/gen_tok_registry.sh $@ $(TOK_SRC)
+
+$(BUILD)/src/tokenizer/registry.o: $(BUILD)/tok_registry.inc
+
 $(BUILD)/prim_stubs.c: FORCE
 	@mkdir -p $(BUILD)
 	@sh tools/gen_prim_stubs.sh $@
