@@ -64,7 +64,7 @@ void tm__nstr_free(tm_nstr *ns);                 /* frees contents, leaves a zer
 void tm__nstr_move(tm_nstr *dst, tm_nstr *src);
 /* The original range that normalized bytes [start, end) come from, as Rust's
  * convert_offsets(Range::Normalized): an empty range gives [base+start, base+start);
- * otherwise from the first byte's start to the last byte's end (min/max over the range). */
+ * otherwise from the first byte's start to the last byte's end. */
 tm_span tm__nstr_original_range(const tm_nstr *ns, size_t start, size_t end);
 /* A new string that is bytes [start, end) of ns (character boundaries), with its own base
  * (Rust's slice(Range::Normalized)). */

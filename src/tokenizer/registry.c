@@ -1,4 +1,4 @@
-/* The component registry (generated from the TM_TOK_* lines of src/tokenizer/*.c) and the
+/* The component registry (generated from the TM_TOK_* lines of the component files) and the
  * generic loaders that dispatch on a JSON object's "type"; also the JSON field helpers
  * components share. Not the components themselves (one file each). */
 #include <stdarg.h>
