@@ -11,7 +11,8 @@ names() {
         grep -n "$pat" "$f" | while IFS= read -r line; do
             num=${line%%:*}
             fn=$(printf '%s\n' "$line" | sed -e 's/.*,[[:space:]]*\([A-Za-z_][A-Za-z0-9_]*\)[[:space:]]*);.*/\1/')
-            echo "tm__tokreg_${fn}_${num}"
+            kind=$(printf '%s\n' "$line" | sed -e 's/^[0-9]*:TM_TOK_\([A-Z]*\)(.*/\1/' | tr 'A-Z' 'a-z')
+            echo "tm__tokreg_${kind}_${fn}_${num}"
         done
     done
 }

@@ -310,15 +310,16 @@ struct tm_tok_reg {
 };
 
 /* One line per component type, at column 0 of its file, collected at build time into
- * build/tok_registry.inc (tools/gen_tok_registry.sh). FN may be static. */
+ * build/tok_registry.inc (tools/gen_tok_registry.sh). FN may be static; the symbol is
+ * tm__tokreg_<kind>_<FN>_<line>, so two kinds may reuse a loader name at the same line. */
 #define TM_TOK_NORMALIZER(TYPE, FN) \
-    const struct tm_tok_reg TM__TOKREG_CAT(tm__tokreg_, __LINE__, FN) = \
+    const struct tm_tok_reg TM__TOKREG_CAT(tm__tokreg_normalizer_, __LINE__, FN) = \
         {.kind = TM_TOK_KIND_NORMALIZER, .type = TYPE, .normalizer = FN}
 #define TM_TOK_PRETOKENIZER(TYPE, FN) \
-    const struct tm_tok_reg TM__TOKREG_CAT(tm__tokreg_, __LINE__, FN) = \
+    const struct tm_tok_reg TM__TOKREG_CAT(tm__tokreg_pretokenizer_, __LINE__, FN) = \
         {.kind = TM_TOK_KIND_PRETOKENIZER, .type = TYPE, .pretokenizer = FN}
 #define TM_TOK_DECODER(TYPE, FN) \
-    const struct tm_tok_reg TM__TOKREG_CAT(tm__tokreg_, __LINE__, FN) = \
+    const struct tm_tok_reg TM__TOKREG_CAT(tm__tokreg_decoder_, __LINE__, FN) = \
         {.kind = TM_TOK_KIND_DECODER, .type = TYPE, .decoder = FN}
 #define TM__TOKREG_CAT(a, l, f) TM__TOKREG_CAT2(a, l, f)
 #define TM__TOKREG_CAT2(a, l, f) a##f##_##l
