@@ -495,6 +495,39 @@ tm_status tm_run_eager_grad(tm_model *model, int n_inputs, const char *const *na
                             const tm_tensor *const *inputs, const tm_grad_options *grad,
                             tm_tensor **outputs, tm_error *err);
 
+/* ---- Chat templates (Jinja) ---------------------------------------------------------- */
+
+/* A parsed chat template: the Jinja `chat_template` of a tokenizer_config.json, rendered
+ * as transformers does (trim_blocks and lstrip_blocks, `raise_exception`, `strftime_now`,
+ * `namespace`, `tojson`, the `generation` tag as a no-op). Output follows
+ * @huggingface/jinja (transformers.js). Immutable once created: may be shared by threads.
+ * Limits against hostile templates (each an error, never a crash): 4 MiB of source, 256
+ * levels of nesting, 256 MiB of values and 32 MiB of output per render, 20 million
+ * evaluation steps. */
+typedef struct tm_chat_template tm_chat_template;
+
+/* Parses `len` bytes of template source. A syntax error returns TM_ERR_INVALID_ARGUMENT
+ * with a message that starts "chat template line N:" (err->node holds "chat template
+ * line N"). */
+tm_status tm_chat_template_create(const char *source, size_t len, tm_chat_template **out,
+                                  tm_error *err);
+
+/* Renders the template. messages_json (may be NULL) is a JSON array bound to `messages`;
+ * add_generation_prompt is bound as a boolean; vars_json (may be NULL) is a JSON object
+ * whose members become further variables and win over the two before (tools, documents,
+ * bos_token, enable_thinking, ...; transformers passes tools and documents as null when
+ * there are none). JSON integers and floats stay distinct. On success *out is a new
+ * NUL-terminated UTF-8 string the caller frees with free(), and *out_len (may be NULL)
+ * its length. Errors: bad JSON is TM_ERR_PARSE naming the input, line and column; a
+ * runtime error TM_ERR_INVALID_ARGUMENT (TM_ERR_RUNTIME or TM_ERR_NO_MEMORY for the
+ * limits) naming the template line; a raise_exception(msg) in the template gives msg
+ * itself as the message (err->op "raise_exception", err->node the line). */
+tm_status tm_chat_template_render(const tm_chat_template *t, const char *messages_json,
+                                  const char *vars_json, int add_generation_prompt,
+                                  char **out, size_t *out_len, tm_error *err);
+
+void tm_chat_template_free(tm_chat_template *t);
+
 /* ---- Tokenizers (Hugging Face tokenizer.json) ---------------------------------------- */
 
 /* A loaded tokenizer: tokenizer.json (normalizer, pre-tokenizer, model, added tokens,

@@ -19,6 +19,7 @@
 
 int tm__cmd_generate(int argc, char **argv);   /* tools/generate.c */
 int tm__cmd_finetune(int argc, char **argv);   /* tools/finetune.c */
+int tm__cmd_chat_template(int argc, char **argv);   /* tools/cmd_chat_template.c */
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -41,6 +42,8 @@ static void usage(FILE *f) {
             "                 (greedy decoding with a merged decoder; ids to stdout)\n"
             "  transmuter finetune MODEL --data FILE.jsonl|DIR --out OUT.onnx [--steps N]\n"
             "                 [--batch-size B] [--lr LR] ...   (see transmuter finetune --help)\n"
+            "  transmuter chat-template TOKENIZER MESSAGES.json [--add-generation-prompt]\n"
+            "                 [--vars JSON] [--template NAME] [--ids]\n"
             "MODEL is a file or hf://OWNER/REPO/PATH[@REVISION], fetched into the Hugging Face\n"
             "cache with a progress bar (--quiet: none) and used from there afterwards.\n"
             "Inputs are read from DIR/NAME.npy or DIR/NAME.pb, outputs written as NAME.npy;\n"
@@ -1129,6 +1132,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "bench")) return cmd_bench(argc - 2, argv + 2);
     if (!strcmp(argv[1], "generate")) return tm__cmd_generate(argc - 2, argv + 2);
     if (!strcmp(argv[1], "finetune")) return tm__cmd_finetune(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "chat-template")) return tm__cmd_chat_template(argc - 2, argv + 2);
     if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
         printf("transmuter %s\n", tm_version());
         return 0;
