@@ -19,6 +19,8 @@
 
 int tm__cmd_generate(int argc, char **argv);   /* tools/generate.c */
 int tm__cmd_finetune(int argc, char **argv);   /* tools/finetune.c */
+int tm__cmd_tokenize(int argc, char **argv);   /* tools/cmd_tokenize.c */
+int tm__cmd_detokenize(int argc, char **argv); /* tools/cmd_tokenize.c */
 int tm__cmd_chat_template(int argc, char **argv);   /* tools/cmd_chat_template.c */
 
 static void usage(FILE *f) {
@@ -42,6 +44,9 @@ static void usage(FILE *f) {
             "                 (greedy decoding with a merged decoder; ids to stdout)\n"
             "  transmuter finetune MODEL --data FILE.jsonl|DIR --out OUT.onnx [--steps N]\n"
             "                 [--batch-size B] [--lr LR] ...   (see transmuter finetune --help)\n"
+            "  transmuter tokenize TOKENIZER TEXT [--pair TEXT] [--no-special] [--json]\n"
+            "  transmuter tokenize TOKENIZER --jsonl FILE|-   (see transmuter tokenize --help)\n"
+            "  transmuter detokenize TOKENIZER IDS [--skip-special]\n"
             "  transmuter chat-template TOKENIZER MESSAGES.json [--add-generation-prompt]\n"
             "                 [--vars JSON] [--template NAME] [--ids]\n"
             "MODEL is a file or hf://OWNER/REPO/PATH[@REVISION], fetched into the Hugging Face\n"
@@ -1132,6 +1137,8 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "bench")) return cmd_bench(argc - 2, argv + 2);
     if (!strcmp(argv[1], "generate")) return tm__cmd_generate(argc - 2, argv + 2);
     if (!strcmp(argv[1], "finetune")) return tm__cmd_finetune(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "tokenize")) return tm__cmd_tokenize(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "detokenize")) return tm__cmd_detokenize(argc - 2, argv + 2);
     if (!strcmp(argv[1], "chat-template")) return tm__cmd_chat_template(argc - 2, argv + 2);
     if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
         printf("transmuter %s\n", tm_version());

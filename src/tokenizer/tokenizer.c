@@ -453,8 +453,48 @@ static int pool_keep(pool_str *p, char *s) {
     return 1;
 }
 
+/* Tokenizes the splits with the model. With a limit (Rust 0.23's early exit when
+ * truncating), splits are tokenized from the kept side only until `limit` tokens are
+ * reached, and the splits beyond are dropped (so they never reach overflowing parts). */
+static tm_status tokenize_splits(const tm_tokenizer *t, tm_pstr *ps, size_t limit, int left,
+                                 tm_error *err) {
+    size_t total = 0, keep_from = 0, keep_to = ps->n;
+    for (size_t k = 0; k < ps->n; k++) {
+        size_t i = left ? ps->n - 1 - k : k;
+        tm_split *sp = &ps->v[i];
+        if (sp->n_tokens < 0) {
+            tm_status s = t->model->tokenize(t->model, sp->ns.s, sp->ns.len, &sp->tokens,
+                                             &sp->n_tokens, err);
+            if (s) {
+                sp->n_tokens = -1;
+                return s;
+            }
+            total += (size_t)sp->n_tokens;
+            if (limit && total >= limit) {
+                if (left) keep_from = i;
+                else keep_to = i + 1;
+                break;
+            }
+        } else {
+            total += (size_t)sp->n_tokens;
+        }
+    }
+    /* drop the splits never tokenized (they hold no tokens) */
+    for (size_t i = 0; i < ps->n; i++) {
+        if (i >= keep_from && i < keep_to) continue;
+        tm__nstr_free(&ps->v[i].ns);
+        for (int k = 0; k < ps->v[i].n_tokens; k++)
+            if (ps->v[i].tokens[k].owned) free((char *)ps->v[i].tokens[k].value);
+        free(ps->v[i].tokens);
+    }
+    if (keep_from) memmove(ps->v, ps->v + keep_from, (keep_to - keep_from) * sizeof *ps->v);
+    ps->n = keep_to - keep_from;
+    return TM_OK;
+}
+
 static tm_status encode_one(const tm_tokenizer *t, const char *text, size_t len, int32_t type_id,
-                            int32_t seq, pool_str *pool, tm_ienc *out, tm_error *err) {
+                            int32_t seq, size_t limit, int left, pool_str *pool, tm_ienc *out,
+                            tm_error *err) {
     tm_pstr ps = {0};
     tm_split first = {.tokens = NULL, .n_tokens = -1};
     memset(out, 0, sizeof *out);
@@ -469,12 +509,9 @@ static tm_status encode_one(const tm_tokenizer *t, const char *text, size_t len,
     tm_status s = extract_added(t, &ps, 0, err);
     if (!s) s = extract_added(t, &ps, 1, err);
     if (!s && t->pretok) s = t->pretok->pre_tokenize(t->pretok, &ps, err);
+    if (!s) s = tokenize_splits(t, &ps, limit, left, err);
     for (size_t i = 0; i < ps.n && !s; i++) {
         tm_split *sp = &ps.v[i];
-        if (sp->n_tokens < 0) {
-            s = t->model->tokenize(t->model, sp->ns.s, sp->ns.len, &sp->tokens, &sp->n_tokens, err);
-            if (s) sp->n_tokens = -1;
-        }
         for (int k = 0; k < sp->n_tokens && !s; k++) {
             tm_tok_token *tk = &sp->tokens[k];
             const char *str = tk->value;
@@ -617,10 +654,14 @@ static tm_status encode_unpadded(const tm_tokenizer *t, const char *text, size_t
     if (!s && pair) s = check_utf8(pair, pair_len, "pair", err);
     if (s) return s;
     tm_ienc a, b;
-    s = encode_one(t, text, len, 0, 0, pool, &a, err);
+    /* Rust 0.23 stops tokenizing a sequence at max_length tokens when truncating (the
+     * first sequence too unless only the second is truncated). */
+    size_t limit = r->o.truncation != TM_TRUNCATE_NONE ? r->max_len : 0;
+    int first_limited = r->o.truncation != TM_TRUNCATE_ONLY_SECOND;
+    s = encode_one(t, text, len, 0, 0, first_limited ? limit : 0, r->trunc_left, pool, &a, err);
     if (s) return s;
     if (pair) {
-        s = encode_one(t, pair, pair_len, 1, 1, pool, &b, err);
+        s = encode_one(t, pair, pair_len, 1, 1, limit, r->trunc_left, pool, &b, err);
         if (s) {
             tm__ienc_free(&a);
             return s;
