@@ -763,9 +763,15 @@ static tv strftime_fn(tpl_interp *I, const args *a) {
     const tstr *fmt = arg_str(I, a, 0, "format", "strftime_now");
     if (!fmt)
         tctx_raise(C(I), "strftime_now() takes a format string");
-    time_t now = time(NULL);
+    /* SOURCE_DATE_EPOCH (the reproducible-builds convention) fixes "now" in UTC, so
+     * renders of date-stamped templates can be compared with references */
+    const char *epoch = getenv("SOURCE_DATE_EPOCH");
+    time_t now = epoch && *epoch ? (time_t)strtoll(epoch, NULL, 10) : time(NULL);
     struct tm tm;
-    localtime_r(&now, &tm);
+    if (epoch && *epoch)
+        gmtime_r(&now, &tm);
+    else
+        localtime_r(&now, &tm);
     char out[512];
     size_t n = fmt->n < 200 ? strftime(out, sizeof out, fmt->p, &tm) : 0;
     return tv_str(C(I), out, n);
@@ -1015,7 +1021,7 @@ static tv tojson(tpl_interp *I, const tv *v, const args *a) {
         o.indent = 100;
     o.ensure_ascii = arg_bool(a, -1, "ensure_ascii", 0);
     o.sort_keys = arg_bool(a, -1, "sort_keys", 0);
-    o.undefined_as_null = 1;
+    o.for_tojson = 1;
     const tv *sep = arg(a, -1, "separators");
     if (sep && sep->t == TV_LIST) {
         if (sep->u.l->n != 2 || sep->u.l->v[0].t != TV_STR || sep->u.l->v[1].t != TV_STR)
@@ -1273,6 +1279,13 @@ tv tpl_filter(tpl_interp *I, const char *name, tv v, int argc, tv *argv, tdict *
         }
     }
     if (IS("string")) {
+        /* A dict has no string form in @huggingface/jinja: Python's str() of it, as
+         * transformers gives (SmolLM3 prints its tools so) */
+        if (v.t == TV_DICT || v.t == TV_NS) {
+            tbuf b = {0};
+            tpl_py_repr(C(I), &b, &v, 0);
+            return tv_strv(tbuf_str(C(I), &b));
+        }
         if (v.t == TV_NONE) return tv_str(C(I), "None", 4);
         return tv_strv(tv_to_str(C(I), &v));
     }

@@ -22,6 +22,7 @@ enum { FLOW_NORMAL, FLOW_BREAK, FLOW_CONTINUE };
 tctx *tpl_interp_ctx(tpl_interp *I) { return &I->c; }
 
 static void step(tpl_interp *I, int line) {
+    I->c.fail->last_line = line;   /* for errors raised where no line is at hand */
     if (++I->steps > TPL_MAX_STEPS) {
         I->c.line = line;
         tpl_raise(I->c.fail, TM_ERR_RUNTIME, line, "template ran more than %ld steps",
@@ -240,8 +241,10 @@ static tv binop(tpl_interp *I, int op, tv a, tv b) {
             for (size_t i = 0; i < b.u.l->n; i++) tlist_push(&I->c, l, b.u.l->v[i]);
             return tv_listv(l);
         }
-        if ((a.t == TV_STR || b.t == TV_STR) && a.t > TV_NONE && b.t > TV_NONE) {
-            /* as @huggingface/jinja: a string plus anything prints the other side */
+        if ((a.t == TV_STR || b.t == TV_STR) && a.t > TV_NONE && b.t > TV_NONE &&
+            a.t < TV_LIST && b.t < TV_LIST) {
+            /* as @huggingface/jinja: a string plus a number or boolean prints it (a list or
+             * dict would print as "[object Map]" there; Python refuses: so do we) */
             tbuf buf = {0};
             tv_print(&I->c, &buf, &a);
             tv_print(&I->c, &buf, &b);
@@ -677,12 +680,6 @@ static int exec_for(tpl_interp *I, const tpl_node *n, tpl_scope *parent, tbuf *o
                 tlist_push(&I->c, kept, items->v[i]);
         }
         items = kept;
-    } else {
-        /* iterate over a copy: the body may append to the list */
-        tlist *copy = tlist_new(&I->c, items->n);
-        for (size_t i = 0; i < items->n; i++)
-            tlist_push(&I->c, copy, items->v[i]);
-        items = copy;
     }
     if (items->n == 0)
         return exec_block(I, n->list2, n->n2, s, out);
@@ -691,10 +688,13 @@ static int exec_for(tpl_interp *I, const tpl_node *n, tpl_scope *parent, tbuf *o
                    tstr_cstr(c, "revindex0"), tstr_cstr(c, "first"), tstr_cstr(c, "last"),
                    tstr_cstr(c, "length"), tstr_cstr(c, "previtem"), tstr_cstr(c, "nextitem")};
     const tstr *loop_name = tstr_cstr(c, "loop");
+    /* the length when the loop starts: items the body appends are not visited (and the
+     * list is read afresh each time, as an append may move it) */
     int64_t len = (int64_t)items->n;
+    /* one `loop` dict per loop, updated in place: an iteration allocates nothing */
+    tdict *loop = tdict_new(c, 9);
     for (int64_t i = 0; i < len; i++) {
         step(I, n->line);
-        tdict *loop = tdict_new(c, 9);
         tdict_set(c, loop, k.index, tv_int(i + 1));
         tdict_set(c, loop, k.index0, tv_int(i));
         tdict_set(c, loop, k.revindex, tv_int(len - i));

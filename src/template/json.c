@@ -318,7 +318,13 @@ void tpl_json_write(tctx *c, tbuf *b, const tv *v, const tpl_json_opts *o, int d
     if (depth > TPL_MAX_DEPTH)
         tctx_raise(c, "tojson: value nested too deeply");
     switch (v->t) {
-    case TV_UNDEF: tbuf_puts(c, b, o->undefined_as_null ? "null" : "undefined"); return;
+    case TV_UNDEF:
+        /* Python's json.dumps refuses Undefined (transformers' tojson); printing a list
+         * that holds one shows it as @huggingface/jinja does */
+        if (o->for_tojson)
+            tctx_raise(c, "tojson: an undefined value is not JSON serializable");
+        tbuf_puts(c, b, "undefined");
+        return;
     case TV_NONE: tbuf_puts(c, b, "null"); return;
     case TV_BOOL: tbuf_puts(c, b, v->u.i ? "true" : "false"); return;
     case TV_INT: tbuf_printf(c, b, "%lld", (long long)v->u.i); return;
@@ -373,5 +379,95 @@ void tpl_json_write(tctx *c, tbuf *b, const tv *v, const tpl_json_opts *o, int d
     }
     default:
         tctx_raise(c, "cannot convert %s to JSON", tv_type_name(v));
+    }
+}
+
+/* ---- Python repr ------------------------------------------------------------------------ */
+
+static void py_float(tctx *c, tbuf *b, double f) {
+    char tmp[40];
+    if (isnan(f)) { tbuf_puts(c, b, "nan"); return; }
+    if (isinf(f)) { tbuf_puts(c, b, f < 0 ? "-inf" : "inf"); return; }
+    int prec;
+    for (prec = 1; prec <= 17; prec++) {
+        snprintf(tmp, sizeof tmp, "%.*e", prec - 1, f);
+        if (strtod(tmp, NULL) == f)
+            break;
+    }
+    int exp10 = atoi(strchr(tmp, 'e') + 1);
+    if (exp10 < -4 || exp10 >= 16) {
+        /* 1e-05, 1.5e+16: the mantissa without trailing zeros, two exponent digits */
+        char mant[32];
+        size_t k = (size_t)(strchr(tmp, 'e') - tmp);
+        memcpy(mant, tmp, k);
+        mant[k] = 0;
+        if (strchr(mant, '.')) {
+            while (k > 0 && mant[k - 1] == '0') mant[--k] = 0;
+            if (k > 0 && mant[k - 1] == '.') mant[--k] = 0;
+        }
+        tbuf_printf(c, b, "%se%c%02d", mant, exp10 < 0 ? '-' : '+', abs(exp10));
+        return;
+    }
+    int decimals = prec - 1 - exp10;
+    snprintf(tmp, sizeof tmp, "%.*f", decimals > 0 ? decimals : 0, f);
+    tbuf_puts(c, b, tmp);
+    if (!strchr(tmp, '.'))
+        tbuf_puts(c, b, ".0");
+}
+
+static void py_string(tctx *c, tbuf *b, const tstr *s) {
+    int has_single = memchr(s->p, '\'', s->n) != NULL, has_double = memchr(s->p, '"', s->n) != NULL;
+    char q = has_single && !has_double ? '"' : '\'';
+    tbuf_putc(c, b, q);
+    for (size_t i = 0; i < s->n;) {
+        unsigned char ch = (unsigned char)s->p[i];
+        size_t len = 1;
+        if (ch == '\\' || ch == (unsigned char)q) { tbuf_putc(c, b, '\\'); tbuf_putc(c, b, (char)ch); }
+        else if (ch == '\n') tbuf_puts(c, b, "\\n");
+        else if (ch == '\r') tbuf_puts(c, b, "\\r");
+        else if (ch == '\t') tbuf_puts(c, b, "\\t");
+        else if (ch < 0x20 || ch == 0x7F) tbuf_printf(c, b, "\\x%02x", ch);
+        else {
+            tpl_utf8_decode(s->p + i, s->n - i, &len);
+            tbuf_put(c, b, s->p + i, len);
+        }
+        i += len;
+    }
+    tbuf_putc(c, b, q);
+}
+
+void tpl_py_repr(tctx *c, tbuf *b, const tv *v, int depth) {
+    if (depth > TPL_MAX_DEPTH)
+        tctx_raise(c, "value nested too deeply");
+    switch (v->t) {
+    case TV_UNDEF: return;
+    case TV_NONE: tbuf_puts(c, b, "None"); return;
+    case TV_BOOL: tbuf_puts(c, b, v->u.i ? "True" : "False"); return;
+    case TV_INT: tbuf_printf(c, b, "%lld", (long long)v->u.i); return;
+    case TV_FLOAT: py_float(c, b, v->u.f); return;
+    case TV_STR: py_string(c, b, v->u.s); return;
+    case TV_LIST: {
+        int tuple = v->u.l->tuple;
+        tbuf_putc(c, b, tuple ? '(' : '[');
+        for (size_t i = 0; i < v->u.l->n; i++) {
+            if (i) tbuf_puts(c, b, ", ");
+            tpl_py_repr(c, b, &v->u.l->v[i], depth + 1);
+        }
+        if (tuple && v->u.l->n == 1) tbuf_putc(c, b, ',');
+        tbuf_putc(c, b, tuple ? ')' : ']');
+        return;
+    }
+    case TV_DICT: case TV_NS: {
+        tbuf_putc(c, b, '{');
+        for (size_t i = 0; i < v->u.d->n; i++) {
+            if (i) tbuf_puts(c, b, ", ");
+            py_string(c, b, v->u.d->kv[i].k);
+            tbuf_puts(c, b, ": ");
+            tpl_py_repr(c, b, &v->u.d->kv[i].v, depth + 1);
+        }
+        tbuf_putc(c, b, '}');
+        return;
+    }
+    default: tbuf_puts(c, b, "<function>"); return;
     }
 }

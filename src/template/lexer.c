@@ -300,6 +300,21 @@ static void lex_number(lexer *L) {
                 L->pos++;
         }
     }
+    /* an exponent, as Jinja reads 1e3 and 2.5e-7 (floats) */
+    if (last_type(L) != TK_OP || L->toks[L->n - 1].n != 1 || L->toks[L->n - 1].p[0] != '.') {
+        size_t e = L->pos;
+        if (e < L->m.n && (L->m.p[e] == 'e' || L->m.p[e] == 'E')) {
+            e++;
+            if (e < L->m.n && (L->m.p[e] == '+' || L->m.p[e] == '-'))
+                e++;
+            if (e < L->m.n && is_digit(L->m.p[e])) {
+                while (e < L->m.n && is_digit(L->m.p[e]))
+                    e++;
+                L->pos = e;
+                is_float = 1;
+            }
+        }
+    }
     char tmp[64];
     size_t len = L->pos - start;
     if (len >= sizeof tmp)

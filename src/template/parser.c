@@ -368,18 +368,24 @@ static tpl_node *primary(parser *P) {
     syntax(P, "expected an expression");
 }
 
-static tpl_node *unary(parser *P) {
+/* Jinja's unary: a sign applies to what follows without its filters, which then apply to
+ * the signed value: -3|abs is (-3)|abs. */
+static tpl_node *signed_operand(parser *P, int with_filters) {
     const tpl_token *t = cur(P);
+    tpl_node *e;
     if (is_op(t, "-") || is_op(t, "+")) {
         enter(P);
         P->pos++;
-        tpl_node *n = node(P, is_op(t, "-") ? N_NEG : N_POS, t->line);
-        n->a = unary(P);
+        e = node(P, is_op(t, "-") ? N_NEG : N_POS, t->line);
+        e->a = signed_operand(P, 0);
         P->depth--;
-        return filter_tail(P, n);
+    } else {
+        e = postfix(P, primary(P));
     }
-    return filter_tail(P, postfix(P, primary(P)));
+    return with_filters ? filter_tail(P, e) : e;
 }
+
+static tpl_node *unary(parser *P) { return signed_operand(P, 1); }
 
 static tpl_node *binop(parser *P, int op, tpl_node *a, tpl_node *b, int line) {
     tpl_node *n = node(P, N_BINOP, line);
@@ -618,7 +624,21 @@ static tpl_node *for_statement(parser *P, int line) {
 static tpl_node *set_statement(parser *P, int line) {
     static const char *const endset[] = {"endset", NULL};
     tpl_node *n = node(P, N_SET, line);
-    n->a = expr_sequence(P, 0);
+    /* targets: names, or one namespace attribute (no filters: `set x | upper` is a block) */
+    nlist l = {0};
+    for (;;) {
+        nl_push(P, &l, postfix(P, primary(P)));
+        if (!is_op(cur(P), ","))
+            break;
+        P->pos++;
+    }
+    if (l.n == 1) {
+        n->a = l.v[0];
+    } else {
+        n->a = node(P, N_TUPLE, line);
+        n->a->list = l.v;
+        n->a->n = l.n;
+    }
     tpl_node *target = n->a;
     int ok = target->kind == N_NAME || (target->kind == N_ATTR && target->a->kind == N_NAME);
     if (target->kind == N_TUPLE) {

@@ -106,6 +106,8 @@ tm_status tm_chat_template_render(const tm_chat_template *t, const char *message
     r->c.arena = &r->arena;
     r->c.fail = &r->fail;
     if (setjmp(r->fail.jump)) {
+        if (r->fail.line == 0 && r->fail.last_line > 0)
+            r->fail.line = r->fail.last_line;   /* a limit reached in the middle of a render */
         tm_status s = report(err, &r->fail, "render");
         tpl_arena_free(&r->arena);
         free(r);

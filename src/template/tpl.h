@@ -33,6 +33,7 @@ typedef struct tpl_fail {
     jmp_buf jump;
     tm_status code;
     int line;                      /* template line of the error, 0 if none */
+    int last_line;                 /* the line being evaluated (render errors without one) */
     char message[900];
 } tpl_fail;
 
@@ -139,9 +140,11 @@ typedef struct tpl_json_opts {
     int indent;                    /* <= 0: one line */
     int ensure_ascii, sort_keys;
     const char *item_sep, *key_sep; /* NULL: ", " (or "," with indent) and ": " */
-    int undefined_as_null;         /* tojson: 1; printing a list: 0 ("undefined") */
+    int for_tojson;         /* tojson: 1; printing a list: 0 ("undefined") */
 } tpl_json_opts;
 void tpl_json_write(tctx *c, tbuf *b, const tv *v, const tpl_json_opts *o, int depth);
+/* Python's repr() of a value ({'a': [1, 2.5, None, True]}), for `string` of a dict. */
+void tpl_py_repr(tctx *c, tbuf *b, const tv *v, int depth);
 
 /* ---- Lexer / parser (lexer.c, parser.c) ------------------------------------------------ */
 
