@@ -615,8 +615,9 @@ tm_status tm_tokenizer_encode_batch(const tm_tokenizer *tok, size_t n, const cha
 /* Accessors; the arrays belong to the encoding and hold tm_encoding_n entries. */
 size_t tm_encoding_n(const tm_encoding *e);
 const int32_t *tm_encoding_ids(const tm_encoding *e);
-/* Token strings, NUL-terminated (a token may be any vocabulary string). */
+/* Token strings, NUL-terminated, and their byte lengths (a token may hold a NUL). */
 const char *const *tm_encoding_tokens(const tm_encoding *e);
+const int32_t *tm_encoding_token_lengths(const tm_encoding *e);
 const int32_t *tm_encoding_attention_mask(const tm_encoding *e);     /* 0 for padding */
 const int32_t *tm_encoding_type_ids(const tm_encoding *e);
 const int32_t *tm_encoding_special_tokens_mask(const tm_encoding *e); /* 1: added by the
@@ -637,9 +638,11 @@ void tm_encoding_free(tm_encoding *e);
  * skipped), through the decoder (or joined by spaces without one). skip_special drops
  * special added tokens; cleanup applies transformers' clean_up_tokenization (" ." -> "."
  * and the like): 1 yes, 0 no, -1 the tokenizer's clean_up_tokenization_spaces (true when
- * tokenizer_config.json does not say). *out is a new NUL-terminated string (free()). */
+ * tokenizer_config.json does not say). *out is a new NUL-terminated string (free()) and
+ * *out_len (may be NULL) its length: the text may hold NUL characters. */
 tm_status tm_tokenizer_decode(const tm_tokenizer *tok, const int32_t *ids, size_t n,
-                              int skip_special, int cleanup, char **out, tm_error *err);
+                              int skip_special, int cleanup, char **out, size_t *out_len,
+                              tm_error *err);
 
 /* The id of a token string (added tokens first, then the model), or -1. */
 int32_t tm_tokenizer_token_to_id(const tm_tokenizer *tok, const char *token, size_t len);

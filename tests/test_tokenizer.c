@@ -150,7 +150,7 @@ static void test_models(void) {
         expect_ids(t, "nope", "0");
         char *out = NULL;
         int32_t ids[] = {2, 3, 1};
-        CHECK(!tm_tokenizer_decode(t, ids, 3, 1, 0, &out, &err) && !strcmp(out, "there hi"),
+        CHECK(!tm_tokenizer_decode(t, ids, 3, 1, 0, &out, NULL, &err) && !strcmp(out, "there hi"),
               "decode skips specials and joins with spaces: '%s'", out ? out : "");
         free(out);
         CHECK(tm_tokenizer_token_to_id(t, "<x>", 3) == 3 && !strcmp(tm_tokenizer_id_to_token(t, 2), "there"),
@@ -379,10 +379,10 @@ static void test_batch(void) {
     const char *words[] = {"Hello", "Ġ,", "Ġworld", "Ġ!"};
     for (int i = 0; i < 4; i++) ids[i] = tm_tokenizer_token_to_id(t, words[i], strlen(words[i]));
     char *out = NULL;
-    CHECK(!tm_tokenizer_decode(t, ids, 4, 0, 1, &out, &err) && !strcmp(out, "Hello, world!"),
+    CHECK(!tm_tokenizer_decode(t, ids, 4, 0, 1, &out, NULL, &err) && !strcmp(out, "Hello, world!"),
           "clean-up: '%s'", out ? out : "");
     free(out);
-    CHECK(!tm_tokenizer_decode(t, ids, 4, 0, 0, &out, &err) && !strcmp(out, "Hello , world !"),
+    CHECK(!tm_tokenizer_decode(t, ids, 4, 0, 0, &out, NULL, &err) && !strcmp(out, "Hello , world !"),
           "no clean-up: '%s'", out ? out : "");
     free(out);
     tm_tokenizer_free(t);

@@ -92,11 +92,13 @@ static const char *check_case(const tm_tokenizer *tok, const tm_json *c, int typ
         int32_t *v = malloc(((size_t)ids->n + 1) * sizeof *v);
         for (int i = 0; i < ids->n; i++) v[i] = (int32_t)ids->items[i].number;
         char *out = NULL;
-        const char *want = tm_json_get_string(c, skip ? "decoded_skip_special" : "decoded");
-        if (tm_tokenizer_decode(tok, v, (size_t)ids->n, skip, -1, &out, &err)) {
+        size_t out_len = 0;
+        const tm_json *wantj = tm_json_get(c, skip ? "decoded_skip_special" : "decoded");
+        const char *want = wantj && wantj->type == TM_JSON_STRING ? wantj->string : NULL;
+        if (tm_tokenizer_decode(tok, v, (size_t)ids->n, skip, -1, &out, &out_len, &err)) {
             snprintf(why, sizeof why, "decode failed: %s", err.message);
             bad = why;
-        } else if (!want || strcmp(want, out)) {
+        } else if (!want || wantj->len != out_len || memcmp(want, out, out_len)) {
             bad = skip ? "decoded_skip_special" : "decoded";
             if (verbose) fprintf(stderr, "  got %s\n  want %s\n", out, want ? want : "(none)");
         }

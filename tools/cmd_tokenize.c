@@ -111,8 +111,7 @@ static int encoding_json(const tm_tokenizer *tok, const tm_encoding *e, int type
     puts_(b, ",\"tokens\":[");
     for (size_t i = 0; i < n; i++) {
         if (i) put(b, ",", 1);
-        const char *t = tm_encoding_tokens(e)[i];
-        put_json_string(b, t, strlen(t));
+        put_json_string(b, tm_encoding_tokens(e)[i], (size_t)tm_encoding_token_lengths(e)[i]);
     }
     puts_(b, "],\"attention_mask\":");
     put_ints(b, tm_encoding_attention_mask(e), n);
@@ -122,9 +121,10 @@ static int encoding_json(const tm_tokenizer *tok, const tm_encoding *e, int type
     }
     for (int skip = 0; skip < 2; skip++) {
         char *text = NULL;
-        if (tm_tokenizer_decode(tok, tm_encoding_ids(e), n, skip, -1, &text, err)) return 1;
+        size_t len = 0;
+        if (tm_tokenizer_decode(tok, tm_encoding_ids(e), n, skip, -1, &text, &len, err)) return 1;
         puts_(b, skip ? ",\"decoded_skip_special\":" : ",\"decoded\":");
-        put_json_string(b, text, strlen(text));
+        put_json_string(b, text, len);
         free(text);
     }
     puts_(b, ",\"offsets\":[");
@@ -257,8 +257,7 @@ int tm__cmd_tokenize(int argc, char **argv) {
             out_buf b = {0};
             for (size_t i = 0; i < n; i++) {
                 if (i) put(&b, " ", 1);
-                const char *t = tm_encoding_tokens(e)[i];
-                put_json_string(&b, t, strlen(t));
+                put_json_string(&b, tm_encoding_tokens(e)[i], (size_t)tm_encoding_token_lengths(e)[i]);
             }
             printf("%s\n", b.s ? b.s : "");
             free(b.s);
@@ -315,9 +314,10 @@ int tm__cmd_detokenize(int argc, char **argv) {
         return fail(&err);
     }
     char *text = NULL;
+    size_t len = 0;
     int rc = 0;
-    if (tm_tokenizer_decode(tok, ids, n, skip, -1, &text, &err)) rc = fail(&err);
-    else printf("%s\n", text);
+    if (tm_tokenizer_decode(tok, ids, n, skip, -1, &text, &len, &err)) rc = fail(&err);
+    else fwrite(text, 1, len, stdout), putchar('\n');
     free(text);
     free(ids);
     tm_tokenizer_free(tok);

@@ -36,7 +36,7 @@ struct tm_tokenizer {
 
 struct tm_encoding {
     size_t n;
-    int32_t *ids, *attention, *type_ids, *special, *words, *seqs, *offsets, *char_offsets;
+    int32_t *ids, *attention, *type_ids, *special, *words, *seqs, *offsets, *char_offsets, *lens;
     const char **tokens;
     char *strings;
     struct tm_encoding **over;
@@ -718,7 +718,7 @@ static tm_status flatten(const tm_ienc *e, const char *const texts[2], const siz
     size_t n = e->n, str_bytes = 0;
     for (size_t i = 0; i < n; i++) str_bytes += e->t[i].len + 1;
     r->n = n;
-    r->ids = malloc((n ? n : 1) * 10 * sizeof(int32_t));
+    r->ids = malloc((n ? n : 1) * 11 * sizeof(int32_t));
     r->tokens = malloc((n ? n : 1) * sizeof *r->tokens);
     r->strings = malloc(str_bytes + 1);
     if (!r->ids || !r->tokens || !r->strings) {
@@ -732,6 +732,7 @@ static tm_status flatten(const tm_ienc *e, const char *const texts[2], const siz
     r->seqs = r->ids + 5 * n;
     r->offsets = r->ids + 6 * n;
     r->char_offsets = r->ids + 8 * n;
+    r->lens = r->ids + 10 * n;
     uint32_t *cum[2] = {NULL, NULL};
     for (int k = 0; k < 2; k++) {
         if (!texts[k]) continue;
@@ -769,6 +770,7 @@ static tm_status flatten(const tm_ienc *e, const char *const texts[2], const siz
             r->char_offsets[2 * i + 1] = (int32_t)t->end;
         }
         memcpy(sp, t->str, t->len);
+        r->lens[i] = (int32_t)t->len;
         sp[t->len] = '\0';
         r->tokens[i] = sp;
         sp += t->len + 1;
@@ -926,6 +928,7 @@ done:
 size_t tm_encoding_n(const tm_encoding *e) { return e ? e->n : 0; }
 const int32_t *tm_encoding_ids(const tm_encoding *e) { return e->ids; }
 const char *const *tm_encoding_tokens(const tm_encoding *e) { return e->tokens; }
+const int32_t *tm_encoding_token_lengths(const tm_encoding *e) { return e->lens; }
 const int32_t *tm_encoding_attention_mask(const tm_encoding *e) { return e->attention; }
 const int32_t *tm_encoding_type_ids(const tm_encoding *e) { return e->type_ids; }
 const int32_t *tm_encoding_special_tokens_mask(const tm_encoding *e) { return e->special; }
@@ -1019,7 +1022,8 @@ static size_t cleanup_spaces(char *s, size_t len) {
 }
 
 tm_status tm_tokenizer_decode(const tm_tokenizer *t, const int32_t *ids, size_t n,
-                              int skip_special, int cleanup, char **out, tm_error *err) {
+                              int skip_special, int cleanup, char **out, size_t *out_len,
+                              tm_error *err) {
     if (!t || (n && !ids) || !out)
         return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "tm_tokenizer_decode: NULL argument");
     tm_strs toks = {0};
@@ -1046,6 +1050,7 @@ tm_status tm_tokenizer_decode(const tm_tokenizer *t, const int32_t *ids, size_t 
         res[o] = '\0';
         if (cleanup < 0 ? t->cleanup : cleanup) o = cleanup_spaces(res, o);
         *out = res;
+        if (out_len) *out_len = o;
     }
     tm__strs_free(&toks);
     return s;
