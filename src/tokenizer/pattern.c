@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "internal.h"
+#include "components.h"
 
 static tm_status no_memory(tm_error *err) {
     return tm__fail(err, TM_ERR_NO_MEMORY, "tokenizer: out of memory");
@@ -12,12 +13,19 @@ tm_status tm__regex_compile(const char *pattern, size_t len, const char *path, p
                             tm_error *err) {
     int code;
     PCRE2_SIZE at;
-    pcre2_code *re = pcre2_compile((PCRE2_SPTR)pattern, len, PCRE2_UTF | PCRE2_UCP, &code, &at, NULL);
+    /* Rust compiles with Oniguruma's Ruby syntax: rewrite what PCRE2 reads differently, and
+     * ^ $ are line anchors there (MULTILINE). */
+    char *pcre;
+    tm_status st = tm__onig_translate(pattern, len, &pcre, err);
+    if (st) return st;
+    pcre2_code *re = pcre2_compile((PCRE2_SPTR)pcre, PCRE2_ZERO_TERMINATED,
+                                   PCRE2_UTF | PCRE2_UCP | PCRE2_MULTILINE, &code, &at, NULL);
+    free(pcre);
     if (!re) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(code, msg, sizeof msg);
-        return tm__tok_fail(err, path, NULL, "bad regex at offset %zu: %s", (size_t)at,
-                            (const char *)msg);
+        return tm__tok_fail(err, path, NULL, "bad regex \"%.*s\" (PCRE2, near offset %zu): %s",
+                            (int)len, pattern, (size_t)at, (const char *)msg);
     }
     pcre2_jit_compile(re, PCRE2_JIT_COMPLETE);   /* without JIT, the interpreter runs it */
     *out = re;
@@ -33,6 +41,12 @@ tm_status tm__pattern_load(const tm_json *cfg, const char *path, tm_pattern *out
         if (!out->literal) return no_memory(err);
         memcpy(out->literal, v->string, v->len + 1);
         out->literal_len = v->len;
+        /* Rust escapes the string into an Oniguruma regex: an empty one matches everywhere */
+        if (!v->len) {
+            char sub[256];
+            tm__tok_path(sub, sizeof sub, path, "String", -1);
+            return tm__regex_compile("", 0, sub, &out->re, err);
+        }
         return TM_OK;
     }
     if (cfg && cfg->type == TM_JSON_OBJECT && (v = tm_json_get(cfg, "Regex")) &&
@@ -67,13 +81,15 @@ static tm_status literal_find(const tm_pattern *p, const char *s, size_t len, tm
     return st;
 }
 
+/* Oniguruma's find_iter as the onig crate writes it: after an empty match the search
+ * resumes one character further, and an empty match found after a non-empty one is
+ * dropped (once). */
 static tm_status regex_find(const pcre2_code *re, const char *s, size_t len, tm_matches *out,
                             tm_error *err) {
     pcre2_match_data *md = pcre2_match_data_create_from_pattern(re, NULL);
     if (!md) return no_memory(err);
     size_t prev = 0, from = 0;
-    int have_last = 0;
-    size_t last_end = 0;
+    int skip_next_empty = 0;
     tm_status st = TM_OK;
     while (!st && from <= len) {
         int rc = pcre2_match(re, (PCRE2_SPTR)s, len, from, PCRE2_NO_UTF_CHECK, md, NULL);
@@ -84,17 +100,19 @@ static tm_status regex_find(const pcre2_code *re, const char *s, size_t len, tm_
         }
         PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
         size_t ms = ov[0], me = ov[1];
-        if (ms == me && have_last && last_end == me) {
-            /* an empty match right after the previous one: move on one character */
-            from += from < len ? tm__utf8_len((unsigned char)s[from]) : 1;
-            continue;
+        from = me;
+        if (ms == me) {
+            from += me < len ? tm__utf8_len((unsigned char)s[me]) : 1;
+            if (skip_next_empty) {
+                skip_next_empty = 0;
+                continue;
+            }
+        } else {
+            skip_next_empty = 1;
         }
         if (ms != prev) st = tm__matches_push(out, prev, ms, 0, err);
         if (!st) st = tm__matches_push(out, ms, me, 1, err);
         prev = me;
-        from = me;
-        have_last = 1;
-        last_end = me;
     }
     if (!st && prev != len) st = tm__matches_push(out, prev, len, 0, err);
     pcre2_match_data_free(md);
