@@ -288,13 +288,37 @@ if (args[0] === '--dump') {
     process.exit(0);
 }
 // The charsmap is stored once (charsmap.b64); the case files name it "@charsmap.b64".
-const write = (f, v) => fs.writeFileSync(path.join(here, f), JSON.stringify(v, null, 0).replaceAll(charsmap, '@charsmap.b64').replace(/\},\{"(name|input|tokens|slot)"/g, '},\n{"$1"') + '\n');
+// --random OUTDIR N SEED: the case files for N random mixed-script texts instead of the fixed
+// ones, written to OUTDIR (for `test_tok_components --dir OUTDIR`; not stored).
+let outDir = here;
+if (args[0] === '--random') {
+    outDir = args[1];
+    let seed = +(args[3] || 1);
+    const rnd = () => (seed = (seed * 1103515245 + 12345) % 2147483648) / 2147483648;
+    const pools = ['abcXYZ', '  \t\n\r', '0123456789', '.,;:!?\'"-_()[]{}', '\u00e9\u00c5\u00df\u0130\u03a3\u03c2',
+        '\u0300\u0301\u0308\u0327\u0345\u05b0\u093c\u0e31', '\u1100\u1161\u11a8\uac00\ud7a3',
+        '\u4e2d\u6587\u3042\u30ab\u30fc\u{20000}', '\u{1F600}\u{1F3FD}\u200d\u{1F468}\u{1F1EB}\u{1F1F7}',
+        '\u00a0\u2009\u3000\u200b\ufeff\u2581', '\u0915\u094d\u0937\u0627\u0644\u05e9', '\ufb01\u2460\u00bd\u212b\u1e9b\u0149',
+        '\u0001\u007f\u0085\ufffd\u{E0001}', "'s'S'll'\u017f"];
+    texts.length = 0;
+    for (let i = 0; i < +args[2]; i++) {
+        let t = '';
+        const n = Math.floor(rnd() * 24);
+        for (let k = 0; k < n; k++) {
+            const pool = [...pools[Math.floor(rnd() * pools.length)]];
+            t += pool[Math.floor(rnd() * pool.length)];
+        }
+        texts.push(t);
+    }
+    args.push('--no-sweeps');
+}
+const write = (f, v) => fs.writeFileSync(path.join(outDir, f), JSON.stringify(v, null, 0).replaceAll(charsmap, '@charsmap.b64').replace(/\},\{"(name|input|tokens|slot)"/g, '},\n{"$1"') + '\n');
 const norms = [];
 for (const [name, config] of normalizerConfigs) norms.push({ name, config, cases: await normalizerCases(config) });
 write('normalizers.json', norms);
 write('pretokenizers.json', pretokConfigs.map(([name, config]) => ({ name, config, cases: pretokCases(config) })));
 write('decoders.json', decoderConfigs.map(([name, config]) => ({ name, config, cases: decoderCases(config) })));
-write('errors.json', errorCases());
+if (outDir === here) write('errors.json', errorCases());
 if (!args.includes('--no-sweeps')) {
     const lines = [`# slot name template(JSON) then ${0x110000 / BLOCK} FNV-1a-32 block hashes (blocks of ${BLOCK} code points)`];
     for (const [slot, name, template] of sweeps) {
