@@ -16,10 +16,12 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: transmuter chat-template TOKENIZER MESSAGES.json [--add-generation-prompt]\n"
             "                 [--vars JSON] [--template NAME] [--ids]\n"
-            "  TOKENIZER: a folder with tokenizer_config.json (or chat_template.jinja), or a\n"
-            "  tokenizer.json / tokenizer_config.json path; MESSAGES.json: a JSON array of\n"
-            "  messages ('-' reads stdin); --vars: a JSON object of extra variables (tools,\n"
-            "  documents, enable_thinking, ...), or @FILE.\n");
+            "  TOKENIZER: a folder (tokenizer.json and tokenizer_config.json, or only the\n"
+            "  latter or a chat_template.jinja), a tokenizer.json path, or hf://owner/repo.\n"
+            "  MESSAGES.json: a JSON array of messages ('-' reads stdin). --vars: a JSON\n"
+            "  object of extra variables (tools, documents, enable_thinking, ...) or @FILE.\n"
+            "  --template: a named template of a list. --ids: the rendered text's token ids\n"
+            "  (encoded without special tokens, as apply_chat_template(tokenize=True)).\n");
 }
 
 static char *read_file(const char *path, size_t *len) {
@@ -163,22 +165,34 @@ int tm__cmd_chat_template(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
-    if (ids || strncmp(source, "hf://", 5) == 0) {
-        fprintf(stderr, "chat-template: --ids and hf:// need the tokenizer library "
-                        "(not built into this version yet)\n");
-        return 1;
-    }
     int rc = 1;
-    char *folder = folder_of(source), *path = NULL, *config_text = NULL, *template_text = NULL;
-    char *messages = NULL, *user_text = NULL, *vars = NULL, *rendered = NULL;
+    int remote = strncmp(source, "hf://", 5) == 0;
+    char *folder = remote ? NULL : folder_of(source), *path = NULL, *config_text = NULL;
+    char *template_text = NULL, *messages = NULL, *user_text = NULL, *vars = NULL;
+    char *rendered = NULL;
     tm_json *config = NULL, *user = NULL;
     tm_chat_template *t = NULL;
+    tm_tokenizer *tok = NULL;
+    tm_encoding *enc = NULL;
     tm_error err = {0};
     char msg[256] = "";
     size_t len = 0;
-    if (asprintf(&path, "%s/tokenizer_config.json", folder) < 0)
+    /* Through the tokenizer (hf:// fetches its files; --ids encodes with it); a folder
+     * holding only tokenizer_config.json or chat_template.jinja is read directly. */
+    if (tm_tokenizer_load(source, NULL, &tok, &err) == TM_OK) {
+        const char *text = tm_tokenizer_config_json(tok);
+        config_text = text ? strdup(text) : NULL;
+        len = text ? strlen(text) : 0;
+        if (asprintf(&path, "%s: tokenizer_config.json", source) < 0)
+            goto done;
+    } else if (remote || ids) {
+        fprintf(stderr, "chat-template: %s\n", err.message);
         goto done;
-    config_text = read_file(path, &len);
+    } else {
+        if (asprintf(&path, "%s/tokenizer_config.json", folder) < 0)
+            goto done;
+        config_text = read_file(path, &len);
+    }
     if (config_text) {
         config = tm_json_parse(config_text, len);
         if (!config) {
@@ -209,6 +223,11 @@ int tm__cmd_chat_template(int argc, char **argv) {
         }
     } else {
         free(path);
+        path = NULL;
+        if (!folder) {
+            fprintf(stderr, "chat-template: %s has no chat template in tokenizer_config.json\n", source);
+            goto done;
+        }
         if (asprintf(&path, "%s/chat_template.jinja", folder) < 0)
             goto done;
         template_text = read_file(path, NULL);
@@ -233,9 +252,24 @@ int tm__cmd_chat_template(int argc, char **argv) {
         fprintf(stderr, "chat-template: %s\n", err.message);
         goto done;
     }
-    fwrite(rendered, 1, len, stdout);
+    if (ids) {
+        /* apply_chat_template(tokenize=True): the text encoded without special tokens */
+        tm_encode_options eo = tm_encode_options_default();
+        eo.add_special_tokens = 0;
+        if (tm_tokenizer_encode(tok, rendered, len, NULL, 0, &eo, &enc, &err) != TM_OK) {
+            fprintf(stderr, "chat-template: %s\n", err.message);
+            goto done;
+        }
+        for (size_t i = 0; i < tm_encoding_n(enc); i++)
+            printf("%s%d", i ? " " : "", tm_encoding_ids(enc)[i]);
+        printf("\n");
+    } else {
+        fwrite(rendered, 1, len, stdout);
+    }
     rc = 0;
 done:
+    tm_encoding_free(enc);
+    tm_tokenizer_free(tok);
     tm_chat_template_free(t);
     tm_json_free(config);
     tm_json_free(user);

@@ -25,15 +25,42 @@ static void map_put(src_map *m, const src_map *from, size_t i) {
     m->n++;
 }
 
-static int line_start(const src_map *m, size_t i) {
-    if (i == 0)
-        return 1;
-    char prev = m->p[i - 1];
-    if (prev == '\n' || prev == '\r')
-        return 1;
-    /* U+2028 and U+2029 end lines for JavaScript's multiline ^ too */
-    return i >= 3 && (unsigned char)m->p[i - 3] == 0xE2 && (unsigned char)m->p[i - 2] == 0x80 &&
-           ((unsigned char)m->p[i - 1] == 0xA8 || (unsigned char)m->p[i - 1] == 0xA9);
+/* Copies from[i, j). The passes copy runs found with memchr: a byte-at-a-time loop is
+ * what a fuzzer's comparison tracing makes slow. */
+static void map_copy(src_map *m, const src_map *from, size_t i, size_t j) {
+    if (j <= i)
+        return;
+    memcpy(m->p + m->n, from->p + i, j - i);
+    memcpy(m->line + m->n, from->line + i, (j - i) * sizeof(int));
+    m->n += j - i;
+}
+
+/* The first position after i that starts a line for JavaScript's multiline ^ (after \n,
+ * \r, U+2028 or U+2029), or m->n. */
+static size_t next_line_start(const src_map *m, size_t i) {
+    size_t best = m->n;
+    static const char marks[] = {'\n', '\r', (char)0xE2};
+    for (int k = 0; k < 3; k++) {
+        size_t from = i;
+        while (from < best) {
+            const char *q = memchr(m->p + from, marks[k], best - from);
+            if (!q)
+                break;
+            size_t at = (size_t)(q - m->p);
+            if (k < 2) {
+                best = at + 1;
+                break;
+            }
+            if (at + 2 < m->n && (unsigned char)m->p[at + 1] == 0x80 &&
+                ((unsigned char)m->p[at + 2] == 0xA8 || (unsigned char)m->p[at + 2] == 0xA9)) {
+                if (at + 3 < best)
+                    best = at + 3;
+                break;
+            }
+            from = at + 1;
+        }
+    }
+    return best;
 }
 
 static int block_open(const src_map *m, size_t i) {
@@ -44,18 +71,16 @@ static int block_open(const src_map *m, size_t i) {
 /* lstrip_blocks: spaces and tabs that begin a line before a block or comment tag. */
 static src_map lstrip_blocks(tpl_arena *a, tpl_fail *f, const src_map *in) {
     src_map out = map_new(a, f, in->n);
-    for (size_t i = 0; i < in->n;) {
-        if (line_start(in, i)) {
-            size_t j = i;
-            while (j < in->n && (in->p[j] == ' ' || in->p[j] == '\t'))
-                j++;
-            if (j > i && block_open(in, j))
-                i = j;
-        }
-        map_put(&out, in, i++);
-        /* after a copied byte the next one may start a line again */
-        while (i < in->n && !line_start(in, i))
-            map_put(&out, in, i++);
+    size_t i = 0;   /* always a line start */
+    while (i < in->n) {
+        size_t j = i;
+        while (j < in->n && (in->p[j] == ' ' || in->p[j] == '\t'))
+            j++;
+        size_t from = j > i && block_open(in, j) ? j : i;
+        /* the spaces themselves may hold no line end: search from j */
+        size_t next = j < in->n ? next_line_start(in, j) : in->n;
+        map_copy(&out, in, from, next);
+        i = next;
     }
     return out;
 }
@@ -63,11 +88,18 @@ static src_map lstrip_blocks(tpl_arena *a, tpl_fail *f, const src_map *in) {
 /* trim_blocks: the newline right after a block or comment tag. */
 static src_map trim_blocks(tpl_arena *a, tpl_fail *f, const src_map *in) {
     src_map out = map_new(a, f, in->n);
-    for (size_t i = 0; i < in->n; i++) {
-        map_put(&out, in, i);
-        if (in->p[i] == '}' && i > 0 &&
-            (in->p[i - 1] == '#' || in->p[i - 1] == '%' || in->p[i - 1] == '-') &&
-            i + 1 < in->n && in->p[i + 1] == '\n')
+    size_t i = 0;
+    while (i < in->n) {
+        const char *q = memchr(in->p + i, '}', in->n - i);
+        if (!q) {
+            map_copy(&out, in, i, in->n);
+            break;
+        }
+        size_t at = (size_t)(q - in->p);
+        map_copy(&out, in, i, at + 1);
+        i = at + 1;
+        if (at > 0 && (in->p[at - 1] == '#' || in->p[at - 1] == '%' || in->p[at - 1] == '-') &&
+            i < in->n && in->p[i] == '\n')
             i++;
     }
     return out;
@@ -103,7 +135,14 @@ static size_t generation_tag(const src_map *m, size_t i, int *lstrip, int *rstri
 static src_map drop_generation(tpl_arena *a, tpl_fail *f, const src_map *in) {
     src_map out = map_new(a, f, in->n);
     size_t last = 0;   /* output length after the previous tag: its spaces are kept */
-    for (size_t i = 0; i < in->n;) {
+    size_t i = 0;
+    while (i < in->n) {
+        const char *q = memchr(in->p + i, '{', in->n - i);
+        size_t at = q ? (size_t)(q - in->p) : in->n;
+        map_copy(&out, in, i, at);
+        i = at;
+        if (i >= in->n)
+            break;
         int lstrip, rstrip;
         size_t end = generation_tag(in, i, &lstrip, &rstrip);
         if (!end) {
@@ -115,8 +154,7 @@ static src_map drop_generation(tpl_arena *a, tpl_fail *f, const src_map *in) {
                 out.n -= tpl_space_before(out.p + last, out.n - last);
         size_t after = skip_spaces(in, end);
         if (!rstrip)
-            for (size_t j = end; j < after; j++)
-                map_put(&out, in, j);
+            map_copy(&out, in, end, after);
         i = after;
         last = out.n;
     }
@@ -501,12 +539,15 @@ tpl_token *tpl_lex(tpl_arena *a, tpl_fail *f, const char *src, size_t n, size_t 
         tpl_raise(f, TM_ERR_INVALID_ARGUMENT, 0, "template source larger than %zu bytes",
                   TPL_MAX_SOURCE);
     src_map m = map_new(a, f, n);
+    memcpy(m.p, src, n);
     int line = 1;
-    for (size_t i = 0; i < n; i++) {
-        m.p[i] = src[i];
-        m.line[i] = line;
-        if (src[i] == '\n')
-            line++;
+    for (size_t i = 0; i < n;) {
+        const char *nl = memchr(src + i, '\n', n - i);
+        size_t end = nl ? (size_t)(nl - src) + 1 : n;
+        for (size_t k = i; k < end; k++)
+            m.line[k] = line;
+        line++;
+        i = end;
     }
     m.n = n;
     if (m.n && m.p[m.n - 1] == '\n')
