@@ -1,7 +1,7 @@
 /* Tests of the chat-template engine (src/template): the language statement by statement,
  * filters, tests and methods, whitespace control, errors naming lines, the limits against
  * hostile templates; then conformance: the shared tokenizers' chat.jsonl (rendered text,
- * raise_exception errors and ids) and 53 real templates' renders by @huggingface/jinja and
+ * raise_exception errors and ids) and 73 real templates' renders by @huggingface/jinja and
  * Python's jinja2 (tests/data/templates, made by gen.mjs and gen_jinja2.py). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -404,13 +404,17 @@ static void test_shared_chat(void) {
     CHECK(cases == 36, "expected 36 shared chat cases, found %d", cases);
 }
 
-/* Cases where both references fail but we render: the template reads an attribute of an
- * undefined value (a tool message without tool_call_id; `content[0].thinking` of an empty
- * string), which @huggingface/jinja reads as undefined and so do we, but where its later
- * `not in`, or Python's strict Undefined, fails. */
+/* Known differences from both references, each for a reason:
+ * - both fail, we render: the template reads an attribute of an undefined value (a tool
+ *   message without tool_call_id; `content[0].thinking` of an empty string), which
+ *   @huggingface/jinja reads as undefined and so do we, but where its later `not in`, or
+ *   Python's strict Undefined, fails;
+ * - @huggingface/jinja fails (tuple unpacking in `for k, v in x.items()` of a namespace)
+ *   and we print a boolean as it does ("false"), where Python prints "False". */
 static const char *const LENIENT[] = {
     "CohereLabs/command-a-reasoning-08-2025#chat-17-tool-call-roundtrip",
     "CohereLabs/command-a-reasoning-08-2025#x-multi-tool-calls",
+    "llama.cpp/meetkai-functionary-medium-v3.2#x-tools-system-floats",
     NULL
 };
 
@@ -479,7 +483,7 @@ static void test_real_templates(void) {
         } else {
             agree += ok_hf;
         }
-        if (known && !ok_hf && !ok_py && st == TM_OK && !hf)
+        if (known && !ok_hf && !ok_py && st == TM_OK)
             lenient++;
         else
             CHECK(ok_hf || ok_py, "%s: got [%.300s]\n  @huggingface/jinja [%.300s]\n  jinja2 [%.300s]", id,
@@ -493,7 +497,7 @@ static void test_real_templates(void) {
     printf("real templates: %d templates, %d cases: %d as both references, %d as @huggingface/jinja and %d as "
            "jinja2 where they disagree, %d lenient (known), %d raise_exception messages exact\n",
            templates->n, total, agree, disagree_hf, disagree_py, lenient, raised);
-    CHECK(total > 1200, "expected over 1200 template cases, found %d", total);
+    CHECK(total >= 1752, "expected 1752 template cases, found %d", total);
     for (int i = 0; i < templates->n; i++)
         tm_chat_template_free(parsed[i]);
     free(parsed);
