@@ -58,17 +58,32 @@ static tm_status chinese(tm_nstr *ns, tm_error *err) {
     return tm__nbuild_end(&b, err);
 }
 
+/* Whether every character passes keep (then Rust's filter changes nothing). */
+static int all_kept(const tm_nstr *ns, int (*keep)(uint32_t c, void *ctx)) {
+    for (size_t i = 0; i < ns->len;) {
+        uint32_t c;
+        i += tm__utf8_decode(ns->s, i, &c);
+        if (!keep(c, NULL)) return 0;
+    }
+    return 1;
+}
+
+static int maps_to_self(uint32_t c, void *ctx) {
+    return clean_map(c, ctx) == c;
+}
+
 static tm_status normalize(const tm_normalizer *self, tm_nstr *ns, tm_error *err) {
     const bert *bn = (const bert *)self;
     tm_status s = TM_OK;
+    /* Each step is skipped when it would leave the text as it is (same result, no copy). */
     if (bn->clean_text) {
-        s = tm__nstr_filter(ns, clean_keep, NULL, err);
-        if (!s) s = tm__nstr_map(ns, clean_map, NULL, err);
+        if (!all_kept(ns, clean_keep)) s = tm__nstr_filter(ns, clean_keep, NULL, err);
+        if (!s && !all_kept(ns, maps_to_self)) s = tm__nstr_map(ns, clean_map, NULL, err);
     }
     if (!s && bn->chinese) s = chinese(ns, err);
     if (!s && bn->strip_accents) {
         s = tm__nstr_normalize_form(ns, TM_NF_NFD, err);
-        if (!s) s = tm__nstr_filter(ns, not_mn, NULL, err);
+        if (!s && !all_kept(ns, not_mn)) s = tm__nstr_filter(ns, not_mn, NULL, err);
     }
     if (!s && bn->lowercase) s = tm__nstr_lowercase(ns, err);
     return s;
