@@ -8,7 +8,7 @@
 #include <string.h>
 #include "transmuter.h"
 
-static const char MESSAGES[] =
+static const char CHAT_MESSAGES[] =
     "[{\"role\": \"system\", \"content\": \"You are helpful.\"},"
     " {\"role\": \"user\", \"content\": \"Hi \\u00e9 <|im_end|> {{ x }}\"},"
     " {\"role\": \"assistant\", \"content\": \"<think>\\nhm\\n</think>\\n\\nHello\", \"tool_calls\":"
@@ -17,7 +17,7 @@ static const char MESSAGES[] =
     " {\"role\": \"tool\", \"tool_call_id\": \"c1\", \"content\": \"42\"},"
     " {\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"part\"}, {\"type\": \"image\"}]}]";
 
-static const char VARS[] =
+static const char CHAT_VARS[] =
     "{\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", \"description\": \"d\","
     " \"parameters\": {\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"integer\"}},"
     " \"required\": [\"a\"]}}}], \"documents\": [{\"title\": \"t\", \"text\": \"x\"}],"
@@ -48,7 +48,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     size_t len = 0;
     memset(&err, 0, sizeof err);
     /* add_generation_prompt from the length: both values, one render per input */
-    tm_status st = tm_chat_template_render(t, MESSAGES, vars ? vars : VARS, (int)(size & 1), &out, &len, &err);
+    tm_status st = tm_chat_template_render(t, CHAT_MESSAGES, vars ? vars : CHAT_VARS, (int)(size & 1), &out, &len, &err);
     if (st != TM_OK) {
         if (out || !err.message[0]) abort();
     } else {

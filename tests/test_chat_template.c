@@ -226,6 +226,8 @@ static void test_errors(void) {
     ERR("{% for a, b in [1] %}{% endfor %}", NULL, "chat template line 1: cannot unpack integer");
     /* raise_exception: the template's words, unchanged */
     EQ("ok\n{{ raise_exception('Conversation roles must alternate') }}", NULL, "ERR:Conversation roles must alternate");
+    EQ("{{ raise_exception('') }}", NULL, "ERR:the chat template raised an exception without a message");
+    EQ("{{ raise_exception('\\x00hidden') }}", NULL, "ERR:the chat template raised an exception without a message");
     tm_chat_template *t = NULL;
     tm_error err = {0};
     char *out = NULL;

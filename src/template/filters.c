@@ -788,7 +788,13 @@ tv tpl_builtin_call(tpl_interp *I, tfunc *fn, int argc, tv *argv, tdict *kw) {
         if (m)
             tv_print(C(I), &b, m);
         tctx *c = C(I);
-        snprintf(c->fail->message, sizeof c->fail->message, "%s", b.p ? b.p : "");
+        /* an error always says something, even for raise_exception("") or a message that
+         * starts with a NUL character */
+        if (!b.p || !b.p[0])
+            snprintf(c->fail->message, sizeof c->fail->message,
+                     "the chat template raised an exception without a message");
+        else
+            snprintf(c->fail->message, sizeof c->fail->message, "%s", b.p);
         c->fail->code = TM_ERR_INVALID_ARGUMENT;
         c->fail->line = -c->line;   /* negative: the template's own message, kept as is */
         longjmp(c->fail->jump, 1);
