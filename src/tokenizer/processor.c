@@ -50,15 +50,22 @@ static int is_space_char(uint32_t c) {
     return c == 0x120 /* GPT-2's character for ' ' */ || tm__is_whitespace(c);
 }
 
+/* Rust trims a count of characters off offsets that are in characters at that point (the
+ * bindings encode with char offsets); ours are in bytes, so each trimmed character counts
+ * the bytes it stands for in the text: 1 for GPT-2's space, its UTF-8 length for real
+ * whitespace (from an added token's lstrip/rstrip). Both give the same char offsets. */
+static size_t space_bytes(uint32_t c, size_t n) { return c == 0x120 ? 1 : n; }
+
 static void trim_one(tm_ienc *e, int add_prefix_space) {
     for (size_t i = 0; i < e->n; i++) {
         tm_etok *t = &e->t[i];
-        size_t lead = 0, trail = 0, k = 0;
+        size_t lead = 0, lead_b = 0, trail_b = 0, k = 0;
         while (k < t->len) {
             uint32_t c;
             size_t n = tm__utf8_decode(t->str, k, &c);
             if (!is_space_char(c)) break;
             lead++;
+            lead_b += space_bytes(c, n);
             k += n;
         }
         size_t end = t->len;
@@ -66,20 +73,20 @@ static void trim_one(tm_ienc *e, int add_prefix_space) {
             size_t b = end - 1;
             while (b > 0 && ((unsigned char)t->str[b] & 0xc0) == 0x80) b--;
             uint32_t c;
-            tm__utf8_decode(t->str, b, &c);
+            size_t n = tm__utf8_decode(t->str, b, &c);
             if (!is_space_char(c)) break;
-            trail++;
+            trail_b += space_bytes(c, n);
             end = b;
         }
-        if (!lead && !trail) continue;
-        if (lead) {
+        if (!lead_b && !trail_b) continue;
+        if (lead_b) {
             int is_first = i == 0 || t->start == 0;
-            if (is_first && add_prefix_space && lead == 1) lead = 0;
-            uint32_t ns = t->start + (uint32_t)lead;
+            if (is_first && add_prefix_space && lead == 1) lead_b = 0;
+            uint32_t ns = t->start + (uint32_t)lead_b;
             t->start = ns < t->end ? ns : t->end;
         }
-        if (trail && t->end >= trail) {
-            uint32_t ne = t->end - (uint32_t)trail;
+        if (trail_b && t->end >= trail_b) {
+            uint32_t ne = t->end - (uint32_t)trail_b;
             t->end = ne > t->start ? ne : t->start;
         }
     }

@@ -405,8 +405,18 @@ static tm_status extract_added(const tm_tokenizer *t, tm_pstr *ps, int normalize
                     const tm_added_token *at = &t->added.tok[m[k].index];
                     nsp.tokens = malloc(sizeof *nsp.tokens);
                     if (!nsp.tokens) { tm__nstr_free(&nsp.ns); s = no_memory(err); break; }
-                    nsp.tokens[0] = (tm_tok_token){at->id, 0, (uint32_t)(b - a), (uint32_t)at->len,
-                                                   at->content, 0};
+                    /* the token's string is the text it matched, as Rust's: with the
+                     * whitespace lstrip/rstrip took ("<|user|>\n"), normalized for
+                     * normalized=true tokens (RobertaProcessing trims offsets by it) */
+                    const char *val = at->content;
+                    int owned = 0;
+                    if (nsp.ns.len != at->len || memcmp(nsp.ns.s, at->content, at->len)) {
+                        val = dup_len(nsp.ns.s, nsp.ns.len);
+                        owned = 1;
+                    }
+                    if (!val) { free(nsp.tokens); tm__nstr_free(&nsp.ns); s = no_memory(err); break; }
+                    nsp.tokens[0] = (tm_tok_token){at->id, 0, (uint32_t)(b - a), (uint32_t)nsp.ns.len,
+                                                   val, owned};
                     nsp.n_tokens = 1;
                 }
                 if (out.n == out.cap) {
