@@ -47,6 +47,13 @@ static tm_status wp_tokenize(const tm_tok_model *base, const char *s, size_t len
     while (start < len && !st) {
         size_t end = len;
         int32_t id = -1;
+        /* no candidate longer than the vocabulary's longest string can match */
+        size_t room = m->vocab.max_len > (start ? m->prefix_len : 0)
+                          ? m->vocab.max_len - (start ? m->prefix_len : 0) : 0;
+        if (end - start > room) {
+            end = start + room;
+            while (end > start && ((unsigned char)s[end] & 0xc0) == 0x80) end--;
+        }
         while (start < end) {
             const char *key = s + start;
             size_t klen = end - start;

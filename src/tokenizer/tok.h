@@ -13,8 +13,9 @@ typedef struct tm_vocab {
     uint32_t *off, *len;        /* per entry: its string in the arena */
     int32_t *id;                /* per entry */
     uint32_t n, cap;
-    uint32_t *slots;            /* entry + 1, 0 = empty */
+    uint64_t *slots;            /* (hash >> 32) << 32 | (entry + 1); 0 = empty */
     uint32_t mask;
+    uint32_t max_len;           /* the longest string: longer keys are not looked up */
     int32_t *by_id;             /* id -> entry (-1 none), built by tm__vocab_index */
     uint32_t n_by_id;
 } tm_vocab;
