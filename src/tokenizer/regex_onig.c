@@ -55,6 +55,7 @@ static int is_hex(char c) {
 tm_status tm__onig_translate(const char *re, size_t len, char **res, tm_error *err) {
     out o = {0};
     int depth = 0;                  /* inside a character class (Oniguruma nests them) */
+    char emitted[32] = {0};         /* per nesting level: whether its brackets were written */
     put(&o, "", 0);
     for (size_t i = 0; i < len;) {
         char c = re[i];
@@ -132,9 +133,27 @@ tm_status tm__onig_translate(const char *re, size_t len, char **res, tm_error *e
             i += 2;
             continue;
         }
+        if (c == '[' && depth && i + 1 < len && re[i + 1] == ':') {
+            /* a POSIX bracket [:name:] inside a class: as is */
+            const char *end = strstr(re + i, ":]");
+            size_t n = end && (size_t)(end - re) < len ? (size_t)(end - (re + i)) + 2 : 1;
+            /* Oniguruma's Unicode [:alpha:] / [:alnum:] are the Alphabetic property (PCRE2:
+             * letters only) */
+            if (n == 9 && !memcmp(re + i, "[:alpha:]", 9)) puts_(&o, "\\p{Alphabetic}");
+            else if (n == 9 && !memcmp(re + i, "[:alnum:]", 9)) puts_(&o, "\\p{Alphabetic}\\p{Nd}");
+            else put(&o, re + i, n);
+            if (n == 9 && (!memcmp(re + i, "[:alpha:]", 9) || !memcmp(re + i, "[:alnum:]", 9)))
+                puts_(&o, extras_of("L"));
+            i += n;
+            continue;
+        }
         if (c == '[') {
+            /* Oniguruma nests classes ([a[bc]] is their union; BLOOM's regex has one): a
+             * nested class that is not negated is flattened into the outer one. */
+            int flat = depth > 0 && !(i + 1 < len && re[i + 1] == '^');
+            if (depth < (int)sizeof emitted) emitted[depth] = !flat;
             depth++;
-            put(&o, re + i, 1);
+            if (!flat) put(&o, re + i, 1);
             i++;
             /* a ']' right after '[' or '[^' is a literal */
             if (i < len && re[i] == '^') put(&o, re + i, 1), i++;
@@ -143,7 +162,7 @@ tm_status tm__onig_translate(const char *re, size_t len, char **res, tm_error *e
         }
         if (c == ']' && depth) {
             depth--;
-            put(&o, re + i, 1);
+            if (depth >= (int)sizeof emitted || emitted[depth]) put(&o, re + i, 1);
             i++;
             continue;
         }

@@ -125,6 +125,11 @@ const pretokConfigs = [
     ['split_hex_h', split({ Regex: '\\h+' }, 'Isolated', false)],
     ['split_word', split({ Regex: '\\w+' }, 'Isolated', false)],
     ['split_digit_space', split({ Regex: '\\d|\\s' }, 'Isolated', false)],
+    // BLOOM's: a class nested in a class (their union in Oniguruma)
+    ['split_bloom', split({ Regex: ' ?[^(\\s|[.,!?\u2026\u3002\uff0c\u3001\u0964\u06d4\u060c])]+' }, 'Isolated', false)],
+    ['split_posix_nested', split({ Regex: '[[:alpha:][0-9]]+|[a-c&&b]' }, 'Isolated', false)],
+    ['split_ruby_options', split({ Regex: '(?m:a.b)|\\u00e9+|\\H\\h' }, 'Isolated', false)],
+    ['split_empty_string', split({ String: '' }, 'Isolated', false)],
     ['gpt3_seq', { type: 'Sequence', pretokenizers: [split({ Regex: cl100k }, 'Removed', true),
         { type: 'ByteLevel', add_prefix_space: false, trim_offsets: true, use_regex: false }] }],
     ['seq_ws_digits', { type: 'Sequence', pretokenizers: [{ type: 'WhitespaceSplit' }, { type: 'Digits', individual_digits: true }] }],
