@@ -67,6 +67,10 @@ const normalizerConfigs = [
     ['marian_seq', { type: 'Sequence', normalizers: [{ type: 'Precompiled', precompiled_charsmap: charsmap },
         { type: 'Strip', strip_left: false, strip_right: true }, { type: 'Replace', pattern: { Regex: ' {2,}' }, content: '\u2581' }] }],
     ['empty_seq', { type: 'Sequence', normalizers: [] }],
+    ['clip_norm', { type: 'Sequence', normalizers: [{ type: 'NFC' }, { type: 'Replace', pattern: { Regex: '\\s+' }, content: ' ' }, { type: 'Lowercase' }] }],
+    ['albert_norm', { type: 'Sequence', normalizers: [{ type: 'Replace', pattern: { String: '``' }, content: '"' },
+        { type: 'Replace', pattern: { String: "''" }, content: '"' }, { type: 'NFKD' }, { type: 'StripAccents' }, { type: 'Lowercase' },
+        { type: 'Precompiled', precompiled_charsmap: charsmap }] }],
 ];
 const charSplit = { type: 'Split', pattern: { Regex: '(?m).' }, behavior: 'Isolated', invert: false };
 
@@ -130,6 +134,13 @@ const pretokConfigs = [
     ['split_posix_nested', split({ Regex: '[[:alpha:][0-9]]+|[a-c&&b]' }, 'Isolated', false)],
     ['split_ruby_options', split({ Regex: '(?m:a.b)|\\u00e9+|\\H\\h' }, 'Isolated', false)],
     ['split_empty_string', split({ String: '' }, 'Isolated', false)],
+    // CLIP's and Falcon's pre-tokenizers, T5's
+    ['clip_seq', { type: 'Sequence', pretokenizers: [split({ Regex: "'s|'t|'re|'ve|'m|'ll|'d|[\\p{L}]+|[\\p{N}]|[^\\s\\p{L}\\p{N}]+" }, 'Removed', true),
+        { type: 'ByteLevel', add_prefix_space: false, trim_offsets: true, use_regex: false }] }],
+    ['falcon_seq', { type: 'Sequence', pretokenizers: [{ type: 'Punctuation', behavior: 'Contiguous' },
+        { type: 'ByteLevel', add_prefix_space: false, trim_offsets: true, use_regex: true }, { type: 'Digits', individual_digits: false },
+        split({ Regex: '[0-9][0-9][0-9]' }, 'Isolated', false)] }],
+    ['t5_seq', { type: 'Sequence', pretokenizers: [{ type: 'WhitespaceSplit' }, { type: 'Metaspace', replacement: '\u2581', prepend_scheme: 'always', split: true }] }],
     ['gpt3_seq', { type: 'Sequence', pretokenizers: [split({ Regex: cl100k }, 'Removed', true),
         { type: 'ByteLevel', add_prefix_space: false, trim_offsets: true, use_regex: false }] }],
     ['seq_ws_digits', { type: 'Sequence', pretokenizers: [{ type: 'WhitespaceSplit' }, { type: 'Digits', individual_digits: true }] }],
