@@ -64,7 +64,7 @@ expect no-template "has no chat template" "$TM" chat-template tests/data/tokeniz
 expect ids-without-tokenizer "tokenizer" "$TM" chat-template "$out/cfg" "$out/hi.json" --ids
 printf '{"chat_template": "{%% if x %%}\\n{{ raise_exception(\\"no x\\") }}{%% endif %%}{{ 1 +* 2 }}"}' \
     > "$out/cfg/tokenizer_config.json"
-expect syntax-error "chat template line 2: syntax error" "$TM" chat-template "$out/cfg" "$out/hi.json"
+expect syntax-error "chat template line 2, column 47: syntax error" "$TM" chat-template "$out/cfg" "$out/hi.json"
 rm -rf "$out"
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

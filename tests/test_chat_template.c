@@ -119,6 +119,7 @@ static void test_filters(void) {
     EQ("{{ p | min(attribute='age') }}", people, "{\"n\": \"b\", \"age\": 1}");
     EQ("{{ [1, 2, 3, 4] | select('odd') | list }} {{ [1, 2, 3, 4] | reject('even') | list }}", NULL,
        "[1, 3] [1, 3]");
+    EQ("{{ [0, 1, '', 'a'] | select | list }} {{ [0, 1] | reject | list }}", NULL, "[1, \"a\"] [0]");
     EQ("{{ ['a', 'B'] | map('upper') | list }} {{ ['b', 'A', 'c'] | sort }} {{ ['b', 'A'] | sort(case_sensitive=true) }}",
        NULL, "[\"A\", \"B\"] [\"A\", \"b\", \"c\"] [\"A\", \"b\"]");
     EQ("{{ [1, 2, 2, 1] | unique | list }} {{ [1, 2] | reverse | list }} {{ 'abc' | reverse }}", NULL,
@@ -213,12 +214,12 @@ static void test_whitespace(void) {
 static void test_errors(void) {
     ERR("line1\n{% if x %}\nunclosed", NULL,
         "chat template line 3: syntax error: unexpected end of template, missing {% endif %} for the 'if' on line 2");
-    ERR("a\nb\n{{ 1 +  }}", NULL, "chat template line 3: syntax error: expected an expression, got '}}'");
+    ERR("a\nb\n{{ 1 +  }}", NULL, "chat template line 3, column 9: syntax error: expected an expression, got '}}'");
     ERR("{% endfor %}", NULL, "chat template line 1: syntax error: unexpected {% endfor %}");
     ERR("{% frobnicate %}", NULL, "chat template line 1: syntax error: unknown statement 'frobnicate'");
-    ERR("x\n{{ 'abc }}", NULL, "chat template line 2: unexpected end of template in a string literal");
-    ERR("{# never closed", NULL, "chat template line 1: missing end of comment tag");
-    ERR("{{ 1 $ 2 }}", NULL, "chat template line 1: unexpected character '$'");
+    ERR("x\n{{ 'abc }}", NULL, "chat template line 2, column 11: unexpected end of template in a string literal");
+    ERR("{# never closed", NULL, "chat template line 1, column 1: missing end of comment tag");
+    ERR("{{ 1 $ 2 }}", NULL, "chat template line 1, column 6: unexpected character '$'");
     ERR("\n\n{{ 1 // 0 }}", NULL, "chat template line 3: integer division or modulo by zero");
     ERR("{{ 'a' + none }}", NULL, "chat template line 1: unsupported operand types for +");
     ERR("{{ x() }}", NULL, "chat template line 1: an undefined value is not callable");
