@@ -2,6 +2,8 @@
  * position, merging by lowest rank then leftmost position, byte fallback (<0xNN>),
  * continuing_subword_prefix, end_of_word_suffix, ignore_merges, unknown token fusing.
  * Dropout is read and ignored (off at inference, as in transformers). Not the pre-tokenizers. */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +25,13 @@ typedef struct bpe {
     int32_t unk_id;             /* -1: no unk token in the vocabulary */
     int fuse_unk, byte_fallback, ignore_merges;
     int32_t byte_ids[256];      /* <0xNN> ids, -1 when absent */
+    /* Where a word may be cut into parts merged on their own (see split_points): adjacent
+     * character pairs found inside some vocabulary string, and the characters that are
+     * tokens by themselves. Keys as pair_set_key; open addressing, 0 empty. NULL: never cut
+     * (continuing_subword_prefix / end_of_word_suffix make the parts depend on the word). */
+    uint64_t *pairs;
+    uint64_t pairs_mask;
+    uint64_t cache_id;          /* names this model's entries in the per-thread caches */
 } bpe;
 
 static tm_status no_memory(tm_error *err) {
@@ -159,6 +168,110 @@ static tm_status merge_all(const bpe *m, word *w, tm_error *err) {
     return TM_OK;
 }
 
+/* ---- Cutting words where no merge can cross ------------------------------------------
+ * A merge's result is a vocabulary string, so a symbol can only ever span the boundary
+ * between characters a and b when some vocabulary string holds "ab". Where none does (and
+ * a and b are tokens by themselves, so no unknown-token fusing or byte fallback spans it
+ * either) the two sides merge independently: BPE picks merges by rank then position, and
+ * each side's sequence of merges is the one it would make alone. Cutting there gives the
+ * same tokens, lets SentencePiece-style models (the whole text one word) merge short parts
+ * instead of one long heap, and makes the parts cacheable. */
+
+static uint64_t pair_set_key(uint32_t a, uint32_t b) { return ((uint64_t)a << 32 | b) + 1; }
+static uint64_t char_set_key(uint32_t c) { return (1ull << 63) | c; }
+
+static int set_has(const bpe *m, uint64_t key) {
+    for (uint64_t i = mix(key) & m->pairs_mask;; i = (i + 1) & m->pairs_mask) {
+        if (!m->pairs[i]) return 0;
+        if (m->pairs[i] == key) return 1;
+    }
+}
+
+static void set_put(uint64_t *t, uint64_t mask, uint64_t key) {
+    uint64_t i = mix(key) & mask;
+    while (t[i] && t[i] != key) i = (i + 1) & mask;
+    t[i] = key;
+}
+
+static tm_status build_pairs(bpe *m, tm_error *err) {
+    const tm_vocab *v = &m->vocab;
+    size_t n = 0;
+    for (uint32_t e = 0; e < v->n; e++) n += v->len[e];   /* at least the pairs + chars */
+    uint64_t size = 1024;
+    while (size < 2 * (uint64_t)n + 16) size *= 2;
+    m->pairs = calloc(size, sizeof *m->pairs);
+    if (!m->pairs) return no_memory(err);
+    m->pairs_mask = size - 1;
+    for (uint32_t e = 0; e < v->n; e++) {
+        const char *str = v->arena + v->off[e];
+        uint32_t prev = 0, c;
+        size_t k = 0, chars = 0;
+        while (k < v->len[e]) {
+            k += tm__utf8_decode(str, k, &c);
+            if (chars++) set_put(m->pairs, m->pairs_mask, pair_set_key(prev, c));
+            prev = c;
+        }
+        if (chars == 1) set_put(m->pairs, m->pairs_mask, char_set_key(c));
+    }
+    return TM_OK;
+}
+
+/* Whether a word may be cut between characters a and b. */
+static int may_cut(const bpe *m, uint32_t a, uint32_t b) {
+    return !set_has(m, pair_set_key(a, b)) && set_has(m, char_set_key(a)) &&
+           set_has(m, char_set_key(b));
+}
+
+/* ---- Per-thread cache of merged parts ---------------------------------------------------
+ * Each thread keeps one direct-mapped table of short parts (key bytes -> ids and byte
+ * lengths), tagged with the model's cache_id, so the shared model stays read-only and no
+ * lock is taken. A thread's table goes with the thread (a pthread key's destructor), or
+ * with the model that owns it when the model is freed on that thread. */
+
+enum { CACHE_SLOTS = 4096, CACHE_KEY = 30, CACHE_TOKS = 10 };
+
+typedef struct cache_entry {
+    uint64_t hash;              /* 0: empty */
+    uint8_t key_len, n;
+    char key[CACHE_KEY];
+    int32_t id[CACHE_TOKS];
+    uint16_t len[CACHE_TOKS];
+} cache_entry;
+
+typedef struct bpe_cache {
+    uint64_t owner;             /* the cache_id of the model whose entries these are */
+    cache_entry e[CACHE_SLOTS];
+} bpe_cache;
+
+static pthread_key_t cache_key;
+static pthread_once_t cache_once = PTHREAD_ONCE_INIT;
+static int cache_key_ok;
+static atomic_uint_fast64_t cache_ids = 1;
+
+static void cache_key_init(void) { cache_key_ok = pthread_key_create(&cache_key, free) == 0; }
+
+/* This thread's cache for model m, emptied when it held another model's parts; NULL when
+ * there is none (no memory): the caller merges without. */
+static bpe_cache *thread_cache(const bpe *m) {
+    pthread_once(&cache_once, cache_key_init);
+    if (!cache_key_ok) return NULL;
+    bpe_cache *c = pthread_getspecific(cache_key);
+    if (!c) {
+        c = malloc(sizeof *c);
+        if (!c) return NULL;
+        c->owner = 0;
+        if (pthread_setspecific(cache_key, c)) {
+            free(c);
+            return NULL;
+        }
+    }
+    if (c->owner != m->cache_id) {
+        memset(c->e, 0, sizeof c->e);
+        c->owner = m->cache_id;
+    }
+    return c;
+}
+
 /* Looks s (+ prefix when not first, + suffix when last) up; returns the id or -1. */
 static int32_t lookup_piece(const bpe *m, const char *s, size_t n, int first, int last,
                             char *buf, size_t *blen) {
@@ -178,25 +291,9 @@ static int32_t lookup_piece(const bpe *m, const char *s, size_t n, int first, in
     return tm__vocab_find(&m->vocab, key, klen);
 }
 
-static tm_status bpe_tokenize(const tm_tok_model *base, const char *s, size_t len,
-                              tm_tok_token **out, int *n_out, tm_error *err) {
-    const bpe *m = (const bpe *)base;
-    tm_toklist tl = {0};
-    *out = NULL;
-    *n_out = 0;
-    if (!len) return TM_OK;
-    if (m->ignore_merges) {
-        int32_t id = tm__vocab_find(&m->vocab, s, len);
-        if (id >= 0) {
-            uint32_t vl;
-            const char *v = tm__vocab_str(&m->vocab, id, &vl);
-            tm_status st = tm__toklist_push(&tl, id, 0, len, v, vl, 0, err);
-            if (st) return st;
-            *out = tl.v;
-            *n_out = tl.n;
-            return TM_OK;
-        }
-    }
+/* Merges one word (or part of one), appending its tokens with offsets from `base`. */
+static tm_status bpe_word(const bpe *m, const char *s, size_t len, size_t base, tm_toklist *tl,
+                          tm_error *err) {
     word w = {0};
     tm_status st = TM_OK;
     char sbuf[128];
@@ -254,10 +351,87 @@ static tm_status bpe_tokenize(const tm_tok_model *base, const char *s, size_t le
         /* offsets follow the symbols' byte lengths, as Rust's Word */
         uint32_t vl = 0;
         const char *v = tm__vocab_str(&m->vocab, w.sym[k].id, &vl);
-        st = tm__toklist_push(&tl, w.sym[k].id, at, at + w.sym[k].len, v ? v : "", vl, 0, err);
+        st = tm__toklist_push(tl, w.sym[k].id, base + at, base + at + w.sym[k].len, v ? v : "", vl, 0,
+                              err);
         at += w.sym[k].len;
     }
     free(w.sym);
+    return st;
+}
+
+/* One part of a word: from this thread's cache, else merged (and cached when short). */
+static tm_status bpe_part(const bpe *m, bpe_cache *c, const char *s, size_t from, size_t to,
+                          tm_toklist *tl, tm_error *err) {
+    size_t n = to - from;
+    if (!c || n > CACHE_KEY) return bpe_word(m, s + from, n, from, tl, err);
+    uint64_t h = tm__hash_bytes(s + from, n) | 1;
+    cache_entry *e = &c->e[h & (CACHE_SLOTS - 1)];
+    if (e->hash == h && e->key_len == n && !memcmp(e->key, s + from, n)) {
+        size_t at = from;
+        for (int k = 0; k < e->n; k++) {
+            uint32_t vl = 0;
+            const char *v = tm__vocab_str(&m->vocab, e->id[k], &vl);
+            tm_status st = tm__toklist_push(tl, e->id[k], at, at + e->len[k], v ? v : "", vl, 0, err);
+            if (st) return st;
+            at += e->len[k];
+        }
+        return TM_OK;
+    }
+    int before = tl->n;
+    tm_status st = bpe_word(m, s + from, n, from, tl, err);
+    if (st || tl->n - before > CACHE_TOKS) return st;
+    e->hash = h;
+    e->key_len = (uint8_t)n;
+    e->n = (uint8_t)(tl->n - before);
+    memcpy(e->key, s + from, n);
+    for (int k = 0; k < e->n; k++) {
+        e->id[k] = tl->v[before + k].id;
+        e->len[k] = (uint16_t)(tl->v[before + k].end - tl->v[before + k].start);
+    }
+    return TM_OK;
+}
+
+/* A short word whole (from the cache); a long one cut where may_cut allows, each part
+ * merged on its own. */
+static tm_status bpe_parts(const bpe *m, const char *s, size_t len, tm_toklist *tl, tm_error *err) {
+    bpe_cache *c = thread_cache(m);
+    if (len <= CACHE_KEY) return bpe_part(m, c, s, 0, len, tl, err);
+    uint32_t prev;
+    size_t from = 0, i = tm__utf8_decode(s, 0, &prev);
+    while (i < len) {
+        uint32_t cur;
+        size_t n = tm__utf8_decode(s, i, &cur);
+        if (may_cut(m, prev, cur)) {
+            tm_status st = bpe_part(m, c, s, from, i, tl, err);
+            if (st) return st;
+            from = i;
+        }
+        prev = cur;
+        i += n;
+    }
+    return bpe_part(m, c, s, from, len, tl, err);
+}
+
+static tm_status bpe_tokenize(const tm_tok_model *base, const char *s, size_t len,
+                              tm_tok_token **out, int *n_out, tm_error *err) {
+    const bpe *m = (const bpe *)base;
+    tm_toklist tl = {0};
+    *out = NULL;
+    *n_out = 0;
+    if (!len) return TM_OK;
+    if (m->ignore_merges) {
+        int32_t id = tm__vocab_find(&m->vocab, s, len);
+        if (id >= 0) {
+            uint32_t vl;
+            const char *v = tm__vocab_str(&m->vocab, id, &vl);
+            tm_status st = tm__toklist_push(&tl, id, 0, len, v, vl, 0, err);
+            if (st) return st;
+            *out = tl.v;
+            *n_out = tl.n;
+            return TM_OK;
+        }
+    }
+    tm_status st = m->pairs ? bpe_parts(m, s, len, &tl, err) : bpe_word(m, s, len, 0, &tl, err);
     if (st) {
         free(tl.v);
         return st;
@@ -283,6 +457,14 @@ static void bpe_free(tm_tok_model *base) {
     bpe *m = (bpe *)base;
     tm__vocab_free(&m->vocab);
     free(m->merges);
+    free(m->pairs);
+    if (cache_key_ok) {
+        bpe_cache *c = pthread_getspecific(cache_key);
+        if (c && c->owner == m->cache_id) {
+            free(c);
+            pthread_setspecific(cache_key, NULL);
+        }
+    }
     free(m->unk);
     free(m->prefix);
     free(m->suffix);
@@ -385,6 +567,11 @@ tm_status tm__model_bpe_load(const tm_json *cfg, const char *path, tm_tok_model 
         bpe_free(&m->base);
         return st;
     }
+    if (!m->prefix && !m->suffix && (st = build_pairs(m, err))) {
+        bpe_free(&m->base);
+        return st;
+    }
+    m->cache_id = atomic_fetch_add(&cache_ids, 1);
     m->unk_id = m->unk ? tm__vocab_find(&m->vocab, m->unk, m->unk_len) : -1;
     for (int b = 0; b < 256; b++) {
         char name[8];
