@@ -16,6 +16,8 @@ typedef struct tm_vocab {
     uint64_t *slots;            /* (hash >> 32) << 32 | (entry + 1); 0 = empty */
     uint32_t mask;
     uint32_t max_len;           /* the longest string: longer keys are not looked up */
+    int bytewise;               /* hashed a byte at a time (tm__hash_step), so a caller can
+                                   extend a key's hash byte by byte (a prefix search) */
     int32_t *by_id;             /* id -> entry (-1 none), built by tm__vocab_index */
     uint32_t n_by_id;
 } tm_vocab;
@@ -30,6 +32,18 @@ tm_status tm__vocab_index(tm_vocab *v, tm_error *err);
 const char *tm__vocab_str(const tm_vocab *v, int32_t id, uint32_t *len);
 void tm__vocab_free(tm_vocab *v);
 uint64_t tm__hash_bytes(const char *s, size_t len);
+/* The byte-at-a-time hash of tm_vocab.bytewise tables: start, one step per byte, finish. */
+#define TM_HASH_START 0xcbf29ce484222325ull
+static inline uint64_t tm__hash_step(uint64_t st, unsigned char b) {
+    return (st ^ b) * 0x100000001b3ull;
+}
+static inline uint64_t tm__hash_finish(uint64_t st) {
+    st ^= st >> 33;
+    st *= 0xff51afd7ed558ccdull;
+    return st ^ (st >> 33);
+}
+/* tm__vocab_find with the key's hash given (finished); for bytewise tables. */
+int32_t tm__vocab_find_hashed(const tm_vocab *v, const char *s, size_t len, uint64_t h);
 
 /* ---- Models ---------------------------------------------------------------------------- */
 
