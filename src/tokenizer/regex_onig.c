@@ -48,6 +48,21 @@ static const char *extras_of(const char *name) {
     return "";
 }
 
+/* Whether name is a script for PCRE2 (then \p{name} there means its script extensions,
+ * while Oniguruma means the script itself: PCRE2's \p{sc=name}). */
+static int is_script(const char *name, size_t n) {
+    char pat[80];
+    if (n > 60) return 0;
+    snprintf(pat, sizeof pat, "\\p{sc=%.*s}", (int)n, name);
+    int code;
+    PCRE2_SIZE at;
+    pcre2_code *re = pcre2_compile((PCRE2_SPTR)pat, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP,
+                                   &code, &at, NULL);
+    if (!re) return 0;
+    pcre2_code_free(re);
+    return 1;
+}
+
 static int is_hex(char c) {
     return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
 }
@@ -76,12 +91,13 @@ tm_status tm__onig_translate(const char *re, size_t len, char **res, tm_error *e
                             !memcmp(onig_extras[k].name, re + at, nlen))
                             items = onig_extras[k].items;
                     size_t end = (size_t)(close - re) + 1;
-                    if (items && !(depth && neg)) {
+                    int script = is_script(re + at, nlen);
+                    if ((items || script) && !(depth && neg)) {
                         if (!depth) puts_(&o, neg ? "[^" : "[");
-                        puts_(&o, "\\p{");
+                        puts_(&o, script ? "\\p{sc=" : "\\p{");
                         put(&o, re + at, nlen);
                         puts_(&o, "}");
-                        puts_(&o, items);
+                        if (items) puts_(&o, items);
                         if (!depth) puts_(&o, "]");
                         i = end;
                         continue;

@@ -145,6 +145,9 @@ const pretokConfigs = [
         { type: 'ByteLevel', add_prefix_space: false, trim_offsets: true, use_regex: false }] }],
     ['seq_ws_digits', { type: 'Sequence', pretokenizers: [{ type: 'WhitespaceSplit' }, { type: 'Digits', individual_digits: true }] }],
 ];
+// one property each, for the whole-Unicode sweeps of the Oniguruma translation
+for (const prop of ['L', 'N', 'P', 'S', 'M', 'Lu', 'Ll', 'Han', 'Latin', 'Cyrillic', 'Arabic', 'Common'])
+    pretokConfigs.push([`prop_${prop}`, split({ Regex: `\\p{${prop}}` }, 'Removed', false)]);
 for (const b of behaviors) {
     for (const inv of [false, true]) {
         pretokConfigs.push([`split_str_${b}_${inv}`, split({ String: ' ' }, b, inv)]);
@@ -252,6 +255,7 @@ const sweeps = [
     ['pre_tokenizer', 'unicode_scripts', 'a{c}a'], ['pre_tokenizer', 'unicode_scripts', '0{c}0'],
     ['pre_tokenizer', 'unicode_scripts', '\u3042{c}\u3042'], ['pre_tokenizer', 'unicode_scripts', '{c}{d}'],
     ['decoder', 'byte_level', '{c}'],
+    ...['L', 'N', 'P', 'S', 'M', 'Lu', 'Ll', 'Han', 'Latin', 'Cyrillic', 'Arabic', 'Common'].map((p) => ['pre_tokenizer', `prop_${p}`, '{c}']),
 ];
 function runSweep(slot, name, template, dump) {
     const list = slot === 'normalizer' ? normalizerConfigs : slot === 'pre_tokenizer' ? pretokConfigs : decoderConfigs;
