@@ -1,6 +1,7 @@
 /* Oniguruma (Ruby syntax, as Rust's onig crate compiles tokenizer.json regexes) to PCRE2:
  * rewrites the few constructs whose meaning differs, so PCRE2 matches what Oniguruma
  * matches. Not a full regex parser: everything else is passed through. */
+#include <stdio.h>
 #include <string.h>
 #include "components.h"
 #include "regex_onig_tables.h"
