@@ -113,13 +113,15 @@ static qitem q_pop(qitem *q, size_t *n) {
 typedef struct word {
     symbol *sym;
     size_t n, cap;
+    symbol *stack;              /* the caller's buffer sym starts in (never freed) */
 } word;
 
 static int word_add(word *w, int32_t id, uint32_t byte_len) {
     if (w->n == w->cap) {
         size_t cap = w->cap ? w->cap * 2 : 32;
-        symbol *s = realloc(w->sym, cap * sizeof *s);
+        symbol *s = w->sym == w->stack ? malloc(cap * sizeof *s) : realloc(w->sym, cap * sizeof *s);
         if (!s) return 0;
+        if (w->sym == w->stack && w->n) memcpy(s, w->stack, w->n * sizeof *s);
         w->sym = s;
         w->cap = cap;
     }
@@ -228,7 +230,7 @@ static int may_cut(const bpe *m, uint32_t a, uint32_t b) {
  * lock is taken. A thread's table goes with the thread (a pthread key's destructor), or
  * with the model that owns it when the model is freed on that thread. */
 
-enum { CACHE_SLOTS = 4096, CACHE_KEY = 30, CACHE_TOKS = 10 };
+enum { CACHE_SLOTS = 4096, CACHE_KEY = 46, CACHE_TOKS = 16 };
 
 typedef struct cache_entry {
     uint64_t hash;              /* 0: empty */
@@ -294,7 +296,8 @@ static int32_t lookup_piece(const bpe *m, const char *s, size_t n, int first, in
 /* Merges one word (or part of one), appending its tokens with offsets from `base`. */
 static tm_status bpe_word(const bpe *m, const char *s, size_t len, size_t base, tm_toklist *tl,
                           tm_error *err) {
-    word w = {0};
+    symbol stack[64];
+    word w = {stack, 0, 64, stack};
     tm_status st = TM_OK;
     char sbuf[128];
     size_t extra = m->prefix_len + m->suffix_len + 4;
@@ -355,7 +358,7 @@ static tm_status bpe_word(const bpe *m, const char *s, size_t len, size_t base, 
                               err);
         at += w.sym[k].len;
     }
-    free(w.sym);
+    if (w.sym != stack) free(w.sym);
     return st;
 }
 
