@@ -37,6 +37,8 @@ const texts = [
     'HELLO \u00c9COLE \u0130I', '\u1100\u1161\u11a8 \uac00', '\u0915\u094d\u0937 \u0e01\u0e33', 'a\u0301\u0302\u0303b',
     '\u00a0\u00a0lead nbsp', 'trail\u3000\u3000', '<0x41> \u2581\u2581', '\u2163 \u3250 \u33a1',
     'The quick brown fox jumps over the lazy dog. \u00c0 la carte! 42 \u00d7 7 = 294; \u041f\u0440\u0438\u0432\u0435\u0442 \u043c\u0438\u0440 \u{1F30D}',
+    // a run of 120 combining marks of mixed classes (canonical reordering of a long run)
+    'a' + Array.from({ length: 120 }, (_, i) => ['\u0301', '\u0316', '\u0327', '\u05b0', '\u093c', '\u0345', '\u0308', '\u1dff', '\u0334'][(i * 7 + (i >> 2)) % 9]).join('') + 'e\u0301 x',
 ];
 
 // ---------------------------------------------------------------- normalizers
