@@ -2,8 +2,6 @@
  * position, merging by lowest rank then leftmost position, byte fallback (<0xNN>),
  * continuing_subword_prefix, end_of_word_suffix, ignore_merges, unknown token fusing.
  * Dropout is read and ignored (off at inference, as in transformers). Not the pre-tokenizers. */
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,7 +29,7 @@ typedef struct bpe {
      * (continuing_subword_prefix / end_of_word_suffix make the parts depend on the word). */
     uint64_t *pairs;
     uint64_t pairs_mask;
-    uint64_t cache_id;          /* names this model's entries in the per-thread caches */
+    uint64_t cache_id;          /* its entries in the per-thread word caches (wcache.c) */
 } bpe;
 
 static tm_status no_memory(tm_error *err) {
@@ -224,56 +222,6 @@ static int may_cut(const bpe *m, uint32_t a, uint32_t b) {
            set_has(m, char_set_key(b));
 }
 
-/* ---- Per-thread cache of merged parts ---------------------------------------------------
- * Each thread keeps one direct-mapped table of short parts (key bytes -> ids and byte
- * lengths), tagged with the model's cache_id, so the shared model stays read-only and no
- * lock is taken. A thread's table goes with the thread (a pthread key's destructor), or
- * with the model that owns it when the model is freed on that thread. */
-
-enum { CACHE_SLOTS = 4096, CACHE_KEY = 46, CACHE_TOKS = 16 };
-
-typedef struct cache_entry {
-    uint64_t hash;              /* 0: empty */
-    uint8_t key_len, n;
-    char key[CACHE_KEY];
-    int32_t id[CACHE_TOKS];
-    uint16_t len[CACHE_TOKS];
-} cache_entry;
-
-typedef struct bpe_cache {
-    uint64_t owner;             /* the cache_id of the model whose entries these are */
-    cache_entry e[CACHE_SLOTS];
-} bpe_cache;
-
-static pthread_key_t cache_key;
-static pthread_once_t cache_once = PTHREAD_ONCE_INIT;
-static int cache_key_ok;
-static atomic_uint_fast64_t cache_ids = 1;
-
-static void cache_key_init(void) { cache_key_ok = pthread_key_create(&cache_key, free) == 0; }
-
-/* This thread's cache for model m, emptied when it held another model's parts; NULL when
- * there is none (no memory): the caller merges without. */
-static bpe_cache *thread_cache(const bpe *m) {
-    pthread_once(&cache_once, cache_key_init);
-    if (!cache_key_ok) return NULL;
-    bpe_cache *c = pthread_getspecific(cache_key);
-    if (!c) {
-        c = malloc(sizeof *c);
-        if (!c) return NULL;
-        c->owner = 0;
-        if (pthread_setspecific(cache_key, c)) {
-            free(c);
-            return NULL;
-        }
-    }
-    if (c->owner != m->cache_id) {
-        memset(c->e, 0, sizeof c->e);
-        c->owner = m->cache_id;
-    }
-    return c;
-}
-
 /* Looks s (+ prefix when not first, + suffix when last) up; returns the id or -1. */
 static int32_t lookup_piece(const bpe *m, const char *s, size_t n, int first, int last,
                             char *buf, size_t *blen) {
@@ -363,42 +311,22 @@ static tm_status bpe_word(const bpe *m, const char *s, size_t len, size_t base, 
 }
 
 /* One part of a word: from this thread's cache, else merged (and cached when short). */
-static tm_status bpe_part(const bpe *m, bpe_cache *c, const char *s, size_t from, size_t to,
+static tm_status bpe_part(const bpe *m, tm_wcache *c, const char *s, size_t from, size_t to,
                           tm_toklist *tl, tm_error *err) {
     size_t n = to - from;
-    if (!c || n > CACHE_KEY) return bpe_word(m, s + from, n, from, tl, err);
-    uint64_t h = tm__hash_bytes(s + from, n) | 1;
-    cache_entry *e = &c->e[h & (CACHE_SLOTS - 1)];
-    if (e->hash == h && e->key_len == n && !memcmp(e->key, s + from, n)) {
-        size_t at = from;
-        for (int k = 0; k < e->n; k++) {
-            uint32_t vl = 0;
-            const char *v = tm__vocab_str(&m->vocab, e->id[k], &vl);
-            tm_status st = tm__toklist_push(tl, e->id[k], at, at + e->len[k], v ? v : "", vl, 0, err);
-            if (st) return st;
-            at += e->len[k];
-        }
-        return TM_OK;
-    }
+    tm_status st;
+    if (tm__wcache_find(c, s + from, n, from, &m->vocab, tl, &st, err)) return st;
     int before = tl->n;
-    tm_status st = bpe_word(m, s + from, n, from, tl, err);
-    if (st || tl->n - before > CACHE_TOKS) return st;
-    e->hash = h;
-    e->key_len = (uint8_t)n;
-    e->n = (uint8_t)(tl->n - before);
-    memcpy(e->key, s + from, n);
-    for (int k = 0; k < e->n; k++) {
-        e->id[k] = tl->v[before + k].id;
-        e->len[k] = (uint16_t)(tl->v[before + k].end - tl->v[before + k].start);
-    }
-    return TM_OK;
+    st = bpe_word(m, s + from, n, from, tl, err);
+    if (!st) tm__wcache_put(c, s + from, n, from, tl, before);
+    return st;
 }
 
 /* A short word whole (from the cache); a long one cut where may_cut allows, each part
  * merged on its own. */
 static tm_status bpe_parts(const bpe *m, const char *s, size_t len, tm_toklist *tl, tm_error *err) {
-    bpe_cache *c = thread_cache(m);
-    if (len <= CACHE_KEY) return bpe_part(m, c, s, 0, len, tl, err);
+    tm_wcache *c = tm__wcache_get(m->cache_id);
+    if (len <= 46) return bpe_part(m, c, s, 0, len, tl, err);   /* short: whole, cached */
     uint32_t prev;
     size_t from = 0, i = tm__utf8_decode(s, 0, &prev);
     while (i < len) {
@@ -461,13 +389,7 @@ static void bpe_free(tm_tok_model *base) {
     tm__vocab_free(&m->vocab);
     free(m->merges);
     free(m->pairs);
-    if (cache_key_ok) {
-        bpe_cache *c = pthread_getspecific(cache_key);
-        if (c && c->owner == m->cache_id) {
-            free(c);
-            pthread_setspecific(cache_key, NULL);
-        }
-    }
+    tm__wcache_release(m->cache_id);
     free(m->unk);
     free(m->prefix);
     free(m->suffix);
@@ -574,7 +496,7 @@ tm_status tm__model_bpe_load(const tm_json *cfg, const char *path, tm_tok_model 
         bpe_free(&m->base);
         return st;
     }
-    m->cache_id = atomic_fetch_add(&cache_ids, 1);
+    m->cache_id = tm__wcache_owner();
     m->unk_id = m->unk ? tm__vocab_find(&m->vocab, m->unk, m->unk_len) : -1;
     for (int b = 0; b < 256; b++) {
         char name[8];

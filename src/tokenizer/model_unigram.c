@@ -17,6 +17,7 @@ typedef struct unigram {
     int32_t unk_id;             /* -1: none */
     int byte_fallback;
     double min_score;
+    uint64_t cache_id;          /* its entries in the per-thread word caches (wcache.c) */
 } unigram;
 
 static tm_status no_memory(tm_error *err) {
@@ -70,12 +71,9 @@ static tm_status push_piece(const unigram *m, const char *s, size_t start, size_
     return tm__toklist_push(tl, id, start, end, v, len, 1, err);
 }
 
-static tm_status ug_tokenize(const tm_tok_model *base, const char *s, size_t len,
-                             tm_tok_token **out, int *n_out, tm_error *err) {
-    const unigram *m = (const unigram *)base;
-    *out = NULL;
-    *n_out = 0;
-    if (!len) return TM_OK;
+/* The best segmentation of s, appended to tl. */
+static tm_status ug_viterbi(const unigram *m, const char *s, size_t len, tm_toklist *tl,
+                            tm_error *err) {
     node *best = malloc((len + 1) * sizeof *best);
     size_t *cuts = malloc((len + 1) * 2 * sizeof *cuts);
     if (!best || !cuts) {
@@ -136,10 +134,25 @@ static tm_status ug_tokenize(const tm_tok_model *base, const char *s, size_t len
         end = start;
     }
     if (!st && fusing) cuts[2 * n] = 0, cuts[2 * n + 1] = fused_end, n++;
-    tm_toklist tl = {0};
-    for (size_t k = n; k-- > 0 && !st;) st = push_piece(m, s, cuts[2 * k], cuts[2 * k + 1], &tl, err);
+    for (size_t k = n; k-- > 0 && !st;) st = push_piece(m, s, cuts[2 * k], cuts[2 * k + 1], tl, err);
     free(best);
     free(cuts);
+    return st;
+}
+
+static tm_status ug_tokenize(const tm_tok_model *base, const char *s, size_t len,
+                             tm_tok_token **out, int *n_out, tm_error *err) {
+    const unigram *m = (const unigram *)base;
+    *out = NULL;
+    *n_out = 0;
+    if (!len) return TM_OK;
+    tm_toklist tl = {0};
+    tm_wcache *c = tm__wcache_get(m->cache_id);
+    tm_status st;
+    if (!tm__wcache_find(c, s, len, 0, &m->vocab, &tl, &st, err)) {
+        st = ug_viterbi(m, s, len, &tl, err);
+        if (!st) tm__wcache_put(c, s, len, 0, &tl, 0);
+    }
     if (st) {
         for (int k = 0; k < tl.n; k++)
             if (tl.v[k].owned) free((char *)tl.v[k].value);
@@ -167,6 +180,7 @@ static void ug_free(tm_tok_model *base) {
     unigram *m = (unigram *)base;
     tm__vocab_free(&m->vocab);
     tm__vocab_free(&m->prefixes);
+    tm__wcache_release(m->cache_id);
     free(m->score);
     free(m);
 }
@@ -214,6 +228,7 @@ tm_status tm__model_unigram_load(const tm_json *cfg, const char *path, tm_tok_mo
         return st;
     }
     m->n_pieces = (uint32_t)vocab->n;
+    m->cache_id = tm__wcache_owner();
     m->unk_id = (int32_t)unk_id;
     if (!vocab->n) m->min_score = 0;
     *out = &m->base;

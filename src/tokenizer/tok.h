@@ -78,6 +78,21 @@ typedef struct tm_toklist {
 tm_status tm__toklist_push(tm_toklist *l, int32_t id, size_t start, size_t end, const char *value,
                            size_t value_len, int owned, tm_error *err);
 
+/* ---- Per-thread word caches (wcache.c) ---------------------------------------------------
+ * A model takes an owner number at load (tm__wcache_owner) and calls tm__wcache_release
+ * when freed. Per word: tm__wcache_get once per call, tm__wcache_find (1: the cached tokens
+ * were appended to tl, offsets from base; *st says whether that worked), else tokenize and
+ * tm__wcache_put the tokens appended since `from` (kept only when short and none owns its
+ * string: a cached token's string is the vocabulary's for its id). */
+typedef struct tm_wcache tm_wcache;
+uint64_t tm__wcache_owner(void);
+tm_wcache *tm__wcache_get(uint64_t owner);
+void tm__wcache_release(uint64_t owner);
+int tm__wcache_find(tm_wcache *c, const char *s, size_t n, size_t base, const tm_vocab *v,
+                    tm_toklist *tl, tm_status *st, tm_error *err);
+void tm__wcache_put(tm_wcache *c, const char *s, size_t n, size_t base, const tm_toklist *tl,
+                    int from);
+
 /* ---- Encodings (Rust's Encoding) -------------------------------------------------------- */
 
 typedef struct tm_etok {
