@@ -91,6 +91,7 @@ tm_status tm__str_replace_all(const char *s, size_t len, const char *from, size_
     if (!from_len) {
         for (size_t i = 0; i < len;) {
             size_t n = tm__utf8_len((unsigned char)s[i]);
+            if (n > len - i) n = len - i;           /* a token need not be UTF-8 */
             put(&b, to, to_len);
             put(&b, s + i, n);
             i += n;
