@@ -376,7 +376,47 @@ static void precompiled_with(uint32_t value, const char *in, const char *want) {
     tm_json_free(cfg);
 }
 
+/* Decoders on tokens that are not UTF-8 (a malformed vocabulary): no crash, no overread
+ * (the inputs the component fuzzer found). */
+static void decoder_bytes(const char *cfg_text, const char *tok, size_t tok_len, const char *label) {
+    tm_json *cfg = tm_json_parse(cfg_text, strlen(cfg_text));
+    tm_decoder *d = NULL;
+    tm_error err = {0};
+    if (!cfg || tm__decoder_load(cfg, "decoder", &d, &err)) {
+        check(0, "decoder %s: load: %s", label, err.message);
+    } else {
+        tm_strs l = {0};
+        char *copy = malloc(tok_len);             /* exact size: ASan sees any overread */
+        memcpy(copy, tok, tok_len);
+        tm__strs_push(&l, copy, tok_len, NULL);
+        free(copy);
+        size_t n;
+        char *got = run_decoder(d, &l, &n);
+        check(got != NULL, "decoder %s on bytes%s", label, "");
+        free(got);
+        tm__strs_free(&l);
+    }
+    tm__decoder_free(d);
+    tm_json_free(cfg);
+}
+
 static void handmade_cases(void) {
+    decoder_bytes("{\"type\":\"CTC\",\"pad_token\":\"\",\"cleanup\":false}", "ab\xfd", 3, "CTC empty pad");
+    decoder_bytes("{\"type\":\"Replace\",\"pattern\":{\"Regex\":\"[\\\\p{P}]+\"},\"content\":\"-\"}",
+                  "x!\xd7\xd7\xff", 5, "Replace regex");
+    decoder_bytes("{\"type\":\"ByteLevel\"}", "\xc4\xa0\xf0", 3, "ByteLevel");
+    decoder_bytes("{\"type\":\"Metaspace\",\"replacement\":\"\u2581\"}", "\xe2\x96\x81\xe2", 4, "Metaspace");
+    decoder_bytes("{\"type\":\"Strip\",\"content\":\" \",\"start\":3,\"stop\":3}", " \xf0", 2, "Strip");
+    {
+        const char *big = "{\"type\":\"Strip\",\"content\":\"x\",\"start\":1,\"stop\":1.7e29}";
+        tm_json *cfg = tm_json_parse(big, strlen(big));
+        tm_decoder *d = NULL;
+        tm_error err = {0};
+        tm_status st = tm__decoder_load(cfg, "decoder", &d, &err);
+        check(st != TM_OK && strstr(err.message, "stop"), "Strip stop 1.7e29: %s%s", st ? err.message : "loaded", "");
+        tm__decoder_free(d);
+        tm_json_free(cfg);
+    }
     precompiled_with(0, "xay", "x\xC3\xA9y");
     precompiled_with(1, "xay", "xay");          /* inside a character: Rust panics */
     precompiled_with(1000, "xay", "xay");       /* past the strings */
