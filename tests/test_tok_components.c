@@ -559,7 +559,19 @@ static void sweeps(void) {
         if (line[0] == '#') continue;
         char slot[32], name[64], tpl_json[64];
         int at;
-        if (sscanf(line, "%31s %63s %63s %n", slot, name, tpl_json, &at) != 3) continue;
+        if (sscanf(line, "%31s %63s %n", slot, name, &at) != 2 || line[at] != '"') {
+            printf("FAIL sweeps.txt: bad line \"%.40s\"\n", line);
+            n_failed++;
+            continue;
+        }
+        /* the template is a JSON string (it may hold spaces) */
+        size_t q = (size_t)at + 1;
+        while (line[q] && line[q] != '"') q += line[q] == '\\' && line[q + 1] ? 2 : 1;
+        size_t tlen = q + 1 - (size_t)at;
+        if (!line[q] || tlen >= sizeof tpl_json) continue;
+        memcpy(tpl_json, line + at, tlen);
+        tpl_json[tlen] = '\0';
+        at = (int)q + 2;
         tm_json *tj = tm_json_parse(tpl_json, strlen(tpl_json));
         if (!tj) continue;
         sweep_run r;
