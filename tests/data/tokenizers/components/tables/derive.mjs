@@ -1,5 +1,5 @@
 import { createRequire } from 'module';
-const require = createRequire('/tmp/tokref2/node_modules/x');
+const require = createRequire((process.env.NODE_PATH || '/tmp/tokref2/node_modules') + '/x');
 const tk = require('tokenizers');
 function tok(normalizer, pre_tokenizer) {
   return tk.Tokenizer.fromString(JSON.stringify({version:'1.0',truncation:null,padding:null,added_tokens:[],normalizer,pre_tokenizer,post_processor:null,decoder:null,model:{type:'WordLevel',vocab:{'[UNK]':0},unk_token:'[UNK]'}}));

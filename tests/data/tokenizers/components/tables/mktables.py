@@ -1,7 +1,7 @@
 import sys
 names=['other','mn','cm','lower','word','punct','numeric']
-ref=[l.split() for l in open('/tmp/w/truth.txt')]
-our=[l.split() for l in open('/tmp/w/ours.txt')]
+ref=[l.split() for l in open(sys.argv[1])]
+our=[l.split() for l in open(sys.argv[2])]
 def ranges(cps):
     out=[]
     for c in cps:

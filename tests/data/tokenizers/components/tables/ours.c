@@ -1,5 +1,5 @@
 #include <stdio.h>
-#include "../../work/main/src/tokenizer/components.h"
+#include "tokenizer/components.h"
 int main(void) {
     for (uint32_t cp = 0; cp < 0x110000; cp++) {
         if (cp >= 0xd800 && cp <= 0xdfff) continue;

@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <stdlib.h>
-#include "../../work/main/src/tokenizer/components.h"
+#include "tokenizer/components.h"
 int main(int argc, char **argv) {
     int translate = getenv("TRANSLATE") != NULL;
     for (int a = 1; a < argc; a++) {

@@ -1,5 +1,5 @@
 import { createRequire } from 'module';
-const require = createRequire('/tmp/tokref2/node_modules/x');
+const require = createRequire((process.env.NODE_PATH || '/tmp/tokref2/node_modules') + '/x');
 const tk = require('tokenizers');
 const props = process.argv.slice(2);
 for (const p of props) {
