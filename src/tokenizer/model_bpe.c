@@ -187,31 +187,51 @@ static int set_has(const bpe *m, uint64_t key) {
     }
 }
 
-static void set_put(uint64_t *t, uint64_t mask, uint64_t key) {
+/* Inserts key; 1 when it was new. */
+static int set_put(uint64_t *t, uint64_t mask, uint64_t key) {
     uint64_t i = mix(key) & mask;
     while (t[i] && t[i] != key) i = (i + 1) & mask;
+    if (t[i]) return 0;
     t[i] = key;
+    return 1;
+}
+
+/* Keeps the set at most half full: doubles it when the next insert could pass that. */
+static int set_room(bpe *m, size_t used) {
+    if ((used + 1) * 2 <= m->pairs_mask + 1) return 1;
+    uint64_t size = (m->pairs_mask + 1) * 2;
+    uint64_t *t = calloc(size, sizeof *t);
+    if (!t) return 0;
+    for (uint64_t i = 0; i <= m->pairs_mask; i++)
+        if (m->pairs[i]) set_put(t, size - 1, m->pairs[i]);
+    free(m->pairs);
+    m->pairs = t;
+    m->pairs_mask = size - 1;
+    return 1;
 }
 
 static tm_status build_pairs(bpe *m, tm_error *err) {
     const tm_vocab *v = &m->vocab;
-    size_t n = 0;
-    for (uint32_t e = 0; e < v->n; e++) n += v->len[e];   /* at least the pairs + chars */
-    uint64_t size = 1024;
-    while (size < 2 * (uint64_t)n + 16) size *= 2;
-    m->pairs = calloc(size, sizeof *m->pairs);
+    m->pairs = calloc(4096, sizeof *m->pairs);
     if (!m->pairs) return no_memory(err);
-    m->pairs_mask = size - 1;
+    m->pairs_mask = 4095;
+    size_t used = 0;
     for (uint32_t e = 0; e < v->n; e++) {
         const char *str = v->arena + v->off[e];
-        uint32_t prev = 0, c;
+        uint32_t prev = 0, c = 0;
         size_t k = 0, chars = 0;
         while (k < v->len[e]) {
             k += tm__utf8_decode(str, k, &c);
-            if (chars++) set_put(m->pairs, m->pairs_mask, pair_set_key(prev, c));
+            if (chars++) {
+                if (!set_room(m, used)) return no_memory(err);
+                used += (size_t)set_put(m->pairs, m->pairs_mask, pair_set_key(prev, c));
+            }
             prev = c;
         }
-        if (chars == 1) set_put(m->pairs, m->pairs_mask, char_set_key(c));
+        if (chars == 1) {
+            if (!set_room(m, used)) return no_memory(err);
+            used += (size_t)set_put(m->pairs, m->pairs_mask, char_set_key(c));
+        }
     }
     return TM_OK;
 }
