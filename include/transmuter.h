@@ -502,8 +502,9 @@ tm_status tm_run_eager_grad(tm_model *model, int n_inputs, const char *const *na
  * `namespace`, `tojson`, the `generation` tag as a no-op). Output follows
  * @huggingface/jinja (transformers.js). Immutable once created: may be shared by threads.
  * Limits against hostile templates (each an error, never a crash): 4 MiB of source, 256
- * levels of nesting, 256 MiB of values and 32 MiB of output per render, 20 million
- * evaluation steps. */
+ * levels of nesting, 256 MiB of values and 32 MiB of output per render, 2 million steps
+ * of work (a step: a node evaluated, a loop iteration, or 256 bytes of strings copied or
+ * searched; a real template over a short conversation takes a few thousand). */
 typedef struct tm_chat_template tm_chat_template;
 
 /* Parses `len` bytes of template source. A syntax error returns TM_ERR_INVALID_ARGUMENT

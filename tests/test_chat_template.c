@@ -268,8 +268,13 @@ static void test_limits(void) {
     free(deep);
     ERR("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", NULL,
         "chat template line 1: template nested or recursed more than");
-    ERR("{% for i in range(9000000) %}{{ '' }}{% endfor %}", NULL,
-        "chat template line 1: template ran more than 20000000 steps");
+    ERR("{% for i in range(3000000) %}{{ '' }}{% endfor %}", NULL,
+        "chat template line 1: template ran more than 2000000 steps");
+    /* string work counts too: a loop of substring searches in a long string */
+    ERR("{% set s = 'x' * 1000000 %}{% for i in range(100000) %}{% if 'y' in s %}{% endif %}{% endfor %}",
+        NULL, "chat template line 1: template ran more than 2000000 steps");
+    EQ("{{ ('a\\n' * 200000).split('\\n') | length }} {{ ('ab' * 300000).replace('b', 'c') | length }}", NULL,
+       "200001 600000");
     ERR("{% for i in range(100000) %}{{ 'x' * 1000 }}{% endfor %}", NULL,
         "chat template line 1: template output passed its limit");
     ERR("{{ range(100000000) }}", NULL, "chat template line 1: range() of more than");

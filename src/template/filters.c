@@ -236,12 +236,15 @@ static tv strip(tpl_interp *I, const tstr *s, const tstr *chars, int left, int r
     return tv_str(C(I), s->p + a, b - a);
 }
 
-static const char *find_bytes(const tstr *s, size_t from, const tstr *sub) {
+/* memmem from `from`, charging the bytes it scanned to the render's work. */
+static const char *find_bytes(tpl_interp *I, const tstr *s, size_t from, const tstr *sub) {
     if (from > s->n)
         return NULL;
     if (sub->n == 0)
         return s->p + from;
-    return memmem(s->p + from, s->n - from, sub->p, sub->n);
+    const char *hit = memmem(s->p + from, s->n - from, sub->p, sub->n);
+    tpl_charge(C(I), (hit ? (size_t)(hit - s->p) : s->n) - from);
+    return hit;
 }
 
 static tv split(tpl_interp *I, const tstr *s, const tstr *sep, int64_t maxsplit) {
@@ -271,7 +274,7 @@ static tv split(tpl_interp *I, const tstr *s, const tstr *sep, int64_t maxsplit)
         tctx_raise(C(I), "split: empty separator");
     size_t i = 0;
     for (;;) {
-        const char *hit = (maxsplit < 0 || (int64_t)l->n < maxsplit) ? find_bytes(s, i, sep) : NULL;
+        const char *hit = (maxsplit < 0 || (int64_t)l->n < maxsplit) ? find_bytes(I, s, i, sep) : NULL;
         if (!hit) {
             tlist_push(C(I), l, tv_str(C(I), s->p + i, s->n - i));
             break;
@@ -293,6 +296,7 @@ static tv rsplit(tpl_interp *I, const tstr *s, const tstr *sep, int64_t maxsplit
     size_t end = s->n;
     while ((int64_t)rev->n < maxsplit) {
         const char *hit = NULL;
+        tpl_charge(C(I), end);   /* at most this far back */
         for (size_t j = end; j >= sep->n; j--)
             if (memcmp(s->p + j - sep->n, sep->p, sep->n) == 0) {
                 hit = s->p + j - sep->n;
@@ -332,7 +336,7 @@ static tv replace(tpl_interp *I, const tstr *s, const tstr *old, const tstr *new
         return tv_strv(tbuf_str(C(I), &b));
     }
     for (;;) {
-        const char *hit = (count < 0 || done < count) ? find_bytes(s, i, old) : NULL;
+        const char *hit = (count < 0 || done < count) ? find_bytes(I, s, i, old) : NULL;
         if (!hit)
             break;
         size_t at = (size_t)(hit - s->p);
@@ -361,11 +365,11 @@ static int affix(tpl_interp *I, const tstr *s, const tv *pat, int end, const cha
     return memcmp(end ? s->p + s->n - p->n : s->p, p->p, p->n) == 0;
 }
 
-static size_t count_sub(const tstr *s, const tstr *sub) {
+static size_t count_sub(tpl_interp *I, const tstr *s, const tstr *sub) {
     if (sub->n == 0)
         return tpl_utf8_len(s->p, s->n) + 1;
     size_t count = 0;
-    for (const char *h = find_bytes(s, 0, sub); h; h = find_bytes(s, (size_t)(h - s->p) + sub->n, sub))
+    for (const char *h = find_bytes(I, s, 0, sub); h; h = find_bytes(I, s, (size_t)(h - s->p) + sub->n, sub))
         count++;
     return count;
 }
@@ -461,8 +465,9 @@ static tv string_method(tpl_interp *I, int id, const tstr *s, const args *a) {
             tctx_raise(C(I), "find() takes a string argument");
         const char *hit = NULL;
         if (id == M_FIND) {
-            hit = find_bytes(s, 0, sub);
+            hit = find_bytes(I, s, 0, sub);
         } else {
+            tpl_charge(C(I), s->n);
             for (size_t j = s->n + 1; j-- > sub->n;)
                 if (memcmp(s->p + j - sub->n, sub->p, sub->n) == 0) {
                     hit = s->p + j - sub->n;
@@ -475,7 +480,7 @@ static tv string_method(tpl_interp *I, int id, const tstr *s, const args *a) {
         const tstr *sub = arg_str(I, a, 0, "sub", "count");
         if (!sub)
             tctx_raise(C(I), "count() takes a string argument");
-        return tv_int((int64_t)count_sub(s, sub));
+        return tv_int((int64_t)count_sub(I, s, sub));
     }
     case M_JOIN: {
         const tv *l = arg(a, 0, "iterable");
@@ -910,7 +915,7 @@ int tpl_test(tpl_interp *I, const char *name, tv v, int argc, tv *argv) {
             return 0;
         }
         if (x->t == TV_STR && v.t == TV_STR)
-            return memmem(x->u.s->p, x->u.s->n, v.u.s->p, v.u.s->n) != NULL || v.u.s->n == 0;
+            return tpl_charge(C(I), x->u.s->n), memmem(x->u.s->p, x->u.s->n, v.u.s->p, v.u.s->n) != NULL || v.u.s->n == 0;
         if (x->t == TV_DICT && v.t == TV_STR)
             return tdict_get(x->u.d, v.u.s->p, v.u.s->n) != NULL;
         return 0;

@@ -10,8 +10,7 @@
 #define MAX_EVAL_DEPTH (TPL_MAX_DEPTH * 4)
 
 struct tpl_interp {
-    tctx c;
-    long steps;
+    tctx c;                        /* c.steps counts the work */
     int depth;
     tpl_scope *global;
     tdict *globals;
@@ -23,7 +22,7 @@ tctx *tpl_interp_ctx(tpl_interp *I) { return &I->c; }
 
 static void step(tpl_interp *I, int line) {
     I->c.fail->last_line = line;   /* for errors raised where no line is at hand */
-    if (++I->steps > TPL_MAX_STEPS) {
+    if (++I->c.steps > TPL_MAX_STEPS) {
         I->c.line = line;
         tpl_raise(I->c.fail, TM_ERR_RUNTIME, line, "template ran more than %ld steps",
                   (long)TPL_MAX_STEPS);
@@ -195,6 +194,7 @@ static int contains(tpl_interp *I, const tv *item, const tv *seq) {
         if (item->t != TV_STR)
             tctx_raise(&I->c, "'in <string>' requires a string on the left, not %s",
                        tv_type_name(item));
+        tpl_charge(&I->c, seq->u.s->n);
         return item->u.s->n == 0 ||
                memmem(seq->u.s->p, seq->u.s->n, item->u.s->p, item->u.s->n) != NULL;
     case TV_LIST:

@@ -764,7 +764,7 @@ static tpl_node *statement(parser *P) {
 }
 
 tpl_program tpl_parse(tpl_arena *a, tpl_fail *f, const tpl_token *toks, size_t count) {
-    parser P = {a, f, toks, count, 0, 0, {a, f, 0}};
+    parser P = {a, f, toks, count, 0, 0, {a, f, 0, 0}};
     nlist l = {0};
     while (cur(&P)->type != TK_EOF) {
         const tpl_token *t = cur(&P);

@@ -17,7 +17,9 @@
 #define TPL_MAX_DEPTH 256                   /* nesting of expressions, blocks and calls */
 #define TPL_MAX_MEMORY ((size_t)256 << 20)  /* bytes of values one render may allocate */
 #define TPL_MAX_OUTPUT ((size_t)32 << 20)   /* bytes of rendered text */
-#define TPL_MAX_STEPS 20000000L             /* evaluated nodes and loop iterations */
+#ifndef TPL_MAX_STEPS
+#define TPL_MAX_STEPS 2000000L              /* work: see tctx.steps */
+#endif
 
 /* ---- Arena: everything a parse or a render allocates, freed at once ------------------ */
 
@@ -93,8 +95,13 @@ static inline tv tv_dictv(tdict *d) { tv v = {TV_DICT, {.d = d}}; return v; }
 
 typedef struct tbuf { char *p; size_t n, cap; size_t limit; } tbuf;
 
-/* The allocation context shared by values: the render's arena and failure. */
-typedef struct tctx { tpl_arena *arena; tpl_fail *fail; int line; } tctx;
+/* The allocation context shared by values: the render's arena and failure, and the work
+ * done so far (steps: nodes evaluated, loop iterations, and 1 per 256 bytes copied or
+ * scanned, so that a loop of cheap-looking string operations is bounded too). */
+typedef struct tctx { tpl_arena *arena; tpl_fail *fail; int line; long steps; } tctx;
+
+/* Counts `bytes` of string work against TPL_MAX_STEPS (raises past it). */
+void tpl_charge(tctx *c, size_t bytes);
 
 void tbuf_put(tctx *c, tbuf *b, const char *s, size_t n);
 static inline void tbuf_puts(tctx *c, tbuf *b, const char *s);

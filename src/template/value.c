@@ -86,7 +86,16 @@ void tctx_raise(tctx *c, const char *fmt, ...) {
 
 /* ---- Buffers and strings ---------------------------------------------------------------- */
 
+void tpl_charge(tctx *c, size_t bytes) {
+    c->steps += (long)(bytes >> 8);
+    if (c->steps > TPL_MAX_STEPS)
+        tpl_raise(c->fail, TM_ERR_RUNTIME, c->line, "template ran more than %ld steps",
+                  (long)TPL_MAX_STEPS);
+}
+
 void tbuf_put(tctx *c, tbuf *b, const char *s, size_t n) {
+    if (n >= 256)
+        tpl_charge(c, n);
     if (b->n + n + 1 > b->cap) {
         size_t limit = b->limit ? b->limit : TPL_MAX_MEMORY;
         if (b->n + n > limit)
