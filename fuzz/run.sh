@@ -102,7 +102,8 @@ for t in $TARGETS; do
     [ "$t" = optim_state ] && dict=fuzz/optim_state.dict
     [ "$t" = jsonl ] && dict=fuzz/jsonl.dict
     [ "$t" = chat_template ] && dict=fuzz/chat_template.dict
-    case $t in tokenizer_load) dict=fuzz/tokenizer.dict ;; tokenizer_encode|tokenizer_decode) dict=/dev/null ;; esac
+    # Text and id sequences take no dictionary (libFuzzer refuses an empty one).
+    case $t in tokenizer_load) dict=fuzz/tokenizer.dict ;; tokenizer_encode|tokenizer_decode) dict= ;; esac
     mkdir -p "$BUILD/corpus/$t" "$BUILD/crashes/$t" "$REG/$t"
     log=$BUILD/fuzz_$t.log
     # -timeout: one input running this long is a finding (a hang); rss limit as default.
@@ -113,7 +114,7 @@ for t in $TARGETS; do
     ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1:max_allocation_size_mb=256 \
     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
         "$bin" $LIMIT -timeout=10 -rss_limit_mb=2048 \
-            -dict="$dict" -artifact_prefix="$BUILD/crashes/$t/" -print_final_stats=1 \
+            ${dict:+-dict="$dict"} -artifact_prefix="$BUILD/crashes/$t/" -print_final_stats=1 \
             "$BUILD/corpus/$t" "$SEEDS/$t" "$REG/$t" > "$log" 2>&1
     rc=$?
     runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")
