@@ -11,8 +11,10 @@
 // Rules where the two are not meant to be equal byte for byte (as tests/data/tokenizers'
 // README and tests/test_tokenizer_cases.c):
 //  * tokens: for an added token with lstrip/rstrip the Rust encoding reports the matched
-//    text with the stripped whitespace ("<|user|>\n"), we report the token's content; such a
-//    token agrees when the Rust string, whitespace trimmed, is ours.
+//    text with the stripped whitespace ("<|user|>\n"); so do we (the conformance cases keep
+//    the vocabulary string, which test_tokenizer_cases also accepts). Should ours ever give
+//    the bare content, the token still agrees but is counted apart ("by the lstrip/rstrip
+//    token rule") so that it shows.
 //  * decode: the Rust library has no clean_up_tokenization_spaces step (Python and
 //    transformers.js apply it in the tokenizer class); ours applies it as
 //    tokenizer_config.json says (default true), so the Rust decode is compared after the
