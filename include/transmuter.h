@@ -280,10 +280,34 @@ tm_status tm_session_run(tm_session *session, int n_inputs, const char *const *n
 const tm_tensor *tm_session_result(const tm_session *session, int i);
 
 /* Runs through a plan cached per input-shape signature (and static values), creating it
- * the first time. Thread-safe; outputs as in tm_session_run. */
+ * the first time. Thread-safe; outputs as in tm_session_run.
+ * Changing sizes: when two plans of one signature family (same input names, dtypes,
+ * ranks and static values) differ only in sizes that move together along a line (a
+ * decoder's past length and its mask's length; an encoder's sequence length in all its
+ * inputs; a batch size), the cache also traces the graph at the next size along that line
+ * and, if the three plans are the same kernels with sizes, arguments and size-made
+ * constants that follow the size exactly, keeps one generic plan that serves every size
+ * of 2 or more on that line: a run at a new size then re-derives the sizes through the
+ * primitives' shape rules and places its arena anew (microseconds, no plan made; the
+ * arena grows by half when it must). Sizes of 0 or 1 and graphs that do not follow
+ * their sizes (a graph break, a folded constant that is large or not made of integers
+ * following the size) keep a plan per shape. TM_GENERIC=0 turns it off; TM_GENERIC_DEBUG=1
+ * prints each try and why it failed. */
 tm_status tm_model_run(tm_model *model, int n_inputs, const char *const *names,
                        const tm_tensor *const *inputs, tm_tensor **outputs,
                        const tm_plan_options *opts, tm_error *err);
+
+/* What tm_model_run's plan cache has done for a model so far. */
+typedef struct tm_plan_stats {
+    size_t size;                 /* sizeof(tm_plan_stats): fields are only appended */
+    size_t runs;                 /* tm_model_run calls that ran */
+    size_t plans;                /* plans made for one input shape */
+    size_t generic_plans;        /* plans made that serve many sizes (each traced 3 times) */
+    size_t generic_failed;       /* tries at one that the graph did not allow */
+    size_t generic_runs;         /* runs a generic plan served */
+} tm_plan_stats;
+/* Fills *out (out->size set by the caller, as tm_plan_stats's size). */
+void tm_model_plan_stats(tm_model *model, tm_plan_stats *out);
 
 /* ---- Saving models ------------------------------------------------------------------ */
 
