@@ -234,9 +234,20 @@ typedef struct tm_plan_options {
     int n_static;                /* inputs whose values are fixed by this plan */
     const char *const *static_names;
     const tm_tensor *const *static_values;
+    /* Decoders: each Concat(past, new) -> present of a KV cache (past a graph input of
+     * (B, H, P, D), concatenated on P, read by the fused attention) keeps the cache in
+     * place: the plan takes that past input in the (B, P, H, D) layout, and its present
+     * output is the same buffer with the new rows written after the P there, (B, P + S, H,
+     * D) — so the buffer given for past must have room for P + S rows (batch 1; with
+     * batch B the rows of each batch are moved up, a copy). tm_plan_kv_input tells which
+     * inputs are so. Used by tm_decoder; a plan that keeps no cache is unchanged. */
+    int kv_in_place;
 } tm_plan_options;
 
 void tm_plan_options_default(tm_plan_options *opts);
+/* Whether graph input i of a plan made with kv_in_place is a KV cache it keeps in place
+ * (taken in the (B, P, H, D) layout; its present output likewise). */
+int tm_plan_kv_input(const tm_plan *plan, int i);
 
 /* Compiles a plan for the shapes and dtypes of `inputs` (their data is not read, except
  * for static inputs). Shape arithmetic is folded, `If` with a known condition is folded,
@@ -296,6 +307,40 @@ const tm_tensor *tm_session_result(const tm_session *session, int i);
 tm_status tm_model_run(tm_model *model, int n_inputs, const char *const *names,
                        const tm_tensor *const *inputs, tm_tensor **outputs,
                        const tm_plan_options *opts, tm_error *err);
+
+/* ---- Decoders: token by token with the KV cache in place ---------------------------- */
+
+/* A decoder export (decoder_model_merged.onnx, decoder_with_past_model.onnx: input_ids,
+ * optional attention_mask / position_ids / use_cache_branch, past_key_values.* inputs
+ * with present.* outputs) stepped one append at a time, batch 1. The decoder owns the KV
+ * cache: one buffer per past input with room to grow (doubling when full), which the
+ * plans read and append to in place (tm_plan_options.kv_in_place) — a step copies no
+ * cache and, once its plans exist, allocates nothing. Decode steps of one token share one
+ * plan for every past length (tm_model_run's generic plans), prompts of 2 or more tokens
+ * another. The attention mask is all ones and positions count from 0. A cache the plan
+ * cannot keep in place (not concatenated on the length axis of (batch, heads, length,
+ * width) and read by the fused attention) is fed back by a copy. Not thread-safe: one
+ * decoder per thread (a model serves many). */
+typedef struct tm_decoder tm_decoder;
+typedef struct tm_decoder_options {
+    size_t size;                 /* sizeof(tm_decoder_options): fields are only appended */
+    int64_t capacity;            /* cache positions reserved at first (0: 256) */
+    int kv_in_place;             /* 1 (default): keep caches in place; 0: copy each step */
+} tm_decoder_options;
+void tm_decoder_options_default(tm_decoder_options *opts);
+tm_status tm_decoder_create(tm_model *model, const tm_decoder_options *opts, tm_decoder **out,
+                            tm_error *err);
+/* Runs the model on n tokens after the cache (a prompt, or one token a step); the cache
+ * grows by n. On error the cache is as before. */
+tm_status tm_decoder_append(tm_decoder *d, const int64_t *tokens, int64_t n, tm_error *err);
+/* The logits of the last append, (1, n, vocab), in the decoder's memory: valid until the
+ * next append, reset or free; NULL before the first. */
+const tm_tensor *tm_decoder_logits(const tm_decoder *d);
+/* Positions in the cache. */
+int64_t tm_decoder_length(const tm_decoder *d);
+/* Empties the cache (its memory and plans are kept for the next sequence). */
+void tm_decoder_reset(tm_decoder *d);
+void tm_decoder_free(tm_decoder *d);
 
 /* What tm_model_run's plan cache has done for a model so far. */
 typedef struct tm_plan_stats {

@@ -48,6 +48,7 @@ void tm_ctx_destroy(tm_ctx *c) {
         free(c->folds[i].where);
     }
     free(c->folds);
+    free(c->kv_bshd);
     free(c->vals);
     free(c->nodes);
     free(c->scratch);

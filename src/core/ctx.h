@@ -168,6 +168,11 @@ struct tm_ctx {
      * depend on the input sizes (a slice of a rotary table, a causal mask: plan.c's
      * generalization). Its inputs are kept until the context goes. */
     int fold_log;
+    /* Plans with tm_plan_options.kv_in_place: passes/kv_append.c keeps KV caches in place
+     * and marks here the graph inputs it took in the (B, S, H, D) layout. */
+    int kv_in_place;
+    uint8_t *kv_bshd;
+    int n_kv_bshd;
     tm_rnode *folds;
     int32_t n_folds, cap_folds;
 };

@@ -267,12 +267,26 @@ int tm__gen_accepts(const tm_plan *p, int n, const char *const *names,
     return gen_param_of(p, n, names, x, NULL) >= 0;
 }
 
+static tm_status bind_param(tm_session *s, int64_t param, tm_error *err);
+
 tm_status tm__gen_bind(tm_session *s, int n, const char *const *names, const tm_xval *inputs,
                        tm_error *err) {
     const tm_plan *p = s->plan;
     int64_t param = gen_param_of(p, n, names, inputs, err);
     if (param < 0) return TM_ERR_SHAPE;
     if (param == s->param) return TM_OK;
+    return bind_param(s, param, err);
+}
+
+tm_status tm__gen_reserve(tm_session *s, int64_t param, tm_error *err) {
+    if (!s->plan->gen || param < 2) return TM_OK;
+    tm_status st = bind_param(s, param, err);
+    s->param = -1;   /* the next run binds its own sizes, in the memory reserved here */
+    return st;
+}
+
+static tm_status bind_param(tm_session *s, int64_t param, tm_error *err) {
+    const tm_plan *p = s->plan;
     size_t scratch = 0;
     s->param = -1;   /* half-bound until the end */
     tm_status st = gen_shapes(p, param, s->tensors, s->args, &scratch, err);
@@ -494,6 +508,8 @@ tm_status tm__plan_generalize(tm_model *m, int n, const char *const *names,
                 ps[j] = samples[j][k].t->dims[pax];
         st = tm__plan_trace(m, n, names, samples[j], opts, &pl[j], &gt[j], err);
     }
+    /* A KV cache the plan keeps in place is taken (B, P, H, D): its axes 1 and 2 swap. */
+    if (st == TM_OK && tm_plan_kv_input(pl[0], pin) && (pax == 1 || pax == 2)) pax = 3 - pax;
     if (st == TM_OK && (ps[0] == ps[1] || ps[1] == ps[2] || ps[0] < 2 || ps[1] < 2 || ps[2] < 2))
         st = tm__fail(err, TM_ERR_INVALID_ARGUMENT, "generalize: three distinct sizes of 2 or more needed");
     if (st == TM_OK && !(dyn = find_dyn(gt, 3))) {

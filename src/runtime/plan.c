@@ -3,6 +3,7 @@
  * lifetimes. Running a plan allocates nothing. Where the trace needed a value on the
  * host, the plan runs its prefix compiled and the rest of the graph eagerly (a graph
  * break). Also the per-model plan cache behind tm_model_run. */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -390,6 +391,7 @@ void tm_plan_free(tm_plan *p) {
     free(p->output_names);
     free(p->grad_param);
     free(p->last_use);
+    free(p->kv_input);
     tm__gen_free(p->gen);
     free(p);
 }
@@ -434,11 +436,31 @@ static tm_status optimize(tm_ctx *c, int n_outputs, const tm_oval *outs, const t
     return st;
 }
 
+/* The inputs passes/kv_append.c took in the (B, P, H, D) layout: the plan checks and
+ * describes them so. */
+static tm_status apply_kv_layout(tm_plan *p, const tm_ctx *c, tm_error *err) {
+    for (int i = 0; i < c->n_kv_bshd && i < p->n_graph_inputs; i++) {
+        if (!c->kv_bshd[i]) continue;
+        if (!p->kv_input && !(p->kv_input = calloc((size_t)p->n_graph_inputs + 1, 1)))
+            return tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
+        p->kv_input[i] = 1;
+        int64_t h = p->input_dims[i][1];
+        p->input_dims[i][1] = p->input_dims[i][2];
+        p->input_dims[i][2] = h;
+    }
+    return TM_OK;
+}
+
+int tm_plan_kv_input(const tm_plan *p, int i) {
+    return p && p->kv_input && i >= 0 && i < p->n_graph_inputs && p->kv_input[i];
+}
+
 static tm_status finish_trace(tm_plan *p, tm_ctx *c, const tm_interp *ip, tm_status st,
                               const tm_oval *outs, const tm_live *live, int eager_tail,
                               tm_error *err) {
     if (st == TM_OK || st == TM_ERR_NEEDS_HOST) {
         tm_status ps = optimize(c, p->n_outputs, st == TM_OK ? outs : NULL, live, err);
+        if (ps == TM_OK) ps = apply_kv_layout(p, c, err);
         if (ps != TM_OK) return ps;
     }
     if (st == TM_ERR_NEEDS_HOST) {
@@ -545,6 +567,8 @@ static tm_status create(tm_model *m, int n, const char *const *names, const tm_x
     c.dequantize_nbits = m->opts.dequantize_nbits;
     c.pack_cache = m->packed;   /* weights packed by the passes, shared by the model's plans */
     c.fold_log = gt != NULL;
+    c.kv_in_place = opts && opts->size >= offsetof(tm_plan_options, kv_in_place) + sizeof(int) &&
+                    opts->kv_in_place && !grad;
     tm_live live = {0};
     tm_val target = TM_NONE;
     tm_status st = TM_OK;
@@ -642,6 +666,7 @@ static tm_status create(tm_model *m, int n, const char *const *names, const tm_x
                           "host is not known while compiling)");
         else if (st != TM_OK) tm__error_copy(err, &c.err);
         if (st == TM_OK) st = optimize(&c, p->n_outputs, outs, NULL, err);
+        if (st == TM_OK) st = apply_kv_layout(p, &c, err);
         for (int i = 0; st == TM_OK && i < p->n_outputs; i++)
             if (outs[i].kind != TM_OV_TENSOR)
                 st = tm__fail(err, TM_ERR_UNSUPPORTED, "graph output '%s' is not a tensor",
@@ -1643,6 +1668,8 @@ static char *make_key(int n, const char *const *names, const tm_tensor *const *i
         PUT(&inputs[i]->rank, sizeof inputs[i]->rank);
         if (with_dims) PUT(inputs[i]->dims, (size_t)inputs[i]->rank * sizeof(int64_t));
     }
+    int kv = o && o->size >= offsetof(tm_plan_options, kv_in_place) + sizeof(int) && o->kv_in_place;
+    PUT(&kv, sizeof kv);
     for (int i = 0; o && i < o->n_static; i++) {
         const tm_tensor *t = o->static_values[i];
         PUT(o->static_names[i], strlen(o->static_names[i]) + 1);

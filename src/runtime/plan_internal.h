@@ -79,6 +79,7 @@ struct tm_plan {
      * value, the last kernel reading it (kept for placing the arena anew). */
     struct tm_generic *gen;
     int *last_use;
+    uint8_t *kv_input;    /* per graph input: a KV cache kept in place (kv_in_place) */
 };
 
 /* After a graph break, the rest of the graph traced again with the host value known. */
@@ -157,6 +158,9 @@ size_t tm__plan_place_work_bytes(const tm_plan *p);
 tm_status tm__gen_bind(tm_session *s, int n, const char *const *names, const tm_xval *inputs,
                        tm_error *err);
 void tm__gen_free(struct tm_generic *g);
+/* Grows a generic plan's session to hold size param (so that smaller ones bind without
+ * allocating); the session is left unbound. */
+tm_status tm__gen_reserve(tm_session *s, int64_t param, tm_error *err);
 void *tm__session_arena_alloc(const tm_model *m, size_t bytes);
 /* Whether generic plan p serves inputs of these sizes. */
 int tm__gen_accepts(const tm_plan *p, int n, const char *const *names,
