@@ -242,9 +242,28 @@ typedef struct tm_plan_options {
      * batch B the rows of each batch are moved up, a copy). tm_plan_kv_input tells which
      * inputs are so. Used by tm_decoder; a plan that keeps no cache is unchanged. */
     int kv_in_place;
+    /* A plan that serves many sizes (see tm_model_run): the sizes that vary grow together
+     * along a line, each by one per step, from the given inputs' (which count as the first
+     * point; the plan serves every point of 2 or more on the line, up to max_size of the
+     * first varying dim when it is not 0). Which dims vary: the n_vary given (input name
+     * and axis, with every dim the model names as it names one of those: input_ids axis 0
+     * brings every "batch_size"), or by default every dim the model names (a dim_param such as
+     * "sequence_length" or "past_sequence_length") that is 2 or more in the given inputs,
+     * batch dims (names with "batch") left out unless they are the only ones. The graph
+     * is traced at three points on the line; if it does not follow them (see tm_model_run)
+     * the plan made is for the given shape alone: tm_plan_serves_sizes says which. */
+    int dynamic;
+    int n_vary;
+    const char *const *vary_names;
+    const int *vary_axes;
+    int64_t max_size;
 } tm_plan_options;
 
 void tm_plan_options_default(tm_plan_options *opts);
+/* Whether a plan serves many sizes (a generic plan: tm_plan_options.dynamic, or one
+ * tm_model_run made), and the first varying dim's smallest and largest size (-1: no
+ * bound). */
+int tm_plan_serves_sizes(const tm_plan *plan, int64_t *min_size, int64_t *max_size);
 /* Whether graph input i of a plan made with kv_in_place is a KV cache it keeps in place
  * (taken in the (B, P, H, D) layout; its present output likewise). */
 int tm_plan_kv_input(const tm_plan *plan, int i);

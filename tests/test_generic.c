@@ -282,6 +282,76 @@ static void test_no_allocation(const char *path) {
     free_case(&mc);
 }
 
+/* tm_plan_create with dynamic: one plan, one session, many sizes; the dims that vary by
+ * default (the named ones) or as given; max_size refused beyond. */
+static void test_dynamic_plan(const char *path, const sizes *first, const sizes *later, int n_later,
+                              const char *vary_name, int vary_axis, const char *what) {
+    model_case mc;
+    if (!load_case(&mc, path)) return;
+    tm_tensor **in0 = make_inputs(&mc, first);
+    tm_plan_options po;
+    tm_plan_options_default(&po);
+    po.dynamic = 1;
+    po.max_size = 60;
+    const char *sn[1] = {"use_cache_branch"};
+    const tm_tensor *sv[1] = {NULL};
+    for (int i = 0; i < mc.n; i++)
+        if (!strcmp(mc.names[i], "use_cache_branch")) sv[0] = in0[i];
+    if (sv[0]) {
+        po.n_static = 1;
+        po.static_names = sn;
+        po.static_values = sv;
+    }
+    const char *vn[1] = {vary_name};
+    int va[1] = {vary_axis};
+    if (vary_name) {
+        po.n_vary = 1;
+        po.vary_names = vn;
+        po.vary_axes = va;
+    }
+    tm_plan *plan = NULL;
+    tm_session *s = NULL;
+    tm_error err = {0};
+    tm_status st = tm_plan_create(mc.m, mc.n, mc.names, (const tm_tensor *const *)in0, &po, &plan, &err);
+    if (st == TM_OK) st = tm_session_create(plan, &s, &err);
+    CHECK(st == TM_OK, "%s %s: %s", path, what, err.message);
+    int64_t lo = 0, hi = 0;
+    CHECK(plan && tm_plan_serves_sizes(plan, &lo, &hi) && lo == 2 && hi == 60,
+          "%s %s: the plan does not serve sizes 2..60", path, what);
+    int n_out = tm_model_n_outputs(mc.m);
+    for (int r = 0; st == TM_OK && r < n_later; r++) {
+        tm_tensor **in = make_inputs(&mc, &later[r]);
+        tm_tensor **o_plan = calloc((size_t)n_out, sizeof *o_plan);
+        tm_tensor **o_eager = calloc((size_t)n_out, sizeof *o_eager);
+        st = tm_session_run(s, mc.n, mc.names, (const tm_tensor *const *)in, o_plan, &err);
+        CHECK(st == TM_OK, "%s %s run %d: %s", path, what, r, err.message);
+        tm_run_eager(mc.m, mc.n, mc.names, (const tm_tensor *const *)in, o_eager, NULL, &err);
+        for (int k = 0; st == TM_OK && k < n_out; k++) {
+            double e = max_rel_err(o_plan[k], o_eager[k]);
+            CHECK(e <= mc.tol, "%s %s run %d output %d: %g from eager", path, what, r, k, e);
+        }
+        free_all(o_plan, n_out);
+        free_all(o_eager, n_out);
+        free_all(in, mc.n);
+    }
+    /* Beyond max_size: refused with a message naming the bound. */
+    sizes big = later[0];
+    if (vary_name && !strcmp(vary_name, "input_ids") && vary_axis == 0) big.batch = 61;
+    else if (first->past) big.past = 61;
+    else big.seq = 61;
+    tm_tensor **in = make_inputs(&mc, &big);
+    tm_tensor **o = calloc((size_t)n_out, sizeof *o);
+    st = tm_session_run(s, mc.n, mc.names, (const tm_tensor *const *)in, o, &err);
+    CHECK(s && st == TM_ERR_SHAPE && strstr(err.message, "up to 60"), "%s %s: size 61 not "
+          "refused (%s)", path, what, err.message);
+    free_all(o, n_out);
+    free_all(in, mc.n);
+    tm_session_free(s);
+    tm_plan_free(plan);
+    free_all(in0, mc.n);
+    free_case(&mc);
+}
+
 int main(int argc, char **argv) {
     const char *root = argc > 1 ? argv[1] : "tests/data/tiny";
     static const char *models[] = {
@@ -309,6 +379,13 @@ int main(int argc, char **argv) {
     char path[1024];
     snprintf(path, sizeof path, "%s/bert/model.onnx", root);
     test_no_allocation(path);
+    static const sizes lengths[] = {{1, 9, 0}, {1, 40, 0}, {1, 2, 0}, {1, 17, 0}};
+    test_dynamic_plan(path, &(sizes){1, 5, 0}, lengths, 4, NULL, 0, "dynamic lengths");
+    static const sizes batches[] = {{2, 6, 0}, {7, 6, 0}, {4, 6, 0}};
+    test_dynamic_plan(path, &(sizes){3, 6, 0}, batches, 3, "input_ids", 0, "dynamic batch");
+    snprintf(path, sizeof path, "%s/llama/decoder_model_merged.onnx", root);
+    static const sizes pasts[] = {{1, 1, 7}, {1, 1, 30}, {1, 1, 2}, {1, 1, 12}};
+    test_dynamic_plan(path, &(sizes){1, 1, 6}, pasts, 4, NULL, 0, "dynamic past");
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;
 }

@@ -43,7 +43,19 @@ struct tm_generic {
     int n_fits;
     gen_fit *fits;
     int64_t samples[3];
+    int64_t max;          /* largest p served; 0: no bound */
 };
+
+void tm__gen_set_max(tm_plan *p, int64_t max) {
+    if (p && p->gen) p->gen->max = max > 0 ? max : 0;
+}
+
+int tm_plan_serves_sizes(const tm_plan *p, int64_t *min_size, int64_t *max_size) {
+    if (!p || !p->gen) return 0;
+    if (min_size) *min_size = 2;
+    if (max_size) *max_size = p->gen->max ? p->gen->max : -1;
+    return 1;
+}
 
 void tm__gen_free(struct tm_generic *g) {
     if (!g) return;
@@ -223,9 +235,13 @@ static int64_t gen_param_of(const tm_plan *p, int n, const char *const *names,
         if (names[k] && !strcmp(names[k], gr->inputs[g->pin].name) &&
             inputs[k].kind == TM_X_TENSOR && inputs[k].t && inputs[k].t->rank > g->pax)
             param = inputs[k].t->dims[g->pax];
-    if (param < 2) {
-        if (err) tm__fail(err, TM_ERR_SHAPE, "input '%s' dim %d is %lld: this plan serves "
-                          "sizes of 2 or more", gr->inputs[g->pin].name, g->pax, (long long)param);
+    if (param < 2 || (g->max && param > g->max)) {
+        if (err && param < 2)
+            tm__fail(err, TM_ERR_SHAPE, "input '%s' dim %d is %lld: this plan serves sizes of 2 "
+                     "or more", gr->inputs[g->pin].name, g->pax, (long long)param);
+        else if (err)
+            tm__fail(err, TM_ERR_SHAPE, "input '%s' dim %d is %lld: this plan serves sizes up "
+                     "to %lld", gr->inputs[g->pin].name, g->pax, (long long)param, (long long)g->max);
         return -1;
     }
     for (int k = 0; k < n; k++) {

@@ -739,11 +739,115 @@ int tm_plan_grad_param(const tm_plan *p, int j) {
     return p && j >= 0 && j < p->n_grads ? p->grad_param[j] : -1;
 }
 
+static int opt_has(const tm_plan_options *o, size_t end) { return o && o->size >= end; }
+#define OPT(o, field) (opt_has((o), offsetof(tm_plan_options, field) + sizeof((o)->field)) ? (o)->field : 0)
+
+/* tm_plan_options.dynamic: the line of sizes through the given inputs (which dims grow),
+ * then three traces along it. Returns TM_ERR_UNSUPPORTED (why in err) when the graph does
+ * not follow; the caller then makes a plan for the shape. */
+static tm_status create_dynamic(tm_model *m, int n, const char *const *names,
+                                const tm_tensor *const *inputs, const tm_plan_options *opts,
+                                tm_plan **out, tm_error *err) {
+    const tm_graph *g = m->onnx->graph;
+    int64_t (*step)[TM_MAX_RANK] = calloc((size_t)n + 1, sizeof *step);
+    if (!step) return tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
+    int any = 0;
+    for (int pass = 0; pass < 2 && !any; pass++)
+        for (int k = 0; k < n; k++) {
+            if (!inputs[k] || find_static(opts, names[k])) continue;
+            int gi = -1;
+            for (int i = 0; i < g->n_inputs; i++)
+                if (!strcmp(g->inputs[i].name, names[k])) gi = i;
+            if (gi < 0) continue;
+            for (int d = 0; d < inputs[k]->rank; d++) {
+                int grow;
+                tm_value_desc vi;
+                tm_model_input(m, gi, &vi);
+                const char *dp = d < vi.rank && vi.dim_params ? vi.dim_params[d] : NULL;
+                if (OPT(opts, n_vary) > 0) {
+                    /* A dim given, or one the model names as it names a dim given. */
+                    grow = 0;
+                    for (int v = 0; v < opts->n_vary && !grow; v++) {
+                        int gv = opts->vary_names[v] ? tm_model_input_index(m, opts->vary_names[v]) : -1;
+                        if (gv < 0) continue;
+                        if (!strcmp(opts->vary_names[v], names[k]) && opts->vary_axes[v] == d) grow = 1;
+                        tm_value_desc vv;
+                        tm_model_input(m, gv, &vv);
+                        int ax = opts->vary_axes[v];
+                        const char *named = ax >= 0 && ax < vv.rank && vv.dim_params ? vv.dim_params[ax] : NULL;
+                        if (named && named[0] && dp && !strcmp(named, dp)) grow = 1;
+                    }
+                } else {
+                    int batch = dp && strstr(dp, "batch");
+                    grow = dp && dp[0] && inputs[k]->dims[d] >= 2 && (pass == 1 || !batch);
+                }
+                if (grow) {
+                    step[k][d] = 1;
+                    any = 1;
+                }
+            }
+        }
+    tm_status st = TM_OK;
+    int pk = -1, pax = -1;
+    for (int k = 0; k < n && pk < 0; k++)
+        for (int d = 0; inputs[k] && d < inputs[k]->rank && pk < 0; d++)
+            if (step[k][d]) {
+                pk = k;
+                pax = d;
+            }
+    if (pk < 0) st = tm__fail(err, TM_ERR_UNSUPPORTED, "no dim of the inputs varies (the "
+                              "model names none of 2 or more, and none was given)");
+    int pin = -1;
+    for (int i = 0; pk >= 0 && i < g->n_inputs; i++)
+        if (!strcmp(g->inputs[i].name, names[pk])) pin = i;
+    tm_xval *x[3] = {0};
+    tm_tensor **own = calloc((size_t)3 * n + 1, sizeof *own);
+    if (st == TM_OK && !own) st = tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
+    for (int j = 0; st == TM_OK && j < 3; j++) {
+        x[j] = calloc((size_t)n + 1, sizeof *x[j]);
+        if (!x[j]) st = tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
+        for (int k = 0; st == TM_OK && k < n; k++) {
+            x[j][k].kind = inputs[k] ? TM_X_TENSOR : TM_X_NONE;
+            x[j][k].t = (tm_tensor *)inputs[k];
+            if (!inputs[k] || j == 0) continue;
+            int grows = 0;
+            int64_t dims[TM_MAX_RANK];
+            for (int d = 0; d < inputs[k]->rank; d++) {
+                dims[d] = inputs[k]->dims[d] + j * step[k][d];
+                grows |= step[k][d] != 0;
+            }
+            if (!grows) continue;
+            own[j * n + k] = tm_tensor_alloc(inputs[k]->dtype, inputs[k]->rank, dims, NULL);
+            if (!own[j * n + k]) st = tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
+            x[j][k].t = own[j * n + k];
+        }
+    }
+    if (st == TM_OK) st = tm__plan_generalize(m, n, names, x, opts, pin, pax, out, err);
+    if (st == TM_OK) tm__gen_set_max(*out, OPT(opts, max_size));
+    for (int i = 0; own && i < 3 * n; i++) tm_tensor_free(own[i]);
+    free(own);
+    for (int j = 0; j < 3; j++) free(x[j]);
+    free(step);
+    return st;
+}
+
 tm_status tm_plan_create(tm_model *m, int n, const char *const *names,
                          const tm_tensor *const *inputs, const tm_plan_options *opts,
                          tm_plan **out, tm_error *err) {
     if (!m || (n && (!names || !inputs)) || !out)
         return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "tm_plan_create: NULL argument");
+    if (OPT(opts, dynamic)) {
+        tm_error e2;
+        memset(&e2, 0, sizeof e2);
+        tm_status st = create_dynamic(m, n, names, inputs, opts, out, &e2);
+        if (st == TM_OK) return TM_OK;
+        if (st != TM_ERR_UNSUPPORTED) {
+            tm__error_copy(err, &e2);
+            return st;
+        }
+        if (getenv("TM_GENERIC_DEBUG"))
+            fprintf(stderr, "transmuter: tm_plan_create: a plan for this shape alone: %s\n", e2.message);
+    }
     tm_xval *x = calloc((size_t)n + 1, sizeof *x);
     if (!x) return tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
     for (int i = 0; i < n; i++) {
@@ -1608,7 +1712,7 @@ typedef struct tm_gen_family {
     size_t fkey_len;
     int fails, made;
 } tm_gen_family;
-enum { MAX_GEN_FAILS = 2, MAX_GEN_PLANS = 4 };
+enum { MAX_GEN_FAILS = 2, MAX_GEN_PLANS = 16 };
 
 static void entry_free(tm_plan_cache_entry *e) {
     for (int i = 0; i < e->n_free; i++) tm_session_free(e->free_sessions[i]);

@@ -158,6 +158,7 @@ size_t tm__plan_place_work_bytes(const tm_plan *p);
 tm_status tm__gen_bind(tm_session *s, int n, const char *const *names, const tm_xval *inputs,
                        tm_error *err);
 void tm__gen_free(struct tm_generic *g);
+void tm__gen_set_max(tm_plan *p, int64_t max);
 /* Grows a generic plan's session to hold size param (so that smaller ones bind without
  * allocating); the session is left unbound. */
 tm_status tm__gen_reserve(tm_session *s, int64_t param, tm_error *err);
