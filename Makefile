@@ -33,6 +33,14 @@ $(BUILD)/ops_registry.inc: $(OP_SRC) tools/gen_registry.sh
 
 $(BUILD)/src/onnx/lower.o: $(BUILD)/ops_registry.inc
 
+# Tokenizer components register themselves the same way (TM_TOK_* lines, src/tokenizer/).
+TOK_SRC := $(wildcard src/tokenizer/*.c)
+$(BUILD)/tok_registry.inc: $(TOK_SRC) tools/gen_tok_registry.sh
+	@mkdir -p $(BUILD)
+	sh tools/gen_tok_registry.sh $@ $(TOK_SRC)
+
+$(BUILD)/src/tokenizer/registry.o: $(BUILD)/tok_registry.inc
+
 $(BUILD)/prim_stubs.c: FORCE
 	@mkdir -p $(BUILD)
 	@sh tools/gen_prim_stubs.sh $@
@@ -156,6 +164,32 @@ bandwidth: $(BUILD)/bandwidth
 $(BUILD)/bandwidth: bench/bandwidth.c
 	@mkdir -p $(BUILD)
 	$(CC) $(CFLAGS) -O2 -o $@ $< -pthread
+
+# Tokenizers against Hugging Face's Rust `tokenizers` and transformers.js (npm packages
+# installed into bench/.tok, git-ignored). Neither is part of `make test`.
+# tokenizer-check: 10,000 generated texts per tokenizer of tests/data/tokenizers, every
+# output field compared (bench/tok/check.mjs; TOKCHECK_ARGS e.g. --n 1000 --only qwen3).
+# bench-tokenizers: encode throughput on a generated ~20 MB corpus and load times, ours
+# (bench/tok_bench.c) vs both, writes bench/TOKENIZER_RESULTS.md (bench/tok/bench.mjs;
+# TOKBENCH_ARGS e.g. --mb 5 --rounds 1 --only qwen3).
+TOK_NPM := bench/.tok/node_modules/tokenizers/package.json
+TOKCHECK_ARGS ?=
+TOKBENCH_ARGS ?=
+.PHONY: tokenizer-check bench-tokenizers
+tokenizer-check: $(BUILD)/transmuter $(TOK_NPM)
+	node bench/tok/check.mjs --tm $(BUILD)/transmuter $(TOKCHECK_ARGS)
+
+bench-tokenizers: $(BUILD)/tok_bench $(TOK_NPM)
+	node bench/tok/bench.mjs --ours $(BUILD)/tok_bench $(TOKBENCH_ARGS)
+
+$(TOK_NPM):
+	mkdir -p bench/.tok && cd bench/.tok && { [ -f package.json ] || \
+	    echo '{"name":"tok-bench","private":true}' > package.json; } && \
+	    ONNXRUNTIME_NODE_INSTALL=skip npm install --no-audit --no-fund \
+	    tokenizers@0.23.2 @huggingface/transformers@4.3.2
+
+$(BUILD)/tok_bench: bench/tok_bench.c $(BUILD)/libtransmuter.a
+	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(BUILD)/libtransmuter.a $(LDLIBS)
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/bin \

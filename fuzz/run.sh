@@ -8,7 +8,7 @@
 BUILD=${1:-build-fuzz}
 SECONDS_PER=${2:-60}
 [ $# -gt 2 ] && shift 2 && TARGETS="$*"
-TARGETS=${TARGETS:-"onnx model npy tensor_pb external optim_state jsonl"}
+TARGETS=${TARGETS:-"onnx model npy tensor_pb external optim_state jsonl chat_template"}
 SEEDS=$BUILD/seeds
 REG=tests/data/fuzz-regressions
 
@@ -52,7 +52,19 @@ make_seeds() {
     touch "$SEEDS/.done"
 }
 
+# fuzz_chat_template: every real template of tests/data/templates (73, from templates.json.xz).
+make_template_seeds() {
+    [ -d "$SEEDS/chat_template" ] && return
+    mkdir -p "$SEEDS/chat_template"
+    xz -dc tests/data/templates/templates.json.xz | python3 -c '
+import json, sys
+for i, t in enumerate(json.load(sys.stdin).values()):
+    open(sys.argv[1] + "/real%02d.jinja" % i, "w").write(t["chat_template"])
+' "$SEEDS/chat_template" || echo "fuzz/run.sh: no template seeds (needs xz and python3)"
+}
+
 make_seeds
+make_template_seeds
 status=0; passed=0; failed=0
 # FUZZ_RUNS=N: a fixed number of inputs with a fixed seed instead of a time budget, so
 # that a smoke run (CI) is reproducible: the same corpus and binary give the same inputs.
@@ -68,6 +80,7 @@ for t in $TARGETS; do
     [ "$t" = npy ] && dict=fuzz/npy.dict
     [ "$t" = optim_state ] && dict=fuzz/optim_state.dict
     [ "$t" = jsonl ] && dict=fuzz/jsonl.dict
+    [ "$t" = chat_template ] && dict=fuzz/chat_template.dict
     mkdir -p "$BUILD/corpus/$t" "$BUILD/crashes/$t" "$REG/$t"
     log=$BUILD/fuzz_$t.log
     # -timeout: one input running this long is a finding (a hang); rss limit as default.

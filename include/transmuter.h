@@ -583,6 +583,181 @@ tm_status tm_run_eager_grad(tm_model *model, int n_inputs, const char *const *na
                             const tm_tensor *const *inputs, const tm_grad_options *grad,
                             tm_tensor **outputs, tm_error *err);
 
+/* ---- Chat templates (Jinja) ---------------------------------------------------------- */
+
+/* A parsed chat template: the Jinja `chat_template` of a tokenizer_config.json, rendered
+ * as transformers does (trim_blocks and lstrip_blocks, `raise_exception`, `strftime_now`,
+ * `namespace`, `tojson`, the `generation` tag as a no-op). Output follows
+ * @huggingface/jinja (transformers.js). Immutable once created: may be shared by threads.
+ * Limits against hostile templates (each an error, never a crash): 4 MiB of source, 256
+ * levels of nesting, 256 MiB of values and 32 MiB of output per render, 20 million
+ * evaluation steps. */
+typedef struct tm_chat_template tm_chat_template;
+
+/* Parses `len` bytes of template source. A syntax error returns TM_ERR_INVALID_ARGUMENT
+ * with a message that starts "chat template line N:" (err->node holds "chat template
+ * line N"). */
+tm_status tm_chat_template_create(const char *source, size_t len, tm_chat_template **out,
+                                  tm_error *err);
+
+/* Renders the template. messages_json (may be NULL) is a JSON array bound to `messages`;
+ * add_generation_prompt is bound as a boolean; vars_json (may be NULL) is a JSON object
+ * whose members become further variables and win over the two before (tools, documents,
+ * bos_token, enable_thinking, ...; transformers passes tools and documents as null when
+ * there are none). JSON integers and floats stay distinct. On success *out is a new
+ * NUL-terminated UTF-8 string the caller frees with free(), and *out_len (may be NULL)
+ * its length. Errors: bad JSON is TM_ERR_PARSE naming the input, line and column; a
+ * runtime error TM_ERR_INVALID_ARGUMENT (TM_ERR_RUNTIME or TM_ERR_NO_MEMORY for the
+ * limits) naming the template line; a raise_exception(msg) in the template gives msg
+ * itself as the message (err->op "raise_exception", err->node the line). */
+tm_status tm_chat_template_render(const tm_chat_template *t, const char *messages_json,
+                                  const char *vars_json, int add_generation_prompt,
+                                  char **out, size_t *out_len, tm_error *err);
+
+void tm_chat_template_free(tm_chat_template *t);
+
+/* ---- Tokenizers (Hugging Face tokenizer.json) ---------------------------------------- */
+
+/* A loaded tokenizer: tokenizer.json (normalizer, pre-tokenizer, model, added tokens,
+ * post-processor, decoder) plus tokenizer_config.json / special_tokens_map.json when
+ * present. Outputs equal Hugging Face's Rust `tokenizers` 0.23.2. Immutable once loaded:
+ * share it between threads. Input text must be valid UTF-8: other bytes are refused with
+ * TM_ERR_INVALID_ARGUMENT naming the first bad byte's offset (the reference bindings
+ * take Python or JavaScript strings, which cannot hold such bytes). */
+typedef struct tm_tokenizer tm_tokenizer;
+/* The result of one encode: its token arrays, all of length tm_encoding_n. */
+typedef struct tm_encoding tm_encoding;
+
+/* hf:// sources use the hub's settings (HF_HUB_CACHE, HF_TOKEN, HF_HUB_OFFLINE), as
+ * models loaded from hf:// sources. */
+typedef struct tm_tokenizer_options {
+    size_t size;                 /* sizeof(tm_tokenizer_options) */
+    int ignore_config;           /* read tokenizer.json only (no tokenizer_config.json nor
+                                    special_tokens_map.json) */
+} tm_tokenizer_options;
+tm_tokenizer_options tm_tokenizer_options_default(void);
+
+/* Loads a tokenizer from `source`: a folder holding tokenizer.json (and optionally
+ * tokenizer_config.json, special_tokens_map.json), a path to a tokenizer.json (the other
+ * two are read from its folder), or hf://owner/repo[@revision] (only those three files are
+ * fetched). opts may be NULL. A malformed file is TM_ERR_PARSE naming the file and the JSON
+ * path (e.g. "pre_tokenizer.pretokenizers[1].pattern"); a component type we do not know is
+ * TM_ERR_UNSUPPORTED naming it and its path. */
+tm_status tm_tokenizer_load(const char *source, const tm_tokenizer_options *opts,
+                            tm_tokenizer **out, tm_error *err);
+void tm_tokenizer_free(tm_tokenizer *tok);
+
+typedef enum tm_truncation {
+    TM_TRUNCATE_NONE = 0,
+    TM_TRUNCATE_LONGEST_FIRST = 1,  /* one token at a time from the longer sequence */
+    TM_TRUNCATE_ONLY_FIRST = 2,
+    TM_TRUNCATE_ONLY_SECOND = 3
+} tm_truncation;
+
+typedef enum tm_padding {
+    TM_PAD_NONE = 0,
+    TM_PAD_LONGEST = 1,          /* to the longest encoding of the batch */
+    TM_PAD_MAX_LENGTH = 2        /* to max_length */
+} tm_padding;
+
+typedef enum tm_side {
+    TM_SIDE_DEFAULT = 0,         /* tokenizer_config.json's padding_side / truncation_side,
+                                    else right */
+    TM_SIDE_RIGHT = 1,
+    TM_SIDE_LEFT = 2
+} tm_side;
+
+typedef struct tm_encode_options {
+    size_t size;                 /* sizeof(tm_encode_options) */
+    int add_special_tokens;      /* the post-processor's special tokens (default 1) */
+    tm_truncation truncation;    /* default none */
+    int max_length;              /* truncation / max_length padding; <= 0: tokenizer_config's
+                                    model_max_length (an error when it has none) */
+    int stride;                  /* tokens repeated between overflowing parts */
+    tm_side truncation_side;
+    tm_padding padding;          /* default none */
+    int pad_to_multiple_of;      /* > 0: padded length rounded up to a multiple */
+    tm_side padding_side;
+    int threads;                 /* batch encode: threads in all (<= 0: online CPUs) */
+} tm_encode_options;
+tm_encode_options tm_encode_options_default(void);
+
+/* Encodes `len` bytes of UTF-8 `text`, and `pair` (pair_len bytes) as the second sequence
+ * when pair is not NULL (an empty pair is a pair, as the Rust library; pass NULL for none).
+ * opts may be NULL (defaults). *out is a new encoding (tm_encoding_free). Truncation that
+ * cannot be done (only_second without a pair, a sequence too short, stride too long) and
+ * padding without a pad token are TM_ERR_INVALID_ARGUMENT. */
+tm_status tm_tokenizer_encode(const tm_tokenizer *tok, const char *text, size_t len,
+                              const char *pair, size_t pair_len, const tm_encode_options *opts,
+                              tm_encoding **out, tm_error *err);
+
+/* Encodes n texts (pairs[i] NULL or all of pairs NULL: no pair) on opts->threads threads;
+ * results do not depend on the thread count. TM_PAD_LONGEST pads to the batch's longest.
+ * On success out[0..n) are new encodings; on error none is left allocated and err names
+ * the first failing text's index. */
+tm_status tm_tokenizer_encode_batch(const tm_tokenizer *tok, size_t n, const char *const *texts,
+                                    const size_t *lens, const char *const *pairs,
+                                    const size_t *pair_lens, const tm_encode_options *opts,
+                                    tm_encoding **out, tm_error *err);
+
+/* Accessors; the arrays belong to the encoding and hold tm_encoding_n entries. */
+size_t tm_encoding_n(const tm_encoding *e);
+const int32_t *tm_encoding_ids(const tm_encoding *e);
+/* Token strings, NUL-terminated, and their byte lengths (a token may hold a NUL). */
+const char *const *tm_encoding_tokens(const tm_encoding *e);
+const int32_t *tm_encoding_token_lengths(const tm_encoding *e);
+const int32_t *tm_encoding_attention_mask(const tm_encoding *e);     /* 0 for padding */
+const int32_t *tm_encoding_type_ids(const tm_encoding *e);
+const int32_t *tm_encoding_special_tokens_mask(const tm_encoding *e); /* 1: added by the
+                                                                         post-processor or padding */
+const int32_t *tm_encoding_word_ids(const tm_encoding *e);          /* -1: none */
+/* Which input each token comes from: 0 text, 1 pair, -1 none (special or padding). */
+const int32_t *tm_encoding_sequence_ids(const tm_encoding *e);
+/* Offsets as 2n values (start, end) in the original text of the token's sequence: in
+ * bytes, or in characters (Unicode code points). Special tokens and padding: (0, 0). */
+const int32_t *tm_encoding_offsets(const tm_encoding *e);
+const int32_t *tm_encoding_char_offsets(const tm_encoding *e);
+/* Overflowing parts left by truncation, each a full encoding owned by e. */
+size_t tm_encoding_n_overflowing(const tm_encoding *e);
+const tm_encoding *tm_encoding_overflowing(const tm_encoding *e, size_t i);
+void tm_encoding_free(tm_encoding *e);
+
+/* Decodes ids to text: added tokens, then the model's vocabulary (unknown ids are
+ * skipped), through the decoder (or joined by spaces without one). skip_special drops
+ * special added tokens; cleanup applies transformers' clean_up_tokenization (" ." -> "."
+ * and the like): 1 yes, 0 no, -1 the tokenizer's clean_up_tokenization_spaces (true when
+ * tokenizer_config.json does not say). *out is a new NUL-terminated string (free()) and
+ * *out_len (may be NULL) its length: the text may hold NUL characters. */
+tm_status tm_tokenizer_decode(const tm_tokenizer *tok, const int32_t *ids, size_t n,
+                              int skip_special, int cleanup, char **out, size_t *out_len,
+                              tm_error *err);
+
+/* The id of a token string (added tokens first, then the model), or -1. */
+int32_t tm_tokenizer_token_to_id(const tm_tokenizer *tok, const char *token, size_t len);
+/* The string of an id (added tokens first), NUL-terminated and owned by the tokenizer,
+ * or NULL. */
+const char *tm_tokenizer_id_to_token(const tm_tokenizer *tok, int32_t id);
+/* Distinct token strings of the model and the added tokens together (Rust's
+ * get_vocab_size(true)). */
+size_t tm_tokenizer_vocab_size(const tm_tokenizer *tok);
+
+typedef enum tm_special_role {
+    TM_SPECIAL_BOS = 0, TM_SPECIAL_EOS = 1, TM_SPECIAL_UNK = 2, TM_SPECIAL_SEP = 3,
+    TM_SPECIAL_PAD = 4, TM_SPECIAL_CLS = 5, TM_SPECIAL_MASK = 6
+} tm_special_role;
+/* The special token of a role from tokenizer_config.json (else special_tokens_map.json),
+ * or NULL when none is set; *id (may be NULL) gets its id or -1. */
+const char *tm_tokenizer_special_token(const tm_tokenizer *tok, tm_special_role role,
+                                       int32_t *id);
+/* The raw text of tokenizer_config.json, or NULL when there is none. */
+const char *tm_tokenizer_config_json(const tm_tokenizer *tok);
+/* tokenizer_config.json's chat_template: the string itself, or from a list of
+ * {"name", "template"} the one called name (NULL name: "default", else the first). NULL
+ * when there is none. Owned by the tokenizer. */
+const char *tm_tokenizer_chat_template(const tm_tokenizer *tok, const char *name);
+/* tokenizer_config.json's model_max_length (-1 when absent or huge). */
+int64_t tm_tokenizer_model_max_length(const tm_tokenizer *tok);
+
 #ifdef __cplusplus
 }
 #endif

@@ -50,6 +50,8 @@ suite tiny-models sh tests/models.sh "$TM" tests/data/tiny
 suite contrib-ops sh tests/contrib.sh "$TM" tests/data/contrib
 suite generate sh tests/generate.sh "$TM"
 suite errors sh tests/errors.sh "$TM"
+suite chat-template-cli sh tests/chat_template.sh "$TM" "$BUILD"
+suite tokenize-cli sh tests/tokenize_cli.sh "$BUILD"
 suite hub sh tests/hub.sh "$TM"
 suite negative-models sh tests/negative.sh "$TM"
 suite write-ort sh tests/write_ort.sh "$BUILD"

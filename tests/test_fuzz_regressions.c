@@ -36,6 +36,9 @@
 #define LLVMFuzzerTestOneInput fuzz_jsonl_one
 #include "../fuzz/fuzz_jsonl.c"
 #undef LLVMFuzzerTestOneInput
+#define LLVMFuzzerTestOneInput fuzz_chat_template_one
+#include "../fuzz/fuzz_chat_template.c"
+#undef LLVMFuzzerTestOneInput
 
 #define ROOT "tests/data/fuzz-regressions"
 
@@ -59,6 +62,7 @@ static const target TARGETS[] = {
     {"external", fuzz_external_one, fuzz_external_init},
     {"optim_state", fuzz_optim_state_one, NULL},
     {"jsonl", fuzz_jsonl_one, NULL},
+    {"chat_template", fuzz_chat_template_one, NULL},
 };
 
 static uint8_t *read_all(const char *path, size_t *size) {

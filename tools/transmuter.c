@@ -20,6 +20,9 @@
 int tm__cmd_generate(int argc, char **argv);   /* tools/generate.c */
 int tm__cmd_finetune(int argc, char **argv);   /* tools/finetune.c */
 int tm__cmd_stream(int argc, char **argv);     /* tools/cmd_stream.c */
+int tm__cmd_tokenize(int argc, char **argv);   /* tools/cmd_tokenize.c */
+int tm__cmd_detokenize(int argc, char **argv); /* tools/cmd_tokenize.c */
+int tm__cmd_chat_template(int argc, char **argv);   /* tools/cmd_chat_template.c */
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -44,6 +47,11 @@ static void usage(FILE *f) {
             "                 (an encoder over requests of changing shapes, through the plan cache)\n"
             "  transmuter finetune MODEL --data FILE.jsonl|DIR --out OUT.onnx [--steps N]\n"
             "                 [--batch-size B] [--lr LR] ...   (see transmuter finetune --help)\n"
+            "  transmuter tokenize TOKENIZER TEXT [--pair TEXT] [--no-special] [--json]\n"
+            "  transmuter tokenize TOKENIZER --jsonl FILE|-   (see transmuter tokenize --help)\n"
+            "  transmuter detokenize TOKENIZER IDS [--skip-special]\n"
+            "  transmuter chat-template TOKENIZER MESSAGES.json [--add-generation-prompt]\n"
+            "                 [--vars JSON] [--template NAME] [--ids]\n"
             "MODEL is a file or hf://OWNER/REPO/PATH[@REVISION], fetched into the Hugging Face\n"
             "cache with a progress bar (--quiet: none) and used from there afterwards.\n"
             "Inputs are read from DIR/NAME.npy or DIR/NAME.pb, outputs written as NAME.npy;\n"
@@ -1133,6 +1141,9 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "generate")) return tm__cmd_generate(argc - 2, argv + 2);
     if (!strcmp(argv[1], "finetune")) return tm__cmd_finetune(argc - 2, argv + 2);
     if (!strcmp(argv[1], "stream")) return tm__cmd_stream(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "tokenize")) return tm__cmd_tokenize(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "detokenize")) return tm__cmd_detokenize(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "chat-template")) return tm__cmd_chat_template(argc - 2, argv + 2);
     if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
         printf("transmuter %s\n", tm_version());
         return 0;

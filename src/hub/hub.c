@@ -621,3 +621,9 @@ tm_status tm_hub_resolve(const char *source, char **local_path, tm_error *err) {
     tm_hub_ctx_free(&h);
     return st;
 }
+
+/* resolve_file for src/hub/files.c (plain files of a repo, no external data). */
+tm_status tm_hub_ctx_resolve_file(tm_hub_ctx *h, const char *revision, const char *path,
+                                  char **out, char commit[129], tm_error *err) {
+    return resolve_file(h, revision, path, out, commit, err);
+}

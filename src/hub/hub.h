@@ -30,6 +30,12 @@ void tm_hub_source_free(tm_hub_source *s);
  * malloc'ed. Errors: TM_ERR_NETWORK, TM_ERR_NOT_FOUND, TM_ERR_IO, TM_ERR_INVALID_ARGUMENT. */
 tm_status tm_hub_resolve(const char *source, char **local_path, tm_error *err);
 
+/* Resolves the plain file `file` of hf://OWNER/REPO[/FOLDER][@REVISION] (source) to its
+ * path in the cache, downloading it when needed (files.c); as tm_hub_resolve otherwise,
+ * TM_ERR_NOT_FOUND when the repo has no such file. */
+tm_status tm_hub_resolve_file(const char *source, const char *file, char **local_path,
+                              tm_error *err);
+
 /* Prints the .onnx files of a repo (under PATH when given) with their sizes, variants and
  * external-data files, from the Hub's file tree, or from the cache when offline. */
 tm_status tm_hub_list(const char *source, FILE *out, tm_error *err);

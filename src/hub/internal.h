@@ -82,6 +82,10 @@ typedef struct tm_hub_ctx {
 
 tm_status tm_hub_ctx_init(tm_hub_ctx *h, const char *source, int need_path, tm_error *err);
 void tm_hub_ctx_free(tm_hub_ctx *h);
+/* The snapshot path of a plain file of the repo at revision, downloaded when missing
+ * (hub.c's resolve_file; files.c uses it). */
+tm_status tm_hub_ctx_resolve_file(tm_hub_ctx *h, const char *revision, const char *path,
+                                  char **out, char commit[129], tm_error *err);
 
 typedef struct tm_hub_file {
     char *path;

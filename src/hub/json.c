@@ -11,6 +11,7 @@ enum { MAX_DEPTH = 64 };
 typedef struct parser {
     const char *p;
     const char *end;
+    int flags;
 } parser;
 
 static int parse_value(parser *ps, tm_json *out, int depth);
@@ -69,7 +70,7 @@ static int unicode_escape(parser *ps, unsigned *cp) {
     if (ps->end - ps->p < 4 || !hex4(ps->p, cp)) return 0;
     ps->p += 4;
     if (*cp >= 0xdc00 && *cp <= 0xdfff) return 0;
-    if (*cp < 0xd800 || *cp > 0xdbff) return *cp != 0;
+    if (*cp < 0xd800 || *cp > 0xdbff) return *cp != 0 || (ps->flags & TM_JSON_ALLOW_NUL);
     unsigned low;
     if (ps->end - ps->p < 6 || ps->p[0] != '\\' || ps->p[1] != 'u' || !hex4(ps->p + 2, &low) ||
         low < 0xdc00 || low > 0xdfff)
@@ -94,14 +95,31 @@ static int escape(parser *ps, char *dst, size_t *len) {
     return 1;
 }
 
-/* A string token into a new buffer; the decoded text is never longer than the source. */
-static char *parse_string(parser *ps) {
+/* A string token into a new buffer (its length in *out_len when not NULL); the decoded
+ * text is never longer than the source. */
+static char *parse_string(parser *ps, size_t *out_len) {
     if (ps->p >= ps->end || *ps->p != '"') return NULL;
     ps->p++;
     const char *q = ps->p;
-    while (q < ps->end && *q != '"') q += *q == '\\' && q + 1 < ps->end ? 2 : 1;
+    int plain = 1;                    /* no escapes or control characters: one memcpy */
+    while (q < ps->end && *q != '"') {
+        if (*q == '\\' || (unsigned char)*q < 0x20) {
+            plain = 0;
+            q += *q == '\\' && q + 1 < ps->end ? 2 : 1;
+        } else {
+            q++;
+        }
+    }
     if (q >= ps->end) return NULL;
     char *s = malloc((size_t)(q - ps->p) + 1);
+    if (s && plain) {
+        size_t n = (size_t)(q - ps->p);
+        memcpy(s, ps->p, n);
+        s[n] = '\0';
+        ps->p = q + 1;
+        if (out_len) *out_len = n;
+        return s;
+    }
     size_t len = 0;
     int ok = s != NULL;
     while (ok && ps->p < ps->end && *ps->p != '"') {
@@ -121,6 +139,7 @@ static char *parse_string(parser *ps) {
     }
     ps->p++;
     s[len] = '\0';
+    if (out_len) *out_len = len;
     return s;
 }
 
@@ -139,17 +158,23 @@ static int parse_number(parser *ps, tm_json *out) {
     return *stop == '\0';
 }
 
+/* Room grows geometrically: a 150,000-entry vocabulary object is one of many. */
 static int push_item(tm_json *v, char *key) {
-    tm_json *items = realloc(v->items, (size_t)(v->n + 1) * sizeof *items);
-    if (!items) return 0;
-    v->items = items;
-    memset(&items[v->n], 0, sizeof items[v->n]);
-    if (v->type == TM_JSON_OBJECT) {
-        char **keys = realloc(v->keys, (size_t)(v->n + 1) * sizeof *keys);
-        if (!keys) return 0;
-        v->keys = keys;
-        keys[v->n] = key;
+    if (v->n == v->cap) {
+        if (v->cap > (1 << 29)) return 0;
+        int cap = v->cap ? v->cap * 2 : 4;
+        tm_json *items = realloc(v->items, (size_t)cap * sizeof *items);
+        if (!items) return 0;
+        v->items = items;
+        if (v->type == TM_JSON_OBJECT) {
+            char **keys = realloc(v->keys, (size_t)cap * sizeof *keys);
+            if (!keys) return 0;
+            v->keys = keys;
+        }
+        v->cap = cap;
     }
+    memset(&v->items[v->n], 0, sizeof v->items[v->n]);
+    if (v->type == TM_JSON_OBJECT) v->keys[v->n] = key;
     v->n++;
     return 1;
 }
@@ -168,7 +193,12 @@ static int parse_container(parser *ps, tm_json *out, int depth) {
         char *key = NULL;
         skip_space(ps);
         if (object) {
-            if (!(key = parse_string(ps))) return 0;
+            size_t klen;
+            if (!(key = parse_string(ps, &klen))) return 0;
+            if (strlen(key) != klen) {    /* keys stay NUL-free: lookups compare C strings */
+                free(key);
+                return 0;
+            }
             skip_space(ps);
             if (ps->p >= ps->end || *ps->p++ != ':') {
                 free(key);
@@ -196,7 +226,7 @@ static int parse_value(parser *ps, tm_json *out, int depth) {
     if (c == '{' || c == '[') return parse_container(ps, out, depth);
     if (c == '"') {
         out->type = TM_JSON_STRING;
-        return (out->string = parse_string(ps)) != NULL;
+        return (out->string = parse_string(ps, &out->len)) != NULL;
     }
     if (literal(ps, "true") || literal(ps, "false")) {
         out->type = TM_JSON_BOOL;
@@ -221,12 +251,16 @@ static void free_contents(tm_json *v) {
 }
 
 tm_json *tm_json_parse(const char *text, size_t len) {
+    return tm_json_parse_ex(text, len, 0);
+}
+
+tm_json *tm_json_parse_ex(const char *text, size_t len, int flags) {
     tm_json *v = calloc(1, sizeof *v);
     if (!v || !text) {
         free(v);
         return NULL;
     }
-    parser ps = {text, text + len};
+    parser ps = {text, text + len, flags};
     int ok = parse_value(&ps, v, 0);
     skip_space(&ps);
     if (ok && ps.p == ps.end) return v;

@@ -1,5 +1,6 @@
-/* A small JSON reader for the Hub's API answers (file trees): parses a whole document into
- * a tree of values. Not a writer, not streaming; numbers are doubles (exact to 2^53). */
+/* A small JSON reader for the Hub's API answers (file trees) and tokenizer files: parses a
+ * whole document into a tree of values. Not a writer, not streaming; numbers are doubles
+ * (exact to 2^53). */
 #ifndef TM_HUB_JSON_H
 #define TM_HUB_JSON_H
 
@@ -12,14 +13,23 @@ typedef enum {
 typedef struct tm_json {
     tm_json_type type;
     double number;                /* NUMBER; BOOL as 0 or 1 */
-    char *string;                 /* STRING, NUL-terminated (embedded NULs are refused) */
+    char *string;                 /* STRING, NUL-terminated (embedded NULs: see flags) */
+    size_t len;                   /* STRING: its length in bytes */
     struct tm_json *items;        /* ARRAY elements or OBJECT values */
     char **keys;                  /* OBJECT keys, parallel to items */
     int n;
+    int cap;                      /* private: room in items/keys while parsing */
 } tm_json;
 
-/* The parsed document, or NULL when the text is not valid JSON (or nests too deep). */
+/* The parsed document, or NULL when the text is not valid JSON (or nests too deep).
+ * "\u0000" is refused in strings and keys. */
 tm_json *tm_json_parse(const char *text, size_t len);
+
+enum {
+    TM_JSON_ALLOW_NUL = 1         /* accept "\u0000" in string values (use .len) */
+};
+/* As tm_json_parse with TM_JSON_* flags. */
+tm_json *tm_json_parse_ex(const char *text, size_t len, int flags);
 void tm_json_free(tm_json *v);
 /* The value of key in an object, or NULL (also when v is not an object). */
 const tm_json *tm_json_get(const tm_json *v, const char *key);
