@@ -258,6 +258,46 @@ static void test_kv_append_kernel(void) {
         }
 }
 
+/* Prompts of several lengths on one decoder: the first gets a plan of its own, the second
+ * starts the generic prompt plan, which the later ones use; each prompt's logits against
+ * eager, and a decode step after each. */
+static void test_prompts(const char *path) {
+    tm_model *m = NULL;
+    tm_error err = {0};
+    if (tm_model_load(path, NULL, &m, &err) != TM_OK) {
+        CHECK(0, "%s: %s", path, err.message);
+        return;
+    }
+    tm_decoder *d = NULL;
+    CHECK(tm_decoder_create(m, NULL, &d, &err) == TM_OK, "%s: %s", path, err.message);
+    static const int64_t lengths[] = {5, 7, 9, 4, 12};
+    for (int r = 0; d && r < 5; r++) {
+        ref_loop ref;
+        ref_init(&ref, m);
+        tm_decoder_reset(d);
+        for (int step = 0; step < 2; step++) {
+            int64_t at = step ? lengths[r] : 0, n = step ? 1 : lengths[r];
+            tm_status st = tm_decoder_append(d, tokens + at, n, &err);
+            CHECK(st == TM_OK, "%s prompt %lld: %s", path, (long long)lengths[r], err.message);
+            tm_tensor *want = ref_step(&ref, tokens + at, n, at);
+            double e = norm_err(tm_decoder_logits(d), want);
+            CHECK(e <= 1e-5, "%s prompt %lld step %d: logits %g from eager", path,
+                  (long long)lengths[r], step, e);
+            tm_tensor_free(want);
+        }
+        ref_free(&ref);
+        if (r >= 1)
+            CHECK(d->prefill.plan && d->prefill.plan->gen, "%s: no generic prompt plan after two "
+                  "prompt lengths", path);
+    }
+    tm_plan_stats ps = {.size = sizeof ps};
+    tm_model_plan_stats(m, &ps);
+    CHECK(ps.generic_plans == 2, "%s: %zu generic plans (decode steps and prompts expected)",
+          path, ps.generic_plans);
+    tm_decoder_free(d);
+    tm_model_free(m);
+}
+
 int main(int argc, char **argv) {
     test_kv_append_kernel();
     const char *root = argc > 1 ? argv[1] : "tests/data/tiny";
@@ -281,6 +321,8 @@ int main(int argc, char **argv) {
         run_loop(path, 1, 3, models[i].tol, models[i].fused);    /* grows twice */
         run_loop(path, 0, 64, models[i].tol, models[i].fused);   /* copied each step */
     }
+    snprintf(path, sizeof path, "%s/llama/decoder_model_merged.onnx", root);
+    test_prompts(path);
     /* A one-token prompt: its plan and the next step's (past 1) are plans of their own. */
     n_prompt = 1;
     snprintf(path, sizeof path, "%s/llama/decoder_model_merged.onnx", root);

@@ -382,7 +382,12 @@ static tm_status plan_for(tm_decoder *d, int64_t past, int64_t n, dec_plan **out
             return TM_OK;
         }
     }
-    if (generic_ok && past == 0 && n >= 2) {
+    /* Prompts: the first length gets a plan of its own (one trace, not three: the time to
+     * the first token), a second length the generic plan. */
+    int other_prompt = 0;
+    for (int i = 0; i < d->n_shaped; i++)
+        other_prompt |= d->shaped[i].past == 0 && d->shaped[i].seq >= 2 && d->shaped[i].seq != n;
+    if (generic_ok && past == 0 && n >= 2 && (other_prompt || d->prefill.plan)) {
         if (!d->prefill.plan && d->prefill.past != -2) {
             tm_error e2;
             memset(&e2, 0, sizeof e2);

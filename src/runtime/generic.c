@@ -20,6 +20,14 @@
 #include "plan_internal.h"
 #include "chunks.h"
 #include "../core/dtype.h"
+#include <time.h>
+
+static double gen_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+#define GEN_T(label) do { if (getenv("TM_GENERIC_DEBUG")) fprintf(stderr, "  generalize %s: %.3f s\n", label, gen_now() - t_start); } while (0)
 
 typedef struct gen_arg {
     int kernel, idx;
@@ -506,6 +514,15 @@ static tm_status check_fit(const tm_plan *gp, const tm_plan *c, int64_t pc, char
  * being dims[pax] of graph input pin); returns the plan of sample 1, serving every size
  * of 2 or more on that line. TM_ERR_UNSUPPORTED (with why) when the graph does not follow
  * the sizes as a line (then plans per shape stay the way). */
+/* A plan's values that point into its trace (fitted and computed constants) forget it:
+ * the trace goes before the plan. */
+static void forget_trace(tm_plan *p) {
+    for (int i = 0; p && i < p->n_values; i++)
+        if (p->values[i].kind != PV_CONST) p->values[i].constant = NULL;
+}
+
+/* The traces are taken two at a time (A and B, then B and C), not three: a float model
+ * whose weights fold into copies (a transposed weight) holds one copy per live trace. */
 tm_status tm__plan_generalize(tm_model *m, int n, const char *const *names,
                               tm_xval *const samples[3], const tm_plan_options *opts, int pin,
                               int pax, tm_plan **out, tm_error *err) {
@@ -517,25 +534,28 @@ tm_status tm__plan_generalize(tm_model *m, int n, const char *const *names,
     char why[400] = "";
     tm_status st = TM_OK;
     const tm_graph *g = m->onnx->graph;
-    for (int j = 0; j < 3 && st == TM_OK; j++) {
+    double t_start = gen_now();
+    for (int j = 0; j < 3; j++) {
         ps[j] = -1;
         for (int k = 0; k < n; k++)
             if (!strcmp(names[k], g->inputs[pin].name) && samples[j][k].t)
                 ps[j] = samples[j][k].t->dims[pax];
-        st = tm__plan_trace(m, n, names, samples[j], opts, &pl[j], &gt[j], err);
     }
+    if (ps[0] == ps[1] || ps[1] == ps[2] || ps[0] == ps[2] || ps[0] < 2 || ps[1] < 2 || ps[2] < 2)
+        return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "generalize: three distinct sizes of 2 or "
+                        "more needed");
+    for (int j = 0; j < 2 && st == TM_OK; j++)
+        st = tm__plan_trace(m, n, names, samples[j], opts, &pl[j], &gt[j], err);
     /* A KV cache the plan keeps in place is taken (B, P, H, D): its axes 1 and 2 swap. */
     if (st == TM_OK && tm_plan_kv_input(pl[0], pin) && (pax == 1 || pax == 2)) pax = 3 - pax;
-    if (st == TM_OK && (ps[0] == ps[1] || ps[1] == ps[2] || ps[0] < 2 || ps[1] < 2 || ps[2] < 2))
-        st = tm__fail(err, TM_ERR_INVALID_ARGUMENT, "generalize: three distinct sizes of 2 or more needed");
-    if (st == TM_OK && !(dyn = find_dyn(gt, 3))) {
+    GEN_T("traces A, B");
+    if (st == TM_OK && !(dyn = find_dyn(gt, 2))) {
         snprintf(why, sizeof why, "the traces differ in their values");
         st = TM_ERR_UNSUPPORTED;
     }
-    for (int j = 0; j < 3 && st == TM_OK; j++) st = tm__plan_build(pl[j], &gt[j], dyn, err);
-    if (st == TM_OK && (!same_structure(pl[0], pl[1], why, sizeof why) ||
-                        !same_structure(pl[1], pl[2], why, sizeof why)))
-        st = TM_ERR_UNSUPPORTED;
+    for (int j = 0; j < 2 && st == TM_OK; j++) st = tm__plan_build(pl[j], &gt[j], dyn, err);
+    if (st == TM_OK && !same_structure(pl[0], pl[1], why, sizeof why)) st = TM_ERR_UNSUPPORTED;
+    GEN_T("built A, B");
     struct tm_generic *gen = NULL;
     if (st == TM_OK) {
         gen = calloc(1, sizeof *gen);
@@ -563,24 +583,30 @@ tm_status tm__plan_generalize(tm_model *m, int n, const char *const *names,
         pl[1]->gen = gen;
         gen = NULL;
     }
+    forget_trace(pl[0]);
+    tm_plan_free(pl[0]);
+    pl[0] = NULL;
+    tm__gen_trace_free(&gt[0]);
+    /* C: the check. */
+    if (st == TM_OK) st = tm__plan_trace(m, n, names, samples[2], opts, &pl[2], &gt[2], err);
+    if (st == TM_OK && gt[2].c.n_vals != gt[1].c.n_vals) {
+        snprintf(why, sizeof why, "the traces differ in their values");
+        st = TM_ERR_UNSUPPORTED;
+    }
+    if (st == TM_OK) st = tm__plan_build(pl[2], &gt[2], dyn, err);
+    if (st == TM_OK && !same_structure(pl[1], pl[2], why, sizeof why)) st = TM_ERR_UNSUPPORTED;
     if (st == TM_OK) st = check_fit(pl[1], pl[2], ps[2], why, sizeof why, err);
-    if (st == TM_OK)
-        for (int i = 0; i < pl[1]->n_values; i++)
-            if (pl[1]->values[i].kind != PV_CONST) pl[1]->values[i].constant = NULL;
+    GEN_T("C checked");
     if (st == TM_ERR_UNSUPPORTED && why[0])
         tm__fail(err, st, "the plans at sizes %lld, %lld and %lld cannot be one: %s",
                  (long long)ps[0], (long long)ps[1], (long long)ps[2], why);
     tm__gen_free(gen);
-    for (int j = 0; j < 3; j++) {
+    for (int j = 1; j < 3; j++) {
+        forget_trace(pl[j]);
         if (st == TM_OK && j == 1) continue;
-        if (pl[j]) {
-            /* Fitted and dyn values point into the trace, which goes now. */
-            for (int i = 0; i < pl[j]->n_values; i++)
-                if (pl[j]->values[i].kind != PV_CONST) pl[j]->values[i].constant = NULL;
-        }
         tm_plan_free(pl[j]);
     }
-    for (int j = 0; j < 3; j++) tm__gen_trace_free(&gt[j]);
+    for (int j = 1; j < 3; j++) tm__gen_trace_free(&gt[j]);
     free(dyn);
     if (st == TM_OK) *out = pl[1];
     return st;
