@@ -352,6 +352,101 @@ static void test_dynamic_plan(const char *path, const sizes *first, const sizes 
     free_case(&mc);
 }
 
+/* A value-and-gradient plan with dynamic: one plan for batches of every length (and one
+ * for every batch size), its loss and gradients against a gradient plan made for each
+ * shape alone. */
+static void test_dynamic_grad(const char *path, int vary_batch) {
+    tm_model *m = NULL;
+    tm_error err = {0};
+    tm_load_options lo;
+    tm_load_options_default(&lo);
+    lo.threads = 1;
+    lo.trainable = 1;
+    if (tm_model_load(path, &lo, &m, &err) != TM_OK) {
+        CHECK(0, "%s: %s", path, err.message);
+        return;
+    }
+    int n_in = tm_model_n_inputs(m);
+    const char *names[8];
+    for (int i = 0; i < n_in; i++) {
+        tm_value_desc d;
+        tm_model_input(m, i, &d);
+        names[i] = d.name;
+    }
+    names[n_in] = "labels";
+    tm_grad_options go;
+    tm_grad_options_default(&go);
+    go.loss = TM_LOSS_CROSS_ENTROPY;
+    go.output = "logits";
+    go.target = "labels";
+    /* Inputs (B, L): ids, ones, zeros; labels (B). */
+    #define MAKE(B, L, T)                                                              \
+        do {                                                                          \
+            int64_t dims[2] = {(B), (L)};                                             \
+            for (int i = 0; i < n_in; i++) {                                          \
+                T[i] = tm_tensor_new(TM_INT64, 2, dims);                              \
+                int64_t *v = T[i]->data;                                              \
+                for (int64_t e = 0; e < (B) * (L); e++)                               \
+                    v[e] = !strcmp(names[i], "input_ids") ? 1 + (e * 7 + (L)) % 50    \
+                         : !strcmp(names[i], "attention_mask") ? 1 : 0;               \
+            }                                                                         \
+            int64_t ld[1] = {(B)};                                                    \
+            T[n_in] = tm_tensor_new(TM_INT64, 1, ld);                                 \
+            for (int64_t b = 0; b < (B); b++) ((int64_t *)T[n_in]->data)[b] = b % 2;  \
+        } while (0)
+    tm_tensor *first[8];
+    int64_t b0 = vary_batch ? 3 : 2, l0 = 6;
+    MAKE(b0, l0, first);
+    tm_plan_options po;
+    tm_plan_options_default(&po);
+    po.dynamic = 1;
+    const char *vn[1] = {"input_ids"};
+    int va[1] = {vary_batch ? 0 : 1};
+    po.n_vary = 1;
+    po.vary_names = vn;
+    po.vary_axes = va;
+    tm_plan *gp = NULL;
+    tm_session *gs = NULL;
+    tm_status st = tm_grad_plan_create(m, n_in + 1, names, (const tm_tensor *const *)first, &po,
+                                       &go, &gp, &err);
+    if (st == TM_OK) st = tm_session_create(gp, &gs, &err);
+    CHECK(st == TM_OK, "%s: dynamic gradient plan: %s", path, err.message);
+    CHECK(gp && tm_plan_serves_sizes(gp, NULL, NULL), "%s: the gradient plan serves one shape "
+          "(%s)", path, vary_batch ? "batch" : "length");
+    static const int64_t lengths[] = {6, 9, 2, 17, 4}, batches[] = {3, 5, 2, 8, 4};
+    for (int r = 0; st == TM_OK && r < 5; r++) {
+        int64_t b = vary_batch ? batches[r] : b0, l = vary_batch ? l0 : lengths[r];
+        tm_tensor *in[8];
+        MAKE(b, l, in);
+        int n_out = tm_plan_n_outputs(gp);
+        tm_tensor **og = calloc((size_t)n_out, sizeof *og), **os = calloc((size_t)n_out, sizeof *os);
+        st = tm_session_run(gs, n_in + 1, names, (const tm_tensor *const *)in, og, &err);
+        CHECK(st == TM_OK, "%s b%lld l%lld: %s", path, (long long)b, (long long)l, err.message);
+        tm_plan *sp = NULL;
+        tm_session *ss = NULL;
+        tm_status s2 = tm_grad_plan_create(m, n_in + 1, names, (const tm_tensor *const *)in, NULL,
+                                           &go, &sp, &err);
+        if (s2 == TM_OK) s2 = tm_session_create(sp, &ss, &err);
+        if (s2 == TM_OK) s2 = tm_session_run(ss, n_in + 1, names, (const tm_tensor *const *)in, os, &err);
+        CHECK(s2 == TM_OK, "%s: one-shape gradient plan: %s", path, err.message);
+        for (int k = 0; st == TM_OK && s2 == TM_OK && k < n_out; k++) {
+            double e = max_rel_err(og[k], os[k]);
+            CHECK(e <= 1e-6, "%s b%lld l%lld output %d (loss or gradient): %g from the one-shape "
+                  "plan", path, (long long)b, (long long)l, k, e);
+        }
+        free_all(og, n_out);
+        free_all(os, n_out);
+        tm_session_free(ss);
+        tm_plan_free(sp);
+        for (int i = 0; i <= n_in; i++) tm_tensor_free(in[i]);
+    }
+    #undef MAKE
+    for (int i = 0; i <= n_in; i++) tm_tensor_free(first[i]);
+    tm_session_free(gs);
+    tm_plan_free(gp);
+    tm_model_free(m);
+}
+
 int main(int argc, char **argv) {
     const char *root = argc > 1 ? argv[1] : "tests/data/tiny";
     static const char *models[] = {
@@ -383,6 +478,9 @@ int main(int argc, char **argv) {
     test_dynamic_plan(path, &(sizes){1, 5, 0}, lengths, 4, NULL, 0, "dynamic lengths");
     static const sizes batches[] = {{2, 6, 0}, {7, 6, 0}, {4, 6, 0}};
     test_dynamic_plan(path, &(sizes){3, 6, 0}, batches, 3, "input_ids", 0, "dynamic batch");
+    snprintf(path, sizeof path, "%s/bert-seqcls/model.onnx", root);
+    test_dynamic_grad(path, 0);
+    test_dynamic_grad(path, 1);
     snprintf(path, sizeof path, "%s/llama/decoder_model_merged.onnx", root);
     static const sizes pasts[] = {{1, 1, 7}, {1, 1, 30}, {1, 1, 2}, {1, 1, 12}};
     test_dynamic_plan(path, &(sizes){1, 1, 6}, pasts, 4, NULL, 0, "dynamic past");

@@ -192,6 +192,20 @@ tm_val tm_val_param(tm_ctx *c, tm_tensor *t, int index) {
 tm_val tm_const_fill(tm_ctx *c, tm_dtype dt, int rank, const int64_t *dims, double v) {
     if (!tm_ctx_ok(c)) return TM_NONE;
     if (c->compute_type == TM_FLOAT && (dt == TM_FLOAT16 || dt == TM_BFLOAT16)) dt = TM_FLOAT;
+    if (c->mode == TM_MODE_TRACE && c->fold_log && rank > 0 && rank <= TM_MAX_RANK) {
+        /* Under the fold log, one element expanded: the log then knows the sizes made it
+         * (a plan serving several sizes computes it anew, see plan_internal.h). */
+        int64_t ones[TM_MAX_RANK];
+        for (int i = 0; i < rank; i++) ones[i] = 1;
+        c->fold_log = 0;
+        tm_val one = tm_const_fill(c, dt, rank, ones, v);
+        c->fold_log = 1;
+        tm_args a;
+        memset(&a, 0, sizeof a);
+        a.i[0] = rank;
+        for (int i = 0; i < rank; i++) a.i[1 + i] = dims[i];
+        return tm_prim(c, TM_P_EXPAND, &one, 1, &a);
+    }
     tm_tensor *t = tm_tensor_alloc(dt, rank, dims, c->allocator);
     if (!t) {
         tm_ctx_fail(c, TM_ERR_NO_MEMORY, "cannot allocate a constant");

@@ -316,7 +316,7 @@ static tm_status make_generic(tm_decoder *d, int prompt, dec_plan *out, tm_error
     /* The static branch value is the samples' own. */
     if (d->branch >= 0) sv[0] = x[0][d->branch].t;
     if (st == TM_OK)
-        st = tm__plan_generalize(d->m, d->n_in, d->names, x, &po, pin, pax, &out->plan, err);
+        st = tm__plan_generalize(d->m, d->n_in, d->names, x, &po, NULL, pin, pax, &out->plan, err);
     for (int j = 0; j < 3; j++) free_xvals(x[j], d->n_in);
     if (st == TM_OK) st = learn_kv(d, out, err);
     if (st == TM_OK) st = tm_session_create(out->plan, &out->session, err);

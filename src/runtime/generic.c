@@ -96,7 +96,7 @@ static void fit2(int64_t pa, int64_t va, int64_t pb, int64_t vb, double *c0, dou
 }
 
 static const char *graph_input_name(const tm_plan *p, int i) {
-    return p->model->onnx->graph->inputs[i].name;
+    return tm__plan_input_name(p, i);
 }
 
 /* ---- The sizes of a binding -------------------------------------------------------- */
@@ -240,7 +240,7 @@ static int64_t gen_param_of(const tm_plan *p, int n, const char *const *names,
     const tm_graph *gr = p->model->onnx->graph;
     int64_t param = -1;
     for (int k = 0; k < n; k++)
-        if (names[k] && !strcmp(names[k], gr->inputs[g->pin].name) &&
+        if (names[k] && !strcmp(names[k], tm__plan_input_name(p, g->pin)) &&
             inputs[k].kind == TM_X_TENSOR && inputs[k].t && inputs[k].t->rank > g->pax)
             param = inputs[k].t->dims[g->pax];
     if (param < 2 || (g->max && param > g->max)) {
@@ -255,7 +255,7 @@ static int64_t gen_param_of(const tm_plan *p, int n, const char *const *names,
     for (int k = 0; k < n; k++) {
         int gi = -1;
         for (int i = 0; i < g->n_in; i++)
-            if (names[k] && !strcmp(names[k], gr->inputs[i].name)) gi = i;
+            if (names[k] && !strcmp(names[k], tm__plan_input_name(p, i))) gi = i;
         if (gi < 0 || p->input_static[gi] || inputs[k].kind != TM_X_TENSOR || !inputs[k].t) continue;
         const tm_tensor *t = inputs[k].t;
         if (t->rank != p->input_rank[gi] || t->dtype != p->input_dtype[gi]) {
@@ -339,7 +339,11 @@ static tm_status bind_param(tm_session *s, int64_t param, tm_error *err) {
         s->scratch_cap = cap;
     }
     for (int i = 0; i < p->n_values; i++)
-        if (p->values[i].kind == PV_ARENA) s->tensors[i].data = (char *)s->arena + s->off[i];
+        if (p->values[i].kind == PV_ARENA || p->values[i].kind == PV_KEPT)
+            s->tensors[i].data = (char *)s->arena + s->off[i];
+    /* Kept values (an embedding gradient's rows written last run) hold what the last run
+     * left only at the sizes it ran at: new sizes start them from zero, as a new session. */
+    if (kept) memset(s->arena, 0, kept);
     for (int i = 0; i < p->n_values; i++)
         if (p->values[i].kind == PV_ALIAS) s->tensors[i].data = s->tensors[tm__plan_root_of(p, i)].data;
     s->param = param;
@@ -375,7 +379,7 @@ static int same_structure(const tm_plan *a, const tm_plan *b, char *why, size_t 
         if (same && x->kind == PV_FIT)
             same = x->nbytes == y->nbytes && !memcmp(x->dims, y->dims, sizeof x->dims) &&
                    (tm_dtype_is_signed_int(x->dtype) || tm_dtype_is_unsigned_int(x->dtype));
-        if (same && x->kind == PV_KEPT) same = 0;
+
         if (!same && getenv("TM_GENERIC_DEBUG")) {
             fprintf(stderr, "  value %d kind %d dtype %d rank %d:", i, x->kind, x->dtype, x->rank);
             for (int d = 0; d < x->rank; d++) fprintf(stderr, " %lld/%lld", (long long)x->dims[d], (long long)y->dims[d]);
@@ -524,8 +528,9 @@ static void forget_trace(tm_plan *p) {
 /* The traces are taken two at a time (A and B, then B and C), not three: a float model
  * whose weights fold into copies (a transposed weight) holds one copy per live trace. */
 tm_status tm__plan_generalize(tm_model *m, int n, const char *const *names,
-                              tm_xval *const samples[3], const tm_plan_options *opts, int pin,
-                              int pax, tm_plan **out, tm_error *err) {
+                              tm_xval *const samples[3], const tm_plan_options *opts,
+                              const tm_grad_spec *grad, int pin, int pax, tm_plan **out,
+                              tm_error *err) {
     tm_plan *pl[3] = {0};
     tm_gen_trace gt[3];
     memset(gt, 0, sizeof gt);
@@ -545,7 +550,7 @@ tm_status tm__plan_generalize(tm_model *m, int n, const char *const *names,
         return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "generalize: three distinct sizes of 2 or "
                         "more needed");
     for (int j = 0; j < 2 && st == TM_OK; j++)
-        st = tm__plan_trace(m, n, names, samples[j], opts, &pl[j], &gt[j], err);
+        st = tm__plan_trace(m, n, names, samples[j], opts, grad, &pl[j], &gt[j], err);
     /* A KV cache the plan keeps in place is taken (B, P, H, D): its axes 1 and 2 swap. */
     if (st == TM_OK && tm_plan_kv_input(pl[0], pin) && (pax == 1 || pax == 2)) pax = 3 - pax;
     GEN_T("traces A, B");
@@ -559,11 +564,12 @@ tm_status tm__plan_generalize(tm_model *m, int n, const char *const *names,
     struct tm_generic *gen = NULL;
     if (st == TM_OK) {
         gen = calloc(1, sizeof *gen);
+        int n_pin = pl[1]->n_graph_inputs;   /* with a gradient plan's target */
         if (gen) {
-            gen->n_in = g->n_inputs;
-            gen->varies = calloc((size_t)g->n_inputs + 1, sizeof *gen->varies);
-            gen->c0 = calloc((size_t)g->n_inputs + 1, sizeof *gen->c0);
-            gen->c1 = calloc((size_t)g->n_inputs + 1, sizeof *gen->c1);
+            gen->n_in = n_pin;
+            gen->varies = calloc((size_t)n_pin + 1, sizeof *gen->varies);
+            gen->c0 = calloc((size_t)n_pin + 1, sizeof *gen->c0);
+            gen->c1 = calloc((size_t)n_pin + 1, sizeof *gen->c1);
         }
         if (!gen || !gen->varies || !gen->c0 || !gen->c1)
             st = tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
@@ -572,7 +578,7 @@ tm_status tm__plan_generalize(tm_model *m, int n, const char *const *names,
         gen->pin = pin;
         gen->pax = pax;
         memcpy(gen->samples, ps, sizeof ps);
-        for (int i = 0; i < g->n_inputs; i++)
+        for (int i = 0; i < gen->n_in; i++)
             for (int d = 0; d < pl[1]->input_rank[i]; d++) {
                 int64_t va = pl[0]->input_dims[i][d], vb = pl[1]->input_dims[i][d];
                 if (va == vb) continue;
@@ -588,7 +594,7 @@ tm_status tm__plan_generalize(tm_model *m, int n, const char *const *names,
     pl[0] = NULL;
     tm__gen_trace_free(&gt[0]);
     /* C: the check. */
-    if (st == TM_OK) st = tm__plan_trace(m, n, names, samples[2], opts, &pl[2], &gt[2], err);
+    if (st == TM_OK) st = tm__plan_trace(m, n, names, samples[2], opts, grad, &pl[2], &gt[2], err);
     if (st == TM_OK && gt[2].c.n_vals != gt[1].c.n_vals) {
         snprintf(why, sizeof why, "the traces differ in their values");
         st = TM_ERR_UNSUPPORTED;

@@ -482,7 +482,7 @@ static tm_status finish_trace(tm_plan *p, tm_ctx *c, const tm_interp *ip, tm_sta
  * tm__grad_build); its outputs replace the graph's. The target is plan input n_inputs. */
 static tm_status finish_grad(tm_plan *p, tm_ctx *c, const tm_interp *ip, tm_status st,
                              tm_oval *outs, const tm_grad_spec *grad, tm_val target,
-                             tm_error *err) {
+                             tm_gen_trace *gt, tm_error *err) {
     tm_model *m = p->model;
     const tm_graph *g = m->onnx->graph;
     if (st == TM_ERR_NEEDS_HOST) {
@@ -527,7 +527,20 @@ static tm_status finish_grad(tm_plan *p, tm_ctx *c, const tm_interp *ip, tm_stat
     p->n_grads = grad->n_chosen;
     if (grad->n_chosen) memcpy(p->grad_param, grad->param_of_grad, (size_t)grad->n_chosen * sizeof(int));
     if (st != TM_OK) tm__error_copy(err, &c->err);
-    else st = finish_trace(p, c, ip, TM_OK, res, NULL, 0, err);
+    else if (gt) {
+        /* Kept for generic.c, which builds it. */
+        for (int i = 0; st == TM_OK && i < n_out; i++)
+            if (res[i].kind != TM_OV_TENSOR)
+                st = tm__fail(err, TM_ERR_UNSUPPORTED, "output '%s' is not a tensor",
+                              p->output_names[i]);
+        if (st == TM_OK) st = optimize(c, n_out, res, NULL, err);
+        if (st == TM_OK) {
+            gt->c = *c;
+            memset(c, 0, sizeof *c);
+            gt->outs = res;
+            res = NULL;
+        }
+    } else st = finish_trace(p, c, ip, TM_OK, res, NULL, 0, err);
     free(res);
     free(vals);
     return st;
@@ -636,7 +649,7 @@ static tm_status create(tm_model *m, int n, const char *const *names, const tm_x
     if (grad) {
         st = tm_interp_run(&ip, ovals, outs, &live);
         if (st == TM_OK && !tm_ctx_ok(&c)) st = c.status;
-        st = finish_grad(p, &c, &ip, st, outs, grad, target, err);
+        st = finish_grad(p, &c, &ip, st, outs, grad, target, gt, err);
     } else if (has_seq || force_break0) {
         /* Sequences cross the API only eagerly: break at the first node. */
         ip.break_at = 0;
@@ -716,11 +729,32 @@ tm_status tm__plan_create_grad(tm_model *m, int n, const char *const *names,
 }
 
 tm_status tm__plan_trace(tm_model *m, int n, const char *const *names, const tm_xval *inputs,
-                         const tm_plan_options *opts, tm_plan **p, tm_gen_trace *gt,
-                         tm_error *err) {
+                         const tm_plan_options *opts, const tm_grad_spec *grad, tm_plan **p,
+                         tm_gen_trace *gt, tm_error *err) {
     memset(gt, 0, sizeof *gt);
-    return create(m, n, names, inputs, opts, NULL, NULL, p, err, 0, gt);
+    if (!grad) return create(m, n, names, inputs, opts, NULL, NULL, p, err, 0, gt);
+    /* A gradient plan: the loss's target is the input of that name, after the graph's. */
+    const char **gnames = calloc((size_t)n + 1, sizeof *gnames);
+    tm_xval *gin = calloc((size_t)n + 1, sizeof *gin);
+    const tm_tensor *target = NULL;
+    int n_g = 0;
+    tm_status st = gnames && gin ? TM_OK : tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
+    for (int k = 0; st == TM_OK && k < n; k++) {
+        if (grad->opts.loss != TM_LOSS_OUTPUT && grad->opts.target &&
+            !strcmp(names[k], grad->opts.target)) {
+            target = inputs[k].t;
+            continue;
+        }
+        gnames[n_g] = names[k];
+        gin[n_g++] = inputs[k];
+    }
+    if (st == TM_OK) st = create(m, n_g, gnames, gin, opts, grad, target, p, err, 0, gt);
+    free(gnames);
+    free(gin);
+    return st;
 }
+
+const char *tm__plan_input_name(const tm_plan *p, int i) { return input_name(p, i); }
 
 void tm__gen_trace_free(tm_gen_trace *gt) {
     if (!gt) return;
@@ -745,9 +779,9 @@ static int opt_has(const tm_plan_options *o, size_t end) { return o && o->size >
 /* tm_plan_options.dynamic: the line of sizes through the given inputs (which dims grow),
  * then three traces along it. Returns TM_ERR_UNSUPPORTED (why in err) when the graph does
  * not follow; the caller then makes a plan for the shape. */
-static tm_status create_dynamic(tm_model *m, int n, const char *const *names,
-                                const tm_tensor *const *inputs, const tm_plan_options *opts,
-                                tm_plan **out, tm_error *err) {
+tm_status tm__create_dynamic(tm_model *m, int n, const char *const *names,
+                             const tm_tensor *const *inputs, const tm_plan_options *opts,
+                             const tm_grad_spec *grad, tm_plan **out, tm_error *err) {
     const tm_graph *g = m->onnx->graph;
     int64_t (*step)[TM_MAX_RANK] = calloc((size_t)n + 1, sizeof *step);
     if (!step) return tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
@@ -758,7 +792,7 @@ static tm_status create_dynamic(tm_model *m, int n, const char *const *names,
             int gi = -1;
             for (int i = 0; i < g->n_inputs; i++)
                 if (!strcmp(g->inputs[i].name, names[k])) gi = i;
-            if (gi < 0) continue;
+            if (gi < 0) continue;   /* a loss's target: below */
             for (int d = 0; d < inputs[k]->rank; d++) {
                 int grow;
                 tm_value_desc vi;
@@ -787,6 +821,15 @@ static tm_status create_dynamic(tm_model *m, int n, const char *const *names,
                 }
             }
         }
+    /* A loss's target (labels (B) or (B, ...)) follows the batch: its axis 0 grows when the
+     * graph inputs' batch dims (axis 0 of the first that has one) do. */
+    for (int k = 0; grad && k < n; k++) {
+        if (!inputs[k] || !grad->opts.target || strcmp(names[k], grad->opts.target)) continue;
+        for (int j = 0; j < n; j++)
+            if (j != k && inputs[j] && inputs[j]->rank > 0 && step[j][0] && inputs[k]->rank > 0 &&
+                inputs[k]->dims[0] == inputs[j]->dims[0])
+                step[k][0] = 1;
+    }
     tm_status st = TM_OK;
     int pk = -1, pax = -1;
     for (int k = 0; k < n && pk < 0; k++)
@@ -822,7 +865,7 @@ static tm_status create_dynamic(tm_model *m, int n, const char *const *names,
             x[j][k].t = own[j * n + k];
         }
     }
-    if (st == TM_OK) st = tm__plan_generalize(m, n, names, x, opts, pin, pax, out, err);
+    if (st == TM_OK) st = tm__plan_generalize(m, n, names, x, opts, grad, pin, pax, out, err);
     if (st == TM_OK) tm__gen_set_max(*out, OPT(opts, max_size));
     for (int i = 0; own && i < 3 * n; i++) tm_tensor_free(own[i]);
     free(own);
@@ -839,7 +882,7 @@ tm_status tm_plan_create(tm_model *m, int n, const char *const *names,
     if (OPT(opts, dynamic)) {
         tm_error e2;
         memset(&e2, 0, sizeof e2);
-        tm_status st = create_dynamic(m, n, names, inputs, opts, out, &e2);
+        tm_status st = tm__create_dynamic(m, n, names, inputs, opts, NULL, out, &e2);
         if (st == TM_OK) return TM_OK;
         if (st != TM_ERR_UNSUPPORTED) {
             tm__error_copy(err, &e2);
@@ -1876,7 +1919,7 @@ static void try_generic(tm_model *m, tm_plan_cache_entry *e, int n, const char *
     tm_plan *gp = NULL;
     tm_error err;
     memset(&err, 0, sizeof err);
-    tm_status st = ok ? tm__plan_generalize(m, n, names, x, opts, pin, pax, &gp, &err)
+    tm_status st = ok ? tm__plan_generalize(m, n, names, x, opts, NULL, pin, pax, &gp, &err)
                       : TM_ERR_NO_MEMORY;
     if (getenv("TM_GENERIC_DEBUG"))
         fprintf(stderr, "transmuter: generic plan for sizes %lld, %lld, %lld of '%s' dim %d: %s\n",

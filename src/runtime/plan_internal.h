@@ -142,8 +142,15 @@ void tm__gen_trace_free(tm_gen_trace *gt);
 /* A plan traced for the given inputs with the fold log on, not built: p has its inputs
  * described, gt holds the trace. Fails (TM_ERR_UNSUPPORTED) on graph breaks. */
 tm_status tm__plan_trace(tm_model *m, int n, const char *const *names, const tm_xval *inputs,
-                         const tm_plan_options *opts, tm_plan **p, tm_gen_trace *gt,
-                         tm_error *err);
+                         const tm_plan_options *opts, const tm_grad_spec *grad, tm_plan **p,
+                         tm_gen_trace *gt, tm_error *err);
+/* The name of plan input i (a graph input, or a gradient plan's target). */
+const char *tm__plan_input_name(const tm_plan *p, int i);
+/* tm_plan_options.dynamic for tm_plan_create and tm_grad_plan_create (grad non-NULL:
+ * names and inputs include the loss's target). */
+tm_status tm__create_dynamic(tm_model *m, int n, const char *const *names,
+                             const tm_tensor *const *inputs, const tm_plan_options *opts,
+                             const tm_grad_spec *grad, tm_plan **out, tm_error *err);
 /* Builds p from gt, computing at run time the constants dyn[v] marks (per context value:
  * logged folds become kernels, other constants PV_FIT). */
 tm_status tm__plan_build(tm_plan *p, tm_gen_trace *gt, const uint8_t *dyn, tm_error *err);
@@ -168,8 +175,9 @@ int tm__gen_accepts(const tm_plan *p, int n, const char *const *names,
                     const tm_tensor *const *inputs);
 /* A plan serving every size on the line through three samples (generic.c). */
 tm_status tm__plan_generalize(tm_model *m, int n, const char *const *names,
-                              tm_xval *const samples[3], const tm_plan_options *opts, int pin,
-                              int pax, tm_plan **out, tm_error *err);
+                              tm_xval *const samples[3], const tm_plan_options *opts,
+                              const tm_grad_spec *grad, int pin, int pax, tm_plan **out,
+                              tm_error *err);
 void tm__gen_session_free(tm_session *s);
 tm_status tm__gen_session_init(tm_session *s, tm_error *err);
 
