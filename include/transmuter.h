@@ -355,6 +355,12 @@ tm_status tm_decoder_append(tm_decoder *d, const int64_t *tokens, int64_t n, tm_
 /* The logits of the last append, (1, n, vocab), in the decoder's memory: valid until the
  * next append, reset or free; NULL before the first. */
 const tm_tensor *tm_decoder_logits(const tm_decoder *d);
+/* An input the decoder does not feed itself: an encoder-decoder's encoder_hidden_states
+ * (Whisper, T5, BART), copied; its dim 1 is the encoder's length, which the encoder's
+ * caches (past_key_values.*.encoder.*, made by the prompt's step, then read as they are)
+ * take. Give it before the first append; a new length starts a new sequence. */
+tm_status tm_decoder_set_input(tm_decoder *d, const char *name, const tm_tensor *value,
+                               tm_error *err);
 /* Positions in the cache. */
 int64_t tm_decoder_length(const tm_decoder *d);
 /* Empties the cache (its memory and plans are kept for the next sequence). */

@@ -36,6 +36,11 @@ struct tm_decoder {
     int ids, mask, positions, branch, logits;
     const char **names;
     int *present_of;      /* per input: its present output, or -1 */
+    uint8_t *fixed;       /* per cache input: an encoder's cache (cross-attention), whose
+                           * length is the encoder's: made by the prompt's plan, read as
+                           * it is by every later step (B, H, E, D) */
+    tm_tensor **given;    /* per input: one the caller gives (tm_decoder_set_input), or NULL */
+    int64_t enc_len;      /* E: the encoder's length (dim 1 of the input given), or -1 */
     int *kv;              /* per cache input: the buffer's layout, (B, P, H, D) (1) or (B, H,
                            * P, D) (0), set by the first plan that reads it; -1 unknown */
     int64_t *heads, *width;   /* per cache input: H and D of (B, H, P, D) */
@@ -88,6 +93,9 @@ void tm_decoder_free(tm_decoder *d) {
     free(d->buf);
     free(d->names);
     free(d->present_of);
+    for (int i = 0; d->given && i < d->n_in; i++) tm_tensor_free(d->given[i]);
+    free(d->given);
+    free(d->fixed);
     free(d->kv);
     free(d->heads);
     free(d->width);
@@ -118,7 +126,7 @@ static tm_status reserve(tm_decoder *d, int64_t need, tm_error *err) {
     int64_t cap = d->capacity ? d->capacity : 256;
     while (cap < need) cap *= 2;
     for (int i = 0; i < d->n_in; i++) {
-        if (d->present_of[i] < 0) continue;
+        if (d->present_of[i] < 0 || d->fixed[i]) continue;
         size_t row = (size_t)(d->heads[i] * d->width[i]) * d->elem[i];
         void *nb = calloc((size_t)cap, row);
         if (!nb) return tm__fail(err, TM_ERR_NO_MEMORY, "cannot grow the KV cache to %lld "
@@ -200,6 +208,12 @@ static void bind_step(tm_decoder *d, int64_t past, int64_t n, int in_place, cons
             set_dims(&d->t[i], is32 ? TM_INT32 : TM_INT64, 2, dims, data);
         } else if (i == d->branch) {
             *(uint8_t *)d->t_branch->data = past > 0;
+        } else if (d->given[i]) {
+            d->t[i] = *d->given[i];
+            d->t[i].owns_data = 0;
+        } else if (d->present_of[i] >= 0 && d->fixed[i]) {
+            int64_t dims[4] = {1, d->heads[i], d->enc_len, d->width[i]};
+            set_dims(&d->t[i], in.dtype, 4, dims, d->buf[i]);
         } else if (d->present_of[i] >= 0) {
             int kv = in_place && mode[i] == KV_IN_PLACE;
             int64_t dims[4] = {1, kv ? past : d->heads[i], kv ? d->heads[i] : past, d->width[i]};
@@ -238,8 +252,10 @@ static tm_xval *model_layout_inputs(tm_decoder *d, int64_t past, int64_t n) {
         if (i == d->branch) {
             x[i].t = tm_tensor_clone(d->t_branch, NULL);
             if (x[i].t) *(uint8_t *)x[i].t->data = past > 0;
+        } else if (d->given[i]) {
+            x[i].t = tm_tensor_clone(d->given[i], NULL);
         } else if (d->present_of[i] >= 0) {
-            int64_t dims[4] = {1, d->heads[i], past, d->width[i]};
+            int64_t dims[4] = {1, d->heads[i], d->fixed[i] ? d->enc_len : past, d->width[i]};
             x[i].t = tm_tensor_alloc(in.dtype, 4, dims, NULL);
         } else {
             int64_t dims[2] = {1, i == d->mask ? past + n : n};
@@ -279,6 +295,10 @@ static tm_status learn_kv(tm_decoder *d, dec_plan *dp, tm_error *err) {
     if (!dp->mode) return tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
     for (int i = 0; i < d->n_in; i++) {
         if (d->present_of[i] < 0) continue;
+        if (d->fixed[i]) {
+            dp->mode[i] = plan_reads(dp->plan, i) ? KV_COPY : KV_FRESH;
+            continue;
+        }
         int kv = tm_plan_kv_input(dp->plan, i);
         if (!kv && !plan_reads(dp->plan, i)) {
             dp->mode[i] = KV_FRESH;
@@ -305,7 +325,7 @@ static tm_status make_generic(tm_decoder *d, int prompt, dec_plan *out, tm_error
     int pin = prompt ? d->ids : d->mask, pax = 1;
     if (!prompt && pin < 0)
         for (int i = 0; i < d->n_in && pin < 0; i++)
-            if (d->present_of[i] >= 0) {
+            if (d->present_of[i] >= 0 && !d->fixed[i]) {
                 pin = i;
                 pax = 2;
             }
@@ -458,11 +478,14 @@ tm_status tm_decoder_create(tm_model *model, const tm_decoder_options *opts, tm_
     d->elem = calloc(n, sizeof *d->elem);
     d->buf = calloc(n, sizeof *d->buf);
     d->t = calloc(n, sizeof *d->t);
+    d->fixed = calloc(n, 1);
+    d->given = calloc(n, sizeof *d->given);
+    d->enc_len = -1;
     int64_t one = 1;
     d->t_branch = tm_tensor_alloc(TM_BOOL, 1, &one, NULL);
     tm_status st = TM_OK;
     if (!d->names || !d->present_of || !d->kv || !d->heads || !d->width || !d->elem ||
-        !d->buf || !d->t || !d->t_branch)
+        !d->buf || !d->t || !d->t_branch || !d->fixed || !d->given)
         st = tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
     if (st == TM_OK && d->ids < 0)
         st = tm__fail(err, TM_ERR_UNSUPPORTED, "the model has no input 'input_ids': a decoder "
@@ -475,12 +498,23 @@ tm_status tm_decoder_create(tm_model *model, const tm_decoder_options *opts, tm_
         d->present_of[i] = -1;
         d->kv[i] = -1;
         if (i == d->ids || i == d->mask || i == d->positions || i == d->branch) continue;
-        if (!past_name(in.name) || (d->present_of[i] = present_index(model, in.name)) < 0) {
-            st = tm__fail(err, TM_ERR_UNSUPPORTED, "input '%s' is not one a decoder takes "
-                          "(input_ids, attention_mask, position_ids, use_cache_branch, "
-                          "past_key_values.* with present.* outputs)", in.name);
+        if (!past_name(in.name)) {
+            /* encoder_hidden_states and the like: the caller gives them. */
+            if (!strstr(in.name, "encoder")) {
+                st = tm__fail(err, TM_ERR_UNSUPPORTED, "input '%s' is not one a decoder takes "
+                              "(input_ids, attention_mask, position_ids, use_cache_branch, "
+                              "past_key_values.* with present.* outputs, encoder_* given with "
+                              "tm_decoder_set_input)", in.name);
+                break;
+            }
+            continue;
+        }
+        if ((d->present_of[i] = present_index(model, in.name)) < 0) {
+            st = tm__fail(err, TM_ERR_UNSUPPORTED, "input '%s' has no present output to take "
+                          "back (present%s)", in.name, in.name + (in.name[4] == '.' ? 4 : 15));
             break;
         }
+        d->fixed[i] = strstr(in.name, ".encoder.") != NULL;
         if (in.rank != 4 || in.dims[1] < 1 || in.dims[3] < 1) {
             st = tm__fail(err, TM_ERR_UNSUPPORTED, "cache input '%s' is not (batch, heads, "
                           "length, width) with the heads and width fixed", in.name);
@@ -524,6 +558,11 @@ tm_status tm_decoder_append(tm_decoder *d, const int64_t *tokens, int64_t n, tm_
     int64_t past = d->length;
     tm_status st = TM_OK;
     dec_plan *p = NULL;
+    for (int i = 0; i < d->n_in; i++)
+        if (d->present_of[i] < 0 && i != d->ids && i != d->mask && i != d->positions &&
+            i != d->branch && !d->given[i])
+            return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "input '%s' must be given first "
+                            "(tm_decoder_set_input)", d->names[i]);
     /* The buffers' layouts are the decode steps' (in place or not): that plan first. */
     if (!d->layout_known) {
         st = plan_for(d, 2, 1, &p, err);
@@ -553,6 +592,20 @@ tm_status tm_decoder_append(tm_decoder *d, const int64_t *tokens, int64_t n, tm_
     for (int i = 0; i < d->n_in; i++) {
         if (d->present_of[i] < 0 || p->mode[i] == KV_IN_PLACE) continue;
         const tm_tensor *pr = tm_session_result(p->session, d->present_of[i]);
+        if (d->fixed[i]) {
+            /* An encoder's cache: taken once, from the prompt's plan, then read as it is. */
+            if (p->mode[i] != KV_FRESH) continue;
+            size_t want = (size_t)(d->heads[i] * d->enc_len * d->width[i]) * d->elem[i];
+            if (!pr || pr->nbytes != want) {
+                tm_value_desc od;
+                tm_model_output(d->m, d->present_of[i], &od);
+                return tm__fail(err, TM_ERR_SHAPE, "output '%s' is not (1, %lld, %lld, %lld)",
+                                od.name, (long long)d->heads[i], (long long)d->enc_len,
+                                (long long)d->width[i]);
+            }
+            memcpy(d->buf[i], pr->data, want);
+            continue;
+        }
         int64_t h_n = d->heads[i], d_n = d->width[i], t_n = past + n;
         size_t es = d->elem[i];
         size_t want = (size_t)(h_n * t_n * d_n) * es;
@@ -577,5 +630,48 @@ tm_status tm_decoder_append(tm_decoder *d, const int64_t *tokens, int64_t n, tm_
     d->length = past + n;
     count(d->m, &d->m->n_runs);
     if (p->past == -1) count(d->m, &d->m->n_generic_runs);
+    return TM_OK;
+}
+
+tm_status tm_decoder_set_input(tm_decoder *d, const char *name, const tm_tensor *value,
+                               tm_error *err) {
+    if (!d || !name || !value)
+        return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "tm_decoder_set_input: NULL argument");
+    int i = tm_model_input_index(d->m, name);
+    if (i < 0 || d->present_of[i] >= 0 || i == d->ids || i == d->mask || i == d->positions ||
+        i == d->branch)
+        return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "'%s' is not an input the decoder takes "
+                        "from its caller", name);
+    if (value->rank < 2)
+        return tm__fail(err, TM_ERR_SHAPE, "input '%s' must be (batch, length, ...)", name);
+    tm_tensor *copy = tm_tensor_clone(value, NULL);
+    if (!copy) return tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
+    int64_t e = value->dims[1];
+    /* The encoder's caches, sized by its length: new buffers when it changes; plans made
+     * for another length are dropped. */
+    if (e != d->enc_len) {
+        for (int k = 0; k < d->n_in; k++) {
+            if (d->present_of[k] < 0 || !d->fixed[k]) continue;
+            void *nb = calloc((size_t)(d->heads[k] * e * d->width[k]), d->elem[k]);
+            if (!nb) {
+                tm_tensor_free(copy);
+                return tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
+            }
+            free(d->buf[k]);
+            d->buf[k] = nb;
+        }
+        plan_clear(&d->decode);
+        plan_clear(&d->prefill);
+        for (int k = 0; k < d->n_shaped; k++) plan_clear(&d->shaped[k]);
+        d->n_shaped = 0;
+        d->next_shaped = 0;
+        d->layout_known = 0;
+        for (int k = 0; k < d->n_in; k++) d->kv[k] = -1;
+        d->length = 0;
+        d->last_logits = NULL;
+        d->enc_len = e;
+    }
+    tm_tensor_free(d->given[i]);
+    d->given[i] = copy;
     return TM_OK;
 }
