@@ -8,7 +8,7 @@
 BUILD=${1:-build-fuzz}
 SECONDS_PER=${2:-60}
 [ $# -gt 2 ] && shift 2 && TARGETS="$*"
-TARGETS=${TARGETS:-"onnx model npy tensor_pb external optim_state jsonl chat_template"}
+TARGETS=${TARGETS:-"onnx model npy tensor_pb external optim_state jsonl chat_template tokenizer_load tokenizer_encode tokenizer_decode"}
 SEEDS=$BUILD/seeds
 REG=tests/data/fuzz-regressions
 
@@ -63,8 +63,29 @@ for i, t in enumerate(json.load(sys.stdin).values()):
 ' "$SEEDS/chat_template" || echo "fuzz/run.sh: no template seeds (needs xz and python3)"
 }
 
+# The tokenizer targets: small tokenizer.json files (fuzz/make_tok_seeds.py) for the loader;
+# the conformance texts (with a selector byte) and their ids for encode and decode.
+make_tokenizer_seeds() {
+    [ -d "$SEEDS/tokenizer_load" ] && return
+    python3 fuzz/make_tok_seeds.py "$SEEDS/tokenizer_load" >/dev/null &&
+    mkdir -p "$SEEDS/tokenizer_encode" "$SEEDS/tokenizer_decode" &&
+    xz -dc tests/data/tokenizers/qwen3/cases.jsonl.xz | python3 -c '
+import json, sys
+seen = set()
+for line in sys.stdin:
+    c = json.loads(line)
+    if c["id"] in seen: continue
+    seen.add(c["id"]); i = len(seen)
+    t = c["text"].encode()[:2000] + (b"\xff" + c["pair"].encode()[:500] if c.get("pair") else b"")
+    open("%s/tokenizer_encode/%s" % (sys.argv[1], c["id"]), "wb").write(bytes([i % 256]) + t)
+    ids = b"".join((x % 65536).to_bytes(2, "little") for x in c["ids"][:200])
+    open("%s/tokenizer_decode/%s" % (sys.argv[1], c["id"]), "wb").write(bytes([i % 5]) + ids)
+' "$SEEDS" || echo "fuzz/run.sh: no tokenizer seeds (needs xz and python3)"
+}
+
 make_seeds
 make_template_seeds
+make_tokenizer_seeds
 status=0; passed=0; failed=0
 # FUZZ_RUNS=N: a fixed number of inputs with a fixed seed instead of a time budget, so
 # that a smoke run (CI) is reproducible: the same corpus and binary give the same inputs.
@@ -81,6 +102,7 @@ for t in $TARGETS; do
     [ "$t" = optim_state ] && dict=fuzz/optim_state.dict
     [ "$t" = jsonl ] && dict=fuzz/jsonl.dict
     [ "$t" = chat_template ] && dict=fuzz/chat_template.dict
+    case $t in tokenizer_load) dict=fuzz/tokenizer.dict ;; tokenizer_encode|tokenizer_decode) dict=/dev/null ;; esac
     mkdir -p "$BUILD/corpus/$t" "$BUILD/crashes/$t" "$REG/$t"
     log=$BUILD/fuzz_$t.log
     # -timeout: one input running this long is a finding (a hang); rss limit as default.

@@ -601,8 +601,8 @@ tm_status tm_run_eager_grad(tm_model *model, int n_inputs, const char *const *na
 typedef struct tm_chat_template tm_chat_template;
 
 /* Parses `len` bytes of template source. A syntax error returns TM_ERR_INVALID_ARGUMENT
- * with a message that starts "chat template line N:" (err->node holds "chat template
- * line N"). */
+ * with a message that starts "chat template line N, column C:" (err->node holds "chat
+ * template line N"). */
 tm_status tm_chat_template_create(const char *source, size_t len, tm_chat_template **out,
                                   tm_error *err);
 

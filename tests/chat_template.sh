@@ -48,6 +48,27 @@ printf '[{"role": "user", "content": "Hi"}]' > "$out/hi.json"
 printf '<|user|>\nHi<|end|>\n<|assistant|>\n' > "$out/phi.want"
 check "config only" "$out/phi.got" "$out/phi.want"
 
+# a list of named templates: tool_use when tools are given, --template picks, default else
+mkdir -p "$out/list"
+cat > "$out/list/tokenizer_config.json" <<'JSON'
+{"bos_token": {"content": "<s>", "lstrip": false}, "chat_template": [
+  {"name": "default", "template": "D{{ bos_token }}{{ messages[0].content }}"},
+  {"name": "tool_use", "template": "T{{ tools | length }}"},
+  {"name": "rag", "template": "R{{ documents | tojson }}"}]}
+JSON
+"$TM" chat-template "$out/list" "$out/hi.json" > "$out/l1" 2>&1; printf 'D<s>Hi' > "$out/l1.want"
+check "list default" "$out/l1" "$out/l1.want"
+"$TM" chat-template "$out/list" "$out/hi.json" --vars '{"tools": [1, 2]}' > "$out/l2" 2>&1; printf 'T2' > "$out/l2.want"
+check "list tool_use" "$out/l2" "$out/l2.want"
+"$TM" chat-template "$out/list" "$out/hi.json" --template rag > "$out/l3" 2>&1; printf 'Rnull' > "$out/l3.want"
+check "list --template" "$out/l3" "$out/l3.want"
+# chat_template.jinja beside a config without one
+mkdir -p "$out/jinja"
+printf '{"eos_token": "</s>"}' > "$out/jinja/tokenizer_config.json"
+printf '{%% for m in messages %%}{{ m.content }}{{ eos_token }}{%% endfor %%}\n' > "$out/jinja/chat_template.jinja"
+"$TM" chat-template "$out/jinja" "$out/hi.json" > "$out/j1" 2>&1; printf 'Hi</s>' > "$out/j1.want"
+check "chat_template.jinja" "$out/j1" "$out/j1.want"
+
 expect() { # name, expected message fragment, command...
     name=$1; want=$2; shift 2
     "$@" > "$out/log" 2>&1
@@ -62,9 +83,10 @@ expect bad-messages "messages: invalid JSON at line 1, column 30" "$TM" chat-tem
 expect vars-not-object "--vars must be a JSON object" "$TM" chat-template "$Q" "$out/hi.json" --vars '[1]'
 expect no-template "has no chat template" "$TM" chat-template tests/data/tokenizers/llama2 "$out/hi.json"
 expect ids-without-tokenizer "tokenizer" "$TM" chat-template "$out/cfg" "$out/hi.json" --ids
+expect no-such-template "no chat template named 'nope'" "$TM" chat-template "$out/list" "$out/hi.json" --template nope
 printf '{"chat_template": "{%% if x %%}\\n{{ raise_exception(\\"no x\\") }}{%% endif %%}{{ 1 +* 2 }}"}' \
     > "$out/cfg/tokenizer_config.json"
-expect syntax-error "chat template line 2: syntax error" "$TM" chat-template "$out/cfg" "$out/hi.json"
+expect syntax-error "chat template line 2, column 47: syntax error" "$TM" chat-template "$out/cfg" "$out/hi.json"
 rm -rf "$out"
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -36,6 +36,20 @@
 #define LLVMFuzzerTestOneInput fuzz_jsonl_one
 #include "../fuzz/fuzz_jsonl.c"
 #undef LLVMFuzzerTestOneInput
+#define LLVMFuzzerTestOneInput fuzz_tokenizer_load_one
+#include "../fuzz/fuzz_tokenizer_load.c"
+#undef LLVMFuzzerTestOneInput
+/* The two share fuzz/tok_fixed.h's tokenizers (unpacked into $TMPDIR, loaded once). */
+#define LLVMFuzzerTestOneInput fuzz_tokenizer_encode_one
+#define LLVMFuzzerInitialize fuzz_tokenizer_encode_init
+#include "../fuzz/fuzz_tokenizer_encode.c"
+#undef LLVMFuzzerTestOneInput
+#undef LLVMFuzzerInitialize
+#define LLVMFuzzerTestOneInput fuzz_tokenizer_decode_one
+#define LLVMFuzzerInitialize fuzz_tokenizer_decode_init
+#include "../fuzz/fuzz_tokenizer_decode.c"
+#undef LLVMFuzzerTestOneInput
+#undef LLVMFuzzerInitialize
 #define LLVMFuzzerTestOneInput fuzz_chat_template_one
 #include "../fuzz/fuzz_chat_template.c"
 #undef LLVMFuzzerTestOneInput
@@ -62,6 +76,9 @@ static const target TARGETS[] = {
     {"external", fuzz_external_one, fuzz_external_init},
     {"optim_state", fuzz_optim_state_one, NULL},
     {"jsonl", fuzz_jsonl_one, NULL},
+    {"tokenizer_load", fuzz_tokenizer_load_one, NULL},
+    {"tokenizer_encode", fuzz_tokenizer_encode_one, fuzz_tokenizer_encode_init},
+    {"tokenizer_decode", fuzz_tokenizer_decode_one, fuzz_tokenizer_decode_init},
     {"chat_template", fuzz_chat_template_one, NULL},
 };
 

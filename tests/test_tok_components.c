@@ -328,6 +328,75 @@ static void error_cases(void) {
     tm_json_free(all);
 }
 
+/* ---- Hand-made inputs the Rust binding cannot express ----------------------------------- */
+
+static void b64(const unsigned char *in, size_t n, char *out) {
+    static const char al[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    size_t o = 0;
+    for (size_t i = 0; i < n; i += 3) {
+        uint32_t w = (uint32_t)in[i] << 16 | (i + 1 < n ? (uint32_t)in[i + 1] << 8 : 0) |
+                     (i + 2 < n ? in[i + 2] : 0);
+        out[o++] = al[w >> 18 & 63];
+        out[o++] = al[w >> 12 & 63];
+        out[o++] = i + 1 < n ? al[w >> 6 & 63] : '=';
+        out[o++] = i + 2 < n ? al[w & 63] : '=';
+    }
+    out[o] = '\0';
+}
+
+/* A charsmap whose trie maps "a" to offset `value` of the strings "\xC3\xA9\0" (é). */
+static void precompiled_with(uint32_t value, const char *in, const char *want) {
+    unsigned char raw[4 + 0x62 * 4 + 3];
+    uint32_t arr[0x62] = {0};
+    arr[0] = 1u << 10;                          /* root: offset 1 */
+    arr[0x60] = 0x61 | 1u << 8 | 1u << 10;      /* 'a', has a leaf, offset 1 */
+    arr[0x61] = value;                          /* the leaf: the string's offset */
+    uint32_t size = sizeof arr;
+    memcpy(raw, &size, 4);                      /* little-endian hosts */
+    memcpy(raw + 4, arr, sizeof arr);
+    memcpy(raw + 4 + sizeof arr, "\xC3\xA9", 3);
+    char enc[sizeof raw * 2], json[sizeof raw * 2 + 128];
+    b64(raw, sizeof raw, enc);
+    snprintf(json, sizeof json, "{\"type\":\"Precompiled\",\"precompiled_charsmap\":\"%s\"}", enc);
+    tm_json *cfg = tm_json_parse(json, strlen(json));
+    tm_normalizer *n = NULL;
+    tm_error err = {0};
+    char label[64];
+    snprintf(label, sizeof label, "offset %u", value);
+    if (tm__normalizer_load(cfg, "normalizer", &n, &err)) {
+        check(0, "hand-made charsmap %s: %s", label, err.message);
+    } else {
+        tm_nstr ns;
+        int ok = run_normalizer(n, in, strlen(in), &ns) && !strcmp(ns.s, want) &&
+                 tm__utf8_valid(ns.s, ns.len, NULL);
+        check(ok, "hand-made charsmap %s: got \"%s\"", label, ns.s ? ns.s : "");
+        tm__nstr_free(&ns);
+    }
+    tm__normalizer_free(n);
+    tm_json_free(cfg);
+}
+
+static void handmade_cases(void) {
+    precompiled_with(0, "xay", "x\xC3\xA9y");
+    precompiled_with(1, "xay", "xay");          /* inside a character: Rust panics */
+    precompiled_with(1000, "xay", "xay");       /* past the strings */
+    /* text fields must be UTF-8 (the JSON reader passes raw bytes through) */
+    const char *bad[] = {
+        "{\"type\":\"Replace\",\"pattern\":{\"String\":\"a\"},\"content\":\"\xF0\"}",
+        "{\"type\":\"Prepend\",\"prepend\":\"\xC3\"}",
+    };
+    for (size_t i = 0; i < 2; i++) {
+        tm_json *cfg = tm_json_parse(bad[i], strlen(bad[i]));
+        tm_normalizer *n = NULL;
+        tm_error err = {0};
+        tm_status s = cfg ? tm__normalizer_load(cfg, "normalizer", &n, &err) : TM_ERR_PARSE;
+        check(s != TM_OK && (!cfg || strstr(err.message, "UTF-8")), "invalid UTF-8 field %s: %s",
+              bad[i], s ? err.message : "loaded");
+        tm__normalizer_free(n);
+        tm_json_free(cfg);
+    }
+}
+
 /* ---- Sweeps --------------------------------------------------------------------------- */
 
 #define BLOCK 4096
@@ -532,7 +601,7 @@ int main(int argc, char **argv) {
     normalizer_cases();
     pretok_cases();
     decoder_cases();
-    if (fixed) error_cases();
+    if (fixed) error_cases(), handmade_cases();
     if (fixed && !getenv("TM_TOK_NO_SWEEPS")) sweeps();
     printf("%d passed, %d failed\n", n_passed, n_failed);
     return n_failed != 0;

@@ -47,7 +47,7 @@ const tok = engine === 'rust' ? loadRust() : await loadJS();
 const docs = readCorpus(corpusFile);
 const bytes = docs.reduce((a, d) => a + Buffer.byteLength(d, 'utf8'), 0);
 let tokens = 0;
-const t0 = performance.now();
+const t0 = performance.now(), c0 = process.cpuUsage();
 if (engine === 'rust' && mode === 'single') {
   // one text per call; THREADS calls in flight (the binding runs each on libuv's pool)
   let next = 0;
@@ -72,4 +72,6 @@ if (engine === 'rust' && mode === 'single') {
   }
 }
 const seconds = (performance.now() - t0) / 1000;
-console.log(JSON.stringify({ mode, threads, texts: docs.length, bytes, tokens, seconds, mbps: bytes / 1e6 / seconds }));
+const cu = process.cpuUsage(c0), cpu_seconds = (cu.user + cu.system) / 1e6;   // all threads
+console.log(JSON.stringify({ mode, threads, texts: docs.length, bytes, tokens, seconds, mbps: bytes / 1e6 / seconds,
+  cpu_seconds, cpu_mbps: bytes / 1e6 / cpu_seconds }));

@@ -1054,7 +1054,7 @@ static tv select_items(tpl_interp *I, const tv *v, const args *a, int by_attr, i
     }
     const tstr *test = arg_str(I, a, first, NULL, filter);
     int targc = a->argc > first + 1 ? a->argc - first - 1 : 0;
-    tv *targv = a->argv + first + 1;
+    tv *targv = targc ? a->argv + first + 1 : NULL;   /* argv is NULL without arguments */
     tlist *r = tlist_new(C(I), 0);
     for (size_t i = 0; i < l->n; i++) {
         tv item = attr ? attr_path(I, l->v[i], attr) : l->v[i];

@@ -319,11 +319,9 @@ void tpl_json_write(tctx *c, tbuf *b, const tv *v, const tpl_json_opts *o, int d
         tctx_raise(c, "tojson: value nested too deeply");
     switch (v->t) {
     case TV_UNDEF:
-        /* Python's json.dumps refuses Undefined (transformers' tojson); printing a list
-         * that holds one shows it as @huggingface/jinja does */
-        if (o->for_tojson)
-            tctx_raise(c, "tojson: an undefined value is not JSON serializable");
-        tbuf_puts(c, b, "undefined");
+        /* as @huggingface/jinja: null in tojson (Python's json.dumps would refuse it), and
+         * "undefined" when a list holding one is printed */
+        tbuf_puts(c, b, o->for_tojson ? "null" : "undefined");
         return;
     case TV_NONE: tbuf_puts(c, b, "null"); return;
     case TV_BOOL: tbuf_puts(c, b, v->u.i ? "true" : "false"); return;

@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The text after a pass, and each byte's offset in the original source (for the line and
+ * column of errors). */
 typedef struct src_map { char *p; int *line; size_t n; } src_map;
 
 static src_map map_new(tpl_arena *a, tpl_fail *f, size_t n) {
@@ -171,16 +173,31 @@ typedef struct lexer {
     tpl_token *toks;
     size_t n, cap;
     int curly;
+    const int *line_starts;        /* original offsets where lines start */
+    size_t n_lines;
 } lexer;
 
-static int line_at(const lexer *L, size_t pos) {
-    if (L->m.n == 0)
-        return 1;
-    return L->m.line[pos < L->m.n ? pos : L->m.n - 1];
+/* Line and column (1-based, in bytes) in the original source of text position pos. */
+static int line_col(const lexer *L, size_t pos, int *col) {
+    int off = L->m.n == 0 ? 0 : L->m.line[pos < L->m.n ? pos : L->m.n - 1];
+    if (pos >= L->m.n && L->m.n > 0)
+        off++;   /* the end: just after the last byte */
+    size_t lo = 0, hi = L->n_lines;   /* the last line start <= off */
+    while (hi - lo > 1) {
+        size_t mid = (lo + hi) / 2;
+        if (L->line_starts[mid] <= off) lo = mid;
+        else hi = mid;
+    }
+    if (col)
+        *col = off - L->line_starts[lo] + 1;
+    return (int)lo + 1;
 }
 
+
 _Noreturn static void lex_fail(lexer *L, const char *msg) {
-    tpl_raise(L->f, TM_ERR_INVALID_ARGUMENT, line_at(L, L->pos), "%s", msg);
+    int col, line = line_col(L, L->pos, &col);
+    L->f->col = col;
+    tpl_raise(L->f, TM_ERR_INVALID_ARGUMENT, line, "%s", msg);
 }
 
 static tpl_token *push(lexer *L, int type, size_t start, size_t n) {
@@ -195,7 +212,7 @@ static tpl_token *push(lexer *L, int type, size_t start, size_t n) {
     tpl_token *t = &L->toks[L->n++];
     memset(t, 0, sizeof *t);
     t->type = type;
-    t->line = line_at(L, start);
+    t->line = line_col(L, start, &t->col);
     t->p = L->m.p + start;
     t->n = n;
     return t;
@@ -540,14 +557,15 @@ tpl_token *tpl_lex(tpl_arena *a, tpl_fail *f, const char *src, size_t n, size_t 
                   TPL_MAX_SOURCE);
     src_map m = map_new(a, f, n);
     memcpy(m.p, src, n);
-    int line = 1;
-    for (size_t i = 0; i < n;) {
-        const char *nl = memchr(src + i, '\n', n - i);
-        size_t end = nl ? (size_t)(nl - src) + 1 : n;
-        for (size_t k = i; k < end; k++)
-            m.line[k] = line;
-        line++;
-        i = end;
+    size_t n_lines = 1;
+    for (const char *q = src; (q = memchr(q, '\n', (size_t)(src + n - q))) != NULL; q++)
+        n_lines++;
+    int *starts = tpl_alloc(a, f, n_lines * sizeof(int));
+    size_t k = 1;
+    for (size_t i = 0; i < n; i++) {
+        m.line[i] = (int)i;
+        if (src[i] == '\n')
+            starts[k++] = (int)i + 1;
     }
     m.n = n;
     if (m.n && m.p[m.n - 1] == '\n')
@@ -556,10 +574,9 @@ tpl_token *tpl_lex(tpl_arena *a, tpl_fail *f, const char *src, size_t n, size_t 
     m = trim_blocks(a, f, &m);
     m = drop_generation(a, f, &m);
     m.p[m.n] = 0;
-    lexer L = {a, f, m, 0, NULL, 0, 0, 0};
+    lexer L = {a, f, m, 0, NULL, 0, 0, 0, starts, n_lines};
     lex_all(&L);
-    tpl_token *eof = push(&L, TK_EOF, L.m.n, 0);
-    eof->line = line_at(&L, L.m.n);
+    push(&L, TK_EOF, L.m.n, 0);
     *count = L.n;
     return L.toks;
 }

@@ -39,6 +39,7 @@ static const char *token_desc(const tpl_token *t, char *buf, size_t cap) {
 _Noreturn static void syntax(parser *P, const char *what) {
     char buf[64];
     const tpl_token *t = cur(P);
+    P->f->col = t->col;
     tpl_raise(P->f, TM_ERR_INVALID_ARGUMENT, t->line, "syntax error: %s, got %s", what,
               token_desc(t, buf, sizeof buf));
 }

@@ -21,6 +21,9 @@ static tm_status report(tm_error *err, const tpl_fail *f, const char *what) {
         snprintf(where, sizeof where, "chat template line %d", line);
     if (f->line < 0)   /* raise_exception(): the template's own words, unchanged */
         return tm__fail_at(err, f->code, where, "raise_exception", NULL, "%s", f->message);
+    if (line > 0 && f->col > 0)
+        return tm__fail_at(err, f->code, where, what, NULL, "%s, column %d: %s", where, f->col,
+                           f->message);
     if (line > 0)
         return tm__fail_at(err, f->code, where, what, NULL, "%s: %s", where, f->message);
     return tm__fail_at(err, f->code, NULL, what, NULL, "%s", f->message);
@@ -34,7 +37,7 @@ tm_status tm_chat_template_create(const char *source, size_t len, tm_chat_templa
     if (!t)
         return tm__fail(err, TM_ERR_NO_MEMORY, "out of memory creating a chat template");
     tpl_arena_init(&t->arena, TPL_MAX_MEMORY);
-    tpl_fail *f = malloc(sizeof *f);
+    tpl_fail *f = calloc(1, sizeof *f);
     if (!f) {
         free(t);
         return tm__fail(err, TM_ERR_NO_MEMORY, "out of memory creating a chat template");

@@ -33,6 +33,7 @@ typedef struct tpl_fail {
     jmp_buf jump;
     tm_status code;
     int line;                      /* template line of the error, 0 if none */
+    int col;                       /* its column (syntax errors), 0 if none */
     int last_line;                 /* the line being evaluated (render errors without one) */
     char message[900];
 } tpl_fail;
@@ -153,7 +154,7 @@ enum {
     TK_NAME, TK_STRING, TK_INT, TK_FLOAT, TK_OP
 };
 typedef struct tpl_token {
-    int type, line;
+    int type, line, col;
     const char *p; size_t n;       /* text, name, operator or decoded string */
     int64_t i; double f;
 } tpl_token;

@@ -28,6 +28,9 @@ tm_status tm__tj_req_string(const tm_json *o, const char *key, const char **out,
     const tm_json *v = tm_json_get(o, key);
     if (!v || v->type != TM_JSON_STRING)
         return tm__tok_fail(err, path, key, v ? "expected a string" : "missing field");
+    size_t bad;
+    if (!tm__utf8_valid(v->string, v->len, &bad))
+        return tm__tok_fail(err, path, key, "not valid UTF-8 (byte %zu)", bad);
     *out = v->string;
     if (len) *len = v->len;
     return TM_OK;

@@ -56,7 +56,8 @@ tm_status tm__onig_translate(const char *re, size_t len, char **out, tm_error *e
 /* A required single-character string field (Rust `char`): *out its code point. */
 tm_status tm__tj_char(const tm_json *o, const char *key, uint32_t *out, const char *path,
                       tm_error *err);
-/* A required boolean / string field (absent or null is an error, as serde's derive). */
+/* A required boolean / string field (absent or null is an error, as serde's derive); the
+ * string must be valid UTF-8. */
 tm_status tm__tj_req_bool(const tm_json *o, const char *key, int *out, const char *path,
                           tm_error *err);
 tm_status tm__tj_req_string(const tm_json *o, const char *key, const char **out, size_t *len,

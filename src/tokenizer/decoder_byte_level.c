@@ -62,8 +62,9 @@ static tm_status byte_level_decode(const tm_decoder *self, tm_strs *tokens, tm_e
     for (size_t i = 0; i < tokens->n; i++) {
         const char *s = tokens->s[i];
         size_t len = tokens->len[i], start = nb;
-        int all = 1;
-        for (size_t k = 0; k < len;) {
+        /* (tokens are UTF-8 in Rust; bytes that are not stay as they are) */
+        int all = tm__utf8_valid(s, len, NULL);
+        for (size_t k = 0; all && k < len;) {
             uint32_t c;
             k += tm__utf8_decode(s, k, &c);
             int b = tm__bytelevel_byte(c);

@@ -14,7 +14,7 @@ static tm_status metaspace(const tm_decoder *self, tm_strs *tokens, tm_error *er
     for (size_t i = 0; i < tokens->n; i++) {
         const char *s = tokens->s[i];
         size_t len = tokens->len[i];
-        if (!memmem(s, len, d->cfg.rep, d->cfg.rep_len)) continue;
+        if (!memmem(s, len, d->cfg.rep, d->cfg.rep_len) || !tm__utf8_valid(s, len, NULL)) continue;
         char *t = malloc(len + 1);
         if (!t) return tm__fail(err, TM_ERR_NO_MEMORY, "tokenizer: out of memory");
         size_t o = 0;

@@ -15,6 +15,9 @@ static tm_status replace(const tm_decoder *self, tm_strs *tokens, tm_error *err)
     tm_matches m = {0};
     tm_status s = TM_OK;
     for (size_t i = 0; i < tokens->n && !s; i++) {
+        /* the regex runs without PCRE2's UTF check: a token that is not UTF-8 (a malformed
+         * vocabulary) is left as it is */
+        if (!tm__utf8_valid(tokens->s[i], tokens->len[i], NULL)) continue;
         s = tm__pattern_find(&d->pattern, tokens->s[i], tokens->len[i], &m, err);
         if (s) break;
         size_t cap = 1, o = 0;

@@ -14,6 +14,7 @@ static tm_status strip(const tm_decoder *self, tm_strs *tokens, tm_error *err) {
     for (size_t i = 0; i < tokens->n; i++) {
         const char *s = tokens->s[i];
         size_t len = tokens->len[i], from = 0, to = len;
+        if (!tm__utf8_valid(s, len, NULL)) continue;    /* not text: left alone */
         for (size_t k = 0; k < d->start && from < len; k++) {
             uint32_t c;
             size_t n = tm__utf8_decode(s, from, &c);

@@ -23,6 +23,13 @@ typedef struct bpe {
     int32_t unk_id;             /* -1: no unk token in the vocabulary */
     int fuse_unk, byte_fallback, ignore_merges;
     int32_t byte_ids[256];      /* <0xNN> ids, -1 when absent */
+    /* Where a word may be cut into parts merged on their own (see split_points): adjacent
+     * character pairs found inside some vocabulary string, and the characters that are
+     * tokens by themselves. Keys as pair_set_key; open addressing, 0 empty. NULL: never cut
+     * (continuing_subword_prefix / end_of_word_suffix make the parts depend on the word). */
+    uint64_t *pairs;
+    uint64_t pairs_mask;
+    uint64_t cache_id;          /* its entries in the per-thread word caches (wcache.c) */
 } bpe;
 
 static tm_status no_memory(tm_error *err) {
@@ -104,13 +111,15 @@ static qitem q_pop(qitem *q, size_t *n) {
 typedef struct word {
     symbol *sym;
     size_t n, cap;
+    symbol *stack;              /* the caller's buffer sym starts in (never freed) */
 } word;
 
 static int word_add(word *w, int32_t id, uint32_t byte_len) {
     if (w->n == w->cap) {
         size_t cap = w->cap ? w->cap * 2 : 32;
-        symbol *s = realloc(w->sym, cap * sizeof *s);
+        symbol *s = w->sym == w->stack ? malloc(cap * sizeof *s) : realloc(w->sym, cap * sizeof *s);
         if (!s) return 0;
+        if (w->sym == w->stack && w->n) memcpy(s, w->stack, w->n * sizeof *s);
         w->sym = s;
         w->cap = cap;
     }
@@ -159,6 +168,60 @@ static tm_status merge_all(const bpe *m, word *w, tm_error *err) {
     return TM_OK;
 }
 
+/* ---- Cutting words where no merge can cross ------------------------------------------
+ * A merge's result is a vocabulary string, so a symbol can only ever span the boundary
+ * between characters a and b when some vocabulary string holds "ab". Where none does (and
+ * a and b are tokens by themselves, so no unknown-token fusing or byte fallback spans it
+ * either) the two sides merge independently: BPE picks merges by rank then position, and
+ * each side's sequence of merges is the one it would make alone. Cutting there gives the
+ * same tokens, lets SentencePiece-style models (the whole text one word) merge short parts
+ * instead of one long heap, and makes the parts cacheable. */
+
+static uint64_t pair_set_key(uint32_t a, uint32_t b) { return ((uint64_t)a << 32 | b) + 1; }
+static uint64_t char_set_key(uint32_t c) { return (1ull << 63) | c; }
+
+static int set_has(const bpe *m, uint64_t key) {
+    for (uint64_t i = mix(key) & m->pairs_mask;; i = (i + 1) & m->pairs_mask) {
+        if (!m->pairs[i]) return 0;
+        if (m->pairs[i] == key) return 1;
+    }
+}
+
+static void set_put(uint64_t *t, uint64_t mask, uint64_t key) {
+    uint64_t i = mix(key) & mask;
+    while (t[i] && t[i] != key) i = (i + 1) & mask;
+    t[i] = key;
+}
+
+static tm_status build_pairs(bpe *m, tm_error *err) {
+    const tm_vocab *v = &m->vocab;
+    size_t n = 0;
+    for (uint32_t e = 0; e < v->n; e++) n += v->len[e];   /* at least the pairs + chars */
+    uint64_t size = 1024;
+    while (size < 2 * (uint64_t)n + 16) size *= 2;
+    m->pairs = calloc(size, sizeof *m->pairs);
+    if (!m->pairs) return no_memory(err);
+    m->pairs_mask = size - 1;
+    for (uint32_t e = 0; e < v->n; e++) {
+        const char *str = v->arena + v->off[e];
+        uint32_t prev = 0, c;
+        size_t k = 0, chars = 0;
+        while (k < v->len[e]) {
+            k += tm__utf8_decode(str, k, &c);
+            if (chars++) set_put(m->pairs, m->pairs_mask, pair_set_key(prev, c));
+            prev = c;
+        }
+        if (chars == 1) set_put(m->pairs, m->pairs_mask, char_set_key(c));
+    }
+    return TM_OK;
+}
+
+/* Whether a word may be cut between characters a and b. */
+static int may_cut(const bpe *m, uint32_t a, uint32_t b) {
+    return !set_has(m, pair_set_key(a, b)) && set_has(m, char_set_key(a)) &&
+           set_has(m, char_set_key(b));
+}
+
 /* Looks s (+ prefix when not first, + suffix when last) up; returns the id or -1. */
 static int32_t lookup_piece(const bpe *m, const char *s, size_t n, int first, int last,
                             char *buf, size_t *blen) {
@@ -178,26 +241,11 @@ static int32_t lookup_piece(const bpe *m, const char *s, size_t n, int first, in
     return tm__vocab_find(&m->vocab, key, klen);
 }
 
-static tm_status bpe_tokenize(const tm_tok_model *base, const char *s, size_t len,
-                              tm_tok_token **out, int *n_out, tm_error *err) {
-    const bpe *m = (const bpe *)base;
-    tm_toklist tl = {0};
-    *out = NULL;
-    *n_out = 0;
-    if (!len) return TM_OK;
-    if (m->ignore_merges) {
-        int32_t id = tm__vocab_find(&m->vocab, s, len);
-        if (id >= 0) {
-            uint32_t vl;
-            const char *v = tm__vocab_str(&m->vocab, id, &vl);
-            tm_status st = tm__toklist_push(&tl, id, 0, len, v, vl, 0, err);
-            if (st) return st;
-            *out = tl.v;
-            *n_out = tl.n;
-            return TM_OK;
-        }
-    }
-    word w = {0};
+/* Merges one word (or part of one), appending its tokens with offsets from `base`. */
+static tm_status bpe_word(const bpe *m, const char *s, size_t len, size_t base, tm_toklist *tl,
+                          tm_error *err) {
+    symbol stack[64];
+    word w = {stack, 0, 64, stack};
     tm_status st = TM_OK;
     char sbuf[128];
     size_t extra = m->prefix_len + m->suffix_len + 4;
@@ -254,10 +302,67 @@ static tm_status bpe_tokenize(const tm_tok_model *base, const char *s, size_t le
         /* offsets follow the symbols' byte lengths, as Rust's Word */
         uint32_t vl = 0;
         const char *v = tm__vocab_str(&m->vocab, w.sym[k].id, &vl);
-        st = tm__toklist_push(&tl, w.sym[k].id, at, at + w.sym[k].len, v ? v : "", vl, 0, err);
+        st = tm__toklist_push(tl, w.sym[k].id, base + at, base + at + w.sym[k].len, v ? v : "", vl, 0,
+                              err);
         at += w.sym[k].len;
     }
-    free(w.sym);
+    if (w.sym != stack) free(w.sym);
+    return st;
+}
+
+/* One part of a word: from this thread's cache, else merged (and cached when short). */
+static tm_status bpe_part(const bpe *m, tm_wcache *c, const char *s, size_t from, size_t to,
+                          tm_toklist *tl, tm_error *err) {
+    size_t n = to - from;
+    tm_status st;
+    if (tm__wcache_find(c, s + from, n, from, &m->vocab, tl, &st, err)) return st;
+    int before = tl->n;
+    st = bpe_word(m, s + from, n, from, tl, err);
+    if (!st) tm__wcache_put(c, s + from, n, from, tl, before);
+    return st;
+}
+
+/* A short word whole (from the cache); a long one cut where may_cut allows, each part
+ * merged on its own. */
+static tm_status bpe_parts(const bpe *m, const char *s, size_t len, tm_toklist *tl, tm_error *err) {
+    tm_wcache *c = tm__wcache_get(m->cache_id);
+    if (len <= 46) return bpe_part(m, c, s, 0, len, tl, err);   /* short: whole, cached */
+    uint32_t prev;
+    size_t from = 0, i = tm__utf8_decode(s, 0, &prev);
+    while (i < len) {
+        uint32_t cur;
+        size_t n = tm__utf8_decode(s, i, &cur);
+        if (may_cut(m, prev, cur)) {
+            tm_status st = bpe_part(m, c, s, from, i, tl, err);
+            if (st) return st;
+            from = i;
+        }
+        prev = cur;
+        i += n;
+    }
+    return bpe_part(m, c, s, from, len, tl, err);
+}
+
+static tm_status bpe_tokenize(const tm_tok_model *base, const char *s, size_t len,
+                              tm_tok_token **out, int *n_out, tm_error *err) {
+    const bpe *m = (const bpe *)base;
+    tm_toklist tl = {0};
+    *out = NULL;
+    *n_out = 0;
+    if (!len) return TM_OK;
+    if (m->ignore_merges) {
+        int32_t id = tm__vocab_find(&m->vocab, s, len);
+        if (id >= 0) {
+            uint32_t vl;
+            const char *v = tm__vocab_str(&m->vocab, id, &vl);
+            tm_status st = tm__toklist_push(&tl, id, 0, len, v, vl, 0, err);
+            if (st) return st;
+            *out = tl.v;
+            *n_out = tl.n;
+            return TM_OK;
+        }
+    }
+    tm_status st = m->pairs ? bpe_parts(m, s, len, &tl, err) : bpe_word(m, s, len, 0, &tl, err);
     if (st) {
         free(tl.v);
         return st;
@@ -283,6 +388,8 @@ static void bpe_free(tm_tok_model *base) {
     bpe *m = (bpe *)base;
     tm__vocab_free(&m->vocab);
     free(m->merges);
+    free(m->pairs);
+    tm__wcache_release(m->cache_id);
     free(m->unk);
     free(m->prefix);
     free(m->suffix);
@@ -385,6 +492,11 @@ tm_status tm__model_bpe_load(const tm_json *cfg, const char *path, tm_tok_model 
         bpe_free(&m->base);
         return st;
     }
+    if (!m->prefix && !m->suffix && (st = build_pairs(m, err))) {
+        bpe_free(&m->base);
+        return st;
+    }
+    m->cache_id = tm__wcache_owner();
     m->unk_id = m->unk ? tm__vocab_find(&m->vocab, m->unk, m->unk_len) : -1;
     for (int b = 0; b < 256; b++) {
         char name[8];

@@ -1,6 +1,7 @@
 /* The Unigram model: the best segmentation by summed piece scores (Viterbi over bytes, as
  * SentencePiece's optimized encoder), unknown characters scored min - 10 and fused, byte
- * fallback to <0xNN> pieces. The prefix search uses a hash of every piece prefix. */
+ * fallback to <0xNN> pieces. The prefix search uses a hash of every piece prefix, extended a
+ * byte at a time, that also gives the piece's id. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,12 +10,14 @@
 typedef struct unigram {
     tm_tok_model base;
     tm_vocab vocab;             /* piece -> id (the last duplicate wins) */
-    tm_vocab prefixes;          /* every prefix of a piece -> 1 */
+    tm_vocab prefixes;          /* every prefix of a piece -> its id when it is a piece
+                                   (as vocab), else -2; hashed bytewise */
     double *score;              /* by id */
     uint32_t n_pieces;
     int32_t unk_id;             /* -1: none */
     int byte_fallback;
     double min_score;
+    uint64_t cache_id;          /* its entries in the per-thread word caches (wcache.c) */
 } unigram;
 
 static tm_status no_memory(tm_error *err) {
@@ -31,7 +34,13 @@ static tm_status push_piece(const unigram *m, const char *s, size_t start, size_
                             tm_toklist *tl, tm_error *err) {
     size_t len = end - start;
     int32_t id = tm__vocab_find(&m->vocab, s + start, len);
-    if (id < 0 && m->byte_fallback) {
+    if (id >= 0) {
+        /* a piece: its string is the text (no copy) */
+        uint32_t vl;
+        const char *vs = tm__vocab_str(&m->vocab, id, &vl);
+        return tm__toklist_push(tl, id, start, end, vs ? vs : "", vl, 0, err);
+    }
+    if (m->byte_fallback) {
         int32_t ids[64];
         int all = len <= 64;
         for (size_t k = 0; k < len && all; k++) {
@@ -50,12 +59,10 @@ static tm_status push_piece(const unigram *m, const char *s, size_t start, size_
             return TM_OK;
         }
     }
-    if (id < 0) {
-        if (m->unk_id < 0)
-            return tm__fail(err, TM_ERR_RUNTIME, "tokenizer: the Unigram model has no unk_id "
-                            "for an unknown piece");
-        id = m->unk_id;
-    }
+    if (m->unk_id < 0)
+        return tm__fail(err, TM_ERR_RUNTIME, "tokenizer: the Unigram model has no unk_id for an "
+                        "unknown piece");
+    id = m->unk_id;
     /* the token keeps its own text, also when it is the unknown id */
     char *v = malloc(len + 1);
     if (!v) return no_memory(err);
@@ -64,12 +71,9 @@ static tm_status push_piece(const unigram *m, const char *s, size_t start, size_
     return tm__toklist_push(tl, id, start, end, v, len, 1, err);
 }
 
-static tm_status ug_tokenize(const tm_tok_model *base, const char *s, size_t len,
-                             tm_tok_token **out, int *n_out, tm_error *err) {
-    const unigram *m = (const unigram *)base;
-    *out = NULL;
-    *n_out = 0;
-    if (!len) return TM_OK;
+/* The best segmentation of s, appended to tl. */
+static tm_status ug_viterbi(const unigram *m, const char *s, size_t len, tm_toklist *tl,
+                            tm_error *err) {
     node *best = malloc((len + 1) * sizeof *best);
     size_t *cuts = malloc((len + 1) * 2 * sizeof *cuts);
     if (!best || !cuts) {
@@ -84,9 +88,13 @@ static tm_status ug_tokenize(const tm_tok_model *base, const char *s, size_t len
         double here = best[start].score;
         size_t mblen = tm__utf8_len((unsigned char)s[start]);
         int single = 0;
+        uint64_t h = TM_HASH_START;
+        size_t hashed = start;
         for (size_t end = start + mblen; end <= len;) {
-            if (tm__vocab_find(&m->prefixes, s + start, end - start) < 0) break;
-            int32_t id = tm__vocab_find(&m->vocab, s + start, end - start);
+            while (hashed < end) h = tm__hash_step(h, (unsigned char)s[hashed++]);
+            int32_t id = tm__vocab_find_hashed(&m->prefixes, s + start, end - start,
+                                               tm__hash_finish(h));
+            if (id == -1) break;                      /* no piece starts so */
             if (id >= 0) {
                 double cand = m->score[id] + here;
                 if (best[end].starts_at < 0 || cand > best[end].score)
@@ -126,10 +134,25 @@ static tm_status ug_tokenize(const tm_tok_model *base, const char *s, size_t len
         end = start;
     }
     if (!st && fusing) cuts[2 * n] = 0, cuts[2 * n + 1] = fused_end, n++;
-    tm_toklist tl = {0};
-    for (size_t k = n; k-- > 0 && !st;) st = push_piece(m, s, cuts[2 * k], cuts[2 * k + 1], &tl, err);
+    for (size_t k = n; k-- > 0 && !st;) st = push_piece(m, s, cuts[2 * k], cuts[2 * k + 1], tl, err);
     free(best);
     free(cuts);
+    return st;
+}
+
+static tm_status ug_tokenize(const tm_tok_model *base, const char *s, size_t len,
+                             tm_tok_token **out, int *n_out, tm_error *err) {
+    const unigram *m = (const unigram *)base;
+    *out = NULL;
+    *n_out = 0;
+    if (!len) return TM_OK;
+    tm_toklist tl = {0};
+    tm_wcache *c = tm__wcache_get(m->cache_id);
+    tm_status st;
+    if (!tm__wcache_find(c, s, len, 0, &m->vocab, &tl, &st, err)) {
+        st = ug_viterbi(m, s, len, &tl, err);
+        if (!st) tm__wcache_put(c, s, len, 0, &tl, 0);
+    }
     if (st) {
         for (int k = 0; k < tl.n; k++)
             if (tl.v[k].owned) free((char *)tl.v[k].value);
@@ -157,6 +180,7 @@ static void ug_free(tm_tok_model *base) {
     unigram *m = (unigram *)base;
     tm__vocab_free(&m->vocab);
     tm__vocab_free(&m->prefixes);
+    tm__wcache_release(m->cache_id);
     free(m->score);
     free(m);
 }
@@ -186,10 +210,15 @@ tm_status tm__model_unigram_load(const tm_json *cfg, const char *path, tm_tok_mo
         m->score[i] = e->items[1].number;
         if (m->score[i] < m->min_score) m->min_score = m->score[i];
         st = tm__vocab_add(&m->vocab, p->string, p->len, i, err);
-        for (size_t k = 1; !st && k <= p->len; k++)
-            if (k == p->len || ((unsigned char)p->string[k] & 0xc0) != 0x80)
-                st = tm__vocab_add(&m->prefixes, p->string, k, 1, err);
+        m->prefixes.bytewise = 1;
+        for (size_t k = 1; !st && k < p->len; k++)
+            if (((unsigned char)p->string[k] & 0xc0) != 0x80)
+                st = tm__vocab_add(&m->prefixes, p->string, k, -2, err);
     }
+    /* then every piece with its final id (a proper prefix of another may be a piece too) */
+    for (uint32_t e = 0; !st && e < m->vocab.n; e++)
+        st = tm__vocab_add(&m->prefixes, m->vocab.arena + m->vocab.off[e], m->vocab.len[e],
+                           m->vocab.id[e], err);
     if (!st) st = tm__vocab_index(&m->vocab, err);
     if (!st && (unk_id < -1 || unk_id >= vocab->n))
         st = tm__tok_fail(err, path, "unk_id", "%lld is not an index of the vocabulary",
@@ -199,6 +228,7 @@ tm_status tm__model_unigram_load(const tm_json *cfg, const char *path, tm_tok_mo
         return st;
     }
     m->n_pieces = (uint32_t)vocab->n;
+    m->cache_id = tm__wcache_owner();
     m->unk_id = (int32_t)unk_id;
     if (!vocab->n) m->min_score = 0;
     *out = &m->base;

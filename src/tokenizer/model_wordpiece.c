@@ -11,6 +11,7 @@ typedef struct wordpiece {
     char *unk, *prefix;
     size_t unk_len, prefix_len;
     int64_t max_chars;
+    uint64_t cache_id;          /* its entries in the per-thread word caches (wcache.c) */
 } wordpiece;
 
 static tm_status no_memory(tm_error *err) {
@@ -35,6 +36,8 @@ static tm_status wp_tokenize(const tm_tok_model *base, const char *s, size_t len
     tm_status st = TM_OK;
     *out = NULL;
     *n_out = 0;
+    tm_wcache *c = tm__wcache_get(m->cache_id);
+    if (tm__wcache_find(c, s, len, 0, &m->vocab, &tl, &st, err)) goto done;
     if ((int64_t)tm__utf8_count(s, len) > m->max_chars) {
         st = unk_token(&m->vocab, m->unk, m->unk_len, len, &tl, err);
         goto done;
@@ -80,6 +83,7 @@ static tm_status wp_tokenize(const tm_tok_model *base, const char *s, size_t len
         start = end;
     }
     if (buf != sbuf) free(buf);
+    if (!st) tm__wcache_put(c, s, len, 0, &tl, 0);
 done:
     if (st) {
         free(tl.v);
@@ -105,6 +109,7 @@ static size_t wp_vocab_size(const tm_tok_model *base) {
 static void wp_free(tm_tok_model *base) {
     wordpiece *m = (wordpiece *)base;
     tm__vocab_free(&m->vocab);
+    tm__wcache_release(m->cache_id);
     free(m->unk);
     free(m->prefix);
     free(m);
@@ -135,6 +140,7 @@ tm_status tm__model_wordpiece_load(const tm_json *cfg, const char *path, tm_tok_
         wp_free(&m->base);
         return st;
     }
+    m->cache_id = tm__wcache_owner();
     *out = &m->base;
     return TM_OK;
 }

@@ -78,6 +78,8 @@ static const char *lookup(const precompiled *p, const char *key, size_t len, siz
         if (at > p->blob_len) return NULL;          /* Rust would panic here */
         const char *end = memchr(p->blob + at, 0, p->blob_len - at);
         *out_len = end ? (size_t)(end - (p->blob + at)) : p->blob_len - at;
+        /* an offset inside a character (Rust panics): no replacement */
+        if (!tm__utf8_valid(p->blob + at, *out_len, NULL)) return NULL;
         return p->blob + at;
     }
     return NULL;

@@ -2,6 +2,7 @@
  * also uses: utf8proc's decomposition and composition data driven by the algorithm of
  * Rust's unicode-normalization-alignments, so that the (char, change) stream, and with it
  * every alignment, is Rust's. Not case folding or other utf8proc transforms. */
+#include <string.h>
 #include <utf8proc.h>
 #include "components.h"
 
@@ -70,6 +71,20 @@ static int inert(uint32_t c) {
     return p->decomp_seqindex == UINT16_MAX && p->combining_class == 0 && !maybe_second(c);
 }
 
+/* A long run of combining marks: a stable counting sort by class (a text of thousands of
+ * marks in a row must not cost their square). Returns nonzero when out of memory. */
+static int stable_sort_long(item *v, size_t n) {
+    size_t count[257] = {0};
+    item *tmp = malloc(n * sizeof *tmp);
+    if (!tmp) return 1;
+    for (size_t k = 0; k < n; k++) count[v[k].ccc + 1]++;
+    for (int c = 1; c < 257; c++) count[c] += count[c - 1];
+    for (size_t k = 0; k < n; k++) tmp[count[v[k].ccc]++] = v[k];
+    memcpy(v, tmp, n * sizeof *v);
+    free(tmp);
+    return 0;
+}
+
 /* Full decomposition of every character (the first piece replaces it, the others are
  * insertions), then each run of non-starters stably sorted by combining class. */
 static void decompose(const tm_nstr *ns, int compat, items *out) {
@@ -95,7 +110,11 @@ static void decompose(const tm_nstr *ns, int compat, items *out) {
         }
         size_t j = i;
         while (j < out->n && out->v[j].ccc) j++;
-        for (size_t a = i + 1; a < j; a++) {       /* insertion sort: stable, runs are short */
+        if (j - i > 32 && stable_sort_long(out->v + i, j - i)) {
+            out->failed = 1;
+            return;
+        }
+        for (size_t a = i + 1; a < j && j - i <= 32; a++) {   /* insertion sort: stable */
             item x = out->v[a];
             size_t b = a;
             while (b > i && out->v[b - 1].ccc > x.ccc) out->v[b] = out->v[b - 1], b--;

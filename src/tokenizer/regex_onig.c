@@ -1,6 +1,7 @@
 /* Oniguruma (Ruby syntax, as Rust's onig crate compiles tokenizer.json regexes) to PCRE2:
  * rewrites the few constructs whose meaning differs, so PCRE2 matches what Oniguruma
  * matches. Not a full regex parser: everything else is passed through. */
+#include <stdio.h>
 #include <string.h>
 #include "components.h"
 #include "regex_onig_tables.h"
@@ -48,6 +49,21 @@ static const char *extras_of(const char *name) {
     return "";
 }
 
+/* Whether name is a script for PCRE2 (then \p{name} there means its script extensions,
+ * while Oniguruma means the script itself: PCRE2's \p{sc=name}). */
+static int is_script(const char *name, size_t n) {
+    char pat[80];
+    if (n > 60) return 0;
+    snprintf(pat, sizeof pat, "\\p{sc=%.*s}", (int)n, name);
+    int code;
+    PCRE2_SIZE at;
+    pcre2_code *re = pcre2_compile((PCRE2_SPTR)pat, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP,
+                                   &code, &at, NULL);
+    if (!re) return 0;
+    pcre2_code_free(re);
+    return 1;
+}
+
 static int is_hex(char c) {
     return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
 }
@@ -55,6 +71,7 @@ static int is_hex(char c) {
 tm_status tm__onig_translate(const char *re, size_t len, char **res, tm_error *err) {
     out o = {0};
     int depth = 0;                  /* inside a character class (Oniguruma nests them) */
+    char emitted[32] = {0};         /* per nesting level: whether its brackets were written */
     put(&o, "", 0);
     for (size_t i = 0; i < len;) {
         char c = re[i];
@@ -75,12 +92,13 @@ tm_status tm__onig_translate(const char *re, size_t len, char **res, tm_error *e
                             !memcmp(onig_extras[k].name, re + at, nlen))
                             items = onig_extras[k].items;
                     size_t end = (size_t)(close - re) + 1;
-                    if (items && !(depth && neg)) {
+                    int script = is_script(re + at, nlen);
+                    if ((items || script) && !(depth && neg)) {
                         if (!depth) puts_(&o, neg ? "[^" : "[");
-                        puts_(&o, "\\p{");
+                        puts_(&o, script ? "\\p{sc=" : "\\p{");
                         put(&o, re + at, nlen);
                         puts_(&o, "}");
-                        puts_(&o, items);
+                        if (items) puts_(&o, items);
                         if (!depth) puts_(&o, "]");
                         i = end;
                         continue;
@@ -132,9 +150,27 @@ tm_status tm__onig_translate(const char *re, size_t len, char **res, tm_error *e
             i += 2;
             continue;
         }
+        if (c == '[' && depth && i + 1 < len && re[i + 1] == ':') {
+            /* a POSIX bracket [:name:] inside a class: as is */
+            const char *end = strstr(re + i, ":]");
+            size_t n = end && (size_t)(end - re) < len ? (size_t)(end - (re + i)) + 2 : 1;
+            /* Oniguruma's Unicode [:alpha:] / [:alnum:] are the Alphabetic property (PCRE2:
+             * letters only) */
+            if (n == 9 && !memcmp(re + i, "[:alpha:]", 9)) puts_(&o, "\\p{Alphabetic}");
+            else if (n == 9 && !memcmp(re + i, "[:alnum:]", 9)) puts_(&o, "\\p{Alphabetic}\\p{Nd}");
+            else put(&o, re + i, n);
+            if (n == 9 && (!memcmp(re + i, "[:alpha:]", 9) || !memcmp(re + i, "[:alnum:]", 9)))
+                puts_(&o, extras_of("L"));
+            i += n;
+            continue;
+        }
         if (c == '[') {
+            /* Oniguruma nests classes ([a[bc]] is their union; BLOOM's regex has one): a
+             * nested class that is not negated is flattened into the outer one. */
+            int flat = depth > 0 && !(i + 1 < len && re[i + 1] == '^');
+            if (depth < (int)sizeof emitted) emitted[depth] = !flat;
             depth++;
-            put(&o, re + i, 1);
+            if (!flat) put(&o, re + i, 1);
             i++;
             /* a ']' right after '[' or '[^' is a literal */
             if (i < len && re[i] == '^') put(&o, re + i, 1), i++;
@@ -143,7 +179,7 @@ tm_status tm__onig_translate(const char *re, size_t len, char **res, tm_error *e
         }
         if (c == ']' && depth) {
             depth--;
-            put(&o, re + i, 1);
+            if (depth >= (int)sizeof emitted || emitted[depth]) put(&o, re + i, 1);
             i++;
             continue;
         }

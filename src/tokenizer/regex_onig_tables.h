@@ -1,6 +1,6 @@
 /* Generated from the Rust binding (Oniguruma, Unicode 16) against PCRE2 10.42 (Unicode 14):
- * the code points each general-category property gains in Oniguruma, as PCRE2 class
- * items. Do not edit; see tests/data/tokenizers/components/README.md. */
+ * the code points each general-category property (and script, against PCRE2's sc=) gains in
+ * Oniguruma, as PCRE2 class items. Do not edit; see tests/data/tokenizers/components/README.md. */
 static const struct onig_extra {
     const char *name;
     const char *items;
@@ -82,4 +82,26 @@ static const struct onig_extra {
      "\\x{1fae8}-\\x{1fae9}\\x{1faf7}-\\x{1faf8}\\x{1fbcb}-\\x{1fbef}"},
     {"Cf",
      "\\x{13439}-\\x{1343f}"},
+    {"Han",
+     "\\x{2b739}\\x{2ebf0}-\\x{2ee5d}\\x{31350}-\\x{323af}"},
+    {"Hiragana",
+     "\\x{1b132}"},
+    {"Katakana",
+     "\\x{1b155}"},
+    {"Latin",
+     "\\x{a7cb}-\\x{a7cd}\\x{a7da}-\\x{a7dc}\\x{1df25}-\\x{1df2a}"},
+    {"Cyrillic",
+     "\\x{1c89}-\\x{1c8a}\\x{1e030}-\\x{1e06d}\\x{1e08f}"},
+    {"Arabic",
+     "\\x{897}\\x{10ec2}-\\x{10ec4}\\x{10efc}-\\x{10eff}"},
+    {"Devanagari",
+     "\\x{11b00}-\\x{11b09}"},
+    {"Common",
+     "\\x{2427}-\\x{2429}\\x{2ffc}-\\x{2fff}\\x{31e4}-\\x{31e5}\\x{31ef}"
+     "\\x{1cc00}-\\x{1ccf9}\\x{1cd00}-\\x{1ceb3}\\x{1d2c0}-\\x{1d2d3}\\x{1f6dc}"
+     "\\x{1f774}-\\x{1f776}\\x{1f77b}-\\x{1f77f}\\x{1f7d9}\\x{1f8b2}-\\x{1f8bb}"
+     "\\x{1f8c0}-\\x{1f8c1}\\x{1fa75}-\\x{1fa77}\\x{1fa87}-\\x{1fa89}\\x{1fa8f}"
+     "\\x{1faad}-\\x{1faaf}\\x{1fabb}-\\x{1fabf}\\x{1fac6}\\x{1face}-\\x{1facf}"
+     "\\x{1fada}-\\x{1fadc}\\x{1fadf}\\x{1fae8}-\\x{1fae9}\\x{1faf7}-\\x{1faf8}"
+     "\\x{1fbcb}-\\x{1fbef}"},
 };

@@ -106,7 +106,9 @@ tm_status tm__tj_int(const tm_json *o, const char *key, int64_t def, int64_t *ou
         *out = def;
         return TM_OK;
     }
-    if (v->type != TM_JSON_NUMBER || v->number != (double)(int64_t)v->number)
+    /* range first: converting a double outside int64_t is undefined behaviour */
+    if (v->type != TM_JSON_NUMBER || !(v->number > -9.2e18 && v->number < 9.2e18) ||
+        v->number != (double)(int64_t)v->number)
         return tm__tok_fail(err, path, key, "expected an integer");
     *out = (int64_t)v->number;
     return TM_OK;

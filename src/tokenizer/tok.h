@@ -16,6 +16,8 @@ typedef struct tm_vocab {
     uint64_t *slots;            /* (hash >> 32) << 32 | (entry + 1); 0 = empty */
     uint32_t mask;
     uint32_t max_len;           /* the longest string: longer keys are not looked up */
+    int bytewise;               /* hashed a byte at a time (tm__hash_step), so a caller can
+                                   extend a key's hash byte by byte (a prefix search) */
     int32_t *by_id;             /* id -> entry (-1 none), built by tm__vocab_index */
     uint32_t n_by_id;
 } tm_vocab;
@@ -30,6 +32,18 @@ tm_status tm__vocab_index(tm_vocab *v, tm_error *err);
 const char *tm__vocab_str(const tm_vocab *v, int32_t id, uint32_t *len);
 void tm__vocab_free(tm_vocab *v);
 uint64_t tm__hash_bytes(const char *s, size_t len);
+/* The byte-at-a-time hash of tm_vocab.bytewise tables: start, one step per byte, finish. */
+#define TM_HASH_START 0xcbf29ce484222325ull
+static inline uint64_t tm__hash_step(uint64_t st, unsigned char b) {
+    return (st ^ b) * 0x100000001b3ull;
+}
+static inline uint64_t tm__hash_finish(uint64_t st) {
+    st ^= st >> 33;
+    st *= 0xff51afd7ed558ccdull;
+    return st ^ (st >> 33);
+}
+/* tm__vocab_find with the key's hash given (finished); for bytewise tables. */
+int32_t tm__vocab_find_hashed(const tm_vocab *v, const char *s, size_t len, uint64_t h);
 
 /* ---- Models ---------------------------------------------------------------------------- */
 
@@ -63,6 +77,21 @@ typedef struct tm_toklist {
 } tm_toklist;
 tm_status tm__toklist_push(tm_toklist *l, int32_t id, size_t start, size_t end, const char *value,
                            size_t value_len, int owned, tm_error *err);
+
+/* ---- Per-thread word caches (wcache.c) ---------------------------------------------------
+ * A model takes an owner number at load (tm__wcache_owner) and calls tm__wcache_release
+ * when freed. Per word: tm__wcache_get once per call, tm__wcache_find (1: the cached tokens
+ * were appended to tl, offsets from base; *st says whether that worked), else tokenize and
+ * tm__wcache_put the tokens appended since `from` (kept only when short and none owns its
+ * string: a cached token's string is the vocabulary's for its id). */
+typedef struct tm_wcache tm_wcache;
+uint64_t tm__wcache_owner(void);
+tm_wcache *tm__wcache_get(uint64_t owner);
+void tm__wcache_release(uint64_t owner);
+int tm__wcache_find(tm_wcache *c, const char *s, size_t n, size_t base, const tm_vocab *v,
+                    tm_toklist *tl, tm_status *st, tm_error *err);
+void tm__wcache_put(tm_wcache *c, const char *s, size_t n, size_t base, const tm_toklist *tl,
+                    int from);
 
 /* ---- Encodings (Rust's Encoding) -------------------------------------------------------- */
 

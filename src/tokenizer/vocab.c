@@ -25,6 +25,13 @@ uint64_t tm__hash_bytes(const char *s, size_t len) {
     return h ^ (h >> 29);
 }
 
+static uint64_t hash_of(const tm_vocab *v, const char *s, size_t len) {
+    if (!v->bytewise) return tm__hash_bytes(s, len);
+    uint64_t st = TM_HASH_START;
+    for (size_t i = 0; i < len; i++) st = tm__hash_step(st, (unsigned char)s[i]);
+    return tm__hash_finish(st);
+}
+
 /* A slot holds the entry and the hash's high half, so a probe compares strings only when
  * 32 more bits of the hash agree (one cache line per probe, almost never a memcmp miss). */
 static uint64_t slot_of(uint64_t h, uint32_t e) { return (h >> 32) << 32 | (uint64_t)(e + 1); }
@@ -47,7 +54,7 @@ static int grow_table(tm_vocab *v) {
     if (!slots) return 0;
     uint32_t mask = size - 1;
     for (uint32_t e = 0; e < v->n; e++) {
-        uint64_t h = tm__hash_bytes(v->arena + v->off[e], v->len[e]);
+        uint64_t h = hash_of(v, v->arena + v->off[e], v->len[e]);
         uint32_t i = (uint32_t)h & mask;
         while (slots[i]) i = (i + 1) & mask;
         slots[i] = slot_of(h, e);
@@ -59,7 +66,7 @@ static int grow_table(tm_vocab *v) {
 }
 
 tm_status tm__vocab_add(tm_vocab *v, const char *s, size_t len, int32_t id, tm_error *err) {
-    uint64_t h = tm__hash_bytes(s, len);
+    uint64_t h = hash_of(v, s, len);
     int32_t e = find_entry(v, s, len, h);
     if (e >= 0) {
         v->id[e] = id;
@@ -105,7 +112,13 @@ tm_status tm__vocab_add(tm_vocab *v, const char *s, size_t len, int32_t id, tm_e
 
 int32_t tm__vocab_find(const tm_vocab *v, const char *s, size_t len) {
     if (len > v->max_len) return -1;
-    int32_t e = find_entry(v, s, len, tm__hash_bytes(s, len));
+    int32_t e = find_entry(v, s, len, hash_of(v, s, len));
+    return e < 0 ? -1 : v->id[e];
+}
+
+int32_t tm__vocab_find_hashed(const tm_vocab *v, const char *s, size_t len, uint64_t h) {
+    if (len > v->max_len) return -1;
+    int32_t e = find_entry(v, s, len, h);
     return e < 0 ? -1 : v->id[e];
 }
 

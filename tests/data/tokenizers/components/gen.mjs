@@ -37,6 +37,8 @@ const texts = [
     'HELLO \u00c9COLE \u0130I', '\u1100\u1161\u11a8 \uac00', '\u0915\u094d\u0937 \u0e01\u0e33', 'a\u0301\u0302\u0303b',
     '\u00a0\u00a0lead nbsp', 'trail\u3000\u3000', '<0x41> \u2581\u2581', '\u2163 \u3250 \u33a1',
     'The quick brown fox jumps over the lazy dog. \u00c0 la carte! 42 \u00d7 7 = 294; \u041f\u0440\u0438\u0432\u0435\u0442 \u043c\u0438\u0440 \u{1F30D}',
+    // a run of 120 combining marks of mixed classes (canonical reordering of a long run)
+    'a' + Array.from({ length: 120 }, (_, i) => ['\u0301', '\u0316', '\u0327', '\u05b0', '\u093c', '\u0345', '\u0308', '\u1dff', '\u0334'][(i * 7 + (i >> 2)) % 9]).join('') + 'e\u0301 x',
 ];
 
 // ---------------------------------------------------------------- normalizers
@@ -67,6 +69,10 @@ const normalizerConfigs = [
     ['marian_seq', { type: 'Sequence', normalizers: [{ type: 'Precompiled', precompiled_charsmap: charsmap },
         { type: 'Strip', strip_left: false, strip_right: true }, { type: 'Replace', pattern: { Regex: ' {2,}' }, content: '\u2581' }] }],
     ['empty_seq', { type: 'Sequence', normalizers: [] }],
+    ['clip_norm', { type: 'Sequence', normalizers: [{ type: 'NFC' }, { type: 'Replace', pattern: { Regex: '\\s+' }, content: ' ' }, { type: 'Lowercase' }] }],
+    ['albert_norm', { type: 'Sequence', normalizers: [{ type: 'Replace', pattern: { String: '``' }, content: '"' },
+        { type: 'Replace', pattern: { String: "''" }, content: '"' }, { type: 'NFKD' }, { type: 'StripAccents' }, { type: 'Lowercase' },
+        { type: 'Precompiled', precompiled_charsmap: charsmap }] }],
 ];
 const charSplit = { type: 'Split', pattern: { Regex: '(?m).' }, behavior: 'Isolated', invert: false };
 
@@ -125,10 +131,25 @@ const pretokConfigs = [
     ['split_hex_h', split({ Regex: '\\h+' }, 'Isolated', false)],
     ['split_word', split({ Regex: '\\w+' }, 'Isolated', false)],
     ['split_digit_space', split({ Regex: '\\d|\\s' }, 'Isolated', false)],
+    // BLOOM's: a class nested in a class (their union in Oniguruma)
+    ['split_bloom', split({ Regex: ' ?[^(\\s|[.,!?\u2026\u3002\uff0c\u3001\u0964\u06d4\u060c])]+' }, 'Isolated', false)],
+    ['split_posix_nested', split({ Regex: '[[:alpha:][0-9]]+|[a-c&&b]' }, 'Isolated', false)],
+    ['split_ruby_options', split({ Regex: '(?m:a.b)|\\u00e9+|\\H\\h' }, 'Isolated', false)],
+    ['split_empty_string', split({ String: '' }, 'Isolated', false)],
+    // CLIP's and Falcon's pre-tokenizers, T5's
+    ['clip_seq', { type: 'Sequence', pretokenizers: [split({ Regex: "'s|'t|'re|'ve|'m|'ll|'d|[\\p{L}]+|[\\p{N}]|[^\\s\\p{L}\\p{N}]+" }, 'Removed', true),
+        { type: 'ByteLevel', add_prefix_space: false, trim_offsets: true, use_regex: false }] }],
+    ['falcon_seq', { type: 'Sequence', pretokenizers: [{ type: 'Punctuation', behavior: 'Contiguous' },
+        { type: 'ByteLevel', add_prefix_space: false, trim_offsets: true, use_regex: true }, { type: 'Digits', individual_digits: false },
+        split({ Regex: '[0-9][0-9][0-9]' }, 'Isolated', false)] }],
+    ['t5_seq', { type: 'Sequence', pretokenizers: [{ type: 'WhitespaceSplit' }, { type: 'Metaspace', replacement: '\u2581', prepend_scheme: 'always', split: true }] }],
     ['gpt3_seq', { type: 'Sequence', pretokenizers: [split({ Regex: cl100k }, 'Removed', true),
         { type: 'ByteLevel', add_prefix_space: false, trim_offsets: true, use_regex: false }] }],
     ['seq_ws_digits', { type: 'Sequence', pretokenizers: [{ type: 'WhitespaceSplit' }, { type: 'Digits', individual_digits: true }] }],
 ];
+// one property each, for the whole-Unicode sweeps of the Oniguruma translation
+for (const prop of ['L', 'N', 'P', 'S', 'M', 'Lu', 'Ll', 'Han', 'Latin', 'Cyrillic', 'Arabic', 'Common'])
+    pretokConfigs.push([`prop_${prop}`, split({ Regex: `\\p{${prop}}` }, 'Removed', false)]);
 for (const b of behaviors) {
     for (const inv of [false, true]) {
         pretokConfigs.push([`split_str_${b}_${inv}`, split({ String: ' ' }, b, inv)]);
@@ -236,6 +257,7 @@ const sweeps = [
     ['pre_tokenizer', 'unicode_scripts', 'a{c}a'], ['pre_tokenizer', 'unicode_scripts', '0{c}0'],
     ['pre_tokenizer', 'unicode_scripts', '\u3042{c}\u3042'], ['pre_tokenizer', 'unicode_scripts', '{c}{d}'],
     ['decoder', 'byte_level', '{c}'],
+    ...['L', 'N', 'P', 'S', 'M', 'Lu', 'Ll', 'Han', 'Latin', 'Cyrillic', 'Arabic', 'Common'].map((p) => ['pre_tokenizer', `prop_${p}`, '{c}']),
 ];
 function runSweep(slot, name, template, dump) {
     const list = slot === 'normalizer' ? normalizerConfigs : slot === 'pre_tokenizer' ? pretokConfigs : decoderConfigs;
