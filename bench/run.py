@@ -993,8 +993,9 @@ def write_loop_bars(f, loop_rows):
                     f"generic {r['generic']}; checksums {r['match']}.\n")
         else:
             bar = r["weights_mb"] + r["kv_mb"] + 64
+            rss = met(r["ours_rss"] <= bar) if r["ours_rss"] == r["ours_rss"] else "not reported"
             f.write(f"- {name}: peak RSS {r['ours_rss']:.0f} MB against weights + KV cache + 64 MB = "
-                    f"{bar:.0f} MB ({met(r['ours_rss'] <= bar) if r['ours_rss'] == r['ours_rss'] else 'not reported'}); the last {r['window']} tokens "
+                    f"{bar:.0f} MB ({rss}); the last {r['window']} tokens "
                     f"{r['growth']:.2f}x the first {r['window']}'s ms/token (bar 1.3: "
                     f"{met(r['growth'] <= 1.3)}).\n")
 
