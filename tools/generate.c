@@ -296,6 +296,23 @@ static int generate_compiled(decoder *dd, loop *l) {
     return 0;
 }
 
+/* This process's peak resident memory in MB: VmHWM (getrusage's ru_maxrss keeps the
+ * peak of the process that exec'd us). */
+static double peak_rss_mb(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kb = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "VmHWM:", 6)) kb = strtol(line + 6, NULL, 10);
+    if (f) fclose(f);
+    if (kb < 0) {
+        struct rusage ru;
+        getrusage(RUSAGE_SELF, &ru);
+        kb = ru.ru_maxrss;
+    }
+    return kb / 1024.0;
+}
+
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
@@ -416,15 +433,14 @@ int tm__cmd_generate(int argc, char **argv) {
     double med = median(l.step_ms, n_decode);
     tm_plan_stats ps = {.size = sizeof ps};
     tm_model_plan_stats(d.model, &ps);
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
+    double rss = peak_rss_mb();
     if (l.json) {
         printf("{\"prompt_tokens\": %d, \"new_tokens\": %d, \"load_ms\": %.3f, \"prefill_ms\": %.3f, "
                "\"decode_ms_median\": %.4f, \"decode_ms_total\": %.3f, \"tokens_per_s\": %.2f, "
                "\"plans_made\": %zu, \"generic_plans\": %zu, \"peak_rss_mb\": %.1f, \"mode\": \"%s\", "
                "\"decode_ms\": [", l.n_prompt, l.max_new, load_ms, l.prefill_ms, med, l.decode_ms,
                n_decode ? n_decode / (l.decode_ms / 1e3) : 0.0, ps.plans, ps.generic_plans,
-               ru.ru_maxrss / 1024.0, l.eager ? "eager" : l.copy_cache ? "copy-cache" : "in-place");
+               rss, l.eager ? "eager" : l.copy_cache ? "copy-cache" : "in-place");
         for (int k = 0; k < n_decode; k++) printf("%s%.4f", k ? ", " : "", l.step_ms[k]);
         printf("], \"tokens\": [");
         for (int k = 0; k < l.max_new; k++) printf("%s%lld", k ? ", " : "", (long long)l.generated[k]);

@@ -1848,31 +1848,37 @@ static void try_generic(tm_model *m, tm_plan_cache_entry *e, int n, const char *
     tm_gen_family *f = m->families;
     while (f && !(f->fkey_len == e->fkey_len && !memcmp(f->fkey, e->fkey, e->fkey_len))) f = f->next;
     if (f && (f->fails >= MAX_GEN_FAILS || f->made >= MAX_GEN_PLANS)) return;
+    /* The other plan: one of the family whose sizes differ from this one's along a line
+     * (the first differing dim is the size; every other one that differs moves by the
+     * same step, all of them 2 or more): a batch size's other lengths, say. */
     tm_plan_cache_entry *o = m->cache;
+    int pk = -1, pax = -1;
+    int64_t pa = 0, pb = 0;
     for (; o; o = o->next) {
         if (o == e || !o->key || o->plan->gen || o->fkey_len != e->fkey_len ||
             memcmp(o->fkey, e->fkey, e->fkey_len) || o->n_in != n)
             continue;
-        break;
+        pk = -1;
+        for (int k = 0; k < n && pk < 0; k++)
+            for (int d = 0; d < e->rank[k] && pk < 0; d++)
+                if (e->dims[k][d] != o->dims[k][d] && !is_static_name(opts, names[k])) {
+                    pk = k;
+                    pax = d;
+                }
+        if (pk < 0) continue;
+        pa = o->dims[pk][pax];
+        pb = e->dims[pk][pax];
+        int64_t step = pb - pa;
+        int line = 1;
+        for (int k = 0; k < n && line; k++)
+            for (int d = 0; d < e->rank[k] && line; d++) {
+                int64_t da = o->dims[k][d], db = e->dims[k][d];
+                if (da != db && (da < 2 || db < 2 || db - da != step)) line = 0;
+            }
+        if (line) break;
     }
     if (!o) return;
-    /* The line: the first differing dim is the size; every other one must follow it. */
-    int pk = -1, pax = -1;
-    for (int k = 0; k < n && pk < 0; k++)
-        for (int d = 0; d < e->rank[k] && pk < 0; d++)
-            if (e->dims[k][d] != o->dims[k][d] && !is_static_name(opts, names[k])) {
-                pk = k;
-                pax = d;
-            }
-    if (pk < 0) return;
-    int64_t pa = o->dims[pk][pax], pb = e->dims[pk][pax];
     int64_t step = pb - pa;
-    for (int k = 0; k < n; k++)
-        for (int d = 0; d < e->rank[k]; d++) {
-            int64_t da = o->dims[k][d], db = e->dims[k][d];
-            if (da == db) continue;
-            if (da < 2 || db < 2 || db - da != step) return;
-        }
     const tm_graph *g = m->onnx->graph;
     int pin = -1;
     for (int i = 0; i < g->n_inputs; i++)
@@ -1907,10 +1913,12 @@ static void try_generic(tm_model *m, tm_plan_cache_entry *e, int n, const char *
                 x[j][k].t = (tm_tensor *)inputs[k];
                 continue;
             }
+            /* In increasing order: lo, hi, and one more step beyond hi. */
             int64_t dims[TM_MAX_RANK];
             for (int d = 0; d < e->rank[k]; d++) {
                 int64_t da = o->dims[k][d], db = e->dims[k][d];
-                dims[d] = j == 0 ? da : j == 1 ? db : db + (db - da) * (pb - pa) / step;
+                int64_t lo = step > 0 ? da : db, hi = step > 0 ? db : da;
+                dims[d] = j == 0 ? lo : j == 1 ? hi : hi + (hi - lo);
             }
             own[j * n + k] = tm_tensor_alloc(inputs[k]->dtype, e->rank[k], dims, NULL);
             ok = own[j * n + k] != NULL;
@@ -1923,7 +1931,8 @@ static void try_generic(tm_model *m, tm_plan_cache_entry *e, int n, const char *
                       : TM_ERR_NO_MEMORY;
     if (getenv("TM_GENERIC_DEBUG"))
         fprintf(stderr, "transmuter: generic plan for sizes %lld, %lld, %lld of '%s' dim %d: %s\n",
-                (long long)pa, (long long)pb, (long long)(2 * pb - pa), names[pk], pax,
+                (long long)(pa < pb ? pa : pb), (long long)(pa < pb ? pb : pa),
+                (long long)(2 * (pa < pb ? pb : pa) - (pa < pb ? pa : pb)), names[pk], pax,
                 st == TM_OK ? "made" : err.message);
     tm_plan_cache_entry *ge = st == TM_OK ? calloc(1, sizeof *ge) : NULL;
     if (ge) ge->fkey = malloc(e->fkey_len ? e->fkey_len : 1);
@@ -2056,11 +2065,16 @@ tm_status tm_model_run(tm_model *m, int n, const char *const *names,
             e->next = m->cache;
             m->cache = e;
         }
-        /* Evict the least recently used entries that no run is using. */
+        /* Evict the least recently used entries that no run is using: plans for one shape
+         * first, generic plans (which serve many) only when nothing else is left. */
         while (m->n_cache > m->opts.plan_cache_limit) {
-            tm_plan_cache_entry **pp = &m->cache, **victim = NULL;
+            tm_plan_cache_entry **pp = &m->cache, **victim = NULL, **generic = NULL;
             for (; *pp; pp = &(*pp)->next)
-                if ((*pp)->in_use == 0 && *pp != e) victim = pp;
+                if ((*pp)->in_use == 0 && *pp != e) {
+                    if ((*pp)->plan->gen) generic = pp;
+                    else victim = pp;
+                }
+            if (!victim) victim = generic;
             if (!victim) break;
             tm_plan_cache_entry *v = *victim;
             *victim = v->next;
