@@ -518,6 +518,35 @@ static tm_status check_fit(const tm_plan *gp, const tm_plan *c, int64_t pc, char
  * being dims[pax] of graph input pin); returns the plan of sample 1, serving every size
  * of 2 or more on that line. TM_ERR_UNSUPPORTED (with why) when the graph does not follow
  * the sizes as a line (then plans per shape stay the way). */
+/* Computed constants that are a leading part of a constant (a rotary table's rows up to
+ * the length: SLICE starting at 0 with step 1 on every axis, whole on all but the first,
+ * at every size the fit gives) become views of it: the kernel is not run and its output
+ * is the constant's own memory, where it copied the rows each run. */
+static void prefix_views(tm_plan *p) {
+    const struct tm_generic *g = p->gen;
+    for (int k = 0; k < p->n_kernels; k++) {
+        plan_kernel *pk = &p->kernels[k];
+        if (pk->prim != TM_P_SLICE || pk->nin != 1) continue;
+        const plan_value *x = &p->values[pk->in[0]];
+        plan_value *y = &p->values[pk->out[0]];
+        if (x->kind != PV_CONST || y->kind != PV_ARENA || x->rank < 1 || x->rank != y->rank) continue;
+        /* The cut axis: the one whose rows are taken in part (after axes of size 1). */
+        int cut = 0;
+        while (cut < x->rank - 1 && x->dims[cut] == 1) cut++;
+        int ok = 1;
+        for (int d = 0; d < x->rank && ok; d++) {
+            const int64_t *a = &pk->args.i[3 * d];
+            ok = a[0] == 0 && a[1] == 1 && (d == cut || a[2] == x->dims[d]);
+        }
+        for (int i = 0; i < g->n_args && ok; i++)
+            ok = g->args[i].kernel != k || g->args[i].idx == 3 * cut + 2;
+        if (!ok) continue;
+        pk->skip = 1;
+        y->kind = PV_ALIAS;
+        y->alias_of = pk->in[0];
+    }
+}
+
 /* A plan's values that point into its trace (fitted and computed constants) forget it:
  * the trace goes before the plan. */
 static void forget_trace(tm_plan *p) {
@@ -602,6 +631,7 @@ tm_status tm__plan_generalize(tm_model *m, int n, const char *const *names,
     if (st == TM_OK) st = tm__plan_build(pl[2], &gt[2], dyn, err);
     if (st == TM_OK && !same_structure(pl[1], pl[2], why, sizeof why)) st = TM_ERR_UNSUPPORTED;
     if (st == TM_OK) st = check_fit(pl[1], pl[2], ps[2], why, sizeof why, err);
+    if (st == TM_OK && !getenv("TM_GENERIC_NO_VIEWS")) prefix_views(pl[1]);
     GEN_T("C checked");
     if (st == TM_ERR_UNSUPPORTED && why[0])
         tm__fail(err, st, "the plans at sizes %lld, %lld and %lld cannot be one: %s",

@@ -1346,6 +1346,7 @@ static tm_status run_kernels(tm_session *s, tm_error *err) {
     uint64_t run_seed = tm__run_seed();   /* unseeded random draws differ from run to run */
     for (int k = 0; k < p->n_kernels; k++) {
         const plan_kernel *pk = &p->kernels[k];
+        if (pk->skip) continue;
         tm_error kerr;
         kerr.message[0] = 0;
         tm_kcall call = {pk->prim, s->args ? &s->args[k] : &pk->args, s->kin[k], pk->nin,

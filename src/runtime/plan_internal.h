@@ -27,6 +27,7 @@ typedef struct plan_value {
 
 typedef struct plan_kernel {
     int prim;
+    int skip;             /* its output is a view of its input (generic.c): not run */
     tm_args args;
     int nin, nout;
     int *in;              /* plan value indices */
