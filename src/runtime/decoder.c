@@ -53,6 +53,9 @@ struct tm_decoder {
     int64_t capacity, length;
     int in_place;         /* kv_in_place asked */
     int layout_known;     /* the decode plan has told each cache's layout */
+    dec_plan *pending;    /* the first prompt's plan, whose presents wait in its session
+                           * for the layouts (taken at the next append) */
+    int64_t pending_past, pending_n;
     dec_plan decode, prefill;
     dec_plan shaped[N_SHAPED];
     int n_shaped, next_shaped;
@@ -548,50 +551,21 @@ void tm_decoder_reset(tm_decoder *d) {
     if (!d) return;
     d->length = 0;
     d->last_logits = NULL;
+    d->pending = NULL;   /* that prompt's cache is dropped with it */
 }
 
 const tm_tensor *tm_decoder_logits(const tm_decoder *d) { return d ? d->last_logits : NULL; }
 
-tm_status tm_decoder_append(tm_decoder *d, const int64_t *tokens, int64_t n, tm_error *err) {
-    if (!d || (n && !tokens) || n < 1)
-        return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "tm_decoder_append: no tokens");
-    int64_t past = d->length;
-    tm_status st = TM_OK;
-    dec_plan *p = NULL;
-    for (int i = 0; i < d->n_in; i++)
-        if (d->present_of[i] < 0 && i != d->ids && i != d->mask && i != d->positions &&
-            i != d->branch && !d->given[i])
-            return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "input '%s' must be given first "
-                            "(tm_decoder_set_input)", d->names[i]);
-    /* The buffers' layouts are the decode steps' (in place or not): that plan first. */
-    if (!d->layout_known) {
-        st = plan_for(d, 2, 1, &p, err);
-        if (st != TM_OK) return st;
-        for (int i = 0; i < d->n_in; i++)
-            if (d->present_of[i] >= 0 && d->kv[i] < 0) d->kv[i] = 0;
-        d->layout_known = 1;
-    }
-    st = reserve(d, past + n, err);
-    if (st == TM_OK) st = plan_for(d, past, n, &p, err);
-    if (st != TM_OK) return st;
-    memcpy(d->ids_buf, tokens, (size_t)n * sizeof *tokens);
-    for (int64_t k = 0; k < n; k++) {
-        d->ids32[k] = (int32_t)tokens[k];
-        d->pos_buf[past + k] = past + k;
-        d->pos32[past + k] = (int32_t)(past + k);
-    }
-    bind_step(d, past, n, d->in_place, p->mode);
-    const tm_tensor *in_small[64];
-    const tm_tensor **in = d->n_in <= 64 ? in_small : malloc((size_t)d->n_in * sizeof *in);
-    if (!in) return tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
-    st = tm_session_run(p->session, d->n_in, d->names, step_inputs(d, in), NULL, err);
-    if (in != in_small) free(in);
-    if (st != TM_OK) return st;
+/* The presents of a run of plan p (on past, n tokens) that it did not write in place,
+ * into the buffers: which 0 all, 1 the encoder's caches only, 2 all but those. */
+static tm_status take_presents(tm_decoder *d, dec_plan *p, int64_t past, int64_t n, int which,
+                               tm_error *err) {
     /* Caches not kept in place: their present (B, H, P + n, D) becomes the next past, in
      * the buffer's layout. */
     for (int i = 0; i < d->n_in; i++) {
         if (d->present_of[i] < 0 || p->mode[i] == KV_IN_PLACE) continue;
         const tm_tensor *pr = tm_session_result(p->session, d->present_of[i]);
+        if (d->fixed[i] ? which == 2 : which == 1) continue;
         if (d->fixed[i]) {
             /* An encoder's cache: taken once, from the prompt's plan, then read as it is. */
             if (p->mode[i] != KV_FRESH) continue;
@@ -625,6 +599,73 @@ tm_status tm_decoder_append(tm_decoder *d, const int64_t *tokens, int64_t n, tm_
         } else {
             memcpy(d->buf[i], pr->data, want);
         }
+    }
+    return TM_OK;
+}
+
+tm_status tm_decoder_append(tm_decoder *d, const int64_t *tokens, int64_t n, tm_error *err) {
+    if (!d || (n && !tokens) || n < 1)
+        return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "tm_decoder_append: no tokens");
+    int64_t past = d->length;
+    tm_status st = TM_OK;
+    dec_plan *p = NULL;
+    for (int i = 0; i < d->n_in; i++)
+        if (d->present_of[i] < 0 && i != d->ids && i != d->mask && i != d->positions &&
+            i != d->branch && !d->given[i])
+            return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "input '%s' must be given first "
+                            "(tm_decoder_set_input)", d->names[i]);
+    /* The buffers' layouts are the decode steps' (in place or not). A first prompt whose
+     * plan does not read the cache runs before they are known (its presents wait in its
+     * session: the first token sooner); anything else needs the decode plan first. */
+    if (!d->layout_known && !(past == 0 && !d->pending)) {
+        st = plan_for(d, 2, 1, &p, err);
+        if (st != TM_OK) return st;
+        for (int i = 0; i < d->n_in; i++)
+            if (d->present_of[i] >= 0 && d->kv[i] < 0) d->kv[i] = 0;
+        d->layout_known = 1;
+    }
+    if (d->pending && d->layout_known) {
+        st = take_presents(d, d->pending, d->pending_past, d->pending_n, 2, err);
+        d->pending = NULL;
+        if (st != TM_OK) return st;
+    }
+    st = reserve(d, past + n, err);
+    if (st == TM_OK) st = plan_for(d, past, n, &p, err);
+    if (st != TM_OK) return st;
+    if (!d->layout_known) {
+        int reads = 0;
+        for (int i = 0; i < d->n_in; i++)
+            reads |= d->present_of[i] >= 0 && !d->fixed[i] && p->mode[i] != KV_FRESH;
+        if (reads) {   /* it reads the cache: the layouts first after all */
+            dec_plan *dp = NULL;
+            st = plan_for(d, 2, 1, &dp, err);
+            if (st != TM_OK) return st;
+            for (int i = 0; i < d->n_in; i++)
+                if (d->present_of[i] >= 0 && d->kv[i] < 0) d->kv[i] = 0;
+            d->layout_known = 1;
+            st = plan_for(d, past, n, &p, err);
+            if (st != TM_OK) return st;
+        }
+    }
+    memcpy(d->ids_buf, tokens, (size_t)n * sizeof *tokens);
+    for (int64_t k = 0; k < n; k++) {
+        d->ids32[k] = (int32_t)tokens[k];
+        d->pos_buf[past + k] = past + k;
+        d->pos32[past + k] = (int32_t)(past + k);
+    }
+    bind_step(d, past, n, d->in_place, p->mode);
+    const tm_tensor *in_small[64];
+    const tm_tensor **in = d->n_in <= 64 ? in_small : malloc((size_t)d->n_in * sizeof *in);
+    if (!in) return tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
+    st = tm_session_run(p->session, d->n_in, d->names, step_inputs(d, in), NULL, err);
+    if (in != in_small) free(in);
+    if (st != TM_OK) return st;
+    st = take_presents(d, p, past, n, d->layout_known ? 0 : 1, err);
+    if (st != TM_OK) return st;
+    if (!d->layout_known) {
+        d->pending = p;
+        d->pending_past = past;
+        d->pending_n = n;
     }
     d->last_logits = tm_session_result(p->session, d->logits);
     d->length = past + n;
@@ -666,6 +707,7 @@ tm_status tm_decoder_set_input(tm_decoder *d, const char *name, const tm_tensor 
         d->n_shaped = 0;
         d->next_shaped = 0;
         d->layout_known = 0;
+        d->pending = NULL;
         for (int k = 0; k < d->n_in; k++) d->kv[k] = -1;
         d->length = 0;
         d->last_logits = NULL;
