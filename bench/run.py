@@ -14,16 +14,34 @@ weights read per token against the bandwidth probed just before and after the ca
 for MiniLM 8x128 the GFLOP/s of the big matrix products inside the model (TM_PROFILE=1,
 the median of three processes) against the FMA peak.
 
-Results go to bench/RESULTS.md (a run with --cases or --threads other than 1,2 writes
-bench/.work/RESULTS-partial.md instead, leaving the full table alone; --skip-large lists the
-0.6B cases as not measured); the last line printed is
-`worst ratio R (CASE)`.
+Shapes that change (issue 33), whole runs of each side, each a fresh process, alternating
+(--gen-rounds of each, 3 by default):
+  generate-*        `transmuter generate --json` against bench/ort_generate.mjs: a 32-token
+                    prompt then --gen-new (128) tokens greedy, the small and 0.6B LLaMA in
+                    fp32 / q4 / int8; prefill, median ms per new token, tokens/s, plans made,
+                    peak RSS, the tokens compared, and our fixed-shape decode step (`transmuter
+                    bench --serve` at the loop's mean past) alternated with the loops.
+  encoder-stream-*  `transmuter stream --json` against bench/ort_stream.mjs: MiniLM fp32 /
+                    int8, 200 seeded requests of lengths 1..256, batch 1 or 1..8; total time
+                    (our plan creation included), plans made, checksums compared.
+  generate-long-*   the small LLaMA q4 on one thread, --long-new (2,016) tokens: peak RSS
+                    against weights + KV cache, ms/token of the first and last 64 steps.
+--cases takes a case's name or a kind (generate, encoder-stream, generate-long) for all of
+its cases.
+
+Results go to bench/RESULTS.md (a run with --cases, --threads other than 1,2, or other token
+counts writes bench/.work/RESULTS-partial.md instead, leaving the full table alone;
+--skip-large lists the 0.6B cases as not measured); the last line printed is
+`worst ratio R (CASE)`, over every ratio ours / ONNX Runtime (the generate loops' ms per
+token and the streams' totals among them), infinite where a case failed or its outputs
+(fp32 tokens, stream checksums) differ.
 Models come from bench/models/ (materialised by bench/materialize.sh or here) and
 ../shared/models/real. ONNX Runtime is the npm package onnxruntime-node, installed into
 bench/.ort/. Not a test: nothing here asserts a timing.
 
-Usage: bench/run.py [--cases NAME,...] [--rounds N] [--repeat N] [--threads 1,2]
-                    [--skip-large] [--ort-no-spin]
+Usage: bench/run.py [--cases NAME|KIND,...] [--rounds N] [--repeat N] [--threads 1,2]
+                    [--skip-large] [--ort-no-spin] [--gen-new N] [--gen-rounds N]
+                    [--long-new N]
 """
 import argparse, json, os, platform, re, shutil, subprocess, sys, tempfile, time
 import numpy as np
@@ -190,7 +208,7 @@ def case_list(skip_large):
     cases.append(dict(name="silero-vad-v5-chunk512", model=os.path.join(real, "silero-vad", "silero_vad_v5.onnx"),
                       spec=dict(), inputs_from=os.path.join(real, "silero-vad", "silero_vad_v5.cases", "default", "inputs"),
                       tol=1e-4))
-    return cases
+    return cases + loop_cases(small_variants, mini_variants[:2], skip_large, sk, big_fp32)
 
 
 class Server:
@@ -365,6 +383,340 @@ def run_case(case, inputs, threads, args):
                 match=match_text, ok=match)
 
 
+# Issue 33's cases, shapes that change: whole generation loops and streams of requests of
+# changing sizes, each a process of its own per run (ours: `transmuter generate --json`,
+# `transmuter stream --json`; ONNX Runtime: bench/ort_generate.mjs, bench/ort_stream.mjs),
+# whole runs alternating between the two.
+ORT_GENERATE = os.path.join(HERE, "ort_generate.mjs")
+ORT_STREAM = os.path.join(HERE, "ort_stream.mjs")
+GEN_PROMPT = 32        # prompt tokens of the generate cases (seeded ids in [1000, 30000))
+GEN_NEW = 128          # new tokens, greedy (--gen-new)
+# generate-long: the small LLaMA has 2048 positions (its rotary tables' rows: a position
+# past them is out of range for both runtimes), so 32 prompt tokens + 2,016 new ones, 2,048
+# in all, is the longest generation it can make (--long-new).
+LONG_NEW = 2016
+LONG_WINDOW = 64       # decode steps at the start and at the end compared
+STREAM_REQUESTS = 200
+STREAM_LENGTHS = (1, 256)
+STREAM_IDS = (1000, 30000)
+
+
+def loop_cases(small_variants, mini_variants, skip_large, sk, big_fp32):
+    """The `generate`, `encoder-stream` and `generate-long` cases (their "kind"; --cases
+    takes a kind for all its cases)."""
+    cases = []
+    for var, path, recipe in small_variants:
+        cases.append(dict(name=f"generate-llama-small-{var}", kind="generate", model=path, recipe=recipe,
+                          deps=[small_variants[0]], vocab=32000, exact=var == "fp32"))
+    for var, path, recipe in mini_variants:
+        for sub, batches, seed in (("b1", (1, 1), 3301), ("b1to8", (1, 8), 3302)):
+            cases.append(dict(name=f"encoder-stream-minilm-{var}-{sub}", kind="encoder-stream", model=path,
+                              recipe=recipe, deps=[mini_variants[0]], batches=batches, seed=seed,
+                              tol=1e-3 if var == "fp32" else 1e-2))
+    _, q4_path, q4_recipe = small_variants[1]
+    cases.append(dict(name="generate-long-llama-small-q4", kind="generate-long", model=q4_path, recipe=q4_recipe,
+                      deps=[small_variants[0]], vocab=32000, exact=False))
+    if not skip_large:
+        big = os.path.dirname(big_fp32)
+        big_variants = [("fp32", big_fp32, ("inflate", os.path.join(sk, "llama-600m", "decoder_model_merged.skeleton.onnx"), [])),
+                        ("q4", os.path.join(big, "decoder_model_merged_q4.onnx"), ("q4", big_fp32, ["--block", "32", "--gbq", "--dedupe"])),
+                        ("int8", os.path.join(big, "decoder_model_merged_quantized.onnx"), ("int8", big_fp32, ["--dedupe"]))]
+        for var, path, recipe in big_variants:
+            cases.append(dict(name=f"generate-llama-600m-{var}", kind="generate", model=path, recipe=recipe,
+                              deps=[big_variants[0]], vocab=151936, exact=var == "fp32"))
+    return cases
+
+
+def prompt_ids():
+    return [int(x) for x in np.random.default_rng(33).integers(*STREAM_IDS, size=GEN_PROMPT)]
+
+
+def run_json(cmd, env=None):
+    """Runs one process to its end; returns the last JSON line it printed. The process is
+    started by a shell that forks it (not exec'd from here): getrusage's ru_maxrss keeps
+    the peak of the memory image an exec replaced, which would otherwise be this Python
+    process's, numpy and all, and a peak RSS read that way would start from ours."""
+    res = subprocess.run(["/bin/sh", "-c", '"$@"; exit $?', "sh"] + cmd, capture_output=True, text=True, env=env)
+    lines = [l for l in res.stdout.splitlines() if l.strip().startswith("{")]
+    who = os.path.basename(cmd[1] if cmd[0] == "node" else cmd[0])
+    if res.returncode != 0 or not lines:
+        err = res.stderr.strip().splitlines()
+        raise RuntimeError(f"{who}: " + (err[-1] if err else f"exit status {res.returncode}, no JSON line"))
+    try:
+        return json.loads(lines[-1])
+    except ValueError as e:
+        raise RuntimeError(f"{who}: its JSON line does not parse ({e})")
+
+
+def ours_env():
+    env = dict(os.environ)
+    env.pop("TM_PROFILE", None)
+    return env
+
+
+def median(xs):
+    return float(np.median(xs)) if len(xs) else float("nan")
+
+
+def agreement(a, b):
+    """Greedy tokens against each other: identical, or where they part (after the first
+    difference each side feeds back a token of its own, so the rest may differ too)."""
+    n = min(len(a), len(b))
+    first = next((k for k in range(n) if a[k] != b[k]), None)
+    if first is None and len(a) != len(b):
+        first = n
+    same = sum(1 for k in range(n) if a[k] == b[k])
+    return dict(identical=first is None, first_diff=first, same=same, n=max(len(a), len(b)))
+
+
+def agreement_text(g):
+    if g["identical"]:
+        return f"identical ({g['n']}/{g['n']})"
+    return f"differ from token {g['first_diff']} ({g['same']}/{g['n']} the same)"
+
+
+def generate_cmds(case, threads, n_new, args):
+    ids = ",".join(str(i) for i in prompt_ids())
+    ours = [TM, "generate", case["model"], "--prompt-ids", ids, "--max-new", str(n_new),
+            "--threads", str(threads), "--json"]
+    ort = ["node", ORT_GENERATE, case["model"], "--prompt-ids", ids, "--max-new", str(n_new),
+           "--threads", str(threads)] + (["--no-spin"] if args.ort_no_spin else [])
+    return ours, ort
+
+
+def tokens_per_s(run):
+    d = run["decode_ms"]
+    return len(d) / (sum(d) * 1e-3) if d and sum(d) > 0 else float("nan")
+
+
+def peak(runs):
+    """The highest peak_rss_mb of the runs; NaN where our side does not report one."""
+    values = [r["peak_rss_mb"] for r in runs if isinstance(r.get("peak_rss_mb"), (int, float))]
+    return max(values) if values else float("nan")
+
+
+def spread(values):
+    """One number, or the range when the runs disagree (plans made by each process)."""
+    values = [v for v in values if v is not None]
+    if not values:
+        return "?"
+    lo, hi = min(values), max(values)
+    return f"{lo}" if lo == hi else f"{lo}-{hi}"
+
+
+def run_generate(case, threads, args):
+    """`generate`: args.gen_rounds whole loops each (a process per loop), alternating ours,
+    ONNX Runtime's and our fixed-shape decode step at the loop's mean past (a `transmuter
+    bench --serve` process kept for the case, ~1 s of steps per round)."""
+    n_new = args.gen_new
+    cmd_ours, cmd_ort = generate_cmds(case, threads, n_new, args)
+    past = GEN_PROMPT + n_new // 2
+    base = os.path.join(WORK, case["name"], f"t{threads}")
+    inputs, out = os.path.join(base, f"step-past{past}"), os.path.join(base, "step-out")
+    for d in (inputs, out):
+        shutil.rmtree(d, ignore_errors=True)
+    make_inputs(case["model"], dict(seq=1, past=past, vocab=case["vocab"]), inputs)
+    most = 500    # `bench --serve` takes `run N` up to its --repeat
+    fixed = Server(*ours_cmd(dict(model=case["model"], static=["use_cache_branch"]), inputs, threads,
+                             most, out))
+    n = max(5, min(most, int(2 * ROUND_SECONDS * 1e3 / max(fixed.ready["first_run_ms"], 1e-3))))
+    ours_runs, ort_runs, steps = [], [], []
+    try:
+        for r in range(args.gen_rounds):
+            order = ["ours", "ort", "step"]
+            for who in (order if r % 2 == 0 else order[::-1]):
+                time.sleep(SWITCH_PAUSE)
+                if who == "ours":
+                    ours_runs.append(run_json(cmd_ours, ours_env()))
+                elif who == "ort":
+                    ort_runs.append(run_json(cmd_ort))
+                else:
+                    steps += fixed.run(n)["times"]
+    except BaseException:
+        fixed.proc.kill()
+        fixed.proc.wait()
+        raise
+    fixed.close()
+    o = median([t for run in ours_runs for t in run["decode_ms"]])
+    t = median([t for run in ort_runs for t in run["decode_ms"]])
+    step = median(steps)
+    tokens = agreement(ours_runs[0]["tokens"], ort_runs[0]["tokens"])
+    steady = all(r["tokens"] == ours_runs[0]["tokens"] for r in ours_runs) and \
+        all(r["tokens"] == ort_runs[0]["tokens"] for r in ort_runs)
+    return dict(kind="generate", new=n_new, prompt=GEN_PROMPT, rounds=len(ours_runs),
+                ours_prefill=median([r["prefill_ms"] for r in ours_runs]),
+                ort_prefill=median([r["prefill_ms"] for r in ort_runs]),
+                ours_ms=o, ort_ms=t, ratio=o / t, step_ms=step, step_past=past, step_runs=len(steps),
+                loop_step=o / step,
+                ours_tps=median([tokens_per_s(r) for r in ours_runs]),
+                ort_tps=median([tokens_per_s(r) for r in ort_runs]),
+                ours_rss=peak(ours_runs),
+                ort_rss=max(r["peak_rss_mb"] for r in ort_runs),
+                ort_rss_base=max(r.get("rss_before_mb", 0.0) for r in ort_runs),
+                plans=spread([r.get("plans_made") for r in ours_runs]),
+                generic=spread([r.get("generic_plans") for r in ours_runs]),
+                load_ms=median([r.get("load_ms", float("nan")) for r in ours_runs]),
+                ort_session_ms=median([r["session_ms"] for r in ort_runs]),
+                mode=spread([r.get("mode") for r in ours_runs]),
+                tokens=tokens, steady=steady, match=agreement_text(tokens) + ("" if steady else "; runs disagree"),
+                ok=(tokens["identical"] or not case["exact"]) and steady, load=os.getloadavg()[0])
+
+
+def write_requests(case, path):
+    """The stream's requests, seeded: batch sizes in case["batches"], lengths 1..256, ids in
+    [1000, 30000). Returns each request's (batch, length)."""
+    rng = np.random.default_rng(case["seed"])
+    shapes = []
+    with open(path, "w") as f:
+        for _ in range(STREAM_REQUESTS):
+            b = int(rng.integers(case["batches"][0], case["batches"][1] + 1))
+            s = int(rng.integers(STREAM_LENGTHS[0], STREAM_LENGTHS[1] + 1))
+            f.write(json.dumps({"input_ids": rng.integers(*STREAM_IDS, size=(b, s)).tolist()}) + "\n")
+            shapes.append((b, s))
+    return shapes
+
+
+def compare_checksums(ours, theirs, shapes, tol):
+    """Per request |ours - theirs| <= tol * max(|theirs|, batch * length): the sum of a
+    request's outputs can nearly cancel, and then its own size is no yardstick; the
+    number of tokens (each a vector of O(1) values) is. Returns (agreeing, worst)."""
+    if len(ours) != len(theirs):
+        return 0, float("inf")
+    good, worst = 0, 0.0
+    for a, b, (bs, s) in zip(ours, theirs, shapes):
+        rel = abs(a - b) / max(abs(b), bs * s)
+        worst = max(worst, rel)
+        good += rel <= tol
+    return good, worst
+
+
+def run_stream(case, threads, args, requests, shapes):
+    """`encoder-stream`: args.gen_rounds whole streams each, alternating ours and ONNX
+    Runtime's, each a fresh process (ours makes its plans as the stream goes)."""
+    cmd_ours = [TM, "stream", case["model"], "--requests", requests, "--threads", str(threads), "--json"]
+    cmd_ort = ["node", ORT_STREAM, case["model"], "--requests", requests, "--threads", str(threads)] + \
+        (["--no-spin"] if args.ort_no_spin else [])
+    ours_runs, ort_runs = [], []
+    for r in range(args.gen_rounds):
+        for who in (("ours", "ort") if r % 2 == 0 else ("ort", "ours")):
+            time.sleep(SWITCH_PAUSE)
+            if who == "ours":
+                ours_runs.append(run_json(cmd_ours, ours_env()))
+            else:
+                ort_runs.append(run_json(cmd_ort))
+    o, t = median([r["total_ms"] for r in ours_runs]), median([r["total_ms"] for r in ort_runs])
+    good, worst = compare_checksums(ours_runs[0].get("checksums", []), ort_runs[0]["checksums"], shapes, case["tol"])
+    n = len(shapes)
+    return dict(kind="encoder-stream", requests=n, rounds=len(ours_runs), ours_ms=o, ort_ms=t, ratio=o / t,
+                load_ms=median([r.get("load_ms", float("nan")) for r in ours_runs]),
+                ort_session_ms=median([r["session_ms"] for r in ort_runs]),
+                plans=spread([r.get("plans_made") for r in ours_runs]),
+                generic=spread([r.get("generic_plans") for r in ours_runs]),
+                ours_rss=peak(ours_runs),
+                ort_rss=max(r["peak_rss_mb"] for r in ort_runs),
+                ort_rss_base=max(r.get("rss_before_mb", 0.0) for r in ort_runs),
+                match=("yes" if good == n else "NO") + f" ({good}/{n}; worst {worst:.2g}, tolerance {case['tol']:g})",
+                ok=good == n, load=os.getloadavg()[0])
+
+
+def model_bytes(path):
+    """Weights as stored: the model file and its external data beside it."""
+    total = os.path.getsize(path)
+    if os.path.exists(path + "_data"):
+        total += os.path.getsize(path + "_data")
+    return total
+
+
+def kv_cache_bytes(path, length):
+    """layers * 2 * kv_heads * head_dim * element size * length, from the past inputs."""
+    size = {1: 4, 10: 2, 16: 2, 11: 8}
+    total = 0
+    for name, et, dims in model_inputs(path):
+        if name.startswith("past"):
+            per = size.get(et, 4)
+            for k, d in enumerate(dims):
+                if k != 0 and isinstance(d, int) and d > 0:
+                    per *= d
+            total += per * length
+    return total
+
+
+def run_long(case, args):
+    """`generate-long`: one loop each on one thread, ours first."""
+    n_new = args.long_new
+    cmd_ours, cmd_ort = generate_cmds(case, 1, n_new, args)
+    ours = run_json(cmd_ours, ours_env())
+    time.sleep(SWITCH_PAUSE)
+    ort = run_json(cmd_ort)
+    w = min(LONG_WINDOW, len(ours["decode_ms"]) // 2)
+    total = GEN_PROMPT + n_new
+    first, last = median(ours["decode_ms"][:w]), median(ours["decode_ms"][-w:])
+    ort_first, ort_last = median(ort["decode_ms"][:w]), median(ort["decode_ms"][-w:])
+    weights, kv = model_bytes(case["model"]) / 1048576, kv_cache_bytes(case["model"], total) / 1048576
+    tokens = agreement(ours["tokens"], ort["tokens"])
+    return dict(kind="generate-long", new=n_new, total=total, window=w, ours_rss=peak([ours]),
+                ort_rss=ort["peak_rss_mb"], ort_rss_base=ort.get("rss_before_mb", 0.0),
+                weights_mb=weights, kv_mb=kv, first_ms=first, last_ms=last, growth=last / first,
+                ort_first_ms=ort_first, ort_last_ms=ort_last, ort_growth=ort_last / ort_first,
+                ours_ms=median(ours["decode_ms"]), ort_ms=median(ort["decode_ms"]),
+                plans=spread([ours.get("plans_made")]), generic=spread([ours.get("generic_plans")]),
+                match=agreement_text(tokens), ok=True, load=os.getloadavg()[0])
+
+
+def run_loop_case(case, args, rows, worst):
+    """Runs a `generate`, `encoder-stream` or `generate-long` case into rows (name, threads,
+    row or None, why); returns the worst ratio so far (generate and stream totals are
+    ratios like the others': ours / ONNX Runtime)."""
+    kind = case["kind"]
+    threads = [1] if kind == "generate-long" else [int(t) for t in args.threads.split(",")]
+    requests = shapes = None
+    if kind == "encoder-stream":
+        os.makedirs(os.path.join(WORK, case["name"]), exist_ok=True)
+        requests = os.path.join(WORK, case["name"], "requests.jsonl")
+        shapes = write_requests(case, requests)
+    for t in threads:
+        label = f"{case['name']} t{t}"
+        try:
+            if kind == "generate":
+                row = run_generate(case, t, args)
+            elif kind == "encoder-stream":
+                row = run_stream(case, t, args, requests, shapes)
+            else:
+                row = run_long(case, args)
+        except (subprocess.CalledProcessError, RuntimeError, ValueError, OSError, KeyError, TypeError,
+                ZeroDivisionError) as e:
+            print(f"{label}: FAILED: {e}")
+            rows.append((case["name"], t, None, str(e)))
+            worst = (float("inf"), label)
+            continue
+        rows.append((case["name"], t, row, ""))
+        if kind == "generate":
+            print(f"{label}: {row['new']} new tokens: ours {row['ours_ms']:.3f} ms/token, ORT "
+                  f"{row['ort_ms']:.3f}, ratio {row['ratio']:.2f}; our fixed step at past "
+                  f"{row['step_past']} {row['step_ms']:.3f} ms, loop / step {row['loop_step']:.2f}; "
+                  f"prefill {row['ours_prefill']:.1f} / {row['ort_prefill']:.1f} ms; tokens/s "
+                  f"{row['ours_tps']:.1f} / {row['ort_tps']:.1f}; plans made {row['plans']}, "
+                  f"generic {row['generic']}; peak RSS {row['ours_rss']:.0f} / {row['ort_rss']:.0f} MB; "
+                  f"tokens {row['match']}; {row['mode']}")
+        elif kind == "encoder-stream":
+            print(f"{label}: {row['requests']} requests: ours {row['ours_ms']:.0f} ms (load "
+                  f"{row['load_ms']:.0f} ms besides), ORT {row['ort_ms']:.0f} ms (session "
+                  f"{row['ort_session_ms']:.0f} ms besides), ratio {row['ratio']:.2f}; plans made "
+                  f"{row['plans']}, generic {row['generic']}; peak RSS {row['ours_rss']:.0f} / "
+                  f"{row['ort_rss']:.0f} MB; checksums agree: {row['match']}")
+        else:
+            print(f"{label}: {row['new']} new tokens: peak RSS {row['ours_rss']:.0f} MB (weights "
+                  f"{row['weights_mb']:.0f} + KV cache {row['kv_mb']:.0f} MB; ORT {row['ort_rss']:.0f}); "
+                  f"ms/token first {row['window']} {row['first_ms']:.3f}, last {row['window']} "
+                  f"{row['last_ms']:.3f}, ratio {row['growth']:.2f} (ORT {row['ort_first_ms']:.3f} -> "
+                  f"{row['ort_last_ms']:.3f}, {row['ort_growth']:.2f}); tokens {row['match']}")
+        if not row["ok"]:
+            worst = (float("inf"), label + (" (tokens differ)" if kind == "generate" else " (checksums differ)"))
+        elif kind != "generate-long" and row["ratio"] > worst[0]:
+            worst = (row["ratio"], label)
+    return worst
+
+
 GEMM_LINE = re.compile(r"^\s+gemm (\d+)x(\d+)x(\d+) x(\d+)\s+(\d+) kernels\s+([\d.]+) ms\s+([\d.]+) GFLOP/s")
 
 
@@ -445,6 +797,10 @@ def main():
     ap.add_argument("--skip-large", action="store_true", help="leave out the 0.6B LLaMA (2.6 GB)")
     ap.add_argument("--ort-no-spin", action="store_true",
                     help="turn ONNX Runtime's spinning off (its default is on)")
+    ap.add_argument("--gen-new", type=int, default=GEN_NEW, help="new tokens of the generate cases")
+    ap.add_argument("--gen-rounds", type=int, default=3,
+                    help="whole runs of each side per generate / encoder-stream case")
+    ap.add_argument("--long-new", type=int, default=LONG_NEW, help="new tokens of generate-long")
     args = ap.parse_args()
     ensure_ort()
     wanted = set(filter(None, args.cases.split(",")))
@@ -453,9 +809,10 @@ def main():
         print(f"machine: FMA peak {probe['fma_peak_gflops']:.1f} GFLOP/s (one core), memory read "
               f"{probe['read_gbs_1t']:.1f} GB/s (1 thread), {probe['read_gbs_2t']:.1f} GB/s (2 threads)")
     rows, skipped, bandwidth, gemms, worst = [], [], [], [], (0.0, "")
+    loop_rows = []
     large = {c["name"] for c in case_list(False)} - {c["name"] for c in case_list(True)}
     for case in case_list(False):
-        if wanted and case["name"] not in wanted:
+        if wanted and case["name"] not in wanted and case.get("kind") not in wanted:
             continue
         if args.skip_large and case["name"] in large:
             skipped.append((case["name"], "left out (--skip-large)"))
@@ -468,6 +825,9 @@ def main():
         if not ok or not os.path.exists(case["model"]):
             skipped.append((case["name"], "model absent"))
             print(f"skip {case['name']}: model absent", file=sys.stderr)
+            continue
+        if case.get("kind"):
+            worst = run_loop_case(case, args, loop_rows, worst)
             continue
         inputs = os.path.join(WORK, case["name"], "inputs")
         shutil.rmtree(inputs, ignore_errors=True)
@@ -521,13 +881,130 @@ def main():
     for key in ("fma_peak_gflops", "read_gbs_1t", "read_gbs_2t"):
         if key in again and probe.get(key, 0) < again[key]:
             probe[key] = again[key]
-    write_results(args, probe, rows, skipped, bandwidth, gemms, worst)
+    write_results(args, probe, rows, skipped, bandwidth, gemms, worst, loop_rows)
     print(f"worst ratio {worst[0]:.2f} ({worst[1]})")
 
 
-def write_results(args, probe, rows, skipped, bandwidth, gemms, worst):
-    partial = bool(args.cases) or args.threads != "1,2"
+def met(ok):
+    return "met" if ok else "NOT met"
+
+
+def write_loop_sections(f, loop_rows, args):
+    """The tables of the generate, encoder-stream and generate-long cases."""
+    by_kind = {}
+    for name, t, r, why in loop_rows:
+        kind = r["kind"] if r else ("generate-long" if name.startswith("generate-long")
+                                    else "encoder-stream" if name.startswith("encoder-stream") else "generate")
+        by_kind.setdefault(kind, []).append((name, t, r, why))
+    gen = by_kind.get("generate", [])
+    if gen:
+        r0 = next((r for _, _, r, _ in gen if r), None)
+        new, rounds = (r0["new"], r0["rounds"]) if r0 else (args.gen_new, args.gen_rounds)
+        f.write("\n## Generation loops (shapes that change)\n\n")
+        f.write(f"`transmuter generate MODEL --prompt-ids ... --max-new {new} --threads T --json` against "
+                f"bench/ort_generate.mjs (the same loop over onnxruntime-node, sessions made as above: "
+                f"an empty cache and use_cache_branch false for the prompt, then each step's present.* "
+                f"fed back as the next past_key_values.*, as transformers.js does; no IO binding, which "
+                f"onnxruntime-node offers only for GPU outputs: a pre-allocated output is copied out "
+                f"again, see the script), a {GEN_PROMPT}-token prompt (seeded ids) then {new} new tokens, "
+                f"greedy. {rounds} whole runs of each, alternating, each a fresh process (our prefill "
+                f"includes making its first plans), and between them our fixed-shape decode step: a "
+                f"`transmuter bench` decode plan at the loop's mean past ({GEN_PROMPT} + {new // 2}), about "
+                f"a second of steps a round. ms/token: the median over every decode step of every run; "
+                f"tokens/s: decode steps over their total time (median of the runs); loop / step: our "
+                f"loop's ms/token over the fixed step's (issue 33's bar: 1.15); ratio: ours / ONNX "
+                f"Runtime (bar: 0.5); plans made / generic: what one of our runs reports (`plans_made`, `generic_plans`). "
+                f"Tokens: ours against ONNX Runtime's (fp32 must be identical; quantized products round "
+                f"differently, and once one token differs the two loops feed back different tokens).\n\n")
+        f.write("| case | threads | prefill ms ours / ORT | ours ms/token | ORT ms/token | ratio | fixed step ms "
+                "(past) | loop / step | tokens/s ours / ORT | plans made / generic | our load ms / ORT session ms | "
+                "peak RSS MB ours / ORT | tokens | load avg |\n")
+        f.write("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+        for name, t, r, why in gen:
+            if r is None:
+                f.write(f"| {name} | {t} | failed: {why} | | | | | | | | | | | |\n")
+                continue
+            f.write(f"| {name} | {t} | {r['ours_prefill']:.1f} / {r['ort_prefill']:.1f} | {r['ours_ms']:.3f} | "
+                    f"{r['ort_ms']:.3f} | {r['ratio']:.2f} | {r['step_ms']:.3f} ({r['step_past']}) | "
+                    f"{r['loop_step']:.2f} | {r['ours_tps']:.1f} / {r['ort_tps']:.1f} | {r['plans']} / "
+                    f"{r['generic']} | {r['load_ms']:.0f} / {r['ort_session_ms']:.0f} | "
+                    f"{r['ours_rss']:.0f} / {r['ort_rss']:.0f} | {r['match']} | {r['load']:.1f} |\n")
+    stream = by_kind.get("encoder-stream", [])
+    if stream:
+        f.write("\n## Encoder streams (shapes that change)\n\n")
+        f.write(f"`transmuter stream MODEL --requests FILE --threads T --json` against bench/ort_stream.mjs "
+                f"(one session), {STREAM_REQUESTS} requests in order, seeded: lengths "
+                f"{STREAM_LENGTHS[0]}..{STREAM_LENGTHS[1]}, batch 1 (b1) or batch sizes 1..8 (b1to8), ids "
+                f"in [{STREAM_IDS[0]}, {STREAM_IDS[1]}), attention_mask ones, token_type_ids zeros "
+                f"(bench/.work/CASE/requests.jsonl). {args.gen_rounds} whole streams of each, "
+                f"alternating, each a fresh process; medians. Total: every request, our plan "
+                f"creation included (plans are made as the stream goes); the model's load and ONNX "
+                f"Runtime's session creation are given beside it. Ratio: ours / ONNX Runtime (issue "
+                f"33's bar: 0.8). Checksums: per request the sum of the first output, within the "
+                f"tolerance relative to the larger of its size and the request's token count.\n\n")
+        f.write("| case | threads | requests | ours total ms | ORT total ms | ratio | our load ms | "
+                "ORT session ms | plans made / generic | peak RSS MB ours / ORT | checksums agree | load avg |\n")
+        f.write("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+        for name, t, r, why in stream:
+            if r is None:
+                f.write(f"| {name} | {t} | failed: {why} | | | | | | | | | |\n")
+                continue
+            f.write(f"| {name} | {t} | {r['requests']} | {r['ours_ms']:.0f} | {r['ort_ms']:.0f} | "
+                    f"{r['ratio']:.2f} | {r['load_ms']:.0f} | {r['ort_session_ms']:.0f} | {r['plans']} / "
+                    f"{r['generic']} | {r['ours_rss']:.0f} / {r['ort_rss']:.0f} | {r['match']} | "
+                    f"{r['load']:.1f} |\n")
+    long = by_kind.get("generate-long", [])
+    if long:
+        f.write("\n## Long generation\n\n")
+        f.write(f"The same loops on one thread, one run each (ours first), {GEN_PROMPT} prompt tokens "
+                f"and {args.long_new} new ones: the small LLaMA has 2048 positions, and "
+                f"{GEN_PROMPT} + {args.long_new} = {GEN_PROMPT + args.long_new} tokens. Peak RSS against "
+                f"the weights (the model's files) + the KV cache at that length (layers x 2 x kv heads "
+                f"x head dim x 4 bytes x tokens) + 64 MB (issue 33's bar), and the median ms per token "
+                f"of the first and of the last {LONG_WINDOW} decode steps (bar: the last at most 1.3x "
+                f"the first).\n\n")
+        f.write("| case | new tokens | peak RSS MB | weights MB | KV cache MB | bar MB | first ms/token | "
+                "last ms/token | last / first | plans made / generic | ORT peak RSS MB | ORT first / last ms | "
+                "tokens vs ORT | load avg |\n")
+        f.write("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+        for name, t, r, why in long:
+            if r is None:
+                f.write(f"| {name} | failed: {why} | | | | | | | | | | | | |\n")
+                continue
+            bar = r["weights_mb"] + r["kv_mb"] + 64
+            f.write(f"| {name} | {r['new']} | {r['ours_rss']:.0f} | {r['weights_mb']:.1f} | {r['kv_mb']:.1f} | "
+                    f"{bar:.0f} | {r['first_ms']:.3f} | {r['last_ms']:.3f} | {r['growth']:.2f} | {r['plans']} / "
+                    f"{r['generic']} | {r['ort_rss']:.0f} | {r['ort_first_ms']:.3f} / {r['ort_last_ms']:.3f} | "
+                    f"{r['match']} | {r['load']:.1f} |\n")
+
+
+def write_loop_bars(f, loop_rows):
+    for name, t, r, why in loop_rows:
+        if r is None:
+            f.write(f"- {name} t{t}: failed ({why}).\n")
+        elif r["kind"] == "generate":
+            f.write(f"- {name} t{t}: {r['ours_ms']:.3f} ms a new token, {r['loop_step']:.2f}x our fixed "
+                    f"decode step at past {r['step_past']} (bar 1.15: {met(r['loop_step'] <= 1.15)}) and "
+                    f"{r['ratio']:.2f}x ONNX Runtime's loop (bar 0.5: {met(r['ratio'] <= 0.5)}); "
+                    f"plans made {r['plans']}, generic {r['generic']}; tokens {r['match']}.\n")
+        elif r["kind"] == "encoder-stream":
+            f.write(f"- {name} t{t}: {r['ratio']:.2f}x ONNX Runtime's total time, our plan creation "
+                    f"included (bar 0.8: {met(r['ratio'] <= 0.8)}); plans made {r['plans']}, "
+                    f"generic {r['generic']}; checksums {r['match']}.\n")
+        else:
+            bar = r["weights_mb"] + r["kv_mb"] + 64
+            rss = met(r["ours_rss"] <= bar) if r["ours_rss"] == r["ours_rss"] else "not reported"
+            f.write(f"- {name}: peak RSS {r['ours_rss']:.0f} MB against weights + KV cache + 64 MB = "
+                    f"{bar:.0f} MB ({rss}); the last {r['window']} tokens "
+                    f"{r['growth']:.2f}x the first {r['window']}'s ms/token (bar 1.3: "
+                    f"{met(r['growth'] <= 1.3)}).\n")
+
+
+def write_results(args, probe, rows, skipped, bandwidth, gemms, worst, loop_rows=()):
+    partial = bool(args.cases) or args.threads != "1,2" or args.gen_new != GEN_NEW or \
+        args.long_new != LONG_NEW
     path = os.path.join(WORK, "RESULTS-partial.md") if partial else os.path.join(HERE, "RESULTS.md")
+    node_base = max([(r[2] or {}).get("ort_rss_base", 0) for r in list(rows) + list(loop_rows)] or [0])
     os.makedirs(os.path.dirname(path), exist_ok=True)
     print(f"results: {os.path.relpath(path)}")
     with open(path, "w") as f:
@@ -549,13 +1026,14 @@ def write_results(args, probe, rows, skipped, bandwidth, gemms, worst):
                 f"Ratio = ours / ONNX Runtime (below 1.0: we are faster); the fastest single run of "
                 f"each is given too, being the least disturbed by other work. Our start-up is model load "
                 f"+ plan creation (+ session); ONNX Runtime's is InferenceSession.create. ORT's RSS "
-                f"includes Node.js (about {max((r[2] or {}).get('ort_rss_base', 0) for r in rows) if rows else 0:.0f} MB "
+                f"includes Node.js (about {node_base:.0f} MB "
                 f"before the session). The machine is shared with other work (its load average is "
                 f"given per case): expect noise of several percent, more on 2 threads. Regenerate: "
                 f"`make bench`.\n\n")
-        f.write("| case | threads | ours ms | ORT ms | ratio | best ours / ORT ms | our load + plan ms | "
-                "ORT session ms | our peak RSS MB | ORT peak RSS MB | outputs match | load avg |\n")
-        f.write("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+        if rows or skipped:
+            f.write("| case | threads | ours ms | ORT ms | ratio | best ours / ORT ms | our load + plan ms | "
+                    "ORT session ms | our peak RSS MB | ORT peak RSS MB | outputs match | load avg |\n")
+            f.write("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
         for name, t, r in rows:
             if r is None:
                 f.write(f"| {name} | {t} | failed | | | | | | | | | |\n")
@@ -598,11 +1076,13 @@ def write_results(args, probe, rows, skipped, bandwidth, gemms, worst):
                 each = ", ".join(f"{x:.1f}" for x in g.get("processes", [g["gflops"]]))
                 f.write(f"| {g['shape']} | {g['mflop']:.0f} | {g['count']} | {g['gflops']:.1f} | "
                         f"{100 * g['gflops'] / probe['fma_peak_gflops']:.1f}% | {each} |\n")
+        write_loop_sections(f, loop_rows, args)
         f.write("\n## The issue's bars\n\n")
         done = [(n, t, r) for n, t, r in rows if r]
         over = [f"{n} t{t} ({r['ratio']:.2f})" for n, t, r in done if r["ratio"] > 1.0]
-        f.write(f"- At least as fast as ONNX Runtime (ratio <= 1.0): {len(done) - len(over)} of "
-                f"{len(done)} measured runs" + (f"; above: {', '.join(over)}" if over else "") + ".\n")
+        if done or not loop_rows:
+            f.write(f"- At least as fast as ONNX Runtime (ratio <= 1.0): {len(done) - len(over)} of "
+                    f"{len(done)} measured runs" + (f"; above: {', '.join(over)}" if over else "") + ".\n")
         for n, t, r in done:
             if n.startswith("minilm-fp32"):
                 ours = r["load_ms"] + r["plan_ms"]
@@ -621,8 +1101,10 @@ def write_results(args, probe, rows, skipped, bandwidth, gemms, worst):
                 f.write(f"- {label}: weights read at {100 * gbs / bw:.0f}% of the bandwidth measured "
                         f"around it, {100 * gbs / probe[f'read_gbs_{t}t']:.0f}% of the session's best "
                         f"(bar: 60%){cached}.\n")
+        write_loop_bars(f, loop_rows)
         bad = [f"{n} t{t}" for n, t, r in done if not r["ok"]]
-        f.write(f"- Outputs match ONNX Runtime: {'all' if not bad else 'NOT ' + ', '.join(bad)}.\n")
+        if done or not loop_rows:
+            f.write(f"- Outputs match ONNX Runtime: {'all' if not bad else 'NOT ' + ', '.join(bad)}.\n")
         f.write(f"\nworst ratio {worst[0]:.2f} ({worst[1]})\n")
 
 

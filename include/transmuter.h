@@ -234,9 +234,39 @@ typedef struct tm_plan_options {
     int n_static;                /* inputs whose values are fixed by this plan */
     const char *const *static_names;
     const tm_tensor *const *static_values;
+    /* Decoders: each Concat(past, new) -> present of a KV cache (past a graph input of
+     * (B, H, P, D), concatenated on P, read by the fused attention) keeps the cache in
+     * place: the plan takes that past input in the (B, P, H, D) layout, and its present
+     * output is the same buffer with the new rows written after the P there, (B, P + S, H,
+     * D) — so the buffer given for past must have room for P + S rows (batch 1; with
+     * batch B the rows of each batch are moved up, a copy). tm_plan_kv_input tells which
+     * inputs are so. Used by tm_decoder; a plan that keeps no cache is unchanged. */
+    int kv_in_place;
+    /* A plan that serves many sizes (see tm_model_run): the sizes that vary grow together
+     * along a line, each by one per step, from the given inputs' (which count as the first
+     * point; the plan serves every point of 2 or more on the line, up to max_size of the
+     * first varying dim when it is not 0). Which dims vary: the n_vary given (input name
+     * and axis, with every dim the model names as it names one of those: input_ids axis 0
+     * brings every "batch_size"), or by default every dim the model names (a dim_param such as
+     * "sequence_length" or "past_sequence_length") that is 2 or more in the given inputs,
+     * batch dims (names with "batch") left out unless they are the only ones. The graph
+     * is traced at three points on the line; if it does not follow them (see tm_model_run)
+     * the plan made is for the given shape alone: tm_plan_serves_sizes says which. */
+    int dynamic;
+    int n_vary;
+    const char *const *vary_names;
+    const int *vary_axes;
+    int64_t max_size;
 } tm_plan_options;
 
 void tm_plan_options_default(tm_plan_options *opts);
+/* Whether a plan serves many sizes (a generic plan: tm_plan_options.dynamic, or one
+ * tm_model_run made), and the first varying dim's smallest and largest size (-1: no
+ * bound). */
+int tm_plan_serves_sizes(const tm_plan *plan, int64_t *min_size, int64_t *max_size);
+/* Whether graph input i of a plan made with kv_in_place is a KV cache it keeps in place
+ * (taken in the (B, P, H, D) layout; its present output likewise). */
+int tm_plan_kv_input(const tm_plan *plan, int i);
 
 /* Compiles a plan for the shapes and dtypes of `inputs` (their data is not read, except
  * for static inputs). Shape arithmetic is folded, `If` with a known condition is folded,
@@ -280,10 +310,74 @@ tm_status tm_session_run(tm_session *session, int n_inputs, const char *const *n
 const tm_tensor *tm_session_result(const tm_session *session, int i);
 
 /* Runs through a plan cached per input-shape signature (and static values), creating it
- * the first time. Thread-safe; outputs as in tm_session_run. */
+ * the first time. Thread-safe; outputs as in tm_session_run.
+ * Changing sizes: when two plans of one signature family (same input names, dtypes,
+ * ranks and static values) differ only in sizes that move together along a line (a
+ * decoder's past length and its mask's length; an encoder's sequence length in all its
+ * inputs; a batch size), the cache also traces the graph at the next size along that line
+ * and, if the three plans are the same kernels with sizes, arguments and size-made
+ * constants that follow the size exactly, keeps one generic plan that serves every size
+ * of 2 or more on that line: a run at a new size then re-derives the sizes through the
+ * primitives' shape rules and places its arena anew (microseconds, no plan made; the
+ * arena grows by half when it must). Sizes of 0 or 1 and graphs that do not follow
+ * their sizes (a graph break, a folded constant that is large or not made of integers
+ * following the size) keep a plan per shape. TM_GENERIC=0 turns it off; TM_GENERIC_DEBUG=1
+ * prints each try and why it failed. */
 tm_status tm_model_run(tm_model *model, int n_inputs, const char *const *names,
                        const tm_tensor *const *inputs, tm_tensor **outputs,
                        const tm_plan_options *opts, tm_error *err);
+
+/* ---- Decoders: token by token with the KV cache in place ---------------------------- */
+
+/* A decoder export (decoder_model_merged.onnx, decoder_with_past_model.onnx: input_ids,
+ * optional attention_mask / position_ids / use_cache_branch, past_key_values.* inputs
+ * with present.* outputs) stepped one append at a time, batch 1. The decoder owns the KV
+ * cache: one buffer per past input with room to grow (doubling when full), which the
+ * plans read and append to in place (tm_plan_options.kv_in_place) — a step copies no
+ * cache and, once its plans exist, allocates nothing. Decode steps of one token share one
+ * plan for every past length (tm_model_run's generic plans), prompts of 2 or more tokens
+ * another. The attention mask is all ones and positions count from 0. A cache the plan
+ * cannot keep in place (not concatenated on the length axis of (batch, heads, length,
+ * width) and read by the fused attention) is fed back by a copy. Not thread-safe: one
+ * decoder per thread (a model serves many). */
+typedef struct tm_decoder tm_decoder;
+typedef struct tm_decoder_options {
+    size_t size;                 /* sizeof(tm_decoder_options): fields are only appended */
+    int64_t capacity;            /* cache positions reserved at first (0: 256) */
+    int kv_in_place;             /* 1 (default): keep caches in place; 0: copy each step */
+} tm_decoder_options;
+void tm_decoder_options_default(tm_decoder_options *opts);
+tm_status tm_decoder_create(tm_model *model, const tm_decoder_options *opts, tm_decoder **out,
+                            tm_error *err);
+/* Runs the model on n tokens after the cache (a prompt, or one token a step); the cache
+ * grows by n. On error the cache is as before. */
+tm_status tm_decoder_append(tm_decoder *d, const int64_t *tokens, int64_t n, tm_error *err);
+/* The logits of the last append, (1, n, vocab), in the decoder's memory: valid until the
+ * next append, reset or free; NULL before the first. */
+const tm_tensor *tm_decoder_logits(const tm_decoder *d);
+/* An input the decoder does not feed itself: an encoder-decoder's encoder_hidden_states
+ * (Whisper, T5, BART), copied; its dim 1 is the encoder's length, which the encoder's
+ * caches (past_key_values.*.encoder.*, made by the prompt's step, then read as they are)
+ * take. Give it before the first append; a new length starts a new sequence. */
+tm_status tm_decoder_set_input(tm_decoder *d, const char *name, const tm_tensor *value,
+                               tm_error *err);
+/* Positions in the cache. */
+int64_t tm_decoder_length(const tm_decoder *d);
+/* Empties the cache (its memory and plans are kept for the next sequence). */
+void tm_decoder_reset(tm_decoder *d);
+void tm_decoder_free(tm_decoder *d);
+
+/* What tm_model_run's plan cache has done for a model so far. */
+typedef struct tm_plan_stats {
+    size_t size;                 /* sizeof(tm_plan_stats): fields are only appended */
+    size_t runs;                 /* tm_model_run calls that ran */
+    size_t plans;                /* plans made for one input shape */
+    size_t generic_plans;        /* plans made that serve many sizes (each traced 3 times) */
+    size_t generic_failed;       /* tries at one that the graph did not allow */
+    size_t generic_runs;         /* runs a generic plan served */
+} tm_plan_stats;
+/* Fills *out (out->size set by the caller, as tm_plan_stats's size). */
+void tm_model_plan_stats(tm_model *model, tm_plan_stats *out);
 
 /* ---- Saving models ------------------------------------------------------------------ */
 

@@ -543,6 +543,33 @@ static tm_val attn_plain(tm_ctx *c, const tm_val *in, tm_val *extra) {
                    in[3]);
     return bin(c, TM_P_MATMUL, softmax_last(c, s), in[2]);
 }
+/* GPT-2: softmax(where(causal, q k^T / 8, finfo.min) + mask) v, 5 queries after a past
+ * of 4 (the causal condition a constant (1, 1, 5, 9), as the export slices its bias);
+ * broken: one element of the condition off the causal pattern, which must not fuse. */
+static tm_val causal_cond(tm_ctx *c, int64_t sq, int64_t sk, int broken) {
+    int64_t dims[4] = {1, 1, sq, sk};
+    tm_tensor *t = tm_tensor_alloc(TM_BOOL, 4, dims, NULL);
+    uint8_t *b = t->data;
+    for (int64_t i = 0; i < sq; i++)
+        for (int64_t j = 0; j < sk; j++) b[i * sk + j] = j <= sk - sq + i;
+    if (broken) b[sk] = !b[sk];
+    return tm_val_tensor(c, t, 0);
+}
+static tm_val attn_gpt2_causal(tm_ctx *c, const tm_val *in, tm_val *extra, int broken) {
+    (void)extra;
+    tm_val kt = transpose(c, in[1], 0, 1, 3, 2);
+    tm_val sc = bin(c, TM_P_DIV, bin(c, TM_P_MATMUL, in[0], kt), scalar(c, 4, 8.0));
+    tm_val w[3] = {causal_cond(c, 5, 9, broken), sc, scalar(c, 4, -3.4028234663852886e38)};
+    tm_val s = bin(c, TM_P_ADD, tm_prim(c, TM_P_WHERE, w, 3, NULL), in[3]);
+    return bin(c, TM_P_MATMUL, softmax_last(c, s), in[2]);
+}
+static tm_val attn_causal(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    return attn_gpt2_causal(c, in, extra, 0);
+}
+static tm_val attn_causal_broken(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    return attn_gpt2_causal(c, in, extra, 1);
+}
+
 /* The scores are read twice: nothing fuses. */
 static tm_val attn_shared(tm_ctx *c, const tm_val *in, tm_val *extra) {
     tm_val kt = transpose(c, in[1], 0, 1, 3, 2);
@@ -680,6 +707,10 @@ static const pattern patterns[] = {
      {{1, 4, 1, 64}, {1, 4, 33, 64}, {1, 4, 33, 64}, {1, 1, 1, 33}}, attn_plain, TM_P_ATTENTION, 1},
     {"attention scores read twice", 3, {4, 4, 4}, {{1, 2, 5, 8}, {1, 2, 6, 8}, {1, 2, 6, 8}},
      attn_shared, TM_P_MATMUL, 0},
+    {"GPT-2 causal attention (where fill, mask), 5 queries after 4", 4, {4, 4, 4, 4},
+     {{1, 2, 5, 8}, {1, 2, 9, 8}, {1, 2, 9, 8}, {1, 1, 1, 9}}, attn_causal, TM_P_ATTENTION, 1},
+    {"where whose condition is not causal: left alone", 4, {4, 4, 4, 4},
+     {{1, 2, 5, 8}, {1, 2, 9, 8}, {1, 2, 9, 8}, {1, 1, 1, 9}}, attn_causal_broken, TM_P_MATMUL, 0},
 };
 
 /* ---- The harness ---------------------------------------------------------------------- */

@@ -364,7 +364,7 @@ static int learn_num_labels(ft_model *fm) {
  * (least recently used dropped beyond --plan-cache), since shapes recur every epoch;
  * --max-length or --pad-multiple bound how many distinct shapes there are. */
 typedef struct ft_plan {
-    int64_t batch, length;
+    int64_t batch, length;   /* length -1: a plan serving every length of 2 or more */
     tm_plan *plan;
     tm_session *session;
     uint64_t used;
@@ -389,7 +389,8 @@ static void plans_free(ft_plans *ps) {
 static ft_plan *plan_for(ft_plans *ps, const ft_model *fm, const tm_tensor *const *in,
                          int64_t batch, int64_t length, int quiet) {
     for (int i = 0; i < ps->n; i++)
-        if (ps->e[i].batch == batch && ps->e[i].length == length) {
+        if (ps->e[i].batch == batch && (ps->e[i].length == length ||
+                                        (ps->e[i].length == -1 && length >= 2))) {
             ps->e[i].used = ++ps->clock;
             return &ps->e[i];
         }
@@ -410,7 +411,17 @@ static ft_plan *plan_for(ft_plans *ps, const ft_model *fm, const tm_tensor *cons
     memset(p, 0, sizeof *p);
     tm_error err;
     double t0 = now_ms();
-    if (tm_grad_plan_create(fm->m, fm->n_in + 1, fm->in_names, in, NULL, &go, &p->plan, &err) != TM_OK ||
+    /* One plan for every padded length of this batch size (shapes that change): the
+     * lengths of input_ids and of every input the model names alike. */
+    tm_plan_options po;
+    tm_plan_options_default(&po);
+    const char *vary_names[1] = {"input_ids"};
+    int vary_axes[1] = {1};
+    po.dynamic = length >= 2 && !getenv("TM_FINETUNE_PLAN_PER_SHAPE");
+    po.n_vary = 1;
+    po.vary_names = vary_names;
+    po.vary_axes = vary_axes;
+    if (tm_grad_plan_create(fm->m, fm->n_in + 1, fm->in_names, in, &po, &go, &p->plan, &err) != TM_OK ||
         tm_session_create(p->plan, &p->session, &err) != TM_OK) {
         fail("the value-and-gradient plan for a batch of %lld x %lld: %s", (long long)batch,
              (long long)length, err.message);
@@ -420,12 +431,19 @@ static ft_plan *plan_for(ft_plans *ps, const ft_model *fm, const tm_tensor *cons
     double ms = now_ms() - t0;
     ps->plan_ms += ms;
     ps->made++;
-    if (!quiet)
-        printf("plan for batch %lld x %lld: %d kernels, arena %.1f MB, made in %.0f ms\n",
-               (long long)batch, (long long)length, tm_plan_n_kernels(p->plan),
-               tm_plan_arena_bytes(p->plan) / 1048576.0, ms);
+    int every = tm_plan_serves_sizes(p->plan, NULL, NULL);
+    if (!quiet) {
+        if (every)
+            printf("plan for batch %lld x every length: %d kernels, arena %.1f MB at length %lld, "
+                   "made in %.0f ms\n", (long long)batch, tm_plan_n_kernels(p->plan),
+                   tm_plan_arena_bytes(p->plan) / 1048576.0, (long long)length + 1, ms);
+        else
+            printf("plan for batch %lld x %lld: %d kernels, arena %.1f MB, made in %.0f ms\n",
+                   (long long)batch, (long long)length, tm_plan_n_kernels(p->plan),
+                   tm_plan_arena_bytes(p->plan) / 1048576.0, ms);
+    }
     p->batch = batch;
-    p->length = length;
+    p->length = every ? -1 : length;
     p->used = ++ps->clock;
     ps->n++;
     return p;

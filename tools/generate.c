@@ -1,11 +1,13 @@
-/* `transmuter generate`: greedy decoding with a merged decoder (decoder_model_merged.onnx):
- * prefill with the prompt and an empty KV cache, then one token at a time with the cache
- * fed back. A smoke test of the runtime on a real decoding loop, not a text generator: no
+/* `transmuter generate`: greedy decoding with a decoder export (decoder_model_merged.onnx,
+ * decoder_with_past_model.onnx): the prompt, then one token at a time. Compiled, through
+ * tm_decoder (the KV cache in place, one plan for every decode step); with --eager, node
+ * by node with the cache fed back. The raw-model loop: token ids in and out, no
  * tokenizer, no sampling, batch 1. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include "transmuter.h"
 #include "core/dtype.h"
@@ -171,10 +173,11 @@ static int64_t argmax_last(const tm_tensor *logits) {
 }
 
 typedef struct loop {
-    int eager, max_new;
+    int eager, max_new, json, copy_cache;
     int64_t *prompt;
     int n_prompt;
     int64_t *generated;
+    double *step_ms;      /* per decode step (tokens 2..max_new) */
     double prefill_ms, decode_ms;
 } loop;
 
@@ -267,6 +270,65 @@ done:
     return next;
 }
 
+/* The compiled loop: tm_decoder. */
+static int generate_compiled(decoder *dd, loop *l) {
+    tm_decoder_options o;
+    tm_decoder_options_default(&o);
+    o.kv_in_place = !l->copy_cache;
+    o.capacity = l->n_prompt + l->max_new;
+    tm_decoder *d = NULL;
+    tm_error err = {0};
+    tm_status st = tm_decoder_create(dd->model, &o, &d, &err);
+    double t0 = now_ms();
+    if (st == TM_OK) st = tm_decoder_append(d, l->prompt, l->n_prompt, &err);
+    l->prefill_ms = now_ms() - t0;
+    double start = now_ms();
+    for (int k = 0; st == TM_OK && k < l->max_new; k++) {
+        l->generated[k] = argmax_last(tm_decoder_logits(d));
+        if (k + 1 == l->max_new) break;
+        double s0 = now_ms();
+        st = tm_decoder_append(d, &l->generated[k], 1, &err);
+        l->step_ms[k] = now_ms() - s0;
+    }
+    l->decode_ms = now_ms() - start;
+    tm_decoder_free(d);
+    if (st != TM_OK) return fail("%s", err.message[0] ? err.message : tm_status_name(st));
+    return 0;
+}
+
+/* This process's peak resident memory in MB: VmHWM (getrusage's ru_maxrss keeps the
+ * peak of the process that exec'd us). */
+static double peak_rss_mb(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kb = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "VmHWM:", 6)) kb = strtol(line + 6, NULL, 10);
+    if (f) fclose(f);
+    if (kb < 0) {
+        struct rusage ru;
+        getrusage(RUSAGE_SELF, &ru);
+        kb = ru.ru_maxrss;
+    }
+    return kb / 1024.0;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(const double *v, int n) {
+    if (n < 1) return 0;
+    double *c = malloc((size_t)n * sizeof *c);
+    if (!c) return 0;
+    memcpy(c, v, (size_t)n * sizeof *c);
+    qsort(c, (size_t)n, sizeof *c, cmp_double);
+    double m = n % 2 ? c[n / 2] : (c[n / 2 - 1] + c[n / 2]) / 2;
+    free(c);
+    return m;
+}
+
 static int generate(decoder *d, loop *l) {
     tm_tensor **past = calloc((size_t)d->n_in, sizeof *past);
     int rc = 1;
@@ -280,7 +342,9 @@ static int generate(decoder *d, loop *l) {
     l->generated[0] = token;
     t0 = now_ms();
     for (int k = 1; k < l->max_new; k++) {
+        double s0 = now_ms();
         token = step(d, l, past, &l->generated[k - 1], 1, l->n_prompt + k - 1);
+        l->step_ms[k - 1] = now_ms() - s0;
         if (token < 0) goto done;
         l->generated[k] = token;
     }
@@ -292,10 +356,21 @@ done:
     return rc;
 }
 
-static void usage(void) {
-    fprintf(stderr, "usage: transmuter generate MODEL --prompt-ids 1,2,3 --max-new N [--eager] "
-                    "[--threads N] [--compute-type f32] [--dequantize-nbits[-once]]\n");
+static void usage_to(FILE *f) {
+    fprintf(f, "usage: transmuter generate MODEL --prompt-ids 1,2,3 --max-new N [--threads N]\n"
+               "                           [--eager] [--copy-cache] [--json] [--compute-type f32]\n"
+               "                           [--dequantize-nbits[-once]]\n"
+               "Greedy decoding with a decoder export (decoder_model_merged.onnx, or\n"
+               "decoder_with_past_model.onnx): the prompt's ids, then --max-new tokens, printed\n"
+               "as ids separated by commas; timings on stderr.\n"
+               "  --eager        run node by node, the cache fed back (no plans)\n"
+               "  --copy-cache   compiled, but the cache copied each step instead of kept in place\n"
+               "  --json         one JSON line instead: prefill_ms, decode_ms (per step),\n"
+               "                 decode_ms_median, tokens_per_s, plans_made, generic_plans,\n"
+               "                 peak_rss_mb, load_ms, tokens\n");
 }
+
+static void usage(void) { usage_to(stderr); }
 
 int tm__cmd_generate(int argc, char **argv) {
     const char *model_path = NULL, *prompt = NULL;
@@ -308,6 +383,12 @@ int tm__cmd_generate(int argc, char **argv) {
         else if (!strcmp(argv[i], "--max-new") && i + 1 < argc) l.max_new = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) lo.threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--eager")) l.eager = 1;
+        else if (!strcmp(argv[i], "--json")) l.json = 1;
+        else if (!strcmp(argv[i], "--copy-cache")) l.copy_cache = 1;
+        else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage_to(stdout);
+            return 0;
+        }
         else if (!strcmp(argv[i], "--dequantize-nbits")) lo.dequantize_nbits = 1;
         else if (!strcmp(argv[i], "--dequantize-nbits-once")) lo.dequantize_nbits = 2;
         else if (!strcmp(argv[i], "--compute-type") && i + 1 < argc) {
@@ -338,6 +419,7 @@ int tm__cmd_generate(int argc, char **argv) {
     tm_error err = {0};
     int rc = 1;
     l.generated = calloc((size_t)l.max_new, sizeof *l.generated);
+    l.step_ms = calloc((size_t)l.max_new, sizeof *l.step_ms);
     double t0 = now_ms();
     tm_status st = tm_model_load(model_path, &lo, &d.model, &err);
     double load_ms = now_ms() - t0;
@@ -345,15 +427,36 @@ int tm__cmd_generate(int argc, char **argv) {
         fprintf(stderr, "transmuter: %s\n", err.message[0] ? err.message : tm_status_name(st));
         goto done;
     }
-    if (!l.generated || describe(&d) || generate(&d, &l)) goto done;
-    for (int k = 0; k < l.max_new; k++) printf("%s%lld", k ? "," : "", (long long)l.generated[k]);
-    printf("\n");
+    if (!l.generated || !l.step_ms || describe(&d)) goto done;
+    if (l.eager ? generate(&d, &l) : generate_compiled(&d, &l)) goto done;
     int n_decode = l.max_new - 1;
-    fprintf(stderr, "load %.1f ms; prefill %d tokens in %.1f ms (%.1f tokens/s); decode %d tokens "
-                    "in %.1f ms (%.1f tokens/s); %s\n",
-            load_ms, l.n_prompt, l.prefill_ms, l.n_prompt / (l.prefill_ms / 1e3), n_decode,
-            l.decode_ms, n_decode ? n_decode / (l.decode_ms / 1e3) : 0.0,
-            l.eager ? "eager" : "compiled: a new plan per step (each has a new past length)");
+    double med = median(l.step_ms, n_decode);
+    tm_plan_stats ps = {.size = sizeof ps};
+    tm_model_plan_stats(d.model, &ps);
+    double rss = peak_rss_mb();
+    if (l.json) {
+        printf("{\"prompt_tokens\": %d, \"new_tokens\": %d, \"load_ms\": %.3f, \"prefill_ms\": %.3f, "
+               "\"decode_ms_median\": %.4f, \"decode_ms_total\": %.3f, \"tokens_per_s\": %.2f, "
+               "\"plans_made\": %zu, \"generic_plans\": %zu, \"peak_rss_mb\": %.1f, \"mode\": \"%s\", "
+               "\"decode_ms\": [", l.n_prompt, l.max_new, load_ms, l.prefill_ms, med, l.decode_ms,
+               n_decode ? n_decode / (l.decode_ms / 1e3) : 0.0, ps.plans, ps.generic_plans,
+               rss, l.eager ? "eager" : l.copy_cache ? "copy-cache" : "in-place");
+        for (int k = 0; k < n_decode; k++) printf("%s%.4f", k ? ", " : "", l.step_ms[k]);
+        printf("], \"tokens\": [");
+        for (int k = 0; k < l.max_new; k++) printf("%s%lld", k ? ", " : "", (long long)l.generated[k]);
+        printf("]}\n");
+    } else {
+        for (int k = 0; k < l.max_new; k++) printf("%s%lld", k ? "," : "", (long long)l.generated[k]);
+        printf("\n");
+        fprintf(stderr, "load %.1f ms; prefill %d tokens in %.1f ms (%.1f tokens/s); decode %d tokens "
+                        "in %.1f ms (%.1f tokens/s, median step %.3f ms); %s; plans made: %zu for one "
+                        "shape, %zu serving many\n",
+                load_ms, l.n_prompt, l.prefill_ms, l.n_prompt / (l.prefill_ms / 1e3), n_decode,
+                l.decode_ms, n_decode ? n_decode / (l.decode_ms / 1e3) : 0.0, med,
+                l.eager ? "eager" : l.copy_cache ? "compiled, cache copied each step"
+                                                 : "compiled, cache in place",
+                ps.plans, ps.generic_plans);
+    }
     rc = 0;
 done:
     tm_model_free(d.model);
@@ -361,5 +464,6 @@ done:
     free(d.past_axis);
     free(l.prompt);
     free(l.generated);
+    free(l.step_ms);
     return rc;
 }

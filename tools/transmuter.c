@@ -19,6 +19,7 @@
 
 int tm__cmd_generate(int argc, char **argv);   /* tools/generate.c */
 int tm__cmd_finetune(int argc, char **argv);   /* tools/finetune.c */
+int tm__cmd_stream(int argc, char **argv);     /* tools/cmd_stream.c */
 int tm__cmd_tokenize(int argc, char **argv);   /* tools/cmd_tokenize.c */
 int tm__cmd_detokenize(int argc, char **argv); /* tools/cmd_tokenize.c */
 int tm__cmd_chat_template(int argc, char **argv);   /* tools/cmd_chat_template.c */
@@ -40,8 +41,10 @@ static void usage(FILE *f) {
             "                 (one JSON line; --serve: then one per 'run N' line on stdin)\n"
             "  transmuter ls hf://OWNER/REPO[@REVISION]   (.onnx files: sizes, variants)\n"
             "  transmuter generate MODEL --prompt-ids 1,2,3 --max-new N [--eager] [--threads N]\n"
-            "                 [--dequantize-nbits[-once]]\n"
-            "                 (greedy decoding with a merged decoder; ids to stdout)\n"
+            "                 [--copy-cache] [--json] [--dequantize-nbits[-once]]\n"
+            "                 (greedy decoding with a decoder export; ids to stdout)\n"
+            "  transmuter stream MODEL --requests FILE.jsonl [--threads N] [--json]\n"
+            "                 (an encoder over requests of changing shapes, through the plan cache)\n"
             "  transmuter finetune MODEL --data FILE.jsonl|DIR --out OUT.onnx [--steps N]\n"
             "                 [--batch-size B] [--lr LR] ...   (see transmuter finetune --help)\n"
             "  transmuter tokenize TOKENIZER TEXT [--pair TEXT] [--no-special] [--json]\n"
@@ -1137,6 +1140,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "bench")) return cmd_bench(argc - 2, argv + 2);
     if (!strcmp(argv[1], "generate")) return tm__cmd_generate(argc - 2, argv + 2);
     if (!strcmp(argv[1], "finetune")) return tm__cmd_finetune(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "stream")) return tm__cmd_stream(argc - 2, argv + 2);
     if (!strcmp(argv[1], "tokenize")) return tm__cmd_tokenize(argc - 2, argv + 2);
     if (!strcmp(argv[1], "detokenize")) return tm__cmd_detokenize(argc - 2, argv + 2);
     if (!strcmp(argv[1], "chat-template")) return tm__cmd_chat_template(argc - 2, argv + 2);

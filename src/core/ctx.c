@@ -43,6 +43,12 @@ void tm_ctx_destroy(tm_ctx *c) {
         free(c->nodes[i].in);
         free(c->nodes[i].where);
     }
+    for (int32_t i = 0; i < c->n_folds; i++) {
+        free(c->folds[i].in);
+        free(c->folds[i].where);
+    }
+    free(c->folds);
+    free(c->kv_bshd);
     free(c->vals);
     free(c->nodes);
     free(c->scratch);
@@ -87,6 +93,7 @@ static tm_val new_val(tm_ctx *c) {
     vi->producer = -1;
     vi->input_index = -1;
     vi->param = -1;
+    vi->folded_by = -1;
     return c->n_vals++;
 }
 
@@ -185,6 +192,20 @@ tm_val tm_val_param(tm_ctx *c, tm_tensor *t, int index) {
 tm_val tm_const_fill(tm_ctx *c, tm_dtype dt, int rank, const int64_t *dims, double v) {
     if (!tm_ctx_ok(c)) return TM_NONE;
     if (c->compute_type == TM_FLOAT && (dt == TM_FLOAT16 || dt == TM_BFLOAT16)) dt = TM_FLOAT;
+    if (c->mode == TM_MODE_TRACE && c->fold_log && rank > 0 && rank <= TM_MAX_RANK) {
+        /* Under the fold log, one element expanded: the log then knows the sizes made it
+         * (a plan serving several sizes computes it anew, see plan_internal.h). */
+        int64_t ones[TM_MAX_RANK];
+        for (int i = 0; i < rank; i++) ones[i] = 1;
+        c->fold_log = 0;
+        tm_val one = tm_const_fill(c, dt, rank, ones, v);
+        c->fold_log = 1;
+        tm_args a;
+        memset(&a, 0, sizeof a);
+        a.i[0] = rank;
+        for (int i = 0; i < rank; i++) a.i[1 + i] = dims[i];
+        return tm_prim(c, TM_P_EXPAND, &one, 1, &a);
+    }
     tm_tensor *t = tm_tensor_alloc(dt, rank, dims, c->allocator);
     if (!t) {
         tm_ctx_fail(c, TM_ERR_NO_MEMORY, "cannot allocate a constant");
@@ -364,6 +385,53 @@ static tm_status record(tm_ctx *c, int prim, const tm_val *in, int nin, const tm
     return TM_OK;
 }
 
+/* The fold log (ctx.h): a fold whose outputs are at most FOLD_LOG_MAX bytes and whose
+ * inputs are borrowed (initializers, which the model keeps) or as small is logged, and
+ * its inputs are kept; larger folds (weights dequantized in the graph) are not, and a
+ * plan whose such constants changed with the sizes cannot serve several. */
+enum { FOLD_LOG_MAX = 1 << 20 };
+
+static tm_status log_fold(tm_ctx *c, int prim, const tm_val *in, int nin, const tm_args *a,
+                          const tm_val *out, int nout, size_t scratch) {
+    for (int i = 0; i < nout; i++)
+        if (c->vals[out[i]].data && c->vals[out[i]].data->nbytes > FOLD_LOG_MAX) return TM_OK;
+    for (int i = 0; i < nin; i++) {
+        const tm_vinfo *vi = &c->vals[in[i]];
+        if (vi->owned && vi->data && vi->data->nbytes > FOLD_LOG_MAX) return TM_OK;
+    }
+    if (c->n_folds == c->cap_folds) {
+        int32_t cap = c->cap_folds ? c->cap_folds * 2 : 256;
+        tm_rnode *f = realloc(c->folds, (size_t)cap * sizeof *f);
+        if (!f) return tm_ctx_fail(c, TM_ERR_NO_MEMORY, "out of memory logging a fold");
+        c->folds = f;
+        c->cap_folds = cap;
+    }
+    tm_rnode *n = &c->folds[c->n_folds];
+    memset(n, 0, sizeof *n);
+    n->prim = prim;
+    n->nin = nin;
+    n->nout = nout;
+    n->in = malloc((size_t)(nin ? nin : 1) * sizeof *n->in);
+    char where[256];
+    snprintf(where, sizeof where, "node '%s' (%s)", c->where_node, c->where_op);
+    n->where = strdup(where);
+    if (!n->in || !n->where) {
+        free(n->in);
+        free(n->where);
+        return tm_ctx_fail(c, TM_ERR_NO_MEMORY, "out of memory logging a fold");
+    }
+    if (nin) memcpy(n->in, in, (size_t)nin * sizeof *in);
+    for (int i = 0; i < nin; i++) c->vals[in[i]].read = 1;   /* kept: a plan may recompute */
+    for (int i = 0; i < nout; i++) {
+        n->out[i] = out[i];
+        c->vals[out[i]].folded_by = c->n_folds;
+    }
+    n->args = *a;
+    n->scratch = scratch;
+    c->n_folds++;
+    return TM_OK;
+}
+
 /* Flags the outputs of a taped call: differentiable outputs of a tracked call are
  * tracked; a cast of a tracked value to a type gradients do not flow through (a
  * quantization) cuts it, and what depends on a cut value stays cut, so that a gradient
@@ -486,6 +554,8 @@ tm_status tm_prim_n(tm_ctx *c, int prim, const tm_val *in, int nin, const tm_arg
             return c->status;
         }
     }
+    if (c->fold_log && c->mode == TM_MODE_TRACE && !taped && (s = log_fold(c, prim, in, nin, a, out, nout, scratch)) != TM_OK)
+        return s;
     /* The eager tape: the call ran, and is recorded for the backward too. (A folded call
      * under trace has no tracked input: only its cut flag carries on.) */
     if (taped && (s = record(c, prim, in, nin, a, out, nout, scratch)) != TM_OK) return s;

@@ -67,6 +67,7 @@ typedef struct tm_vinfo {
     uint8_t read;         /* trace: an input of a recorded node, which the plan keeps */
     int32_t param;        /* >= 0: the model parameter it reads (trace: a plan entry) */
     const void *origin;   /* borrowed data (an initializer), or what a copy was made of */
+    int32_t folded_by;    /* trace with fold_log: the logged fold that computed it, or -1 */
 } tm_vinfo;
 
 /* One kernel call. Kernels allocate nothing: temporary memory is `scratch`, sized by the
@@ -161,6 +162,19 @@ struct tm_ctx {
     tm_fold_cache *fold_cache; /* the model's shared folds, or NULL (fold per trace) */
     int dequantize_nbits; /* tm_load_options.dequantize_nbits */
     struct tm_pack_cache *pack_cache; /* trace: the model's packed weights, shared by its plans */
+    /* Trace with fold_log set: every small fold (constant inputs, run at once) is also
+     * logged in folds[], apart from the recorded nodes (passes never see it), so that a
+     * plan serving several shapes can compute at run time the constants that turn out to
+     * depend on the input sizes (a slice of a rotary table, a causal mask: plan.c's
+     * generalization). Its inputs are kept until the context goes. */
+    int fold_log;
+    /* Plans with tm_plan_options.kv_in_place: passes/kv_append.c keeps KV caches in place
+     * and marks here the graph inputs it took in the (B, S, H, D) layout. */
+    int kv_in_place;
+    uint8_t *kv_bshd;
+    int n_kv_bshd;
+    tm_rnode *folds;
+    int32_t n_folds, cap_folds;
 };
 
 /* Where a model's parameters live: one tensor per parameter (the store an optimizer

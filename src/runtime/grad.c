@@ -3,10 +3,12 @@
  * parameters (tm__grad_build), and the public calls tm_grad_plan_create and
  * tm_run_eager_grad. Not the engine or the rules (../core/autodiff.h), nor plans
  * themselves (plan.c), nor the parameter store (params.c). */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "runtime.h"
+#include "plan_internal.h"
 #include "passes.h"
 #include "../core/autodiff.h"
 
@@ -325,7 +327,23 @@ tm_status tm_grad_plan_create(tm_model *m, int n, const char *const *names,
     int n_g = 0;
     st = !gnames || !gin ? tm__fail(err, TM_ERR_NO_MEMORY, "out of memory")
                          : split_inputs(&spec, n, names, inputs, gnames, gin, &n_g, &target, err);
-    if (st == TM_OK)
+    int dynamic = opts && opts->size >= offsetof(tm_plan_options, dynamic) + sizeof(int) &&
+                  opts->dynamic;
+    int done = 0;
+    if (st == TM_OK && dynamic) {
+        /* A plan serving every length (or batch) of the line: else one for this shape. */
+        tm_error e2;
+        memset(&e2, 0, sizeof e2);
+        tm_status ds = tm__create_dynamic(m, n, names, inputs, opts, &spec, out, &e2);
+        if (ds == TM_OK) done = 1;
+        else if (ds != TM_ERR_UNSUPPORTED) {
+            tm__error_copy(err, &e2);
+            st = ds;
+        } else if (getenv("TM_GENERIC_DEBUG"))
+            fprintf(stderr, "transmuter: tm_grad_plan_create: a plan for this shape alone: %s\n",
+                    e2.message);
+    }
+    if (st == TM_OK && !done)
         st = tm__plan_create_grad(m, n_g, gnames, gin, target, opts, &spec, out, err);
     free(gnames);
     free(gin);

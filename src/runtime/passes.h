@@ -123,5 +123,6 @@ tm_status tm__pass_matmul_colsum(tm_ctx *c, const tm_pass_roots *roots);
 tm_status tm__pass_conv(tm_ctx *c, const tm_pass_roots *roots);
 tm_status tm__pass_nbits(tm_ctx *c, const tm_pass_roots *roots);
 tm_status tm__pass_index_add(tm_ctx *c, const tm_pass_roots *roots);
+tm_status tm__pass_kv_append(tm_ctx *c, const tm_pass_roots *roots);
 
 #endif

@@ -3,6 +3,7 @@
  * lifetimes. Running a plan allocates nothing. Where the trace needed a value on the
  * host, the plan runs its prefix compiled and the rest of the graph eagerly (a graph
  * break). Also the per-model plan cache behind tm_model_run. */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,109 +12,7 @@
 #include "passes.h"
 #include "chunks.h"
 
-enum { PV_INPUT, PV_CONST, PV_ARENA, PV_ALIAS, PV_PARAM, PV_KEPT };
-
-typedef struct plan_value {
-    int kind;
-    tm_dtype dtype;
-    int rank;
-    int64_t dims[TM_MAX_RANK];
-    size_t nbytes;
-    int input;            /* PV_INPUT: plan input index; PV_PARAM: model parameter */
-    tm_tensor *constant;  /* PV_CONST */
-    int const_owned;
-    size_t offset;        /* PV_ARENA, PV_KEPT (an arena value placed by place_arena) */
-    int alias_of;         /* PV_ALIAS: plan value whose buffer it shares */
-} plan_value;
-
-typedef struct plan_kernel {
-    int prim;
-    tm_args args;
-    int nin, nout;
-    int *in;              /* plan value indices */
-    int out[4];
-    size_t scratch;
-    char *where;
-} plan_kernel;
-
-typedef struct plan_live {
-    char *name;
-    tm_ovkind kind;
-    int pv;               /* tensor */
-    int *seq;             /* sequence */
-    int n;
-    tm_dtype seq_dtype;
-} plan_live;
-
-struct tm_plan {
-    tm_model *model;
-    int n_values;
-    plan_value *values;
-    int n_kernels;
-    plan_kernel *kernels;
-    size_t arena_bytes, scratch_bytes;
-    size_t kept_bytes;    /* the arena's start: outputs of TM_PF_KEPT kernels */
-    int n_graph_inputs;
-    int *input_pv;        /* per graph input: plan value, or -1 (static / unused) */
-    tm_dtype *input_dtype;
-    int *input_rank;
-    int64_t (*input_dims)[TM_MAX_RANK];
-    uint8_t *input_static;
-    int n_outputs;
-    int *output_pv;       /* per graph output: plan value (no break) */
-    int break_at;         /* -1: no graph break */
-    int n_live;
-    plan_live *live;
-    int break_key;        /* live index of the value the break needs, or -1 (eager tail) */
-    int is_tail;          /* entries are the parent's live values, not graph inputs */
-    pthread_mutex_t tails_lock;
-    struct tail_plan *tails;  /* tail plans by the break value's bytes */
-    int n_tails;
-    /* Gradient plans (grad.c): inputs after the graph's (the loss's target), named
-     * outputs (loss, gradients, graph outputs), and the parameter of each gradient. */
-    int n_extra_inputs;
-    char **extra_names;
-    char **output_names;
-    int n_grads;
-    int *grad_param;
-};
-
-/* After a graph break, the rest of the graph traced again with the host value known. */
-typedef struct tail_plan {
-    char *key;
-    size_t key_len;
-    tm_plan *plan;        /* NULL: that value leads to an eager tail */
-} tail_plan;
-
-typedef struct tail_session {
-    tm_plan *plan;
-    tm_session *session;
-} tail_session;
-
-struct tm_session {
-    tm_plan *plan;
-    void *arena;
-    void *scratch;
-    tm_tensor *tensors;   /* one per plan value */
-    const tm_tensor ***kin;
-    tm_tensor ***kout;
-    tail_session *tails;  /* sessions of the tail plans met so far */
-    int n_tails;
-    tm_session *last_tail;/* the tail that produced the last run's outputs */
-    double *profile;      /* TM_PROFILE: seconds per kernel, summed over runs (the
-                           * first left out once a second starts) */
-    long profile_runs;
-    int profile_dropped;  /* the first run's times are gone */
-    int profile_detail;   /* TM_PROFILE=2: also every kernel */
-    tm_xval *eager_out;   /* outputs of an eager tail (per graph output) */
-    /* Graph outputs that a run writes straight into the caller's tensor (bind_outputs):
-     * per output, the plan values sharing its buffer (its arena root and the root's
-     * views), or none where it cannot be (no plan of its own, not an arena value, a
-     * buffer shared with another output); and the caller tensor the last run wrote. */
-    int **out_group;
-    int *out_group_n;
-    const tm_tensor **written;
-};
+#include "plan_internal.h"
 
 void tm_plan_options_default(tm_plan_options *o) {
     memset(o, 0, sizeof *o);
@@ -131,7 +30,11 @@ typedef struct builder {
     uint8_t *needed_node;
     int *last_use;        /* per plan value: last kernel index reading it (or n_kernels) */
     int *first_def;
+    const uint8_t *dyn;   /* per ctx value: a constant computed at run time (generic.c) */
+    uint8_t *needed_fold; /* per logged fold: a kernel of the plan */
 } builder;
+
+static int is_dyn(const builder *b, tm_val v) { return b->dyn && b->dyn[v]; }
 
 static int add_value(builder *b, tm_val v) {
     if (b->pv_of[v] >= 0) return b->pv_of[v];
@@ -144,7 +47,11 @@ static int add_value(builder *b, tm_val v) {
     memcpy(pv->dims, vi->dims, sizeof pv->dims);
     pv->nbytes = (size_t)tm_numel(vi->rank, vi->dims) * tm_dtype_elem_size(vi->dtype);
     pv->alias_of = -1;
-    if (vi->data) {
+    if (vi->data && is_dyn(b, v)) {
+        /* A constant that depends on the sizes: computed by its logged fold, or fitted. */
+        pv->kind = vi->folded_by >= 0 ? PV_ARENA : PV_FIT;
+        pv->constant = vi->data;
+    } else if (vi->data) {
         pv->kind = PV_CONST;
         if (b->c->vals[v].owned) {
             pv->constant = vi->data;
@@ -176,9 +83,17 @@ static void mark_needed(builder *b, tm_val v) {
     while (n) {
         tm_val x = stack[--n];
         int32_t pnode = c->vals[x].producer;
-        if (c->vals[x].data || pnode < 0 || b->needed_node[pnode]) continue;
-        b->needed_node[pnode] = 1;
-        const tm_rnode *rn = &c->nodes[pnode];
+        const tm_rnode *rn;
+        if (c->vals[x].data && is_dyn(b, x)) {
+            int32_t f = c->vals[x].folded_by;
+            if (f < 0 || b->needed_fold[f]) continue;
+            b->needed_fold[f] = 1;
+            rn = &c->folds[f];
+        } else {
+            if (c->vals[x].data || pnode < 0 || b->needed_node[pnode]) continue;
+            b->needed_node[pnode] = 1;
+            rn = &c->nodes[pnode];
+        }
         for (int i = 0; i < rn->nin; i++) {
             if (n == cap) {
                 cap *= 2;
@@ -201,25 +116,30 @@ typedef struct block {
  * last reader; first fit among the gaps of the blocks live at that point. The outputs of
  * TM_PF_KEPT kernels come first, at the arena's start, live for the whole run: nothing
  * else ever writes there, so they hold what the last run left (kept_bytes, zeroed when a
- * session is made). */
-static tm_status place_arena(builder *b) {
-    tm_plan *p = b->p;
-    block *live = calloc((size_t)p->n_values + 1, sizeof *live);
-    if (!live) return TM_ERR_NO_MEMORY;
+ * session is made). Sizes come from nbytes[] (the plan's, or a generic plan's current
+ * ones); *ok is cleared when memory runs out. */
+size_t tm__plan_place_work_bytes(const tm_plan *p) {
+    return ((size_t)p->n_values + 1) * sizeof(block);
+}
+
+size_t tm__plan_place(const tm_plan *p, const size_t *nbytes, const int *last_use, size_t *off,
+                      size_t *kept_bytes, void *work, int *ok) {
+    block *live = work ? work : calloc((size_t)p->n_values + 1, sizeof *live);
+    *ok = live != NULL;
+    if (!live) return 0;
     int n_live = 0;
     size_t top = 0;
     for (int k = 0; k < p->n_kernels; k++) {
         if (!(tm_prims[p->kernels[k].prim].flags & TM_PF_KEPT)) continue;
         for (int o = 0; o < p->kernels[k].nout; o++) {
-            plan_value *v = &p->values[p->kernels[k].out[o]];
-            if (v->kind != PV_ARENA) continue;
-            v->offset = top;
-            live[n_live++] = (block){top, align64(v->nbytes ? v->nbytes : 1), p->n_kernels};
+            int pv = p->kernels[k].out[o];
+            if (p->values[pv].kind != PV_KEPT) continue;
+            off[pv] = top;
+            live[n_live++] = (block){top, align64(nbytes[pv] ? nbytes[pv] : 1), p->n_kernels};
             top += live[n_live - 1].size;
-            v->kind = PV_KEPT;
         }
     }
-    p->kept_bytes = top;
+    *kept_bytes = top;
     for (int k = 0; k < p->n_kernels; k++) {
         /* Retire blocks whose last use is before k. */
         int w = 0;
@@ -228,9 +148,8 @@ static tm_status place_arena(builder *b) {
         n_live = w;
         for (int o = 0; o < p->kernels[k].nout; o++) {
             int pv = p->kernels[k].out[o];
-            plan_value *v = &p->values[pv];
-            if (v->kind != PV_ARENA) continue;
-            size_t size = align64(v->nbytes ? v->nbytes : 1);
+            if (p->values[pv].kind != PV_ARENA) continue;
+            size_t size = align64(nbytes[pv] ? nbytes[pv] : 1);
             /* Sort live blocks by offset (small n: insertion sort). */
             for (int i = 1; i < n_live; i++)
                 for (int j = i; j > 0 && live[j - 1].off > live[j].off; j--) {
@@ -238,28 +157,49 @@ static tm_status place_arena(builder *b) {
                     live[j] = live[j - 1];
                     live[j - 1] = t;
                 }
-            size_t off = 0;
+            size_t at = 0;
             for (int i = 0; i < n_live; i++) {
-                if (live[i].off >= off + size) break;
-                if (live[i].off + live[i].size > off) off = live[i].off + live[i].size;
+                if (live[i].off >= at + size) break;
+                if (live[i].off + live[i].size > at) at = live[i].off + live[i].size;
             }
-            v->offset = off;
-            live[n_live].off = off;
+            off[pv] = at;
+            live[n_live].off = at;
             live[n_live].size = size;
-            live[n_live].end = b->last_use[pv];
+            live[n_live].end = last_use[pv];
             n_live++;
-            if (off + size > top) top = off + size;
+            if (at + size > top) top = at + size;
         }
     }
-    free(live);
-    p->arena_bytes = top;
-    return TM_OK;
+    if (!work) free(live);
+    return top;
+}
+
+static tm_status place_arena(builder *b) {
+    tm_plan *p = b->p;
+    for (int k = 0; k < p->n_kernels; k++) {
+        if (!(tm_prims[p->kernels[k].prim].flags & TM_PF_KEPT)) continue;
+        for (int o = 0; o < p->kernels[k].nout; o++)
+            if (p->values[p->kernels[k].out[o]].kind == PV_ARENA)
+                p->values[p->kernels[k].out[o]].kind = PV_KEPT;
+    }
+    size_t *nbytes = malloc(((size_t)p->n_values + 1) * sizeof *nbytes);
+    size_t *off = calloc((size_t)p->n_values + 1, sizeof *off);
+    int ok = nbytes && off;
+    for (int i = 0; ok && i < p->n_values; i++) nbytes[i] = p->values[i].nbytes;
+    if (ok) p->arena_bytes = tm__plan_place(p, nbytes, b->last_use, off, &p->kept_bytes, NULL, &ok);
+    for (int i = 0; ok && i < p->n_values; i++)
+        if (p->values[i].kind == PV_ARENA || p->values[i].kind == PV_KEPT) p->values[i].offset = off[i];
+    free(nbytes);
+    free(off);
+    return ok ? TM_OK : TM_ERR_NO_MEMORY;
 }
 
 static int root_of(const tm_plan *p, int pv) {
     while (p->values[pv].kind == PV_ALIAS) pv = p->values[pv].alias_of;
     return pv;
 }
+
+int tm__plan_root_of(const tm_plan *p, int pv) { return root_of(p, pv); }
 
 static const char *output_name(const tm_plan *p, int i) {
     return p->output_names ? p->output_names[i] : p->model->onnx->graph->outputs[i].name;
@@ -271,14 +211,45 @@ static const char *input_name(const tm_plan *p, int i) {
     return i < g->n_inputs ? g->inputs[i].name : p->extra_names[i - g->n_inputs];
 }
 
+static tm_status build_plan_dyn(tm_plan *p, tm_ctx *c, const tm_oval *outs,
+                                const tm_live *live, const uint8_t *dyn, tm_error *err);
+
 static tm_status build_plan(tm_plan *p, tm_ctx *c, const tm_oval *outs, const tm_live *live,
                             tm_error *err) {
-    builder b = {c, p, NULL, NULL, NULL, NULL};
+    return build_plan_dyn(p, c, outs, live, NULL, err);
+}
+
+/* Appends recorded node (or logged fold) rn to p's kernels. */
+static tm_status add_kernel(builder *b, const tm_rnode *rn, tm_error *err) {
+    tm_plan *p = b->p;
+    tm_ctx *c = b->c;
+    plan_kernel *k = &p->kernels[p->n_kernels];
+    k->prim = rn->prim;
+    k->args = rn->args;
+    k->nin = rn->nin;
+    k->nout = rn->nout;
+    k->scratch = rn->scratch;
+    k->where = strdup(rn->where ? rn->where : "");
+    k->in = malloc((size_t)(rn->nin ? rn->nin : 1) * sizeof *k->in);
+    if (!k->in || !k->where) return tm__fail(err, TM_ERR_NO_MEMORY, "out of memory building a plan");
+    p->n_kernels++;
+    for (int j = 0; j < rn->nin; j++) k->in[j] = add_value(b, rn->in[j]);
+    for (int j = 0; j < rn->nout; j++) k->out[j] = add_value(b, rn->out[j]);
+    if (rn->scratch > p->scratch_bytes) p->scratch_bytes = rn->scratch;
+    if (tm_vdtype(c, rn->out[0]) == TM_STRING)
+        return tm__fail(err, TM_ERR_UNSUPPORTED, "string values are computed eagerly");
+    return TM_OK;
+}
+
+static tm_status build_plan_dyn(tm_plan *p, tm_ctx *c, const tm_oval *outs,
+                                const tm_live *live, const uint8_t *dyn, tm_error *err) {
+    builder b = {c, p, NULL, NULL, NULL, NULL, dyn, NULL};
     b.pv_of = malloc(((size_t)c->n_vals + 1) * sizeof *b.pv_of);
     b.needed_node = calloc((size_t)c->n_nodes + 1, 1);
+    b.needed_fold = calloc((size_t)c->n_folds + 1, 1);
     p->values = calloc((size_t)c->n_vals + 1, sizeof *p->values);
     tm_status st = TM_OK;
-    if (!b.pv_of || !b.needed_node || !p->values) {
+    if (!b.pv_of || !b.needed_node || !b.needed_fold || !p->values) {
         st = tm__fail(err, TM_ERR_NO_MEMORY, "out of memory building a plan");
         goto done;
     }
@@ -303,35 +274,18 @@ static tm_status build_plan(tm_plan *p, tm_ctx *c, const tm_oval *outs, const tm
     }
     int n_needed = 0;
     for (int32_t i = 0; i < c->n_nodes; i++) n_needed += b.needed_node[i];
+    for (int32_t i = 0; i < c->n_folds; i++) n_needed += b.needed_fold[i];
     p->kernels = calloc((size_t)n_needed + 1, sizeof *p->kernels);
     if (!p->kernels) {
         st = tm__fail(err, TM_ERR_NO_MEMORY, "out of memory building a plan");
         goto done;
     }
-    for (int32_t i = 0; i < c->n_nodes; i++) {
-        if (!b.needed_node[i]) continue;
-        const tm_rnode *rn = &c->nodes[i];
-        plan_kernel *k = &p->kernels[p->n_kernels];
-        k->prim = rn->prim;
-        k->args = rn->args;
-        k->nin = rn->nin;
-        k->nout = rn->nout;
-        k->scratch = rn->scratch;
-        k->where = strdup(rn->where ? rn->where : "");
-        k->in = malloc((size_t)(rn->nin ? rn->nin : 1) * sizeof *k->in);
-        if (!k->in || !k->where) {
-            st = tm__fail(err, TM_ERR_NO_MEMORY, "out of memory building a plan");
-            goto done;
-        }
-        p->n_kernels++;
-        for (int j = 0; j < rn->nin; j++) k->in[j] = add_value(&b, rn->in[j]);
-        for (int j = 0; j < rn->nout; j++) k->out[j] = add_value(&b, rn->out[j]);
-        if (rn->scratch > p->scratch_bytes) p->scratch_bytes = rn->scratch;
-        if (tm_vdtype(c, rn->out[0]) == TM_STRING) {
-            st = tm__fail(err, TM_ERR_UNSUPPORTED, "string values are computed eagerly");
-            goto done;
-        }
-    }
+    /* Logged folds first: they read constants and each other only. */
+    for (int32_t i = 0; i < c->n_folds && st == TM_OK; i++)
+        if (b.needed_fold[i]) st = add_kernel(&b, &c->folds[i], err);
+    for (int32_t i = 0; i < c->n_nodes && st == TM_OK; i++)
+        if (b.needed_node[i]) st = add_kernel(&b, &c->nodes[i], err);
+    if (st != TM_OK) goto done;
     if (outs)
         for (int i = 0; i < p->n_outputs; i++) p->output_pv[i] = add_value(&b, outs[i].v);
     else {
@@ -398,7 +352,9 @@ static tm_status build_plan(tm_plan *p, tm_ctx *c, const tm_oval *outs, const tm
 done:
     free(b.pv_of);
     free(b.needed_node);
-    free(b.last_use);
+    free(b.needed_fold);
+    if (st == TM_OK && dyn) p->last_use = b.last_use;   /* placed anew for each size */
+    else free(b.last_use);
     return st;
 }
 
@@ -434,6 +390,9 @@ void tm_plan_free(tm_plan *p) {
     for (int i = 0; p->output_names && i < p->n_outputs; i++) free(p->output_names[i]);
     free(p->output_names);
     free(p->grad_param);
+    free(p->last_use);
+    free(p->kv_input);
+    tm__gen_free(p->gen);
     free(p);
 }
 
@@ -477,11 +436,31 @@ static tm_status optimize(tm_ctx *c, int n_outputs, const tm_oval *outs, const t
     return st;
 }
 
+/* The inputs passes/kv_append.c took in the (B, P, H, D) layout: the plan checks and
+ * describes them so. */
+static tm_status apply_kv_layout(tm_plan *p, const tm_ctx *c, tm_error *err) {
+    for (int i = 0; i < c->n_kv_bshd && i < p->n_graph_inputs; i++) {
+        if (!c->kv_bshd[i]) continue;
+        if (!p->kv_input && !(p->kv_input = calloc((size_t)p->n_graph_inputs + 1, 1)))
+            return tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
+        p->kv_input[i] = 1;
+        int64_t h = p->input_dims[i][1];
+        p->input_dims[i][1] = p->input_dims[i][2];
+        p->input_dims[i][2] = h;
+    }
+    return TM_OK;
+}
+
+int tm_plan_kv_input(const tm_plan *p, int i) {
+    return p && p->kv_input && i >= 0 && i < p->n_graph_inputs && p->kv_input[i];
+}
+
 static tm_status finish_trace(tm_plan *p, tm_ctx *c, const tm_interp *ip, tm_status st,
                               const tm_oval *outs, const tm_live *live, int eager_tail,
                               tm_error *err) {
     if (st == TM_OK || st == TM_ERR_NEEDS_HOST) {
         tm_status ps = optimize(c, p->n_outputs, st == TM_OK ? outs : NULL, live, err);
+        if (ps == TM_OK) ps = apply_kv_layout(p, c, err);
         if (ps != TM_OK) return ps;
     }
     if (st == TM_ERR_NEEDS_HOST) {
@@ -503,7 +482,7 @@ static tm_status finish_trace(tm_plan *p, tm_ctx *c, const tm_interp *ip, tm_sta
  * tm__grad_build); its outputs replace the graph's. The target is plan input n_inputs. */
 static tm_status finish_grad(tm_plan *p, tm_ctx *c, const tm_interp *ip, tm_status st,
                              tm_oval *outs, const tm_grad_spec *grad, tm_val target,
-                             tm_error *err) {
+                             tm_gen_trace *gt, tm_error *err) {
     tm_model *m = p->model;
     const tm_graph *g = m->onnx->graph;
     if (st == TM_ERR_NEEDS_HOST) {
@@ -548,7 +527,20 @@ static tm_status finish_grad(tm_plan *p, tm_ctx *c, const tm_interp *ip, tm_stat
     p->n_grads = grad->n_chosen;
     if (grad->n_chosen) memcpy(p->grad_param, grad->param_of_grad, (size_t)grad->n_chosen * sizeof(int));
     if (st != TM_OK) tm__error_copy(err, &c->err);
-    else st = finish_trace(p, c, ip, TM_OK, res, NULL, 0, err);
+    else if (gt) {
+        /* Kept for generic.c, which builds it. */
+        for (int i = 0; st == TM_OK && i < n_out; i++)
+            if (res[i].kind != TM_OV_TENSOR)
+                st = tm__fail(err, TM_ERR_UNSUPPORTED, "output '%s' is not a tensor",
+                              p->output_names[i]);
+        if (st == TM_OK) st = optimize(c, n_out, res, NULL, err);
+        if (st == TM_OK) {
+            gt->c = *c;
+            memset(c, 0, sizeof *c);
+            gt->outs = res;
+            res = NULL;
+        }
+    } else st = finish_trace(p, c, ip, TM_OK, res, NULL, 0, err);
     free(res);
     free(vals);
     return st;
@@ -557,7 +549,7 @@ static tm_status finish_grad(tm_plan *p, tm_ctx *c, const tm_interp *ip, tm_stat
 static tm_status create(tm_model *m, int n, const char *const *names, const tm_xval *inputs,
                         const tm_plan_options *opts, const tm_grad_spec *grad,
                         const tm_tensor *target_t, tm_plan **out, tm_error *err,
-                        int force_break0) {
+                        int force_break0, tm_gen_trace *gt) {
     if (m->missing)
         return tm__fail(err, TM_ERR_UNSUPPORTED, "the model uses operators Transmuter does not "
                         "support: %s", m->missing);
@@ -587,6 +579,9 @@ static tm_status create(tm_model *m, int n, const char *const *names, const tm_x
     c.fold_cache = m->fold_cache;
     c.dequantize_nbits = m->opts.dequantize_nbits;
     c.pack_cache = m->packed;   /* weights packed by the passes, shared by the model's plans */
+    c.fold_log = gt != NULL;
+    c.kv_in_place = opts && opts->size >= offsetof(tm_plan_options, kv_in_place) + sizeof(int) &&
+                    opts->kv_in_place && !grad;
     tm_live live = {0};
     tm_val target = TM_NONE;
     tm_status st = TM_OK;
@@ -654,7 +649,7 @@ static tm_status create(tm_model *m, int n, const char *const *names, const tm_x
     if (grad) {
         st = tm_interp_run(&ip, ovals, outs, &live);
         if (st == TM_OK && !tm_ctx_ok(&c)) st = c.status;
-        st = finish_grad(p, &c, &ip, st, outs, grad, target, err);
+        st = finish_grad(p, &c, &ip, st, outs, grad, target, gt, err);
     } else if (has_seq || force_break0) {
         /* Sequences cross the API only eagerly: break at the first node. */
         ip.break_at = 0;
@@ -677,7 +672,25 @@ static tm_status create(tm_model *m, int n, const char *const *names, const tm_x
         if (st == TM_OK) tm__restore_output_dtypes(m, &c, outs);
         if (st == TM_OK && !tm_ctx_ok(&c)) st = c.status;
     }
-    if (!grad) st = finish_trace(p, &c, &ip, st, outs, &live, has_seq || force_break0, err);
+    if (gt && !grad) {
+        /* Kept for generic.c, which builds it. */
+        if (st == TM_ERR_NEEDS_HOST || has_seq || force_break0)
+            st = tm__fail(err, TM_ERR_UNSUPPORTED, "the graph breaks (a value it needs on the "
+                          "host is not known while compiling)");
+        else if (st != TM_OK) tm__error_copy(err, &c.err);
+        if (st == TM_OK) st = optimize(&c, p->n_outputs, outs, NULL, err);
+        if (st == TM_OK) st = apply_kv_layout(p, &c, err);
+        for (int i = 0; st == TM_OK && i < p->n_outputs; i++)
+            if (outs[i].kind != TM_OV_TENSOR)
+                st = tm__fail(err, TM_ERR_UNSUPPORTED, "graph output '%s' is not a tensor",
+                              output_name(p, i));
+        if (st == TM_OK) {
+            gt->c = c;
+            gt->outs = outs;
+            memset(&c, 0, sizeof c);
+            outs = NULL;
+        }
+    } else if (!grad) st = finish_trace(p, &c, &ip, st, outs, &live, has_seq || force_break0, err);
     if (st == TM_OK) {
         *out = p;
         p = NULL;
@@ -698,11 +711,11 @@ tm_status tm__plan_create_x(tm_model *m, int n, const char *const *names,
                             tm_error *err) {
     tm_error e;
     memset(&e, 0, sizeof e);
-    tm_status st = create(m, n, names, inputs, opts, NULL, NULL, out, &e, 0);
+    tm_status st = create(m, n, names, inputs, opts, NULL, NULL, out, &e, 0, NULL);
     /* Values a plan cannot hold (strings) make the whole graph run eagerly. */
     if (st == TM_ERR_UNSUPPORTED && strstr(e.message, "computed eagerly")) {
         memset(&e, 0, sizeof e);
-        st = create(m, n, names, inputs, opts, NULL, NULL, out, &e, 1);
+        st = create(m, n, names, inputs, opts, NULL, NULL, out, &e, 1, NULL);
     }
     if (st != TM_OK) tm__error_copy(err, &e);
     return st;
@@ -712,7 +725,46 @@ tm_status tm__plan_create_grad(tm_model *m, int n, const char *const *names,
                                const tm_xval *inputs, const tm_tensor *target,
                                const tm_plan_options *opts, const tm_grad_spec *grad,
                                tm_plan **out, tm_error *err) {
-    return create(m, n, names, inputs, opts, grad, target, out, err, 0);
+    return create(m, n, names, inputs, opts, grad, target, out, err, 0, NULL);
+}
+
+tm_status tm__plan_trace(tm_model *m, int n, const char *const *names, const tm_xval *inputs,
+                         const tm_plan_options *opts, const tm_grad_spec *grad, tm_plan **p,
+                         tm_gen_trace *gt, tm_error *err) {
+    memset(gt, 0, sizeof *gt);
+    if (!grad) return create(m, n, names, inputs, opts, NULL, NULL, p, err, 0, gt);
+    /* A gradient plan: the loss's target is the input of that name, after the graph's. */
+    const char **gnames = calloc((size_t)n + 1, sizeof *gnames);
+    tm_xval *gin = calloc((size_t)n + 1, sizeof *gin);
+    const tm_tensor *target = NULL;
+    int n_g = 0;
+    tm_status st = gnames && gin ? TM_OK : tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
+    for (int k = 0; st == TM_OK && k < n; k++) {
+        if (grad->opts.loss != TM_LOSS_OUTPUT && grad->opts.target &&
+            !strcmp(names[k], grad->opts.target)) {
+            target = inputs[k].t;
+            continue;
+        }
+        gnames[n_g] = names[k];
+        gin[n_g++] = inputs[k];
+    }
+    if (st == TM_OK) st = create(m, n_g, gnames, gin, opts, grad, target, p, err, 0, gt);
+    free(gnames);
+    free(gin);
+    return st;
+}
+
+const char *tm__plan_input_name(const tm_plan *p, int i) { return input_name(p, i); }
+
+void tm__gen_trace_free(tm_gen_trace *gt) {
+    if (!gt) return;
+    free(gt->outs);
+    tm_ctx_destroy(&gt->c);
+    memset(gt, 0, sizeof *gt);
+}
+
+tm_status tm__plan_build(tm_plan *p, tm_gen_trace *gt, const uint8_t *dyn, tm_error *err) {
+    return build_plan_dyn(p, &gt->c, gt->outs, NULL, dyn, err);
 }
 
 int tm_plan_n_outputs(const tm_plan *p) { return p ? p->n_outputs : 0; }
@@ -721,11 +773,124 @@ int tm_plan_grad_param(const tm_plan *p, int j) {
     return p && j >= 0 && j < p->n_grads ? p->grad_param[j] : -1;
 }
 
+static int opt_has(const tm_plan_options *o, size_t end) { return o && o->size >= end; }
+#define OPT(o, field) (opt_has((o), offsetof(tm_plan_options, field) + sizeof((o)->field)) ? (o)->field : 0)
+
+/* tm_plan_options.dynamic: the line of sizes through the given inputs (which dims grow),
+ * then three traces along it. Returns TM_ERR_UNSUPPORTED (why in err) when the graph does
+ * not follow; the caller then makes a plan for the shape. */
+tm_status tm__create_dynamic(tm_model *m, int n, const char *const *names,
+                             const tm_tensor *const *inputs, const tm_plan_options *opts,
+                             const tm_grad_spec *grad, tm_plan **out, tm_error *err) {
+    const tm_graph *g = m->onnx->graph;
+    int64_t (*step)[TM_MAX_RANK] = calloc((size_t)n + 1, sizeof *step);
+    if (!step) return tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
+    int any = 0;
+    for (int pass = 0; pass < 2 && !any; pass++)
+        for (int k = 0; k < n; k++) {
+            if (!inputs[k] || find_static(opts, names[k])) continue;
+            int gi = -1;
+            for (int i = 0; i < g->n_inputs; i++)
+                if (!strcmp(g->inputs[i].name, names[k])) gi = i;
+            if (gi < 0) continue;   /* a loss's target: below */
+            for (int d = 0; d < inputs[k]->rank; d++) {
+                int grow;
+                tm_value_desc vi;
+                tm_model_input(m, gi, &vi);
+                const char *dp = d < vi.rank && vi.dim_params ? vi.dim_params[d] : NULL;
+                if (OPT(opts, n_vary) > 0) {
+                    /* A dim given, or one the model names as it names a dim given. */
+                    grow = 0;
+                    for (int v = 0; v < opts->n_vary && !grow; v++) {
+                        int gv = opts->vary_names[v] ? tm_model_input_index(m, opts->vary_names[v]) : -1;
+                        if (gv < 0) continue;
+                        if (!strcmp(opts->vary_names[v], names[k]) && opts->vary_axes[v] == d) grow = 1;
+                        tm_value_desc vv;
+                        tm_model_input(m, gv, &vv);
+                        int ax = opts->vary_axes[v];
+                        const char *named = ax >= 0 && ax < vv.rank && vv.dim_params ? vv.dim_params[ax] : NULL;
+                        if (named && named[0] && dp && !strcmp(named, dp)) grow = 1;
+                    }
+                } else {
+                    int batch = dp && strstr(dp, "batch");
+                    grow = dp && dp[0] && inputs[k]->dims[d] >= 2 && (pass == 1 || !batch);
+                }
+                if (grow) {
+                    step[k][d] = 1;
+                    any = 1;
+                }
+            }
+        }
+    /* A loss's target (labels (B) or (B, ...)) follows the batch: its axis 0 grows when the
+     * graph inputs' batch dims (axis 0 of the first that has one) do. */
+    for (int k = 0; grad && k < n; k++) {
+        if (!inputs[k] || !grad->opts.target || strcmp(names[k], grad->opts.target)) continue;
+        for (int j = 0; j < n; j++)
+            if (j != k && inputs[j] && inputs[j]->rank > 0 && step[j][0] && inputs[k]->rank > 0 &&
+                inputs[k]->dims[0] == inputs[j]->dims[0])
+                step[k][0] = 1;
+    }
+    tm_status st = TM_OK;
+    int pk = -1, pax = -1;
+    for (int k = 0; k < n && pk < 0; k++)
+        for (int d = 0; inputs[k] && d < inputs[k]->rank && pk < 0; d++)
+            if (step[k][d]) {
+                pk = k;
+                pax = d;
+            }
+    if (pk < 0) st = tm__fail(err, TM_ERR_UNSUPPORTED, "no dim of the inputs varies (the "
+                              "model names none of 2 or more, and none was given)");
+    int pin = -1;
+    for (int i = 0; pk >= 0 && i < g->n_inputs; i++)
+        if (!strcmp(g->inputs[i].name, names[pk])) pin = i;
+    tm_xval *x[3] = {0};
+    tm_tensor **own = calloc((size_t)3 * n + 1, sizeof *own);
+    if (st == TM_OK && !own) st = tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
+    for (int j = 0; st == TM_OK && j < 3; j++) {
+        x[j] = calloc((size_t)n + 1, sizeof *x[j]);
+        if (!x[j]) st = tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
+        for (int k = 0; st == TM_OK && k < n; k++) {
+            x[j][k].kind = inputs[k] ? TM_X_TENSOR : TM_X_NONE;
+            x[j][k].t = (tm_tensor *)inputs[k];
+            if (!inputs[k] || j == 0) continue;
+            int grows = 0;
+            int64_t dims[TM_MAX_RANK];
+            for (int d = 0; d < inputs[k]->rank; d++) {
+                dims[d] = inputs[k]->dims[d] + j * step[k][d];
+                grows |= step[k][d] != 0;
+            }
+            if (!grows) continue;
+            own[j * n + k] = tm_tensor_alloc(inputs[k]->dtype, inputs[k]->rank, dims, NULL);
+            if (!own[j * n + k]) st = tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
+            x[j][k].t = own[j * n + k];
+        }
+    }
+    if (st == TM_OK) st = tm__plan_generalize(m, n, names, x, opts, grad, pin, pax, out, err);
+    if (st == TM_OK) tm__gen_set_max(*out, OPT(opts, max_size));
+    for (int i = 0; own && i < 3 * n; i++) tm_tensor_free(own[i]);
+    free(own);
+    for (int j = 0; j < 3; j++) free(x[j]);
+    free(step);
+    return st;
+}
+
 tm_status tm_plan_create(tm_model *m, int n, const char *const *names,
                          const tm_tensor *const *inputs, const tm_plan_options *opts,
                          tm_plan **out, tm_error *err) {
     if (!m || (n && (!names || !inputs)) || !out)
         return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "tm_plan_create: NULL argument");
+    if (OPT(opts, dynamic)) {
+        tm_error e2;
+        memset(&e2, 0, sizeof e2);
+        tm_status st = tm__create_dynamic(m, n, names, inputs, opts, NULL, out, &e2);
+        if (st == TM_OK) return TM_OK;
+        if (st != TM_ERR_UNSUPPORTED) {
+            tm__error_copy(err, &e2);
+            return st;
+        }
+        if (getenv("TM_GENERIC_DEBUG"))
+            fprintf(stderr, "transmuter: tm_plan_create: a plan for this shape alone: %s\n", e2.message);
+    }
     tm_xval *x = calloc((size_t)n + 1, sizeof *x);
     if (!x) return tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
     for (int i = 0; i < n; i++) {
@@ -812,6 +977,8 @@ void tm_session_free(tm_session *s) {
     free(s->out_group);
     free(s->out_group_n);
     free(s->written);
+    free(s->off);
+    tm__gen_session_free(s);
     free(s);
 }
 
@@ -832,6 +999,10 @@ static int huge_arena(const tm_model *m, size_t bytes) {
     return !v || strcmp(v, "0") != 0;
 }
 
+void *tm__session_arena_alloc(const tm_model *m, size_t bytes) {
+    return huge_arena(m, bytes) ? tm__huge_alloc(bytes) : tm__model_alloc(m, bytes);
+}
+
 tm_status tm_session_create(tm_plan *p, tm_session **out, tm_error *err) {
     if (!p || !out) return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "tm_session_create: NULL argument");
     tm_session *s = calloc(1, sizeof *s);
@@ -841,11 +1012,15 @@ tm_status tm_session_create(tm_plan *p, tm_session **out, tm_error *err) {
     s->tensors = calloc((size_t)p->n_values + 1, sizeof *s->tensors);
     s->kin = calloc((size_t)p->n_kernels + 1, sizeof *s->kin);
     s->kout = calloc((size_t)p->n_kernels + 1, sizeof *s->kout);
+    s->off = calloc((size_t)p->n_values + 1, sizeof *s->off);
+    s->param = -1;
+    s->arena_cap = p->arena_bytes;
+    s->scratch_cap = p->scratch_bytes;
     if (p->arena_bytes)
         s->arena = huge_arena(m, p->arena_bytes) ? tm__huge_alloc(p->arena_bytes)
                                                  : tm__model_alloc(m, p->arena_bytes);
     if (p->scratch_bytes) s->scratch = tm__model_alloc(m, p->scratch_bytes);
-    if (!s->tensors || !s->kin || !s->kout || (p->arena_bytes && !s->arena) ||
+    if (!s->tensors || !s->kin || !s->kout || !s->off || (p->arena_bytes && !s->arena) ||
         (p->scratch_bytes && !s->scratch)) {
         tm_session_free(s);
         return tm__fail(err, TM_ERR_NO_MEMORY, "cannot allocate a session (arena of %zu bytes)",
@@ -858,6 +1033,7 @@ tm_status tm_session_create(tm_plan *p, tm_session **out, tm_error *err) {
         t->rank = v->rank;
         memcpy(t->dims, v->dims, sizeof t->dims);
         t->nbytes = v->nbytes;
+        s->off[i] = v->offset;
         if (v->kind == PV_CONST) t->data = v->constant->data;
         if (v->kind == PV_ARENA || v->kind == PV_KEPT) t->data = (char *)s->arena + v->offset;
         if (v->kind == PV_PARAM) t->data = m->params[v->input].value->data;
@@ -883,6 +1059,13 @@ tm_status tm_session_create(tm_plan *p, tm_session **out, tm_error *err) {
     if (output_groups(s) != TM_OK) {
         tm_session_free(s);
         return tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
+    }
+    if (p->gen) {
+        tm_status st = tm__gen_session_init(s, err);
+        if (st != TM_OK) {
+            tm_session_free(s);
+            return st;
+        }
     }
     *out = s;
     return TM_OK;
@@ -933,7 +1116,7 @@ static tm_status bind_outputs(tm_session *s, tm_tensor **outputs, int n_in, cons
         bound[i] = 0;
         s->written[i] = NULL;
         if (!s->out_group[i]) continue;
-        const plan_value *v = &p->values[p->output_pv[i]];
+        const tm_tensor *v = &s->tensors[p->output_pv[i]];   /* the session's sizes */
         tm_tensor *d = outputs[i];
         if (d) {
             if (d->dtype != v->dtype || d->rank != v->rank || d->nbytes != v->nbytes ||
@@ -967,7 +1150,7 @@ static void unbind_outputs(tm_session *s, tm_tensor **outputs, const uint8_t *bo
     const tm_plan *p = s->plan;
     for (int i = 0; i < p->n_outputs; i++) {
         if (!bound[i]) continue;
-        void *home = (char *)s->arena + p->values[root_of(p, p->output_pv[i])].offset;
+        void *home = (char *)s->arena + s->off[root_of(p, p->output_pv[i])];
         for (int w = 0; w < s->out_group_n[i]; w++) s->tensors[s->out_group[i][w]].data = home;
         if (ok) s->written[i] = outputs[i];
         else if (bound[i] == 2) {
@@ -992,11 +1175,15 @@ static tm_status bind_run_inputs(tm_session *s, int n, const char *const *names,
         const tm_tensor *t = inputs[k].t;
         if (!t) return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "input '%s' is NULL", names[k]);
         if (t->dtype != p->input_dtype[gi] || t->rank != p->input_rank[gi] ||
-            memcmp(t->dims, p->input_dims[gi], (size_t)t->rank * sizeof t->dims[0]))
+            (!p->gen && memcmp(t->dims, p->input_dims[gi], (size_t)t->rank * sizeof t->dims[0])))
             return tm__fail_at(err, TM_ERR_SHAPE, NULL, NULL, names[k],
                                "input '%s' does not have the dtype and shape the plan was made "
                                "for (%s, rank %d)", names[k], tm_dtype_name(p->input_dtype[gi]),
                                p->input_rank[gi]);
+    }
+    if (p->gen) {
+        tm_status st = tm__gen_bind(s, n, names, inputs, err);
+        if (st != TM_OK) return st;
     }
     for (int i = 0; i < p->n_values; i++) {
         plan_value *v = &p->values[i];
@@ -1159,11 +1346,12 @@ static tm_status run_kernels(tm_session *s, tm_error *err) {
     uint64_t run_seed = tm__run_seed();   /* unseeded random draws differ from run to run */
     for (int k = 0; k < p->n_kernels; k++) {
         const plan_kernel *pk = &p->kernels[k];
+        if (pk->skip) continue;
         tm_error kerr;
         kerr.message[0] = 0;
-        tm_kcall call = {pk->prim, &pk->args, s->kin[k], pk->nin, s->kout[k], pk->nout,
-                         s->scratch, p->scratch_bytes, &kerr, p->model->opts.threads,
-                         p->model->pool, run_seed};
+        tm_kcall call = {pk->prim, s->args ? &s->args[k] : &pk->args, s->kin[k], pk->nin,
+                         s->kout[k], pk->nout, s->scratch, s->scratch_cap, &kerr,
+                         p->model->opts.threads, p->model->pool, run_seed};
         double t0 = s->profile ? profile_now_s() : 0;
         tm_status st = tm_prims[pk->prim].kernel(&call);
         if (s->profile) s->profile[k] += profile_now_s() - t0;
@@ -1541,21 +1729,43 @@ const tm_tensor *tm_session_result(const tm_session *s, int i) {
 
 /* ---- The plan cache ---------------------------------------------------------------- */
 
+/* An entry is a plan for one signature (key: names, dtypes, dims, static values), or a
+ * generic plan (generic.c: no key) serving many sizes of one family (fkey: the same
+ * without the dims). Entries with a plan per shape keep their inputs' dims, so that two
+ * of one family can start a generic plan. */
 struct tm_plan_cache_entry {
     tm_plan_cache_entry *next;
     char *key;
     size_t key_len;
+    char *fkey;
+    size_t fkey_len;
+    int n_in;
+    int *rank;                    /* per given input; -1: none given */
+    int64_t (*dims)[TM_MAX_RANK];
     tm_plan *plan;
     tm_session **free_sessions;
     int n_free, cap_free;
     int in_use;
 };
 
+/* A family that tm_model_run tried to serve with a generic plan, and how often that
+ * failed (it stops trying after MAX_GEN_FAILS, and makes at most MAX_GEN_PLANS). */
+typedef struct tm_gen_family {
+    struct tm_gen_family *next;
+    char *fkey;
+    size_t fkey_len;
+    int fails, made;
+} tm_gen_family;
+enum { MAX_GEN_FAILS = 2, MAX_GEN_PLANS = 16 };
+
 static void entry_free(tm_plan_cache_entry *e) {
     for (int i = 0; i < e->n_free; i++) tm_session_free(e->free_sessions[i]);
     free(e->free_sessions);
     tm_plan_free(e->plan);
     free(e->key);
+    free(e->fkey);
+    free(e->rank);
+    free(e->dims);
     free(e);
 }
 
@@ -1568,22 +1778,33 @@ void tm__plan_cache_clear(tm_model *m) {
     }
     m->cache = NULL;
     m->n_cache = 0;
+    while (m->families) {
+        tm_gen_family *f = m->families->next;
+        free(m->families->fkey);
+        free(m->families);
+        m->families = f;
+    }
 }
 
 /* The signature: each given input's name, dtype and dims, plus static values' bytes. */
+/* In buf (cap bytes) when it fits, so that a run through a cached plan allocates
+ * nothing; else malloc'ed (the caller frees a result that is not buf). */
 static char *make_key(int n, const char *const *names, const tm_tensor *const *inputs,
-                      const tm_plan_options *o, size_t *len) {
-    size_t cap = 256, used = 0;
-    char *k = malloc(cap);
-    if (!k) return NULL;
+                      const tm_plan_options *o, int with_dims, char *buf, size_t cap,
+                      size_t *len) {
+    size_t used = 0;
+    char *k = buf;
 #define PUT(ptr, sz)                                          \
     do {                                                      \
         size_t s_ = (sz);                                     \
-        while (used + s_ > cap) {                             \
-            cap *= 2;                                         \
-            char *nk = realloc(k, cap);                       \
-            if (!nk) { free(k); return NULL; }                \
+        if (used + s_ > cap) {                                \
+            size_t nc = cap;                                  \
+            while (used + s_ > nc) nc *= 2;                   \
+            char *nk = k == buf ? malloc(nc) : realloc(k, nc);\
+            if (!nk) { if (k != buf) free(k); return NULL; }  \
+            if (k == buf) memcpy(nk, buf, used);              \
             k = nk;                                           \
+            cap = nc;                                         \
         }                                                     \
         memcpy(k + used, (ptr), s_);                          \
         used += s_;                                           \
@@ -1593,8 +1814,10 @@ static char *make_key(int n, const char *const *names, const tm_tensor *const *i
         if (!inputs[i]) continue;
         PUT(&inputs[i]->dtype, sizeof inputs[i]->dtype);
         PUT(&inputs[i]->rank, sizeof inputs[i]->rank);
-        PUT(inputs[i]->dims, (size_t)inputs[i]->rank * sizeof(int64_t));
+        if (with_dims) PUT(inputs[i]->dims, (size_t)inputs[i]->rank * sizeof(int64_t));
     }
+    int kv = o && o->size >= offsetof(tm_plan_options, kv_in_place) + sizeof(int) && o->kv_in_place;
+    PUT(&kv, sizeof kv);
     for (int i = 0; o && i < o->n_static; i++) {
         const tm_tensor *t = o->static_values[i];
         PUT(o->static_names[i], strlen(o->static_names[i]) + 1);
@@ -1605,6 +1828,148 @@ static char *make_key(int n, const char *const *names, const tm_tensor *const *i
     return k;
 }
 
+static int is_static_name(const tm_plan_options *o, const char *name) {
+    return find_static(o, name) != NULL;
+}
+
+/* Whether TM_GENERIC (default on) lets tm_model_run make plans that serve many sizes. */
+static int generic_on(void) {
+    const char *v = getenv("TM_GENERIC");
+    return !v || strcmp(v, "0") != 0;
+}
+
+/* After a plan for a new shape: if another plan of the same family differs from it in
+ * sizes only along a line (every dim that differs is the same affine function of the
+ * first that does, all of them 2 or more), trace the family at the next size along the
+ * line as well and try a generic plan through the three (generic.c). Called with the
+ * cache locked; a failure only counts against the family. */
+static void try_generic(tm_model *m, tm_plan_cache_entry *e, int n, const char *const *names,
+                        const tm_tensor *const *inputs, const tm_plan_options *opts) {
+    if (!generic_on() || e->plan->break_at >= 0 || e->plan->n_extra_inputs) return;
+    tm_gen_family *f = m->families;
+    while (f && !(f->fkey_len == e->fkey_len && !memcmp(f->fkey, e->fkey, e->fkey_len))) f = f->next;
+    if (f && (f->fails >= MAX_GEN_FAILS || f->made >= MAX_GEN_PLANS)) return;
+    /* The other plan: one of the family whose sizes differ from this one's along a line
+     * (the first differing dim is the size; every other one that differs moves by the
+     * same step, all of them 2 or more): a batch size's other lengths, say. */
+    tm_plan_cache_entry *o = m->cache;
+    int pk = -1, pax = -1;
+    int64_t pa = 0, pb = 0;
+    for (; o; o = o->next) {
+        if (o == e || !o->key || o->plan->gen || o->fkey_len != e->fkey_len ||
+            memcmp(o->fkey, e->fkey, e->fkey_len) || o->n_in != n)
+            continue;
+        pk = -1;
+        for (int k = 0; k < n && pk < 0; k++)
+            for (int d = 0; d < e->rank[k] && pk < 0; d++)
+                if (e->dims[k][d] != o->dims[k][d] && !is_static_name(opts, names[k])) {
+                    pk = k;
+                    pax = d;
+                }
+        if (pk < 0) continue;
+        pa = o->dims[pk][pax];
+        pb = e->dims[pk][pax];
+        int64_t step = pb - pa;
+        int line = 1;
+        for (int k = 0; k < n && line; k++)
+            for (int d = 0; d < e->rank[k] && line; d++) {
+                int64_t da = o->dims[k][d], db = e->dims[k][d];
+                if (da != db && (da < 2 || db < 2 || db - da != step)) line = 0;
+            }
+        if (line) break;
+    }
+    if (!o) return;
+    int64_t step = pb - pa;
+    const tm_graph *g = m->onnx->graph;
+    int pin = -1;
+    for (int i = 0; i < g->n_inputs; i++)
+        if (!strcmp(g->inputs[i].name, names[pk])) pin = i;
+    if (pin < 0) return;
+    if (!f) {
+        f = calloc(1, sizeof *f);
+        if (!f) return;
+        f->fkey = malloc(e->fkey_len ? e->fkey_len : 1);
+        if (!f->fkey) {
+            free(f);
+            return;
+        }
+        memcpy(f->fkey, e->fkey, e->fkey_len);
+        f->fkey_len = e->fkey_len;
+        f->next = m->families;
+        m->families = f;
+    }
+    /* Inputs at the three sizes: A (the other plan's), B (this one's), C (one more step). */
+    tm_xval *x[3];
+    tm_tensor **own = calloc((size_t)3 * n + 1, sizeof *own);
+    int ok = own != NULL;
+    for (int j = 0; j < 3; j++) {
+        x[j] = calloc((size_t)n + 1, sizeof *x[j]);
+        ok &= x[j] != NULL;
+    }
+    for (int j = 0; ok && j < 3; j++)
+        for (int k = 0; ok && k < n; k++) {
+            x[j][k].kind = inputs[k] ? TM_X_TENSOR : TM_X_NONE;
+            if (!inputs[k]) continue;
+            if (is_static_name(opts, names[k]) || inputs[k]->dtype == TM_STRING) {
+                x[j][k].t = (tm_tensor *)inputs[k];
+                continue;
+            }
+            /* In increasing order: lo, hi, and one more step beyond hi. */
+            int64_t dims[TM_MAX_RANK];
+            for (int d = 0; d < e->rank[k]; d++) {
+                int64_t da = o->dims[k][d], db = e->dims[k][d];
+                int64_t lo = step > 0 ? da : db, hi = step > 0 ? db : da;
+                dims[d] = j == 0 ? lo : j == 1 ? hi : hi + (hi - lo);
+            }
+            own[j * n + k] = tm_tensor_alloc(inputs[k]->dtype, e->rank[k], dims, NULL);
+            ok = own[j * n + k] != NULL;
+            x[j][k].t = own[j * n + k];
+        }
+    tm_plan *gp = NULL;
+    tm_error err;
+    memset(&err, 0, sizeof err);
+    tm_status st = ok ? tm__plan_generalize(m, n, names, x, opts, NULL, pin, pax, &gp, &err)
+                      : TM_ERR_NO_MEMORY;
+    if (getenv("TM_GENERIC_DEBUG"))
+        fprintf(stderr, "transmuter: generic plan for sizes %lld, %lld, %lld of '%s' dim %d: %s\n",
+                (long long)(pa < pb ? pa : pb), (long long)(pa < pb ? pb : pa),
+                (long long)(2 * (pa < pb ? pb : pa) - (pa < pb ? pa : pb)), names[pk], pax,
+                st == TM_OK ? "made" : err.message);
+    tm_plan_cache_entry *ge = st == TM_OK ? calloc(1, sizeof *ge) : NULL;
+    if (ge) ge->fkey = malloc(e->fkey_len ? e->fkey_len : 1);
+    if (ge && ge->fkey) {
+        memcpy(ge->fkey, e->fkey, e->fkey_len);
+        ge->fkey_len = e->fkey_len;
+        ge->plan = gp;
+        ge->next = m->cache;
+        m->cache = ge;
+        m->n_cache++;
+        f->made++;
+        m->n_generic++;
+    } else {
+        if (ge) free(ge);
+        tm_plan_free(gp);
+        f->fails++;
+        m->n_generic_failed++;
+    }
+    for (int i = 0; own && i < 3 * n; i++) tm_tensor_free(own[i]);
+    free(own);
+    for (int j = 0; j < 3; j++) free(x[j]);
+}
+
+/* Records the dims of the given inputs in e (for try_generic). */
+static int entry_shapes(tm_plan_cache_entry *e, int n, const tm_tensor *const *inputs) {
+    e->n_in = n;
+    e->rank = calloc((size_t)n + 1, sizeof *e->rank);
+    e->dims = calloc((size_t)n + 1, sizeof *e->dims);
+    if (!e->rank || !e->dims) return 0;
+    for (int k = 0; k < n; k++) {
+        e->rank[k] = inputs[k] ? inputs[k]->rank : -1;
+        if (inputs[k]) memcpy(e->dims[k], inputs[k]->dims, sizeof e->dims[k]);
+    }
+    return 1;
+}
+
 tm_status tm_model_run(tm_model *m, int n, const char *const *names,
                        const tm_tensor *const *inputs, tm_tensor **outputs,
                        const tm_plan_options *opts, tm_error *err) {
@@ -1612,14 +1977,31 @@ tm_status tm_model_run(tm_model *m, int n, const char *const *names,
         return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "tm_model_run: NULL argument");
     for (int i = 0; i < n; i++)
         if (!names[i]) return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "input name %d is NULL", i);
-    size_t len = 0;
-    char *key = make_key(n, names, inputs, opts, &len);
-    if (!key) return tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
+    size_t len = 0, flen = 0;
+    char kbuf[2048], fbuf[2048];
+    char *key = make_key(n, names, inputs, opts, 1, kbuf, sizeof kbuf, &len);
+    char *fkey = key ? make_key(n, names, inputs, opts, 0, fbuf, sizeof fbuf, &flen) : NULL;
+    if (!key || !fkey) {
+        if (key != kbuf) free(key);
+        return tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
+    }
+#define FREE_KEYS()                        \
+    do {                                   \
+        if (key != kbuf) free(key);        \
+        if (fkey != fbuf) free(fkey);      \
+    } while (0)
     pthread_mutex_lock(&m->cache_lock);
     tm_plan_cache_entry *e = m->cache, *prev = NULL;
-    while (e && !(e->key_len == len && !memcmp(e->key, key, len))) {
+    while (e && !(e->key && e->key_len == len && !memcmp(e->key, key, len))) {
         prev = e;
         e = e->next;
+    }
+    if (!e) {   /* a generic plan of the family that serves these sizes */
+        prev = NULL;
+        for (e = m->cache; e; prev = e, e = e->next)
+            if (e->plan->gen && e->fkey_len == flen && !memcmp(e->fkey, fkey, flen) &&
+                tm__gen_accepts(e->plan, n, names, inputs))
+                break;
     }
     tm_status st = TM_OK;
     if (e) {
@@ -1628,33 +2010,72 @@ tm_status tm_model_run(tm_model *m, int n, const char *const *names,
             e->next = m->cache;
             m->cache = e;
         }
-        free(key);
+        FREE_KEYS();
+        if (e->plan->gen) m->n_generic_runs++;
     } else {
         tm_plan *plan = NULL;
         st = tm_plan_create(m, n, names, inputs, opts, &plan, err);
+        if (st == TM_OK) m->n_plans++;
         if (st != TM_OK) {
             pthread_mutex_unlock(&m->cache_lock);
-            free(key);
+            FREE_KEYS();
             return st;
         }
-        e = calloc(1, sizeof *e);
-        if (!e) {
-            tm_plan_free(plan);
+        /* The entry keeps copies of the keys. */
+        char *k2 = malloc(len ? len : 1), *f2 = malloc(flen ? flen : 1);
+        if (k2) memcpy(k2, key, len);
+        if (f2) memcpy(f2, fkey, flen);
+        FREE_KEYS();
+        key = k2;
+        fkey = f2;
+        if (!key || !fkey) {
             free(key);
+            free(fkey);
+            tm_plan_free(plan);
+            pthread_mutex_unlock(&m->cache_lock);
+            return tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
+        }
+        e = calloc(1, sizeof *e);
+        if (!e || !entry_shapes(e, n, inputs)) {
+            if (e) {
+                e->plan = plan;
+                e->key = key;
+                e->fkey = fkey;
+                entry_free(e);
+            } else {
+                tm_plan_free(plan);
+                free(key);
+                free(fkey);
+            }
             pthread_mutex_unlock(&m->cache_lock);
             return tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
         }
         e->key = key;
         e->key_len = len;
+        e->fkey = fkey;
+        e->fkey_len = flen;
         e->plan = plan;
         e->next = m->cache;
         m->cache = e;
         m->n_cache++;
-        /* Evict the least recently used entries that no run is using. */
+        try_generic(m, e, n, names, inputs, opts);
+        if (m->cache != e) {   /* keep this run's entry first */
+            tm_plan_cache_entry **pp = &m->cache;
+            while (*pp != e) pp = &(*pp)->next;
+            *pp = e->next;
+            e->next = m->cache;
+            m->cache = e;
+        }
+        /* Evict the least recently used entries that no run is using: plans for one shape
+         * first, generic plans (which serve many) only when nothing else is left. */
         while (m->n_cache > m->opts.plan_cache_limit) {
-            tm_plan_cache_entry **pp = &m->cache, **victim = NULL;
+            tm_plan_cache_entry **pp = &m->cache, **victim = NULL, **generic = NULL;
             for (; *pp; pp = &(*pp)->next)
-                if ((*pp)->in_use == 0 && *pp != e) victim = pp;
+                if ((*pp)->in_use == 0 && *pp != e) {
+                    if ((*pp)->plan->gen) generic = pp;
+                    else victim = pp;
+                }
+            if (!victim) victim = generic;
             if (!victim) break;
             tm_plan_cache_entry *v = *victim;
             *victim = v->next;
@@ -1664,6 +2085,7 @@ tm_status tm_model_run(tm_model *m, int n, const char *const *names,
     }
     tm_session *s = e->n_free ? e->free_sessions[--e->n_free] : NULL;
     e->in_use++;
+    m->n_runs++;
     pthread_mutex_unlock(&m->cache_lock);
     if (!s) st = tm_session_create(e->plan, &s, err);
     if (st == TM_OK) st = tm_session_run(s, n, names, inputs, outputs, err);
@@ -1683,4 +2105,22 @@ tm_status tm_model_run(tm_model *m, int n, const char *const *names,
     }
     pthread_mutex_unlock(&m->cache_lock);
     return st;
+}
+
+void tm_model_plan_stats(tm_model *m, tm_plan_stats *out) {
+    if (!out) return;
+    size_t size = out->size && out->size < sizeof *out ? out->size : sizeof *out;
+    tm_plan_stats st;
+    memset(&st, 0, sizeof st);
+    st.size = size;
+    if (m) {
+        pthread_mutex_lock(&m->cache_lock);
+        st.runs = m->n_runs;
+        st.plans = m->n_plans;
+        st.generic_plans = m->n_generic;
+        st.generic_failed = m->n_generic_failed;
+        st.generic_runs = m->n_generic_runs;
+        pthread_mutex_unlock(&m->cache_lock);
+    }
+    memcpy(out, &st, size);
 }

@@ -46,6 +46,8 @@ struct tm_model {
     tm_pool *pool;                 /* opts.threads threads for kernels; NULL: one thread */
     tm_plan_cache_entry *cache;    /* most recently used first */
     size_t n_cache;
+    struct tm_gen_family *families;/* tm_model_run's tries at plans serving many sizes */
+    size_t n_runs, n_plans, n_generic, n_generic_failed, n_generic_runs;  /* tm_plan_stats */
     int n_params;                  /* trainable parameters (params.c) */
     tm_param *params;
     void *param_slab;              /* their data, huge pages (no custom allocator); or NULL */

@@ -48,7 +48,28 @@ typedef struct geometry {
     int64_t mask_stride[4];        /* 0 along broadcast dims */
     int scale_kind;
     float scale;
+    int causal;                    /* i[6]: key j > (Sk - Sq) + i of query i is f[1] */
+    float fill;
 } geometry;
+
+/* Causal rows as the graph computes them: the scale first (so the masked scores are the
+ * fill itself, exactly, as WHERE(causal, scaled, fill) gives), then the rest of
+ * finish_scores without it. Exact also where a padding mask leaves a row with nothing
+ * but masked keys (their sum with the mask then decides, as in the graph). Returns
+ * whether the rows are scaled now. */
+static int causal_rows(const geometry *g, float *scores, int64_t ld, int64_t rows, int64_t i0) {
+    if (!g->causal) return 0;
+    for (int64_t r = 0; r < rows; r++) {
+        float *row = scores + r * ld;
+        int64_t keep = g->k.s - g->q.s + i0 + r + 1;
+        if (g->scale_kind == SCALE_MUL)
+            for (int64_t j = 0; j < keep; j++) row[j] = row[j] * g->scale;
+        else if (g->scale_kind == SCALE_DIV)
+            for (int64_t j = 0; j < keep; j++) row[j] = row[j] / g->scale;
+        for (int64_t j = keep; j < g->k.s; j++) row[j] = g->fill;
+    }
+    return 1;
+}
 
 static tm_status read_geometry(const tm_args *a, int nin, const int64_t *const *dims,
                                const int *ranks, geometry *g, char *why, size_t cap) {
@@ -104,6 +125,13 @@ static tm_status read_geometry(const tm_args *a, int nin, const int64_t *const *
     }
     g->scale_kind = (int)a->i[5];
     g->scale = (float)a->f[0];
+    g->causal = a->i[6] != 0;
+    g->fill = (float)a->f[1];
+    if (g->causal && g->q.s > g->k.s) {
+        snprintf(why, cap, "attention: causal with %lld queries over %lld keys",
+                 (long long)g->q.s, (long long)g->k.s);
+        return TM_ERR_SHAPE;
+    }
     if (g->scale_kind < SCALE_NONE || g->scale_kind > SCALE_DIV) {
         snprintf(why, cap, "attention: bad scale step %d", g->scale_kind);
         return TM_ERR_INVALID_ARGUMENT;
@@ -200,9 +228,10 @@ static const float *mask_row(const attention_call *ac, int64_t b, int64_t h, int
 
 /* Rows of scores in place: scaled, masked, softmaxed (several side by side). */
 static void finish_scores(const attention_call *ac, float *scores, int64_t rows,
-                          const float *const *masks) {
+                          const float *const *masks, int scaled) {
     const geometry *g = ac->g;
-    tm_softmax_pre pre = {g->scale_kind, g->scale, g->mask_stride[3] == 0};
+    tm_softmax_pre pre = {scaled ? SCALE_NONE : g->scale_kind, scaled ? 1.0f : g->scale,
+                          g->mask_stride[3] == 0};
     tm__softmax_block_f32(scores, rows, g->k.s, g->k.s, &pre, masks);
 }
 
@@ -254,7 +283,9 @@ static void attention_slice(void *arg, int ith, int nth) {
         const float *masks[QUERY_BLOCK];
         for (int64_t r = 0; r < rows; r++)
             masks[r] = mask_row(ac, b, heads_as_rows ? h + r : h, heads_as_rows ? 0 : i0 + r);
-        finish_scores(ac, scores, rows, masks);
+        /* With one query a head the causal limit is the last key: nothing to do. */
+        int scaled = !heads_as_rows && causal_rows(g, scores, g->k.s, rows, i0);
+        finish_scores(ac, scores, rows, masks, scaled);
         if (vm) vm->attn_values(rows, g->k.s, g->v.d, scores, g->k.s, v, g->v.row_stride, o, ldo);
         else tm_sgemm(0, 0, rows, g->v.d, g->k.s, 1.0f, scores, g->k.s, v, g->v.row_stride, 0.0f,
                       o, ldo, gemm, NULL);
@@ -278,7 +309,8 @@ static void attention_reference(const attention_call *ac, float *row) {
                     row[j] = sum;
                 }
                 const float *mask = mask_row(ac, b, h, i);
-                finish_scores(ac, row, 1, &mask);
+                int scaled = causal_rows(g, row, g->k.s, 1, i);
+                finish_scores(ac, row, 1, &mask, scaled);
                 float *o = ac->out + b * g->out.batch_stride + h * g->out.head_stride + i * g->out.row_stride;
                 for (int64_t d = 0; d < g->v.d; d++) {
                     float sum = 0.0f;

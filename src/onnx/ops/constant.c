@@ -131,7 +131,24 @@ static tm_status lower_constant_of_shape(tm_lower *L) {
     if (value && tm_tensor_numel_(value) != 1)
         return tm_lfail(L, TM_ERR_SHAPE, "attribute 'value' must hold one element, it holds "
                         "%lld", (long long)tm_tensor_numel_(value));
-    tm_tensor *t = new_tensor(L, value ? value->dtype : TM_FLOAT, (int)rank, dims);
+    tm_dtype dt = value ? value->dtype : TM_FLOAT;
+    if (dt != TM_STRING && rank > 0) {
+        /* The one element expanded by a primitive: a trace then knows how it was made
+         * from the shape, and a plan serving several sizes makes it anew (generic.c). */
+        int64_t ones[TM_MAX_RANK];
+        for (int i = 0; i < rank; i++) ones[i] = 1;
+        tm_tensor *one = new_tensor(L, dt, (int)rank, ones);
+        if (!one) return c->status;
+        if (value) memcpy(one->data, value->data, tm_dtype_elem_size(dt));
+        tm_args a;
+        memset(&a, 0, sizeof a);
+        a.i[0] = rank;
+        for (int i = 0; i < rank; i++) a.i[1 + i] = dims[i];
+        tm_val src = tm_val_tensor(c, one, 0);
+        tm_lout(L, 0, tm_prim(c, TM_P_EXPAND, &src, 1, &a));
+        return c->status;
+    }
+    tm_tensor *t = new_tensor(L, dt, (int)rank, dims);
     if (!t) return c->status;
     /* Without a value the result is float zeros, which the allocation already holds. */
     if (value && fill_from(t, value)) {

@@ -1,5 +1,6 @@
 /* Fuses scaled, masked softmax attention into one ATTENTION primitive:
- *   s = MATMUL(q, kT); [s = DIV(s, c) or MUL(s, c)]; [s = ADD(s, mask)]; p = SOFTMAX(s);
+ *   s = MATMUL(q, kT); [s = DIV(s, c) or MUL(s, c)]; [s = WHERE(causal, s, fill)];
+ *   [s = ADD(s, mask)]; p = SOFTMAX(s);
  *   o = MATMUL(p, v); [o = TRANSPOSE(o, 0 2 1 3)]
  * over the last axis, float32, rank 4. q may come out of a TRANSPOSE (0 2 1 3) and is
  * then read before it; kT must be a TRANSPOSE of k, (0 2 3 1) from (B, S, H, D) or
@@ -63,6 +64,26 @@ static tm_val unrepeat(const tm_pass_scan *s, tm_val v) {
     return r1->in[0];
 }
 
+/* Whether WHERE node w is GPT-2's causal fill: where(cond, scores, fill) with cond a
+ * constant (1, 1, Sq, Sk) that keeps key j for query i exactly when j <= Sk - Sq + i, and
+ * fill a constant scalar of -1e4 or less (finfo.min, -inf), which ATTENTION writes as the
+ * graph does. */
+static int causal_where(const tm_ctx *c, const tm_rnode *w, double *fill) {
+    if (w->nin != 3) return 0;
+    const tm_vinfo *cond = &c->vals[w->in[0]], *x = &c->vals[w->in[1]];
+    if (!cond->data || !tm__pass_scalar(c, w->in[2], fill) || !(*fill <= -1e4)) return 0;
+    if (cond->dtype != TM_BOOL || cond->rank != 4 || x->rank != 4 || cond->dims[0] != 1 ||
+        cond->dims[1] != 1)
+        return 0;
+    int64_t sq = x->dims[2], sk = x->dims[3];
+    if (cond->dims[2] != sq || cond->dims[3] != sk || sq > sk) return 0;
+    const uint8_t *b = cond->data->data;
+    for (int64_t i = 0; i < sq; i++)
+        for (int64_t j = 0; j < sk; j++)
+            if ((b[i * sk + j] != 0) != (j <= sk - sq + i)) return 0;
+    return 1;
+}
+
 static tm_status fuse_at(matcher *m, int32_t at) {
     tm_pass_scan *s = &m->scan;
     tm_ctx *c = s->c;
@@ -82,12 +103,20 @@ static tm_status fuse_at(matcher *m, int32_t at) {
             const tm_vinfo *bi = &c->vals[b];
             if (!inner(s, a) || bi->rank != 4 || bi->dtype != TM_FLOAT || b == a) continue;
             if (!producer(s, a, TM_P_MATMUL) && !producer(s, a, TM_P_DIV) &&
-                !producer(s, a, TM_P_MUL))
+                !producer(s, a, TM_P_MUL) && !producer(s, a, TM_P_WHERE))
                 continue;
             mask = b;
             scores = a;
         }
         if (mask == TM_NONE) return TM_OK;
+    }
+    int causal = 0;
+    double fill = 0;
+    const tm_rnode *wh = inner(s, scores) ? producer(s, scores, TM_P_WHERE) : NULL;
+    if (wh) {
+        if (!causal_where(c, wh, &fill)) return TM_OK;
+        causal = 1;
+        scores = wh->in[1];
     }
     const tm_rnode *sc = NULL;
     if (inner(s, scores) && (sc = producer(s, scores, TM_P_DIV)) != NULL &&
@@ -168,7 +197,9 @@ static tm_status fuse_at(matcher *m, int32_t at) {
     a.i[3] = lo;
     a.i[4] = mask != TM_NONE;
     a.i[5] = scale_kind;
+    a.i[6] = causal;
     a.f[0] = scale;
+    a.f[1] = fill;
     tm_status st = tm__pass_rewrite(c, target, prim, in, mask != TM_NONE ? 4 : 3, &a);
     if (st == TM_ERR_SHAPE) return TM_OK;
     if (st != TM_OK) return st;

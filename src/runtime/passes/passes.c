@@ -23,6 +23,7 @@ static const tm_pass_fn passes[] = {
     tm__pass_conv,
     tm__pass_nbits,    /* after gelu too */
     tm__pass_index_add,
+    tm__pass_kv_append,   /* after attention: ATTENTION reads the cache it keeps */
 };
 
 int tm__pass_uses(const tm_ctx *c, tm_val v) {

@@ -1,0 +1,719 @@
+/* tm_decoder: a decoder export stepped token by token with its KV cache kept in place.
+ * The cache of each past input lives in one buffer of the decoder's with room to grow
+ * (doubling when full); plans made with kv_in_place take it there as (B, P, H, D) and
+ * write each step's new rows after the P (passes/kv_append.c), so a step copies no cache
+ * and, once its plans exist, allocates nothing. The plans: one generic plan for every
+ * decode step of one token on a past of 2 or more, one for every prompt of 2 or more
+ * tokens on an empty cache (generic.c; each made once from three traces), and plans per
+ * shape for the rest (a one-token prompt, chunks appended to a cache), a few kept.
+ * Inputs are found by name (input_ids; attention_mask, position_ids, use_cache_branch
+ * when the export has them; past_key_values.* or past.* with present.* outputs); a cache
+ * that the plan cannot keep in place (not concatenated on a (B, H, P, D) length axis) is
+ * fed back by copying its present output. Not a generator: no sampling, no tokenizer. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "plan_internal.h"
+#include "../core/dtype.h"
+
+enum { N_SHAPED = 8 };
+
+enum { KV_COPY = 0, KV_IN_PLACE = 1, KV_FRESH = 2 };
+
+typedef struct dec_plan {
+    tm_plan *plan;
+    tm_session *session;
+    int64_t past, seq;    /* a plan per shape: its sizes; -1 for the generic ones */
+    uint8_t *mode;        /* per cache input: KV_IN_PLACE (the plan appends to the buffer),
+                           * KV_COPY (it reads the buffer (B, H, P, D) and its present is
+                           * copied back), KV_FRESH (it does not read the past: a prompt
+                           * on an empty cache; its present is copied in) */
+} dec_plan;
+
+struct tm_decoder {
+    tm_model *m;
+    int n_in, n_out;
+    int ids, mask, positions, branch, logits;
+    const char **names;
+    int *present_of;      /* per input: its present output, or -1 */
+    uint8_t *fixed;       /* per cache input: an encoder's cache (cross-attention), whose
+                           * length is the encoder's: made by the prompt's plan, read as
+                           * it is by every later step (B, H, E, D) */
+    tm_tensor **given;    /* per input: one the caller gives (tm_decoder_set_input), or NULL */
+    int64_t enc_len;      /* E: the encoder's length (dim 1 of the input given), or -1 */
+    int *kv;              /* per cache input: the buffer's layout, (B, P, H, D) (1) or (B, H,
+                           * P, D) (0), set by the first plan that reads it; -1 unknown */
+    int64_t *heads, *width;   /* per cache input: H and D of (B, H, P, D) */
+    size_t *elem;
+    void **buf;           /* per cache input: capacity rows */
+    tm_tensor *t;         /* per input: the tensor a run reads (dims set per step) */
+    tm_tensor *t_branch;
+    int64_t *ids_buf, *mask_buf, *pos_buf;
+    int32_t *ids32, *mask32, *pos32;
+    int64_t capacity, length;
+    int in_place;         /* kv_in_place asked */
+    int layout_known;     /* the decode plan has told each cache's layout */
+    dec_plan *pending;    /* the first prompt's plan, whose presents wait in its session
+                           * for the layouts (taken at the next append) */
+    int64_t pending_past, pending_n;
+    dec_plan decode, prefill;
+    dec_plan shaped[N_SHAPED];
+    int n_shaped, next_shaped;
+    const tm_tensor *last_logits;
+};
+
+void tm_decoder_options_default(tm_decoder_options *o) {
+    memset(o, 0, sizeof *o);
+    o->size = sizeof *o;
+    o->kv_in_place = 1;
+}
+
+static int past_name(const char *s) {
+    return !strncmp(s, "past_key_values", 15) || !strncmp(s, "past.", 5);
+}
+
+/* past_key_values.N.key <- present.N.key (Optimum's names), past.N <- present.N. */
+static int present_index(const tm_model *m, const char *input) {
+    const char *rest = !strncmp(input, "past_key_values", 15) ? input + 15 : input + 4;
+    char name[512];
+    snprintf(name, sizeof name, "present%s", rest);
+    return tm_model_output_index(m, name);
+}
+
+static void plan_clear(dec_plan *p) {
+    tm_session_free(p->session);
+    tm_plan_free(p->plan);
+    free(p->mode);
+    memset(p, 0, sizeof *p);
+}
+
+void tm_decoder_free(tm_decoder *d) {
+    if (!d) return;
+    plan_clear(&d->decode);
+    plan_clear(&d->prefill);
+    for (int i = 0; i < d->n_shaped; i++) plan_clear(&d->shaped[i]);
+    for (int i = 0; d->buf && i < d->n_in; i++) free(d->buf[i]);
+    free(d->buf);
+    free(d->names);
+    free(d->present_of);
+    for (int i = 0; d->given && i < d->n_in; i++) tm_tensor_free(d->given[i]);
+    free(d->given);
+    free(d->fixed);
+    free(d->kv);
+    free(d->heads);
+    free(d->width);
+    free(d->elem);
+    free(d->t);
+    tm_tensor_free(d->t_branch);
+    free(d->ids_buf);
+    free(d->mask_buf);
+    free(d->pos_buf);
+    free(d->ids32);
+    free(d->mask32);
+    free(d->pos32);
+    free(d);
+}
+
+static int int32_input(const tm_decoder *d, int i) {
+    tm_value_desc in;
+    tm_model_input(d->m, i, &in);
+    return in.dtype == TM_INT32;
+}
+
+/* Room for `need` positions: the cache buffers and the rows of ids, mask and positions
+ * grow (doubling); the rows the cache holds are kept. */
+static tm_status reserve_steps(tm_decoder *d, tm_session *s, tm_error *err);
+
+static tm_status reserve(tm_decoder *d, int64_t need, tm_error *err) {
+    if (need <= d->capacity) return TM_OK;
+    int64_t cap = d->capacity ? d->capacity : 256;
+    while (cap < need) cap *= 2;
+    for (int i = 0; i < d->n_in; i++) {
+        if (d->present_of[i] < 0 || d->fixed[i]) continue;
+        size_t row = (size_t)(d->heads[i] * d->width[i]) * d->elem[i];
+        void *nb = calloc((size_t)cap, row);
+        if (!nb) return tm__fail(err, TM_ERR_NO_MEMORY, "cannot grow the KV cache to %lld "
+                                 "positions", (long long)cap);
+        if (d->buf[i] && d->length) {
+            if (d->kv[i] == 0) {
+                /* (B, H, P, D) contiguous: each head's rows move to its new place. */
+                for (int64_t h = 0; h < d->heads[i]; h++)
+                    memcpy((char *)nb + (size_t)(h * d->length * d->width[i]) * d->elem[i],
+                           (char *)d->buf[i] + (size_t)(h * d->length * d->width[i]) * d->elem[i],
+                           (size_t)(d->length * d->width[i]) * d->elem[i]);
+            } else {
+                memcpy(nb, d->buf[i], (size_t)d->length * row);
+            }
+        }
+        free(d->buf[i]);
+        d->buf[i] = nb;
+    }
+    int64_t *a = realloc(d->ids_buf, (size_t)cap * sizeof *a);
+    if (a) d->ids_buf = a;
+    int64_t *b = a ? realloc(d->mask_buf, (size_t)cap * sizeof *b) : NULL;
+    if (b) d->mask_buf = b;
+    int64_t *c = b ? realloc(d->pos_buf, (size_t)cap * sizeof *c) : NULL;
+    if (c) d->pos_buf = c;
+    int32_t *a32 = c ? realloc(d->ids32, (size_t)cap * sizeof *a32) : NULL;
+    if (a32) d->ids32 = a32;
+    int32_t *b32 = a32 ? realloc(d->mask32, (size_t)cap * sizeof *b32) : NULL;
+    if (b32) d->mask32 = b32;
+    int32_t *c32 = b32 ? realloc(d->pos32, (size_t)cap * sizeof *c32) : NULL;
+    if (c32) d->pos32 = c32;
+    if (!c32) return tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
+    for (int64_t k = d->capacity; k < cap; k++) {
+        d->mask_buf[k] = 1;
+        d->mask32[k] = 1;
+    }
+    d->capacity = cap;
+    if (d->decode.session) return reserve_steps(d, d->decode.session, err);
+    return TM_OK;
+}
+
+/* The decode plan's session made ready for every past up to the capacity, or up to the
+ * longest the model takes (a position table's length stops the shape rules: halve). */
+static tm_status reserve_steps(tm_decoder *d, tm_session *s, tm_error *err) {
+    for (int64_t p = d->capacity; p >= 2; p /= 2) {
+        tm_error e2;
+        memset(&e2, 0, sizeof e2);
+        tm_status st = tm__gen_reserve(s, p, &e2);
+        if (st == TM_OK) return TM_OK;
+        if (st == TM_ERR_NO_MEMORY) {
+            tm__error_copy(err, &e2);
+            return st;
+        }
+    }
+    return TM_OK;
+}
+
+static void set_dims(tm_tensor *t, tm_dtype dt, int rank, const int64_t *dims, void *data) {
+    t->dtype = dt;
+    t->rank = rank;
+    for (int k = 0; k < rank; k++) t->dims[k] = dims[k];
+    t->nbytes = (size_t)tm_numel(rank, dims) * tm_dtype_elem_size(dt);
+    t->data = data;
+    t->owns_data = 0;
+}
+
+/* The inputs of a step of n tokens on a past of length past, in the tensors d->t: the
+ * cache views in the layout of `in_place` (1: (B, P, H, D)). */
+static void bind_step(tm_decoder *d, int64_t past, int64_t n, int in_place, const uint8_t *mode) {
+    for (int i = 0; i < d->n_in; i++) {
+        tm_value_desc in;
+        tm_model_input(d->m, i, &in);
+        if (i == d->ids || i == d->mask || i == d->positions) {
+            int64_t len = i == d->mask ? past + n : n;
+            int64_t dims[2] = {1, len};
+            int is32 = in.dtype == TM_INT32;
+            void *data = i == d->ids ? (is32 ? (void *)d->ids32 : (void *)d->ids_buf)
+                       : i == d->mask ? (is32 ? (void *)d->mask32 : (void *)d->mask_buf)
+                                      : (is32 ? (void *)(d->pos32 + past) : (void *)(d->pos_buf + past));
+            set_dims(&d->t[i], is32 ? TM_INT32 : TM_INT64, 2, dims, data);
+        } else if (i == d->branch) {
+            *(uint8_t *)d->t_branch->data = past > 0;
+        } else if (d->given[i]) {
+            d->t[i] = *d->given[i];
+            d->t[i].owns_data = 0;
+        } else if (d->present_of[i] >= 0 && d->fixed[i]) {
+            int64_t dims[4] = {1, d->heads[i], d->enc_len, d->width[i]};
+            set_dims(&d->t[i], in.dtype, 4, dims, d->buf[i]);
+        } else if (d->present_of[i] >= 0) {
+            int kv = in_place && mode[i] == KV_IN_PLACE;
+            int64_t dims[4] = {1, kv ? past : d->heads[i], kv ? d->heads[i] : past, d->width[i]};
+            set_dims(&d->t[i], in.dtype, 4, dims, d->buf[i]);
+        }
+    }
+}
+
+static const tm_tensor *const *step_inputs(tm_decoder *d, const tm_tensor **scratch) {
+    for (int i = 0; i < d->n_in; i++) scratch[i] = i == d->branch ? d->t_branch : &d->t[i];
+    return scratch;
+}
+
+static void plan_options(const tm_decoder *d, tm_plan_options *po, const char **sn,
+                         const tm_tensor **sv) {
+    tm_plan_options_default(po);
+    po->kv_in_place = d->in_place;
+    if (d->branch >= 0) {
+        sn[0] = d->names[d->branch];
+        sv[0] = d->t_branch;
+        po->n_static = 1;
+        po->static_names = sn;
+        po->static_values = sv;
+    }
+}
+
+/* Tensors in the model's own layout at sizes (past, n), zeroed (plans are traced from
+ * their shapes). */
+static tm_xval *model_layout_inputs(tm_decoder *d, int64_t past, int64_t n) {
+    tm_xval *x = calloc((size_t)d->n_in + 1, sizeof *x);
+    if (!x) return NULL;
+    for (int i = 0; i < d->n_in; i++) {
+        tm_value_desc in;
+        tm_model_input(d->m, i, &in);
+        x[i].kind = TM_X_TENSOR;
+        if (i == d->branch) {
+            x[i].t = tm_tensor_clone(d->t_branch, NULL);
+            if (x[i].t) *(uint8_t *)x[i].t->data = past > 0;
+        } else if (d->given[i]) {
+            x[i].t = tm_tensor_clone(d->given[i], NULL);
+        } else if (d->present_of[i] >= 0) {
+            int64_t dims[4] = {1, d->heads[i], d->fixed[i] ? d->enc_len : past, d->width[i]};
+            x[i].t = tm_tensor_alloc(in.dtype, 4, dims, NULL);
+        } else {
+            int64_t dims[2] = {1, i == d->mask ? past + n : n};
+            x[i].t = tm_tensor_alloc(int32_input(d, i) ? TM_INT32 : TM_INT64, 2, dims, NULL);
+        }
+        if (!x[i].t) {
+            for (int k = 0; k <= i; k++) tm_tensor_free(x[k].t);
+            free(x);
+            return NULL;
+        }
+    }
+    return x;
+}
+
+static void free_xvals(tm_xval *x, int n) {
+    for (int i = 0; x && i < n; i++) tm_tensor_free(x[i].t);
+    free(x);
+}
+
+/* Whether a kernel of plan p reads graph input i. */
+static int plan_reads(const tm_plan *p, int i) {
+    for (int pv = 0; pv < p->n_values; pv++) {
+        if (p->values[pv].kind != PV_INPUT || p->values[pv].input != i) continue;
+        for (int k = 0; k < p->n_kernels; k++)
+            for (int j = 0; j < p->kernels[k].nin; j++)
+                if (p->kernels[k].in[j] == pv) return 1;
+        for (int o = 0; o < p->n_outputs; o++)
+            if (p->output_pv && p->output_pv[o] == pv) return 1;
+    }
+    return 0;
+}
+
+/* How plan dp treats each cache (dec_plan.mode); the buffers' layouts follow the first
+ * plan that reads them, and every later one must read them alike. */
+static tm_status learn_kv(tm_decoder *d, dec_plan *dp, tm_error *err) {
+    dp->mode = calloc((size_t)d->n_in + 1, 1);
+    if (!dp->mode) return tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
+    for (int i = 0; i < d->n_in; i++) {
+        if (d->present_of[i] < 0) continue;
+        if (d->fixed[i]) {
+            dp->mode[i] = plan_reads(dp->plan, i) ? KV_COPY : KV_FRESH;
+            continue;
+        }
+        int kv = tm_plan_kv_input(dp->plan, i);
+        if (!kv && !plan_reads(dp->plan, i)) {
+            dp->mode[i] = KV_FRESH;
+            continue;
+        }
+        dp->mode[i] = kv ? KV_IN_PLACE : KV_COPY;
+        if (d->kv[i] < 0) d->kv[i] = kv;
+        else if (d->kv[i] != kv)
+            return tm__fail(err, TM_ERR_UNSUPPORTED, "the plans of this decoder disagree on "
+                            "whether cache '%s' is kept in place", d->names[i]);
+    }
+    return TM_OK;
+}
+
+/* The generic plan of decode steps (n = 1, past = 2, 3, 4 ...) or of prompts (past 0,
+ * n = 2, 3, 4 ...). */
+static tm_status make_generic(tm_decoder *d, int prompt, dec_plan *out, tm_error *err) {
+    tm_xval *x[3] = {0};
+    tm_status st = TM_OK;
+    for (int j = 0; j < 3 && st == TM_OK; j++) {
+        x[j] = prompt ? model_layout_inputs(d, 0, 2 + j) : model_layout_inputs(d, 2 + j, 1);
+        if (!x[j]) st = tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
+    }
+    int pin = prompt ? d->ids : d->mask, pax = 1;
+    if (!prompt && pin < 0)
+        for (int i = 0; i < d->n_in && pin < 0; i++)
+            if (d->present_of[i] >= 0 && !d->fixed[i]) {
+                pin = i;
+                pax = 2;
+            }
+    tm_plan_options po;
+    const char *sn[1];
+    const tm_tensor *sv[1];
+    plan_options(d, &po, sn, sv);
+    /* The static branch value is the samples' own. */
+    if (d->branch >= 0) sv[0] = x[0][d->branch].t;
+    if (st == TM_OK)
+        st = tm__plan_generalize(d->m, d->n_in, d->names, x, &po, NULL, pin, pax, &out->plan, err);
+    for (int j = 0; j < 3; j++) free_xvals(x[j], d->n_in);
+    if (st == TM_OK) st = learn_kv(d, out, err);
+    if (st == TM_OK) st = tm_session_create(out->plan, &out->session, err);
+    /* Decode steps up to the capacity then bind without allocating. */
+    if (st == TM_OK && !prompt) st = reserve_steps(d, out->session, err);
+    if (st != TM_OK) plan_clear(out);
+    out->past = out->seq = -1;
+    return st;
+}
+
+static tm_status make_shaped(tm_decoder *d, int64_t past, int64_t n, dec_plan *out,
+                             tm_error *err) {
+    tm_xval *x = model_layout_inputs(d, past, n);
+    if (!x) return tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
+    const tm_tensor **t = calloc((size_t)d->n_in + 1, sizeof *t);
+    tm_status st = t ? TM_OK : tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
+    for (int i = 0; t && i < d->n_in; i++) t[i] = x[i].t;
+    tm_plan_options po;
+    const char *sn[1];
+    const tm_tensor *sv[1];
+    plan_options(d, &po, sn, sv);
+    if (d->branch >= 0) sv[0] = x[d->branch].t;
+    if (st == TM_OK) st = tm_plan_create(d->m, d->n_in, d->names, t, &po, &out->plan, err);
+    free(t);
+    free_xvals(x, d->n_in);
+    if (st == TM_OK) st = learn_kv(d, out, err);
+    if (st == TM_OK) st = tm_session_create(out->plan, &out->session, err);
+    if (st != TM_OK) plan_clear(out);
+    out->past = past;
+    out->seq = n;
+    return st;
+}
+
+/* Counts into the model's tm_plan_stats. */
+static void count(tm_model *m, size_t *field) {
+    pthread_mutex_lock(&m->cache_lock);
+    (*field)++;
+    pthread_mutex_unlock(&m->cache_lock);
+}
+
+static tm_status plan_for(tm_decoder *d, int64_t past, int64_t n, dec_plan **out,
+                          tm_error *err) {
+    int generic_ok = !getenv("TM_GENERIC") || strcmp(getenv("TM_GENERIC"), "0");
+    if (generic_ok && n == 1 && past >= 2) {
+        if (!d->decode.plan && d->decode.past != -2) {
+            tm_error e2;
+            memset(&e2, 0, sizeof e2);
+            if (make_generic(d, 0, &d->decode, &e2) != TM_OK) {
+                if (e2.code == TM_ERR_NO_MEMORY) {
+                    tm__error_copy(err, &e2);
+                    return e2.code;
+                }
+                if (getenv("TM_GENERIC_DEBUG"))
+                    fprintf(stderr, "transmuter: decoder: no generic decode plan: %s\n", e2.message);
+                d->decode.past = -2;   /* the graph does not allow it: plans per shape */
+                count(d->m, &d->m->n_generic_failed);
+            } else {
+                count(d->m, &d->m->n_generic);
+            }
+        }
+        if (d->decode.plan) {
+            *out = &d->decode;
+            return TM_OK;
+        }
+    }
+    /* Prompts: the first length gets a plan of its own (one trace, not three: the time to
+     * the first token), a second length the generic plan. */
+    int other_prompt = 0;
+    for (int i = 0; i < d->n_shaped; i++)
+        other_prompt |= d->shaped[i].past == 0 && d->shaped[i].seq >= 2 && d->shaped[i].seq != n;
+    if (generic_ok && past == 0 && n >= 2 && (other_prompt || d->prefill.plan)) {
+        if (!d->prefill.plan && d->prefill.past != -2) {
+            tm_error e2;
+            memset(&e2, 0, sizeof e2);
+            if (make_generic(d, 1, &d->prefill, &e2) != TM_OK) {
+                if (e2.code == TM_ERR_NO_MEMORY) {
+                    tm__error_copy(err, &e2);
+                    return e2.code;
+                }
+                if (getenv("TM_GENERIC_DEBUG"))
+                    fprintf(stderr, "transmuter: decoder: no generic prompt plan: %s\n", e2.message);
+                d->prefill.past = -2;
+                count(d->m, &d->m->n_generic_failed);
+            } else {
+                count(d->m, &d->m->n_generic);
+            }
+        }
+        if (d->prefill.plan) {
+            *out = &d->prefill;
+            return TM_OK;
+        }
+    }
+    for (int i = 0; i < d->n_shaped; i++)
+        if (d->shaped[i].past == past && d->shaped[i].seq == n) {
+            *out = &d->shaped[i];
+            return TM_OK;
+        }
+    dec_plan *slot;
+    if (d->n_shaped < N_SHAPED) slot = &d->shaped[d->n_shaped++];
+    else {
+        slot = &d->shaped[d->next_shaped];
+        d->next_shaped = (d->next_shaped + 1) % N_SHAPED;
+        plan_clear(slot);
+    }
+    tm_status st = make_shaped(d, past, n, slot, err);
+    if (st == TM_OK) count(d->m, &d->m->n_plans);
+    if (st != TM_OK) {
+        /* Keep the table dense: the failed slot is the last or is refilled later. */
+        slot->past = slot->seq = -3;
+        return st;
+    }
+    *out = slot;
+    return TM_OK;
+}
+
+tm_status tm_decoder_create(tm_model *model, const tm_decoder_options *opts, tm_decoder **out,
+                            tm_error *err) {
+    if (!model || !out) return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "tm_decoder_create: NULL argument");
+    tm_decoder_options o;
+    tm_decoder_options_default(&o);
+    if (opts) memcpy(&o, opts, opts->size && opts->size < sizeof o ? opts->size : sizeof o);
+    tm_decoder *d = calloc(1, sizeof *d);
+    if (!d) return tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
+    d->m = model;
+    d->in_place = o.kv_in_place != 0;
+    d->n_in = tm_model_n_inputs(model);
+    d->n_out = tm_model_n_outputs(model);
+    d->ids = tm_model_input_index(model, "input_ids");
+    d->mask = tm_model_input_index(model, "attention_mask");
+    d->positions = tm_model_input_index(model, "position_ids");
+    d->branch = tm_model_input_index(model, "use_cache_branch");
+    d->logits = tm_model_output_index(model, "logits");
+    size_t n = (size_t)d->n_in + 1;
+    d->names = calloc(n, sizeof *d->names);
+    d->present_of = calloc(n, sizeof *d->present_of);
+    d->kv = calloc(n, sizeof *d->kv);
+    d->heads = calloc(n, sizeof *d->heads);
+    d->width = calloc(n, sizeof *d->width);
+    d->elem = calloc(n, sizeof *d->elem);
+    d->buf = calloc(n, sizeof *d->buf);
+    d->t = calloc(n, sizeof *d->t);
+    d->fixed = calloc(n, 1);
+    d->given = calloc(n, sizeof *d->given);
+    d->enc_len = -1;
+    int64_t one = 1;
+    d->t_branch = tm_tensor_alloc(TM_BOOL, 1, &one, NULL);
+    tm_status st = TM_OK;
+    if (!d->names || !d->present_of || !d->kv || !d->heads || !d->width || !d->elem ||
+        !d->buf || !d->t || !d->t_branch || !d->fixed || !d->given)
+        st = tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
+    if (st == TM_OK && d->ids < 0)
+        st = tm__fail(err, TM_ERR_UNSUPPORTED, "the model has no input 'input_ids': a decoder "
+                      "takes token ids");
+    int n_cache = 0;
+    for (int i = 0; st == TM_OK && i < d->n_in; i++) {
+        tm_value_desc in;
+        tm_model_input(model, i, &in);
+        d->names[i] = in.name;
+        d->present_of[i] = -1;
+        d->kv[i] = -1;
+        if (i == d->ids || i == d->mask || i == d->positions || i == d->branch) continue;
+        if (!past_name(in.name)) {
+            /* encoder_hidden_states and the like: the caller gives them. */
+            if (!strstr(in.name, "encoder")) {
+                st = tm__fail(err, TM_ERR_UNSUPPORTED, "input '%s' is not one a decoder takes "
+                              "(input_ids, attention_mask, position_ids, use_cache_branch, "
+                              "past_key_values.* with present.* outputs, encoder_* given with "
+                              "tm_decoder_set_input)", in.name);
+                break;
+            }
+            continue;
+        }
+        if ((d->present_of[i] = present_index(model, in.name)) < 0) {
+            st = tm__fail(err, TM_ERR_UNSUPPORTED, "input '%s' has no present output to take "
+                          "back (present%s)", in.name, in.name + (in.name[4] == '.' ? 4 : 15));
+            break;
+        }
+        d->fixed[i] = strstr(in.name, ".encoder.") != NULL;
+        if (in.rank != 4 || in.dims[1] < 1 || in.dims[3] < 1) {
+            st = tm__fail(err, TM_ERR_UNSUPPORTED, "cache input '%s' is not (batch, heads, "
+                          "length, width) with the heads and width fixed", in.name);
+            break;
+        }
+        d->heads[i] = in.dims[1];
+        d->width[i] = in.dims[3];
+        d->elem[i] = tm_dtype_elem_size(in.dtype);
+        n_cache++;
+    }
+    if (st == TM_OK && d->logits < 0)
+        st = tm__fail(err, TM_ERR_UNSUPPORTED, "the model has no output 'logits'");
+    if (st == TM_OK && !n_cache)
+        st = tm__fail(err, TM_ERR_UNSUPPORTED, "the model takes no past_key_values.* inputs: "
+                      "a decoder steps an export that takes its cache back "
+                      "(decoder_model_merged.onnx, decoder_with_past_model.onnx)");
+    int64_t cap = o.capacity > 0 ? o.capacity : 256;
+    /* Layouts are known once a plan exists: buffers first sized for either. */
+    if (st == TM_OK) st = reserve(d, cap, err);
+    if (st != TM_OK) {
+        tm_decoder_free(d);
+        return st;
+    }
+    *out = d;
+    return TM_OK;
+}
+
+int64_t tm_decoder_length(const tm_decoder *d) { return d ? d->length : 0; }
+
+void tm_decoder_reset(tm_decoder *d) {
+    if (!d) return;
+    d->length = 0;
+    d->last_logits = NULL;
+    d->pending = NULL;   /* that prompt's cache is dropped with it */
+}
+
+const tm_tensor *tm_decoder_logits(const tm_decoder *d) { return d ? d->last_logits : NULL; }
+
+/* The presents of a run of plan p (on past, n tokens) that it did not write in place,
+ * into the buffers: which 0 all, 1 the encoder's caches only, 2 all but those. */
+static tm_status take_presents(tm_decoder *d, dec_plan *p, int64_t past, int64_t n, int which,
+                               tm_error *err) {
+    /* Caches not kept in place: their present (B, H, P + n, D) becomes the next past, in
+     * the buffer's layout. */
+    for (int i = 0; i < d->n_in; i++) {
+        if (d->present_of[i] < 0 || p->mode[i] == KV_IN_PLACE) continue;
+        const tm_tensor *pr = tm_session_result(p->session, d->present_of[i]);
+        if (d->fixed[i] ? which == 2 : which == 1) continue;
+        if (d->fixed[i]) {
+            /* An encoder's cache: taken once, from the prompt's plan, then read as it is. */
+            if (p->mode[i] != KV_FRESH) continue;
+            size_t want = (size_t)(d->heads[i] * d->enc_len * d->width[i]) * d->elem[i];
+            if (!pr || pr->nbytes != want) {
+                tm_value_desc od;
+                tm_model_output(d->m, d->present_of[i], &od);
+                return tm__fail(err, TM_ERR_SHAPE, "output '%s' is not (1, %lld, %lld, %lld)",
+                                od.name, (long long)d->heads[i], (long long)d->enc_len,
+                                (long long)d->width[i]);
+            }
+            memcpy(d->buf[i], pr->data, want);
+            continue;
+        }
+        int64_t h_n = d->heads[i], d_n = d->width[i], t_n = past + n;
+        size_t es = d->elem[i];
+        size_t want = (size_t)(h_n * t_n * d_n) * es;
+        if (!pr || pr->nbytes != want) {
+            tm_value_desc od;
+            tm_model_output(d->m, d->present_of[i], &od);
+            return tm__fail(err, TM_ERR_SHAPE, "output '%s' is not the cache grown by %lld",
+                            od.name, (long long)n);
+        }
+        if (d->kv[i] == 1) {
+            /* (B, H, T, D) into (B, T, H, D). */
+            for (int64_t h = 0; h < h_n; h++)
+                for (int64_t t = 0; t < t_n; t++)
+                    memcpy((char *)d->buf[i] + (size_t)((t * h_n + h) * d_n) * es,
+                           (const char *)pr->data + (size_t)((h * t_n + t) * d_n) * es,
+                           (size_t)d_n * es);
+        } else {
+            memcpy(d->buf[i], pr->data, want);
+        }
+    }
+    return TM_OK;
+}
+
+tm_status tm_decoder_append(tm_decoder *d, const int64_t *tokens, int64_t n, tm_error *err) {
+    if (!d || (n && !tokens) || n < 1)
+        return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "tm_decoder_append: no tokens");
+    int64_t past = d->length;
+    tm_status st = TM_OK;
+    dec_plan *p = NULL;
+    for (int i = 0; i < d->n_in; i++)
+        if (d->present_of[i] < 0 && i != d->ids && i != d->mask && i != d->positions &&
+            i != d->branch && !d->given[i])
+            return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "input '%s' must be given first "
+                            "(tm_decoder_set_input)", d->names[i]);
+    /* The buffers' layouts are the decode steps' (in place or not). A first prompt whose
+     * plan does not read the cache runs before they are known (its presents wait in its
+     * session: the first token sooner); anything else needs the decode plan first. */
+    if (!d->layout_known && !(past == 0 && !d->pending)) {
+        st = plan_for(d, 2, 1, &p, err);
+        if (st != TM_OK) return st;
+        for (int i = 0; i < d->n_in; i++)
+            if (d->present_of[i] >= 0 && d->kv[i] < 0) d->kv[i] = 0;
+        d->layout_known = 1;
+    }
+    if (d->pending && d->layout_known) {
+        st = take_presents(d, d->pending, d->pending_past, d->pending_n, 2, err);
+        d->pending = NULL;
+        if (st != TM_OK) return st;
+    }
+    st = reserve(d, past + n, err);
+    if (st == TM_OK) st = plan_for(d, past, n, &p, err);
+    if (st != TM_OK) return st;
+    if (!d->layout_known) {
+        int reads = 0;
+        for (int i = 0; i < d->n_in; i++)
+            reads |= d->present_of[i] >= 0 && !d->fixed[i] && p->mode[i] != KV_FRESH;
+        if (reads) {   /* it reads the cache: the layouts first after all */
+            dec_plan *dp = NULL;
+            st = plan_for(d, 2, 1, &dp, err);
+            if (st != TM_OK) return st;
+            for (int i = 0; i < d->n_in; i++)
+                if (d->present_of[i] >= 0 && d->kv[i] < 0) d->kv[i] = 0;
+            d->layout_known = 1;
+            st = plan_for(d, past, n, &p, err);
+            if (st != TM_OK) return st;
+        }
+    }
+    memcpy(d->ids_buf, tokens, (size_t)n * sizeof *tokens);
+    for (int64_t k = 0; k < n; k++) {
+        d->ids32[k] = (int32_t)tokens[k];
+        d->pos_buf[past + k] = past + k;
+        d->pos32[past + k] = (int32_t)(past + k);
+    }
+    bind_step(d, past, n, d->in_place, p->mode);
+    const tm_tensor *in_small[64];
+    const tm_tensor **in = d->n_in <= 64 ? in_small : malloc((size_t)d->n_in * sizeof *in);
+    if (!in) return tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
+    st = tm_session_run(p->session, d->n_in, d->names, step_inputs(d, in), NULL, err);
+    if (in != in_small) free(in);
+    if (st != TM_OK) return st;
+    st = take_presents(d, p, past, n, d->layout_known ? 0 : 1, err);
+    if (st != TM_OK) return st;
+    if (!d->layout_known) {
+        d->pending = p;
+        d->pending_past = past;
+        d->pending_n = n;
+    }
+    d->last_logits = tm_session_result(p->session, d->logits);
+    d->length = past + n;
+    count(d->m, &d->m->n_runs);
+    if (p->past == -1) count(d->m, &d->m->n_generic_runs);
+    return TM_OK;
+}
+
+tm_status tm_decoder_set_input(tm_decoder *d, const char *name, const tm_tensor *value,
+                               tm_error *err) {
+    if (!d || !name || !value)
+        return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "tm_decoder_set_input: NULL argument");
+    int i = tm_model_input_index(d->m, name);
+    if (i < 0 || d->present_of[i] >= 0 || i == d->ids || i == d->mask || i == d->positions ||
+        i == d->branch)
+        return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "'%s' is not an input the decoder takes "
+                        "from its caller", name);
+    if (value->rank < 2)
+        return tm__fail(err, TM_ERR_SHAPE, "input '%s' must be (batch, length, ...)", name);
+    tm_tensor *copy = tm_tensor_clone(value, NULL);
+    if (!copy) return tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
+    int64_t e = value->dims[1];
+    /* The encoder's caches, sized by its length: new buffers when it changes; plans made
+     * for another length are dropped. */
+    if (e != d->enc_len) {
+        for (int k = 0; k < d->n_in; k++) {
+            if (d->present_of[k] < 0 || !d->fixed[k]) continue;
+            void *nb = calloc((size_t)(d->heads[k] * e * d->width[k]), d->elem[k]);
+            if (!nb) {
+                tm_tensor_free(copy);
+                return tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
+            }
+            free(d->buf[k]);
+            d->buf[k] = nb;
+        }
+        plan_clear(&d->decode);
+        plan_clear(&d->prefill);
+        for (int k = 0; k < d->n_shaped; k++) plan_clear(&d->shaped[k]);
+        d->n_shaped = 0;
+        d->next_shaped = 0;
+        d->layout_known = 0;
+        d->pending = NULL;
+        for (int k = 0; k < d->n_in; k++) d->kv[k] = -1;
+        d->length = 0;
+        d->last_logits = NULL;
+        d->enc_len = e;
+    }
+    tm_tensor_free(d->given[i]);
+    d->given[i] = copy;
+    return TM_OK;
+}

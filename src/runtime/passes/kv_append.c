@@ -1,0 +1,78 @@
+/* The KV cache kept in place (plans made with tm_plan_options.kv_in_place): a decoder's
+ * Concat(past, new) on the length axis of (B, H, P, D), where past is a graph input and
+ * the result is read only by fused ATTENTION kernels (as k or v) and as a graph output
+ * (present), becomes KV_APPEND on a cache laid out (B, P, H, D): the past input is then
+ * taken in that layout from a buffer with room to grow, and present is that same buffer
+ * one step longer, so that a decode step writes its new rows and copies nothing. Not the
+ * attention fusion (attention.c), which must run first: ATTENTION reads k and v in
+ * either layout. */
+#include <stdlib.h>
+#include <string.h>
+#include "../passes.h"
+
+static int attention_reads_only(const tm_ctx *c, const uint8_t *live, tm_val v, int *n_readers) {
+    *n_readers = 0;
+    for (int32_t i = 0; i < c->n_nodes; i++) {
+        if (!live[i]) continue;
+        const tm_rnode *n = &c->nodes[i];
+        for (int j = 0; j < n->nin; j++) {
+            if (n->in[j] != v) continue;
+            /* k (input 1) or v (input 2) of an ATTENTION in the (B, H, S, D) layout. */
+            if (n->prim != TM_P_ATTENTION || (j != 1 && j != 2) || n->args.i[j] != 0) return 0;
+            (*n_readers)++;
+        }
+    }
+    return 1;
+}
+
+static tm_status mark_input(tm_ctx *c, int input) {
+    if (input >= c->n_kv_bshd) {
+        int n = input + 16;
+        uint8_t *k = realloc(c->kv_bshd, (size_t)n);
+        if (!k) return tm_ctx_fail(c, TM_ERR_NO_MEMORY, "out of memory");
+        memset(k + c->n_kv_bshd, 0, (size_t)(n - c->n_kv_bshd));
+        c->kv_bshd = k;
+        c->n_kv_bshd = n;
+    }
+    c->kv_bshd[input] = 1;
+    return TM_OK;
+}
+
+tm_status tm__pass_kv_append(tm_ctx *c, const tm_pass_roots *roots) {
+    if (!c->kv_in_place) return TM_OK;
+    uint8_t *live = NULL;
+    int *uses = tm__pass_live_use_counts(c, roots, &live);
+    if (!uses) return tm_ctx_fail(c, TM_ERR_NO_MEMORY, "out of memory");
+    tm_status st = TM_OK;
+    for (int32_t i = 0; i < c->n_nodes && st == TM_OK; i++) {
+        tm_rnode *n = &c->nodes[i];
+        if (!live[i] || n->prim != TM_P_CONCAT || n->nin != 2) continue;
+        tm_vinfo *past = &c->vals[n->in[0]];
+        const tm_vinfo *x = &c->vals[n->in[1]];
+        tm_vinfo *y = &c->vals[n->out[0]];
+        int64_t axis = n->args.i[0] < 0 ? n->args.i[0] + 4 : n->args.i[0];
+        if (past->rank != 4 || x->rank != 4 || axis != 2 || past->data || past->producer >= 0 ||
+            past->input_index < 0 || uses[n->in[0]] != 1 || tm__pass_is_root(roots, n->in[0]))
+            continue;
+        int readers = 0;
+        if (!attention_reads_only(c, live, n->out[0], &readers) || readers == 0) continue;
+        /* The input and the result take the (B, S, H, D) layout. */
+        int64_t h = past->dims[1];
+        past->dims[1] = past->dims[2];
+        past->dims[2] = h;
+        int64_t yh = y->dims[1];
+        y->dims[1] = y->dims[2];
+        y->dims[2] = yh;
+        n->prim = TM_P_KV_APPEND;
+        memset(&n->args, 0, sizeof n->args);
+        for (int32_t r = 0; r < c->n_nodes; r++) {
+            if (!live[r] || c->nodes[r].prim != TM_P_ATTENTION) continue;
+            for (int j = 1; j <= 2; j++)
+                if (c->nodes[r].in[j] == n->out[0]) c->nodes[r].args.i[j] = 1;
+        }
+        st = mark_input(c, past->input_index);
+    }
+    free(uses);
+    free(live);
+    return st;
+}
