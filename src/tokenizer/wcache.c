@@ -9,6 +9,8 @@
 #include <string.h>
 #include "tok.h"
 
+/* 4,096 entries of words up to 46 bytes and 16 tokens: about 750 KB per thread that
+ * tokenizes (measured on the bench corpus, larger keys gained little). */
 enum { SLOTS = 4096, KEY = 46, TOKS = 16 };
 
 typedef struct entry {
