@@ -22,6 +22,8 @@ for t in $TARGETS; do
     [ "$t" = npy ] && dict=fuzz/npy.dict
     [ "$t" = optim_state ] && dict=fuzz/optim_state.dict
     [ "$t" = jsonl ] && dict=fuzz/jsonl.dict
+    [ "$t" = tokenizer_load ] && dict=fuzz/tokenizer.dict
+    case $t in tokenizer_encode|tokenizer_decode) dict=/dev/null ;; esac
     mkdir -p "$BUILD/corpus/$t" "$BUILD/crashes/$t" tests/data/fuzz-regressions/$t
     log=$BUILD/long_$t.log
     start=$(date +%s)
