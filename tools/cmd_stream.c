@@ -13,16 +13,7 @@
 
 int tm__cmd_stream(int argc, char **argv);
 
-/* Peak resident memory in MB (VmHWM: ru_maxrss keeps the exec'ing process's peak). */
-static double peak_rss_mb(void) {
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    long kb = -1;
-    while (f && fgets(line, sizeof line, f))
-        if (!strncmp(line, "VmHWM:", 6)) kb = strtol(line + 6, NULL, 10);
-    if (f) fclose(f);
-    return kb < 0 ? -1.0 : kb / 1024.0;
-}
+double tm__peak_rss_mb(void);   /* tools/generate.c */
 
 static double now_ms(void) {
     struct timespec ts;
@@ -209,7 +200,7 @@ int tm__cmd_stream(int argc, char **argv) {
         printf("{\"requests\": %d, \"load_ms\": %.3f, \"total_ms\": %.3f, \"plans_made\": %zu, "
                "\"generic_plans\": %zu, \"generic_runs\": %zu, \"peak_rss_mb\": %.1f, "
                "\"checksums\": [", n_req, load_ms, total_ms, ps.plans, ps.generic_plans,
-               ps.generic_runs, peak_rss_mb());
+               ps.generic_runs, tm__peak_rss_mb());
         for (int r = 0; r < n_req; r++) printf("%s%.9g", r ? ", " : "", sums[r]);
         printf("]}\n");
     } else {

@@ -297,8 +297,9 @@ static int generate_compiled(decoder *dd, loop *l) {
 }
 
 /* This process's peak resident memory in MB: VmHWM (getrusage's ru_maxrss keeps the
- * peak of the process that exec'd us). */
-static double peak_rss_mb(void) {
+ * peak of the process that exec'd us). Also transmuter stream's. */
+double tm__peak_rss_mb(void);
+double tm__peak_rss_mb(void) {
     FILE *f = fopen("/proc/self/status", "r");
     char line[256];
     long kb = -1;
@@ -433,7 +434,7 @@ int tm__cmd_generate(int argc, char **argv) {
     double med = median(l.step_ms, n_decode);
     tm_plan_stats ps = {.size = sizeof ps};
     tm_model_plan_stats(d.model, &ps);
-    double rss = peak_rss_mb();
+    double rss = tm__peak_rss_mb();
     if (l.json) {
         printf("{\"prompt_tokens\": %d, \"new_tokens\": %d, \"load_ms\": %.3f, \"prefill_ms\": %.3f, "
                "\"decode_ms_median\": %.4f, \"decode_ms_total\": %.3f, \"tokens_per_s\": %.2f, "
