@@ -353,35 +353,52 @@ tm_status tm_run_kernel(tm_ctx *c, int prim, const tm_args *a, const tm_tensor *
     return TM_OK;
 }
 
-static tm_status record(tm_ctx *c, int prim, const tm_val *in, int nin, const tm_args *a,
-                        tm_val *out, int nout, size_t scratch) {
-    if (c->n_nodes == c->cap_nodes) {
-        int32_t cap = c->cap_nodes ? c->cap_nodes * 2 : 256;
-        tm_rnode *n = realloc(c->nodes, (size_t)cap * sizeof *n);
-        if (!n) return tm_ctx_fail(c, TM_ERR_NO_MEMORY, "out of memory recording a trace");
-        c->nodes = n;
-        c->cap_nodes = cap;
+/* Appends a node for a primitive call to *arr (the trace's nodes or its fold log),
+ * marking its inputs read (kept: a plan may run them) and returning its index, or -1 with
+ * the context's error set. */
+static int32_t append_node(tm_ctx *c, tm_rnode **arr, int32_t *n_arr, int32_t *cap_arr,
+                           int prim, const tm_val *in, int nin, const tm_args *a,
+                           const tm_val *out, int nout, size_t scratch) {
+    if (*n_arr == *cap_arr) {
+        int32_t cap = *cap_arr ? *cap_arr * 2 : 256;
+        tm_rnode *grown = realloc(*arr, (size_t)cap * sizeof *grown);
+        if (!grown) {
+            tm_ctx_fail(c, TM_ERR_NO_MEMORY, "out of memory recording a trace");
+            return -1;
+        }
+        *arr = grown;
+        *cap_arr = cap;
     }
-    tm_rnode *n = &c->nodes[c->n_nodes];
+    tm_rnode *n = &(*arr)[*n_arr];
     memset(n, 0, sizeof *n);
     n->prim = prim;
     n->nin = nin;
     n->nout = nout;
     n->in = malloc((size_t)(nin ? nin : 1) * sizeof *n->in);
-    if (!n->in) return tm_ctx_fail(c, TM_ERR_NO_MEMORY, "out of memory recording a trace");
-    if (nin) memcpy(n->in, in, (size_t)nin * sizeof *in);
-    for (int i = 0; i < nin; i++)
-        if (in[i] >= 0 && in[i] < c->n_vals) c->vals[in[i]].read = 1;
-    for (int i = 0; i < nout; i++) {
-        n->out[i] = out[i];
-        c->vals[out[i]].producer = c->n_nodes;
-    }
-    if (a) n->args = *a;
-    n->scratch = scratch;
     char where[256];
     snprintf(where, sizeof where, "node '%s' (%s)", c->where_node, c->where_op);
     n->where = strdup(where);
-    c->n_nodes++;
+    if (!n->in || !n->where) {
+        free(n->in);
+        free(n->where);
+        tm_ctx_fail(c, TM_ERR_NO_MEMORY, "out of memory recording a trace");
+        return -1;
+    }
+    if (nin) memcpy(n->in, in, (size_t)nin * sizeof *in);
+    for (int i = 0; i < nin; i++)
+        if (in[i] >= 0 && in[i] < c->n_vals) c->vals[in[i]].read = 1;
+    for (int i = 0; i < nout; i++) n->out[i] = out[i];
+    if (a) n->args = *a;
+    n->scratch = scratch;
+    return (*n_arr)++;
+}
+
+static tm_status record(tm_ctx *c, int prim, const tm_val *in, int nin, const tm_args *a,
+                        tm_val *out, int nout, size_t scratch) {
+    int32_t at = append_node(c, &c->nodes, &c->n_nodes, &c->cap_nodes, prim, in, nin, a, out,
+                             nout, scratch);
+    if (at < 0) return c->status;
+    for (int i = 0; i < nout; i++) c->vals[out[i]].producer = at;
     return TM_OK;
 }
 
@@ -399,36 +416,10 @@ static tm_status log_fold(tm_ctx *c, int prim, const tm_val *in, int nin, const 
         const tm_vinfo *vi = &c->vals[in[i]];
         if (vi->owned && vi->data && vi->data->nbytes > FOLD_LOG_MAX) return TM_OK;
     }
-    if (c->n_folds == c->cap_folds) {
-        int32_t cap = c->cap_folds ? c->cap_folds * 2 : 256;
-        tm_rnode *f = realloc(c->folds, (size_t)cap * sizeof *f);
-        if (!f) return tm_ctx_fail(c, TM_ERR_NO_MEMORY, "out of memory logging a fold");
-        c->folds = f;
-        c->cap_folds = cap;
-    }
-    tm_rnode *n = &c->folds[c->n_folds];
-    memset(n, 0, sizeof *n);
-    n->prim = prim;
-    n->nin = nin;
-    n->nout = nout;
-    n->in = malloc((size_t)(nin ? nin : 1) * sizeof *n->in);
-    char where[256];
-    snprintf(where, sizeof where, "node '%s' (%s)", c->where_node, c->where_op);
-    n->where = strdup(where);
-    if (!n->in || !n->where) {
-        free(n->in);
-        free(n->where);
-        return tm_ctx_fail(c, TM_ERR_NO_MEMORY, "out of memory logging a fold");
-    }
-    if (nin) memcpy(n->in, in, (size_t)nin * sizeof *in);
-    for (int i = 0; i < nin; i++) c->vals[in[i]].read = 1;   /* kept: a plan may recompute */
-    for (int i = 0; i < nout; i++) {
-        n->out[i] = out[i];
-        c->vals[out[i]].folded_by = c->n_folds;
-    }
-    n->args = *a;
-    n->scratch = scratch;
-    c->n_folds++;
+    int32_t at = append_node(c, &c->folds, &c->n_folds, &c->cap_folds, prim, in, nin, a, out,
+                             nout, scratch);
+    if (at < 0) return c->status;
+    for (int i = 0; i < nout; i++) c->vals[out[i]].folded_by = at;
     return TM_OK;
 }
 

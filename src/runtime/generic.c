@@ -20,14 +20,6 @@
 #include "plan_internal.h"
 #include "chunks.h"
 #include "../core/dtype.h"
-#include <time.h>
-
-static double gen_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-#define GEN_T(label) do { if (getenv("TM_GENERIC_DEBUG")) fprintf(stderr, "  generalize %s: %.3f s\n", label, gen_now() - t_start); } while (0)
 
 typedef struct gen_arg {
     int kernel, idx;
@@ -380,14 +372,6 @@ static int same_structure(const tm_plan *a, const tm_plan *b, char *why, size_t 
             same = x->nbytes == y->nbytes && !memcmp(x->dims, y->dims, sizeof x->dims) &&
                    (tm_dtype_is_signed_int(x->dtype) || tm_dtype_is_unsigned_int(x->dtype));
 
-        if (!same && getenv("TM_GENERIC_DEBUG")) {
-            fprintf(stderr, "  value %d kind %d dtype %d rank %d:", i, x->kind, x->dtype, x->rank);
-            for (int d = 0; d < x->rank; d++) fprintf(stderr, " %lld/%lld", (long long)x->dims[d], (long long)y->dims[d]);
-            for (int k = 0; k < a->n_kernels; k++)
-                for (int j = 0; j < a->kernels[k].nin; j++)
-                    if (a->kernels[k].in[j] == i) fprintf(stderr, " read by %s %s", a->kernels[k].where, tm_prims[a->kernels[k].prim].name);
-            fprintf(stderr, "\n");
-        }
         if (!same) {
             snprintf(why, why_len, "value %d (%s) differs between sizes", i,
                      x->kind == PV_CONST ? "a constant" : x->kind == PV_FIT ? "a constant made from the sizes" :
@@ -568,7 +552,6 @@ tm_status tm__plan_generalize(tm_model *m, int n, const char *const *names,
     char why[400] = "";
     tm_status st = TM_OK;
     const tm_graph *g = m->onnx->graph;
-    double t_start = gen_now();
     for (int j = 0; j < 3; j++) {
         ps[j] = -1;
         for (int k = 0; k < n; k++)
@@ -582,14 +565,12 @@ tm_status tm__plan_generalize(tm_model *m, int n, const char *const *names,
         st = tm__plan_trace(m, n, names, samples[j], opts, grad, &pl[j], &gt[j], err);
     /* A KV cache the plan keeps in place is taken (B, P, H, D): its axes 1 and 2 swap. */
     if (st == TM_OK && tm_plan_kv_input(pl[0], pin) && (pax == 1 || pax == 2)) pax = 3 - pax;
-    GEN_T("traces A, B");
     if (st == TM_OK && !(dyn = find_dyn(gt, 2))) {
         snprintf(why, sizeof why, "the traces differ in their values");
         st = TM_ERR_UNSUPPORTED;
     }
     for (int j = 0; j < 2 && st == TM_OK; j++) st = tm__plan_build(pl[j], &gt[j], dyn, err);
     if (st == TM_OK && !same_structure(pl[0], pl[1], why, sizeof why)) st = TM_ERR_UNSUPPORTED;
-    GEN_T("built A, B");
     struct tm_generic *gen = NULL;
     if (st == TM_OK) {
         gen = calloc(1, sizeof *gen);
@@ -632,7 +613,6 @@ tm_status tm__plan_generalize(tm_model *m, int n, const char *const *names,
     if (st == TM_OK && !same_structure(pl[1], pl[2], why, sizeof why)) st = TM_ERR_UNSUPPORTED;
     if (st == TM_OK) st = check_fit(pl[1], pl[2], ps[2], why, sizeof why, err);
     if (st == TM_OK && !getenv("TM_GENERIC_NO_VIEWS")) prefix_views(pl[1]);
-    GEN_T("C checked");
     if (st == TM_ERR_UNSUPPORTED && why[0])
         tm__fail(err, st, "the plans at sizes %lld, %lld and %lld cannot be one: %s",
                  (long long)ps[0], (long long)ps[1], (long long)ps[2], why);
