@@ -526,6 +526,28 @@ tm_status tm_prim_n(tm_ctx *c, int prim, const tm_val *in, int nin, const tm_arg
             return out[0] == TM_NONE ? c->status : TM_OK;
         }
     }
+    /* A reshape of borrowed bytes (an initializer, which the model keeps for as long as
+     * any context or plan made from it) is the same bytes under new dims: a shell over
+     * them, not a copy. (Folding a weight's rank alignment once copied every weight of a
+     * decoder at each trace: gigabytes of fresh pages per plan.) The context owns the
+     * shell only; the bytes stay the model's. */
+    if (prim == TM_P_RESHAPE && nin >= 1 && !c->vals[in[0]].owned && tin[0]->data &&
+        tin[0]->dtype != TM_STRING && vout[0].dtype == tin[0]->dtype) {
+        tm_tensor *shell = tm_tensor_borrow(vout[0].dtype, vout[0].rank, vout[0].dims,
+                                            tin[0]->data);
+        if (tin != tin_small) free(tin);
+        if (!shell) return tm_ctx_fail(c, TM_ERR_NO_MEMORY, "reshape: out of memory");
+        const void *origin = c->vals[in[0]].origin;
+        out[0] = import_tensor(c, shell, 0, 0);
+        if (out[0] == TM_NONE) return c->status;
+        c->vals[out[0]].origin = origin;
+        if (c->fold_log && c->mode == TM_MODE_TRACE && !taped &&
+            (s = log_fold(c, prim, in, nin, a, out, nout, scratch)) != TM_OK)
+            return s;
+        if (taped && (s = record(c, prim, in, nin, a, out, nout, scratch)) != TM_OK) return s;
+        if (taped || cut) mark_taped(c, prim, in, nin, out, nout, taped, cut);
+        return TM_OK;
+    }
     for (int i = 0; i < nout; i++) {
         tout[i] = tm_tensor_alloc(vout[i].dtype, vout[i].rank, vout[i].dims, c->allocator);
         if (!tout[i]) {
