@@ -100,6 +100,10 @@ struct tm_fold_cache {
     const tm_tensor *(*fold)(tm_fold_cache *fc, tm_ctx *c, int prim, const struct tm_args *a,
                              const tm_tensor *const *in, int nin, const struct tm_vinfo *out,
                              size_t scratch);
+    /* Says that [p, p + n) of a model's weight is read no more through this address (a
+     * plan-time pass packed its own copy): the cache gives the whole pages of a mapped
+     * file back (they fault in again, unchanged, should anything read them). NULL: no-op. */
+    void (*release)(tm_fold_cache *fc, const void *p, size_t n);
 };
 
 /* Shape rule: fill out[0..nout) dtype/rank/dims from the inputs and args; set *scratch to

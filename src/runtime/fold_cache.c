@@ -194,10 +194,17 @@ static const tm_tensor *fold(tm_fold_cache *base, tm_ctx *c, int prim, const tm_
     return t;
 }
 
+static void release(tm_fold_cache *base, const void *p, size_t n) {
+    model_fold_cache *fc = (model_fold_cache *)base;
+    const tm_mapping *m = n >= RELEASE_MIN_BYTES ? mapping_of(fc, p, n) : NULL;
+    if (m && m->path) release_pages(p, n);
+}
+
 tm_fold_cache *tm__fold_cache_create(const tm_onnx_model *onnx, const tm_allocator *allocator) {
     model_fold_cache *fc = calloc(1, sizeof *fc);
     if (!fc) return NULL;
     fc->base.fold = fold;
+    fc->base.release = release;
     fc->onnx = onnx;
     fc->allocator = allocator;
     pthread_mutex_init(&fc->lock, NULL);

@@ -367,6 +367,7 @@ static int same_structure(const tm_plan *a, const tm_plan *b, char *why, size_t 
         if (same && x->kind == PV_CONST)
             same = x->nbytes == y->nbytes && x->constant && y->constant &&
                    (x->constant->dtype == TM_STRING ||
+                    x->constant->data == y->constant->data ||
                     !memcmp(x->constant->data, y->constant->data, x->nbytes));
         if (same && x->kind == PV_FIT)
             same = x->nbytes == y->nbytes && !memcmp(x->dims, y->dims, sizeof x->dims) &&
@@ -398,6 +399,7 @@ static uint8_t *find_dyn(const tm_gen_trace *gt, int n) {
             else if (a->data && (a->rank != b->rank || memcmp(a->dims, b->dims, sizeof a->dims) ||
                                  a->data->nbytes != b->data->nbytes ||
                                  (a->data->dtype != TM_STRING &&
+                                  a->data->data != b->data->data &&
                                   memcmp(a->data->data, b->data->data, a->data->nbytes))))
                 dyn[v] = 1;
         }

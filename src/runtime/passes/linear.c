@@ -44,6 +44,11 @@ static tm_val packed_weight_of(matcher *m, tm_val w, int64_t k, int64_t n, int p
         tm_tensor *t = tm__pass_packed_tensor(c, count, c->pack_cache && key.origin);
         if (!t) return TM_NONE;
         tm_sgemm_pack_b(0, n, k, wi->data->data, n, panel, depth, t->data);
+        /* The packed copy is what plans read from now on: the file's pages of an
+         * initializer go back (the model's weights are held once, not twice). */
+        if (key.origin && key.origin == wi->data->data && c->fold_cache &&
+            c->fold_cache->release)
+            c->fold_cache->release(c->fold_cache, wi->data->data, wi->data->nbytes);
         if (c->pack_cache && key.origin) {
             shared = tm__pack_cache_put(c->pack_cache, &key, t);
             v = shared ? tm_val_tensor(c, (tm_tensor *)shared, 1) : TM_NONE;
