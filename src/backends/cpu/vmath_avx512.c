@@ -198,6 +198,9 @@ static void gelu_erf(const float *x, float *y, int64_t n) {
  * multiply a row of k transposed (the keys along the vector), values broadcast a
  * probability and multiply a row of v. */
 
+/* Rows of a strided operand fetched ahead of their use (tile_ab, scores_direct). */
+#define PREFETCH_ROWS 16
+
 static inline __mmask16 mask_upto(int64_t n) {
     return n >= 16 ? (__mmask16)0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1);
 }
@@ -215,6 +218,12 @@ static inline __attribute__((always_inline)) void tile_ab(int R, int NV, int64_t
         for (int v = 0; v < NV; v++) acc[r][v] = _mm512_setzero_ps();
     for (int64_t p = 0; p < k; p++) {
         __m512 bv[4];
+        /* b's rows a little ahead: attention's values are rows of a KV cache whose heads
+         * are interleaved (strided, so the hardware prefetchers lag); a prefetch past the
+         * end is harmless. */
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++)
+            _mm_prefetch((const char *)(b + (p + PREFETCH_ROWS) * ldb + 16 * v), _MM_HINT_T0);
 #pragma GCC unroll 4
         for (int v = 0; v < NV; v++) bv[v] = _mm512_loadu_ps(b + p * ldb + 16 * v);
 #pragma GCC unroll 6
@@ -282,6 +291,10 @@ static void scores_direct(int64_t rows, int64_t sk, int64_t d, const float *q, i
     for (int64_t j0 = 0; j0 < sk; j0 += 16) {
         int keys = (int)(sk - j0 < 16 ? sk - j0 : 16);
         const float *kj = k + j0 * ldk;
+        /* The next block of keys ahead (rows of an interleaved cache: strided). */
+        for (int i = 0; i < 16; i++)
+            for (int64_t c = 0; c < d; c += 16)
+                _mm_prefetch((const char *)(kj + (PREFETCH_ROWS + i) * ldk + c), _MM_HINT_T0);
         for (int64_t r = 0; r < rows; r++) {
             const float *qr = q + r * ldq;
             __m512 acc[16];
