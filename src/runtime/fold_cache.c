@@ -18,7 +18,7 @@
 #define HASHED_MAX_BYTES ((size_t)64 << 20)
 /* After a fold, the pages of mapped inputs at least this large are given back: only the
  * packed copy is read from then on, and the file stays mapped should anything need them. */
-#define RELEASE_MIN_BYTES ((size_t)1 << 20)
+#define RELEASE_MIN_BYTES ((size_t)64 << 10)
 
 typedef struct entry {
     uint8_t *key;
