@@ -14,7 +14,7 @@ LDFLAGS += $(SAN)
 LIB_SRC := $(wildcard src/core/*.c src/core/prims/*.c src/onnx/*.c src/onnx/ops/*.c \
                       src/io/*.c src/backends/cpu/*.c src/runtime/*.c src/hub/*.c \
                       src/runtime/passes/*.c src/train/*.c src/tokenizer/*.c \
-                      src/template/*.c)
+                      src/template/*.c src/pipelines/*.c)
 OP_SRC := $(wildcard src/onnx/ops/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/prim_stubs.o
 TEST_SRC := $(wildcard tests/test_*.c)
