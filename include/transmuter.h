@@ -257,6 +257,12 @@ typedef struct tm_plan_options {
     const char *const *vary_names;
     const int *vary_axes;
     int64_t max_size;
+    /* Outputs of which only the last row along their next-to-last axis is wanted (a
+     * decoder's "logits" when a step reads the last position only): the plan computes
+     * that row alone, walking back through the nodes that work row by row (so the final
+     * norm and the LM head run on one row), and the output has 1 there. */
+    int n_last_row;
+    const char *const *last_row_names;
 } tm_plan_options;
 
 void tm_plan_options_default(tm_plan_options *opts);
@@ -345,6 +351,10 @@ typedef struct tm_decoder_options {
     size_t size;                 /* sizeof(tm_decoder_options): fields are only appended */
     int64_t capacity;            /* cache positions reserved at first (0: 256) */
     int kv_in_place;             /* 1 (default): keep caches in place; 0: copy each step */
+    int last_logits_only;        /* 1: tm_decoder_logits holds the last position's logits
+                                    alone, (1, 1, vocab), and a prompt's plan computes the
+                                    final norm and LM head for that row only
+                                    (tm_plan_options.last_row_names); 0 (default): all */
 } tm_decoder_options;
 void tm_decoder_options_default(tm_decoder_options *opts);
 tm_status tm_decoder_create(tm_model *model, const tm_decoder_options *opts, tm_decoder **out,
@@ -352,8 +362,9 @@ tm_status tm_decoder_create(tm_model *model, const tm_decoder_options *opts, tm_
 /* Runs the model on n tokens after the cache (a prompt, or one token a step); the cache
  * grows by n. On error the cache is as before. */
 tm_status tm_decoder_append(tm_decoder *d, const int64_t *tokens, int64_t n, tm_error *err);
-/* The logits of the last append, (1, n, vocab), in the decoder's memory: valid until the
- * next append, reset or free; NULL before the first. */
+/* The logits of the last append, (1, n, vocab) — (1, 1, vocab) with last_logits_only —
+ * in the decoder's memory: valid until the next append, reset or free; NULL before the
+ * first. */
 const tm_tensor *tm_decoder_logits(const tm_decoder *d);
 /* An input the decoder does not feed itself: an encoder-decoder's encoder_hidden_states
  * (Whisper, T5, BART), copied; its dim 1 is the encoder's length, which the encoder's

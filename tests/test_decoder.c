@@ -326,6 +326,105 @@ static void test_prompts(const char *path) {
     tm_model_free(m);
 }
 
+/* last_logits_only: prompts of several lengths and a decode step after each, the last
+ * position's logits against the last row of a decoder that computes them all; the
+ * prompt plan's logits output holds one row. */
+static void test_last_logits(const char *path, double tol) {
+    tm_model *m = NULL;
+    tm_error err = {0};
+    if (tm_model_load(path, NULL, &m, &err) != TM_OK) {
+        CHECK(0, "%s: %s", path, err.message);
+        return;
+    }
+    tm_decoder_options o;
+    tm_decoder_options_default(&o);
+    tm_decoder *all = NULL, *last = NULL;
+    CHECK(tm_decoder_create(m, &o, &all, &err) == TM_OK, "%s: %s", path, err.message);
+    o.last_logits_only = 1;
+    CHECK(tm_decoder_create(m, &o, &last, &err) == TM_OK, "%s: %s", path, err.message);
+    static const int64_t lengths[] = {5, 7, 9, 4, 12};
+    for (int r = 0; all && last && r < 5; r++) {
+        tm_decoder_reset(all);
+        tm_decoder_reset(last);
+        for (int step = 0; step < 2; step++) {
+            int64_t at = step ? lengths[r] : 0, n = step ? 1 : lengths[r];
+            CHECK(tm_decoder_append(all, tokens + at, n, &err) == TM_OK, "%s: %s", path, err.message);
+            CHECK(tm_decoder_append(last, tokens + at, n, &err) == TM_OK, "%s: %s", path, err.message);
+            const tm_tensor *a = tm_decoder_logits(all), *l = tm_decoder_logits(last);
+            if (!a || !l || a->rank != 3 || l->rank != 3) {
+                CHECK(0, "%s: logits missing", path);
+                continue;
+            }
+            CHECK(l->dims[1] == 1, "%s prompt %lld step %d: %lld rows of logits, not 1", path,
+                  (long long)lengths[r], step, (long long)l->dims[1]);
+            int64_t vocab = a->dims[2], dims[3] = {1, 1, vocab};
+            tm_tensor *want = tm_tensor_new(a->dtype, 3, dims);
+            size_t row = (size_t)vocab * tm_dtype_elem_size(a->dtype);
+            memcpy(want->data, (const char *)a->data + (size_t)(a->dims[1] - 1) * row, row);
+            double e = norm_err(l, want);
+            CHECK(e <= tol, "%s prompt %lld step %d: last-row logits %g from all rows'", path,
+                  (long long)lengths[r], step, e);
+            tm_tensor_free(want);
+        }
+    }
+    CHECK(last && last->prefill.plan && last->prefill.plan->gen,
+          "%s: no generic prompt plan with last_logits_only", path);
+    tm_decoder_free(all);
+    tm_decoder_free(last);
+    tm_model_free(m);
+}
+
+/* last_row_names on an encoder through tm_model_run: BERT's last_hidden_state's last row
+ * against the full output's; a name the model lacks is an error naming it. */
+static void test_last_row_encoder(const char *path) {
+    tm_model *m = NULL;
+    tm_error err = {0};
+    if (tm_model_load(path, NULL, &m, &err) != TM_OK) {
+        CHECK(0, "%s: %s", path, err.message);
+        return;
+    }
+    const char *names[3] = {"input_ids", "attention_mask", "token_type_ids"};
+    int64_t ones[12];
+    for (int k = 0; k < 12; k++) ones[k] = 1;
+    for (int64_t n = 3; n <= 12; n += 3) {
+        tm_tensor *ids = row(TM_INT64, tokens, n), *mask = row(TM_INT64, ones, n);
+        tm_tensor *types = row(TM_INT64, tokens, n);
+        memset(types->data, 0, types->nbytes);
+        const tm_tensor *in[3] = {ids, mask, types};
+        tm_tensor *full = NULL, *last = NULL;
+        tm_plan_options po;
+        tm_plan_options_default(&po);
+        const char *want_last[1] = {"last_hidden_state"};
+        CHECK(tm_model_run(m, 3, names, in, &full, NULL, &err) == TM_OK, "%s: %s", path, err.message);
+        po.n_last_row = 1;
+        po.last_row_names = want_last;
+        CHECK(tm_model_run(m, 3, names, in, &last, &po, &err) == TM_OK, "%s: %s", path, err.message);
+        if (full && last) {
+            int64_t h = full->dims[2], dims[3] = {1, 1, h};
+            tm_tensor *want = tm_tensor_new(TM_FLOAT, 3, dims);
+            memcpy(want->data, (const float *)full->data + (n - 1) * h, (size_t)h * sizeof(float));
+            double e = norm_err(last, want);
+            CHECK(e <= 1e-5, "%s length %lld: last row %g from the full output's", path,
+                  (long long)n, e);
+            tm_tensor_free(want);
+        }
+        tm_tensor_free(full);
+        tm_tensor_free(last);
+        const char *bad[1] = {"nope"};
+        po.last_row_names = bad;
+        tm_tensor *none = NULL;
+        tm_error e2 = {0};
+        tm_status st = tm_model_run(m, 3, names, in, &none, &po, &e2);
+        CHECK(st == TM_ERR_INVALID_ARGUMENT && strstr(e2.message, "no output 'nope'"),
+              "%s: last_row_names 'nope' gave %d: %s", path, (int)st, e2.message);
+        tm_tensor_free(none);
+        tm_tensor_free(ids);
+        tm_tensor_free(mask);
+        tm_tensor_free(types);
+    }
+    tm_model_free(m);
+}
+
 int main(int argc, char **argv) {
     test_kv_append_kernel();
     const char *root = argc > 1 ? argv[1] : "tests/data/tiny";
@@ -353,6 +452,17 @@ int main(int argc, char **argv) {
     }
     snprintf(path, sizeof path, "%s/llama/decoder_model_merged.onnx", root);
     test_prompts(path);
+    static const struct { const char *file; double tol; } last_models[] = {
+        {"llama/decoder_model_merged.onnx", 1e-5},
+        {"llama/decoder_model_merged_q4.onnx", 1e-4},
+        {"gpt2/decoder_model_merged.onnx", 1e-5},
+        {"gpt2/decoder_model_merged_q4.onnx", 1e-4},
+        {"gpt2/decoder_with_past_model.onnx", 1e-5},
+    };
+    for (size_t i = 0; i < sizeof last_models / sizeof last_models[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", root, last_models[i].file);
+        test_last_logits(path, last_models[i].tol);
+    }
     /* A one-token prompt: its plan and the next step's (past 1) are plans of their own. */
     n_prompt = 1;
     snprintf(path, sizeof path, "%s/llama/decoder_model_merged.onnx", root);
@@ -360,6 +470,7 @@ int main(int argc, char **argv) {
     snprintf(path, sizeof path, "%s/gpt2/decoder_model_merged.onnx", root);
     run_loop(path, 1, 64, 1e-5, 1);
     snprintf(path, sizeof path, "%s/bert/model.onnx", root);
+    test_last_row_encoder(path);
     expect_refused(path, "is not one a decoder takes");
     snprintf(path, sizeof path, "%s/gpt2/decoder_model.onnx", root);
     expect_refused(path, "takes no past_key_values");

@@ -275,6 +275,7 @@ static int generate_compiled(decoder *dd, loop *l) {
     tm_decoder_options o;
     tm_decoder_options_default(&o);
     o.kv_in_place = !l->copy_cache;
+    o.last_logits_only = 1;   /* greedy reads the last position only */
     o.capacity = l->n_prompt + l->max_new;
     tm_decoder *d = NULL;
     tm_error err = {0};

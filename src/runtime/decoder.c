@@ -52,6 +52,7 @@ struct tm_decoder {
     int32_t *ids32, *mask32, *pos32;
     int64_t capacity, length;
     int in_place;         /* kv_in_place asked */
+    int last_only;        /* last_logits_only asked */
     int layout_known;     /* the decode plan has told each cache's layout */
     dec_plan *pending;    /* the first prompt's plan, whose presents wait in its session
                            * for the layouts (taken at the next append) */
@@ -232,8 +233,13 @@ static const tm_tensor *const *step_inputs(tm_decoder *d, const tm_tensor **scra
 
 static void plan_options(const tm_decoder *d, tm_plan_options *po, const char **sn,
                          const tm_tensor **sv) {
+    static const char *const logits_name[1] = {"logits"};
     tm_plan_options_default(po);
     po->kv_in_place = d->in_place;
+    if (d->last_only) {
+        po->n_last_row = 1;
+        po->last_row_names = logits_name;
+    }
     if (d->branch >= 0) {
         sn[0] = d->names[d->branch];
         sv[0] = d->t_branch;
@@ -465,6 +471,7 @@ tm_status tm_decoder_create(tm_model *model, const tm_decoder_options *opts, tm_
     if (!d) return tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
     d->m = model;
     d->in_place = o.kv_in_place != 0;
+    d->last_only = o.last_logits_only != 0;
     d->n_in = tm_model_n_inputs(model);
     d->n_out = tm_model_n_outputs(model);
     d->ids = tm_model_input_index(model, "input_ids");

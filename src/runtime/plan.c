@@ -671,6 +671,8 @@ static tm_status create(tm_model *m, int n, const char *const *names, const tm_x
         st = tm_interp_run(&ip, ovals, outs, &live);
         if (st == TM_OK) tm__restore_output_dtypes(m, &c, outs);
         if (st == TM_OK && !tm_ctx_ok(&c)) st = c.status;
+        if (st == TM_OK && (st = tm__last_rows(&c, p, opts, outs, err)) == TM_OK && !tm_ctx_ok(&c))
+            st = c.status;
     }
     if (gt && !grad) {
         /* Kept for generic.c, which builds it. */
@@ -755,6 +757,7 @@ tm_status tm__plan_trace(tm_model *m, int n, const char *const *names, const tm_
 }
 
 const char *tm__plan_input_name(const tm_plan *p, int i) { return input_name(p, i); }
+const char *tm__plan_output_name(const tm_plan *p, int i) { return output_name(p, i); }
 
 void tm__gen_trace_free(tm_gen_trace *gt) {
     if (!gt) return;
@@ -1818,6 +1821,11 @@ static char *make_key(int n, const char *const *names, const tm_tensor *const *i
     }
     int kv = o && o->size >= offsetof(tm_plan_options, kv_in_place) + sizeof(int) && o->kv_in_place;
     PUT(&kv, sizeof kv);
+    int n_last = o && o->size >= offsetof(tm_plan_options, last_row_names) +
+                                     sizeof(o->last_row_names) ? o->n_last_row : 0;
+    PUT(&n_last, sizeof n_last);
+    for (int i = 0; i < n_last; i++)
+        if (o->last_row_names[i]) PUT(o->last_row_names[i], strlen(o->last_row_names[i]) + 1);
     for (int i = 0; o && i < o->n_static; i++) {
         const tm_tensor *t = o->static_values[i];
         PUT(o->static_names[i], strlen(o->static_names[i]) + 1);

@@ -147,6 +147,11 @@ tm_status tm__plan_trace(tm_model *m, int n, const char *const *names, const tm_
                          tm_gen_trace *gt, tm_error *err);
 /* The name of plan input i (a graph input, or a gradient plan's target). */
 const char *tm__plan_input_name(const tm_plan *p, int i);
+const char *tm__plan_output_name(const tm_plan *p, int i);
+/* tm_plan_options.last_row_names (last_rows.c): after the trace, each named output is
+ * made anew on its last row (outs[i].v replaced); the nodes of the full rows fall away. */
+tm_status tm__last_rows(tm_ctx *c, const tm_plan *p, const tm_plan_options *opts,
+                        tm_oval *outs, tm_error *err);
 /* tm_plan_options.dynamic for tm_plan_create and tm_grad_plan_create (grad non-NULL:
  * names and inputs include the loss's target). */
 tm_status tm__create_dynamic(tm_model *m, int n, const char *const *names,
