@@ -62,8 +62,21 @@ static tm_status read_json(const char *path, const char *name, tm_json **out, tm
     return TM_OK;
 }
 
+/* dir/rel when it is a file, else NULL. */
+static char *local_file(const char *dir, const char *rel) {
+    size_t n = strlen(dir) + strlen(rel) + 2;
+    char *p = malloc(n);
+    if (!p) return NULL;
+    snprintf(p, n, "%s/%s", dir, rel);
+    if (is_file(p)) return p;
+    free(p);
+    return NULL;
+}
+
 tm_status tm__repo_file(const tm__repo *r, const char *rel, char **path, tm_error *err) {
     if (r->hub_repo) {
+        /* The snapshot of the commit config.json was resolved at holds its files. */
+        if (r->dir && (*path = local_file(r->dir, rel))) return TM_OK;
         tm_error e;
         tm__error_clear(&e);
         tm_status s = tm_hub_resolve_file(r->source, rel, path, &e);
@@ -72,15 +85,8 @@ tm_status tm__repo_file(const tm__repo *r, const char *rel, char **path, tm_erro
         if (s) tm__error_copy(err, &e);
         return s;
     }
-    size_t n = strlen(r->dir) + strlen(rel) + 2;
-    char *p = malloc(n);
-    if (!p) return tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
-    snprintf(p, n, "%s/%s", r->dir, rel);
-    if (!is_file(p)) {
-        free(p);
+    if (!(*path = local_file(r->dir, rel)))
         return tm__fail(err, TM_ERR_NOT_FOUND, "%s has no file %s", r->source, rel);
-    }
-    *path = p;
     return TM_OK;
 }
 
@@ -91,7 +97,9 @@ static tm_status optional_json(const tm__repo *r, const char *rel, tm_json **out
     tm__error_clear(&e);
     *out = NULL;
     tm_status s = tm__repo_file(r, rel, &path, &e);
-    if (s == TM_ERR_NOT_FOUND) return TM_OK;
+    /* Offline or without the Hub, a file the snapshot lacks counts as absent, as
+     * transformers treats optional files. */
+    if (s == TM_ERR_NOT_FOUND || s == TM_ERR_NETWORK) return TM_OK;
     if (s) {
         tm__error_copy(err, &e);
         return s;
