@@ -776,6 +776,60 @@ const char *tm_tokenizer_chat_template(const tm_tokenizer *tok, const char *name
 /* tokenizer_config.json's model_max_length (-1 when absent or huge). */
 int64_t tm_tokenizer_model_max_length(const tm_tokenizer *tok);
 
+/* ---- Pipelines: tasks on a Hugging Face repository ------------------------------------ */
+
+/* A task on a repository, as transformers.js's pipeline(): a folder or
+ * hf://OWNER/REPO[@REVISION] with config.json, tokenizer.json (with tokenizer_config.json)
+ * and ONNX exports under onnx/ (from the Hub only the files the task needs are fetched).
+ * Calls take the call's arguments as JSON and give the result as JSON in transformers.js's
+ * shapes (JSON.stringify of what it returns; a tensor is {"_type":"Tensor","type":
+ * "float32","dims":[...],"data":[...]}). Tasks (aliases in parentheses):
+ *   feature-extraction (embeddings)      inputs [text | [texts]]; options pooling "none"
+ *       (default) | "mean" | "cls" (or "first_token") | "max" | "last_token" (or "eos") |
+ *       "auto" (the repo's sentence-transformers Pooling module, mean without one; and
+ *       normalize, unless given, as its Normalize module says), normalize (false)
+ *   text-classification (sentiment-analysis)  [text | [texts]]; top_k (1; null: all);
+ *       softmax, or sigmoid when config.json's problem_type is multi_label_classification
+ *   token-classification (ner)           [text | [texts]]; ignore_labels (["O"]),
+ *       aggregation_strategy "none" | "simple"
+ *   zero-shot-classification             [text | [texts], label | [labels]];
+ *       hypothesis_template ("This example is {}."), multi_label (false); the entailment
+ *       and contradiction ids from config.json's label2id
+ *   fill-mask                            [text | [texts]]; top_k (5)
+ *   question-answering                   [question, context] or [[questions], [contexts]];
+ *       top_k (1); a context longer than the model is cut, as transformers.js does
+ * Batches run as one padded batch; texts longer than tokenizer_config.json's
+ * model_max_length are cut to it. Tokenization, scores and decoding follow transformers.js
+ * 4.3 (tests/data/pipelines holds its outputs). A pipeline is not thread-safe: one call at
+ * a time (the model below it may be shared). */
+typedef struct tm_pipeline tm_pipeline;
+
+/* Creates the pipeline for task on repo. load_json (may be NULL) is an object of
+ * transformers.js's load options: "dtype" picks the ONNX file (fp32 onnx/model.onnx,
+ * fp16 model_fp16, q8 model_quantized, int8, uint8, q4 model_q4, q4f16, bnb4; default
+ * fp32), "model_file_name" its base name ("model"), "subfolder" ("onnx"); "threads" the
+ * model's intra-op threads (0: all cores). A repo the task cannot use (no config.json, no
+ * tokenizer, no such ONNX file, no logits output, no mask token, ...) is an error naming
+ * what is missing. */
+tm_status tm_pipeline_create(const char *task, const char *repo, const char *load_json,
+                             tm_pipeline **out, tm_error *err);
+
+/* Runs the task. inputs_json: a JSON array of the call's positional arguments (["text"],
+ * [["a", "b"]], ["question", "context"]) or one JSON string; options_json (may be NULL):
+ * a JSON object of options, or null. On success *result_json is a new NUL-terminated
+ * JSON text (free()). Errors that transformers.js throws (a fill-mask text without its
+ * mask token, ...) carry its message. */
+tm_status tm_pipeline_call(tm_pipeline *p, const char *inputs_json, const char *options_json,
+                           char **result_json, tm_error *err);
+
+/* The task's canonical name, and the ONNX file loaded (relative to the repo). */
+const char *tm_pipeline_task(const tm_pipeline *p);
+const char *tm_pipeline_model_file(const tm_pipeline *p);
+/* The tasks known, as one line for messages. */
+const char *tm_pipeline_tasks(void);
+
+void tm_pipeline_free(tm_pipeline *p);
+
 #ifdef __cplusplus
 }
 #endif

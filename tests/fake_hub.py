@@ -170,7 +170,15 @@ def build_repos(data_dir):
     split = {"onnx/model.onnx": split_model, "onnx/decoy.bin": b"never fetched\n"}
     for name, blob in split_files.items():
         split["onnx/" + name] = blob
+    # A pipeline repository (tests/data/pipelines/bert-sentiment) with a file no task needs.
+    sentiment_dir = os.path.join(data_dir, "..", "pipelines", "bert-sentiment")
+    sentiment = {rel: read(sentiment_dir, rel) for rel in
+                 ("config.json", "tokenizer.json", "tokenizer_config.json",
+                  "special_tokens_map.json", "onnx/model.onnx")}
+    sentiment["onnx/model_fp16.onnx"] = b"never fetched by an fp32 pipeline\n"
     repos = [
+        Repo("tm-test/bert-sentiment", {commit_hash("sentiment", 1): sentiment},
+             {"main": commit_hash("sentiment", 1)}),
         Repo("tm-test/tiny-bert", {c1: bert, c2: bert2}, {"main": c1}, {"v1": c1}),
         Repo("tm-test/tiny-bert-external", {commit_hash("ext", 1): ext},
              {"main": commit_hash("ext", 1)}),

@@ -210,6 +210,16 @@ check "ls shows external data" grep -q "+ onnx/model.onnx_data .* external data"
 HF_HUB_OFFLINE=1 "$TM" ls hf://tm-test/tiny-bert > "$work/ls" 2>&1
 check "ls offline lists the cache" grep -q "from the cache" "$work/ls"
 
+# ---- A pipeline on a Hub repository: only the files its task needs ------------------------
+fresh_home pipeline
+SENT=$HERE/data/pipelines/bert-sentiment
+"$TM" classify "$SENT" "Hello world!" "Short." --json > "$work/pipe-local.json" 2>&1
+check "a pipeline on hf://OWNER/REPO" sh -c "'$TM' classify hf://tm-test/bert-sentiment 'Hello world!' 'Short.' --json > '$work/pipe-hub.json'"
+check "... gives the local folder's result" cmp "$work/pipe-hub.json" "$work/pipe-local.json"
+check "... fetched no file its task does not need" sh -c "! grep -q 'model_fp16' '$state/requests.log'"
+check "... and works @revision, from the cache" sh -c "HF_HUB_OFFLINE=1 '$TM' classify hf://tm-test/bert-sentiment@main 'Hello world!' 'Short.' --json | cmp - '$work/pipe-local.json'"
+expect_fail "a missing dtype file names it" "onnx/model_q4.onnx" "$TM" classify hf://tm-test/bert-sentiment "x" --dtype q4
+
 # ---- Concurrent downloads ------------------------------------------------------------------
 fresh_home concurrent
 admin "fault?kind=slow&count=2&arg=1"

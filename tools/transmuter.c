@@ -23,6 +23,9 @@ int tm__cmd_stream(int argc, char **argv);     /* tools/cmd_stream.c */
 int tm__cmd_tokenize(int argc, char **argv);   /* tools/cmd_tokenize.c */
 int tm__cmd_detokenize(int argc, char **argv); /* tools/cmd_tokenize.c */
 int tm__cmd_chat_template(int argc, char **argv);   /* tools/cmd_chat_template.c */
+int tm__cmd_pipeline(int argc, char **argv);   /* tools/cmd_pipeline.c */
+int tm__cmd_embed(int argc, char **argv);      /* tools/cmd_pipeline.c */
+int tm__cmd_classify(int argc, char **argv);   /* tools/cmd_pipeline.c */
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -52,6 +55,10 @@ static void usage(FILE *f) {
             "  transmuter detokenize TOKENIZER IDS [--skip-special]\n"
             "  transmuter chat-template TOKENIZER MESSAGES.json [--add-generation-prompt]\n"
             "                 [--vars JSON] [--template NAME] [--ids]\n"
+            "  transmuter pipeline TASK REPO INPUT... [--json] [--dtype q8]   (see --help)\n"
+            "  transmuter pipeline TASK REPO --call JSON   (transformers.js's JSON out)\n"
+            "  transmuter embed REPO TEXT...      (sentence embeddings)\n"
+            "  transmuter classify REPO TEXT...   (text-classification labels)\n"
             "MODEL is a file or hf://OWNER/REPO/PATH[@REVISION], fetched into the Hugging Face\n"
             "cache with a progress bar (--quiet: none) and used from there afterwards.\n"
             "Inputs are read from DIR/NAME.npy or DIR/NAME.pb, outputs written as NAME.npy;\n"
@@ -1144,6 +1151,9 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "tokenize")) return tm__cmd_tokenize(argc - 2, argv + 2);
     if (!strcmp(argv[1], "detokenize")) return tm__cmd_detokenize(argc - 2, argv + 2);
     if (!strcmp(argv[1], "chat-template")) return tm__cmd_chat_template(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "pipeline")) return tm__cmd_pipeline(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "embed")) return tm__cmd_embed(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "classify")) return tm__cmd_classify(argc - 2, argv + 2);
     if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
         printf("transmuter %s\n", tm_version());
         return 0;

@@ -1,0 +1,159 @@
+/* Pipelines' private interface: the repository (a folder or hf:// repo: config.json,
+ * sentence-transformers' files, the ONNX file for a dtype), the task table, and the helpers
+ * every text task shares (tokenizing a batch as transformers.js does, running the model,
+ * softmax, a JSON writer). Not public API: include/transmuter.h's "Pipelines" section is. */
+#ifndef TM_PIPELINES_H
+#define TM_PIPELINES_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "../../include/transmuter.h"
+#include "../hub/json.h"
+
+/* ---- The repository ------------------------------------------------------------------ */
+
+typedef struct tm__repo {
+    char *source;                /* as given: a folder or hf://OWNER/REPO[@REVISION] */
+    char *hub_repo;              /* hf:// only: "OWNER/REPO" */
+    char *revision;              /* hf:// only: the revision ("main" by default) */
+    char *dir;                   /* the local folder (a cache snapshot for hf://) */
+    tm_json *config;             /* config.json */
+    const char *model_type;      /* config's model_type, or "" */
+    const char *problem_type;    /* config's problem_type, or "" */
+    /* sentence-transformers (modules.json): pooling of 1_Pooling/config.json ("mean",
+     * "cls", "max", "lasttoken"; "" when there is no Pooling module) and whether a
+     * Normalize module follows. */
+    char st_pooling[16];
+    int st_normalize;
+} tm__repo;
+
+/* Opens a folder or hf://OWNER/REPO[@REVISION]: reads config.json (required) and
+ * sentence-transformers' modules.json and pooling config when present. For hf://, only
+ * those files are fetched. */
+tm_status tm__repo_open(const char *source, tm__repo **out, tm_error *err);
+void tm__repo_free(tm__repo *r);
+
+/* The local path of the repo file `rel` (e.g. "1_Pooling/config.json"), fetched for
+ * hf://; TM_ERR_NOT_FOUND when the repo has no such file. *path is malloc'ed. */
+tm_status tm__repo_file(const tm__repo *r, const char *rel, char **path, tm_error *err);
+
+/* The ONNX file transformers.js loads for a dtype: SUBFOLDER/NAME{suffix}.onnx with
+ * fp32 "", fp16 "_fp16", int8 "_int8", uint8 "_uint8", q8 "_quantized", q4 "_q4",
+ * q4f16 "_q4f16", bnb4 "_bnb4". *rel is malloc'ed. */
+tm_status tm__repo_onnx_name(const char *dtype, const char *name, const char *subfolder,
+                             char **rel, tm_error *err);
+
+/* config.json's id2label[id], or NULL. */
+const char *tm__repo_label(const tm__repo *r, int64_t id);
+/* Number of labels in config.json's id2label (0 when there is none). */
+int tm__repo_n_labels(const tm__repo *r);
+/* label2id's value for `label`, compared case-insensitively, or -1. */
+int64_t tm__repo_label_id(const tm__repo *r, const char *label);
+
+/* ---- The pipeline object ---------------------------------------------------------------- */
+
+typedef struct tm__buf tm__buf;
+typedef struct tm__task tm__task;
+
+struct tm_pipeline {
+    const tm__task *task;
+    tm__repo *repo;
+    tm_model *model;
+    tm_tokenizer *tok;
+    char *onnx_file;             /* the ONNX file loaded, relative to the repo */
+    int32_t pad_id;              /* -1: none */
+    int pad_left;                /* tokenizer_config's padding_side == "left" */
+    int64_t model_max_length;    /* -1: none (Infinity in transformers.js) */
+    int32_t *special_ids;        /* tokenizer.json's added tokens marked special */
+    int n_special;
+    int has_token_type_ids;      /* the model takes token_type_ids */
+};
+
+/* A task: its name (and alias), what the model must offer (checked at creation), and the
+ * call. inputs is the array of positional arguments; options an object or NULL. */
+struct tm__task {
+    const char *name;
+    const char *alias;           /* another name for the same task, or NULL */
+    tm_status (*check)(tm_pipeline *p, tm_error *err);
+    tm_status (*call)(tm_pipeline *p, const tm_json *inputs, const tm_json *options,
+                      tm__buf *out, tm_error *err);
+};
+
+/* One per file: src/pipelines/<task>.c. */
+extern const tm__task tm__task_feature_extraction;
+extern const tm__task tm__task_text_classification;
+extern const tm__task tm__task_token_classification;
+extern const tm__task tm__task_zero_shot_classification;
+extern const tm__task tm__task_fill_mask;
+extern const tm__task tm__task_question_answering;
+
+/* ---- Text batches ------------------------------------------------------------------------- */
+
+/* Token arrays of a batch, (B, T) each, padded and truncated as transformers.js's tokenizer
+ * call with {padding: true, truncation: true}: each text (and pair) is encoded whole with
+ * its special tokens, then every row is cut to min(longest, model_max_length) tokens
+ * (a plain cut: a truncated row ends without its [SEP]) and shorter rows are padded with
+ * the pad id (mask 0, type 0) on the tokenizer's padding side. */
+typedef struct tm__batch {
+    int64_t B, T;
+    int64_t *ids, *mask, *types;
+} tm__batch;
+
+/* pairs may be NULL (no pairs). */
+tm_status tm__batch_encode(const tm_pipeline *p, size_t n, const char *const *texts,
+                           const char *const *pairs, tm__batch *out, tm_error *err);
+void tm__batch_free(tm__batch *b);
+
+/* Runs the model on a batch (input_ids, attention_mask and token_type_ids when the model
+ * takes them) and returns the named outputs as float32 tensors (half-precision outputs
+ * converted), each a new tensor. A missing output is TM_ERR_NOT_FOUND naming it. */
+tm_status tm__batch_run(tm_pipeline *p, const tm__batch *b, int n_out, const char *const *names,
+                        tm_tensor **out, tm_error *err);
+
+/* Whether id is one of the tokenizer's special added tokens (all_special_ids). */
+int tm__is_special_id(const tm_pipeline *p, int64_t id);
+/* Decodes ids (int64) with cleanup as the tokenizer says; *text is malloc'ed. */
+tm_status tm__decode(const tm_pipeline *p, const int64_t *ids, size_t n, int skip_special,
+                     char **text, tm_error *err);
+
+/* ---- Numbers ---------------------------------------------------------------------------- */
+
+/* softmax of n values into out, as transformers.js's maths.softmax (in doubles). */
+void tm__softmax(const double *x, size_t n, double *out);
+/* Indices 0..n-1 sorted by v descending, ties by index (ONNX TopK's order). */
+tm_status tm__argsort_desc(const double *v, size_t n, size_t *idx, tm_error *err);
+
+/* ---- Inputs and options --------------------------------------------------------------- */
+
+/* Strings of a positional argument: a string is one (*batched 0), an array of strings
+ * many (*batched 1). *texts (malloc'ed, pointing into v) holds *n entries. `what` names
+ * the argument in errors. */
+tm_status tm__strings(const tm_json *v, const char *what, const char ***texts, size_t *n,
+                      int *batched, tm_error *err);
+/* An option: absent (or options NULL) gives the default. Wrong types are errors. */
+tm_status tm__opt_int(const tm_json *options, const char *key, int64_t dflt, int null_value,
+                      int64_t *out, tm_error *err);
+tm_status tm__opt_bool(const tm_json *options, const char *key, int dflt, int *out,
+                       tm_error *err);
+tm_status tm__opt_string(const tm_json *options, const char *key, const char *dflt,
+                         const char **out, tm_error *err);
+
+/* ---- JSON output -------------------------------------------------------------------------- */
+
+/* A growing string; a failed allocation is remembered (oom) and reported at the end. */
+struct tm__buf {
+    char *s;
+    size_t n, cap;
+    int oom;
+};
+void tm__put(tm__buf *b, const char *s);
+void tm__put_len(tm__buf *b, const char *s, size_t n);
+/* A JSON string as JSON.stringify writes it (non-ASCII as is). */
+void tm__put_string(tm__buf *b, const char *s);
+/* A number, shortest form that reads back to the same double. */
+void tm__put_number(tm__buf *b, double v);
+void tm__put_int(tm__buf *b, int64_t v);
+/* {"_type":"Tensor","type":"float32","dims":[...],"data":[...]} */
+void tm__put_tensor(tm__buf *b, const float *data, int rank, const int64_t *dims);
+
+#endif

@@ -1,0 +1,226 @@
+/* tm_pipeline_*: what tests/pipelines.sh (transformers.js's outputs, through the CLI) does
+ * not reach: the API's argument checks and error messages, repositories the task cannot
+ * use, sentence-transformers' modules read into "auto" pooling, and outputs left untouched
+ * on error. Runs on tests/data/pipelines. */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "../include/transmuter.h"
+#include "check.h"
+
+#define DATA "tests/data/pipelines/"
+
+static int contains(const char *s, const char *part) { return s && strstr(s, part) != NULL; }
+
+/* Creating fails with code and a message holding part; *out stays untouched. */
+static void create_fails(const char *task, const char *repo, const char *load, tm_status code,
+                         const char *part) {
+    tm_pipeline *p = (tm_pipeline *)&p;
+    tm_error err;
+    memset(&err, 0, sizeof err);
+    tm_status s = tm_pipeline_create(task, repo, load, &p, &err);
+    CHECK(s == code && contains(err.message, part) && p == (tm_pipeline *)&p,
+          "create(%s, %s, %s): status %d (want %d), message '%s' (want '%s')", task ? task : "NULL",
+          repo ? repo : "NULL", load ? load : "NULL", s, code, err.message, part);
+    if (s == TM_OK) tm_pipeline_free(p);
+}
+
+static tm_pipeline *create(const char *task, const char *repo) {
+    tm_pipeline *p = NULL;
+    tm_error err;
+    tm_status s = tm_pipeline_create(task, repo, NULL, &p, &err);
+    CHECK(s == TM_OK, "create(%s, %s): %s", task, repo, s ? err.message : "");
+    return s == TM_OK ? p : NULL;
+}
+
+/* Calling fails with a message holding part; *result stays untouched. */
+static void call_fails(tm_pipeline *p, const char *inputs, const char *options, const char *part) {
+    if (!p) return;
+    char *result = (char *)&result;
+    tm_error err;
+    memset(&err, 0, sizeof err);
+    tm_status s = tm_pipeline_call(p, inputs, options, &result, &err);
+    CHECK(s != TM_OK && contains(err.message, part) && result == (char *)&result,
+          "call(%s, %s): status %d, message '%s' (want '%s')", inputs, options ? options : "NULL", s,
+          err.message, part);
+    if (s == TM_OK) free(result);
+}
+
+static char *call(tm_pipeline *p, const char *inputs, const char *options) {
+    if (!p) return NULL;
+    char *result = NULL;
+    tm_error err;
+    tm_status s = tm_pipeline_call(p, inputs, options, &result, &err);
+    CHECK(s == TM_OK, "call(%s, %s): %s", inputs, options ? options : "NULL", s ? err.message : "");
+    return s == TM_OK ? result : NULL;
+}
+
+static void write_file(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    if (!f) return;
+    fputs(text, f);
+    fclose(f);
+}
+
+/* A copy of minilm-embed (links) whose modules.json says cls pooling and no Normalize. */
+static int make_cls_repo(const char *dir) {
+    char path[512], target[512], cwd[400];
+    if (!getcwd(cwd, sizeof cwd) || mkdir(dir, 0755)) return 0;
+    static const char *const links[] = {"config.json", "tokenizer.json", "tokenizer_config.json",
+                                        "special_tokens_map.json", "onnx"};
+    for (int i = 0; i < 5; i++) {
+        snprintf(target, sizeof target, "%s/" DATA "minilm-embed/%s", cwd, links[i]);
+        snprintf(path, sizeof path, "%s/%s", dir, links[i]);
+        if (symlink(target, path)) return 0;
+    }
+    snprintf(path, sizeof path, "%s/modules.json", dir);
+    write_file(path, "[{\"idx\":0,\"name\":\"0\",\"path\":\"\",\"type\":\"sentence_transformers.models.Transformer\"},"
+                     "{\"idx\":1,\"name\":\"1\",\"path\":\"1_Pooling\",\"type\":\"sentence_transformers.models.Pooling\"}]");
+    snprintf(path, sizeof path, "%s/1_Pooling", dir);
+    mkdir(path, 0755);
+    snprintf(path, sizeof path, "%s/1_Pooling/config.json", dir);
+    write_file(path, "{\"pooling_mode_cls_token\": true, \"pooling_mode_mean_tokens\": false}");
+    return 1;
+}
+
+static void remove_cls_repo(const char *dir) {
+    char path[512];
+    static const char *const names[] = {"config.json", "tokenizer.json", "tokenizer_config.json",
+                                        "special_tokens_map.json", "onnx", "modules.json",
+                                        "1_Pooling/config.json", "1_Pooling"};
+    for (int i = 0; i < 8; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        remove(path);
+    }
+    rmdir(dir);
+}
+
+static void test_creation_errors(void) {
+    tm_pipeline_free(NULL);
+    create_fails(NULL, DATA "bert-sentiment", NULL, TM_ERR_INVALID_ARGUMENT, "NULL argument");
+    create_fails("text-classification", NULL, NULL, TM_ERR_INVALID_ARGUMENT, "NULL argument");
+    create_fails("summarise", DATA "bert-sentiment", NULL, TM_ERR_UNSUPPORTED, "unknown task 'summarise'");
+    create_fails("text-classification", DATA "no-such-repo", NULL, TM_ERR_NOT_FOUND, "no-such-repo");
+    create_fails("text-classification", DATA "bert-sentiment", "{\"dtype\":\"q4\"}", TM_ERR_NOT_FOUND,
+                 "onnx/model_q4.onnx");
+    create_fails("text-classification", DATA "bert-sentiment", "{\"dtype\":\"q3\"}",
+                 TM_ERR_INVALID_ARGUMENT, "unknown dtype 'q3'");
+    create_fails("text-classification", DATA "bert-sentiment", "{\"model_file_name\":\"../x\"}",
+                 TM_ERR_INVALID_ARGUMENT, "model_file_name");
+    create_fails("text-classification", DATA "bert-sentiment", "{\"dtype\":", TM_ERR_PARSE, "load options");
+    create_fails("text-classification", DATA "bert-sentiment", "{\"dtype\":8}", TM_ERR_INVALID_ARGUMENT,
+                 "dtype must be a string");
+    create_fails("question-answering", DATA "bert-sentiment", NULL, TM_ERR_UNSUPPORTED, "start_logits");
+    create_fails("zero-shot-classification", DATA "bert-mlm", NULL, TM_ERR_UNSUPPORTED, "label2id");
+    create_fails("text-classification", DATA "minilm-embed", NULL, TM_ERR_UNSUPPORTED, "'logits'");
+    /* a folder without config.json, and one without a tokenizer */
+    char dir[] = "/tmp/tm-pipeline-XXXXXX";
+    if (mkdtemp(dir)) {
+        create_fails("fill-mask", dir, NULL, TM_ERR_NOT_FOUND, "config.json");
+        char path[600];
+        snprintf(path, sizeof path, "%s/config.json", dir);
+        write_file(path, "{\"model_type\": \"bert\"}");
+        create_fails("fill-mask", dir, NULL, TM_ERR_NOT_FOUND, "tokenizer.json");
+        write_file(path, "[1, 2");
+        create_fails("fill-mask", dir, NULL, TM_ERR_PARSE, "config.json");
+        remove(path);
+        rmdir(dir);
+    }
+    tm_pipeline *p = (tm_pipeline *)&p;
+    CHECK(tm_pipeline_create("fill-mask", DATA "bert-mlm", NULL, &p, NULL) == TM_OK, "NULL error struct");
+    tm_pipeline_free(p);
+}
+
+static void test_call_errors(void) {
+    tm_pipeline *p = create("sentiment-analysis", DATA "bert-sentiment");
+    CHECK(p && !strcmp(tm_pipeline_task(p), "text-classification"), "alias to its task");
+    CHECK(p && !strcmp(tm_pipeline_model_file(p), "onnx/model.onnx"), "model file");
+    call_fails(p, "[\"a\"", NULL, "inputs: not valid JSON");
+    call_fails(p, "{}", NULL, "inputs: a JSON array");
+    call_fails(p, "[[]]", NULL, "non-empty");
+    call_fails(p, "[5]", NULL, "a string or an array of strings");
+    call_fails(p, "[[\"a\", 5]]", NULL, "texts[1] is not a string");
+    call_fails(p, "[\"a\"]", "[1]", "options: not a JSON object");
+    call_fails(p, "[\"a\"]", "{\"top_k\":\"two\"}", "top_k must be an integer");
+    call_fails(p, "[\"a\"]", "{\"top_k\":-3}", "top_k must be a positive integer");
+    char *r = call(p, "\"Hello world!\"", "null");
+    CHECK(r && !strncmp(r, "[{\"label\":\"NEGATIVE\",\"score\":0.84577", 36), "one string as inputs: %s", r);
+    free(r);
+    tm_pipeline_free(p);
+
+    p = create("token-classification", DATA "bert-ner");
+    call_fails(p, "[\"a\"]", "{\"aggregation_strategy\":\"first\"}",
+               "Invalid aggregation_strategy: \"first\". Must be one of \"none\" or \"simple\".");
+    call_fails(p, "[\"a\"]", "{\"ignore_labels\":\"O\"}", "ignore_labels must be an array");
+    tm_pipeline_free(p);
+
+    p = create("fill-mask", DATA "bert-mlm");
+    call_fails(p, "[[\"a [MASK]\", \"no mask\"]]", NULL, "Mask token ([MASK]) not found in text.");
+    tm_pipeline_free(p);
+
+    p = create("zero-shot-classification", DATA "bert-nli");
+    call_fails(p, "[\"a text\"]", NULL, "[texts, candidate_labels]");
+    call_fails(p, "[\"a text\", []]", NULL, "non-empty");
+    tm_pipeline_free(p);
+
+    p = create("question-answering", DATA "distilbert-qa");
+    call_fails(p, "[[\"q1\", \"q2\"], [\"c1\"]]", NULL, "same length");
+    call_fails(p, "[\"q\", [\"c1\"]]", NULL, "must also be a string");
+    r = call(p, "[\"What is my name?\", \"My name is Clara.\"]", "{\"top_k\":null}");
+    CHECK(r && !strcmp(r, "[]"), "top_k null gives no answer, as transformers.js: %s", r);
+    free(r);
+    tm_pipeline_free(p);
+
+    p = create("feature-extraction", DATA "minilm-embed");
+    call_fails(p, "[\"a\"]", "{\"pooling\":\"median\"}", "Pooling method 'median' not supported.");
+    call_fails(p, "[\"a\"]", "{\"normalize\":1}", "normalize must be true or false");
+    tm_pipeline_free(p);
+
+    /* fill-mask on a classifier: the logits are not (batch, tokens, vocabulary) */
+    p = create("fill-mask", DATA "bert-sentiment");
+    call_fails(p, "[\"a [MASK]\"]", NULL, "logits are not (batch, tokens, vocabulary)");
+    tm_pipeline_free(p);
+}
+
+static void test_pooling(void) {
+    tm_pipeline *p = create("feature-extraction", DATA "minilm-embed");
+    const char *texts = "[[\"Hello world!\", \"A longer sentence, padded in the batch.\"]]";
+    char *a = call(p, texts, "{\"pooling\":\"auto\"}");
+    char *b = call(p, texts, "{\"pooling\":\"mean\",\"normalize\":true}");
+    CHECK(a && b && !strcmp(a, b), "auto pooling is the repo's mean + Normalize");
+    free(a);
+    free(b);
+    a = call(p, texts, "{\"pooling\":\"auto\",\"normalize\":false}");
+    b = call(p, texts, "{\"pooling\":\"mean\"}");
+    CHECK(a && b && !strcmp(a, b), "normalize given overrides the Normalize module");
+    free(a);
+    free(b);
+    a = call(p, texts, "{\"pooling\":\"max\"}");
+    CHECK(a && contains(a, "\"dims\":[2,32]"), "max pooling: %s", a ? a : "");
+    free(a);
+    tm_pipeline_free(p);
+
+    char dir[64];
+    snprintf(dir, sizeof dir, "/tmp/tm-pipeline-cls-%d", (int)getpid());
+    if (make_cls_repo(dir)) {
+        p = create("embeddings", dir);
+        a = call(p, texts, "{\"pooling\":\"auto\"}");
+        b = call(p, texts, "{\"pooling\":\"cls\",\"normalize\":false}");
+        CHECK(a && b && !strcmp(a, b), "auto pooling reads 1_Pooling/config.json (cls, no Normalize)");
+        free(a);
+        free(b);
+        tm_pipeline_free(p);
+    } else {
+        CHECK(0, "could not make %s", dir);
+    }
+    remove_cls_repo(dir);
+}
+
+int main(void) {
+    test_creation_errors();
+    test_call_errors();
+    test_pooling();
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed != 0;
+}
