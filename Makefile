@@ -111,7 +111,7 @@ check-asan:
 	    $(MAKE) BUILD=build-asan OPT="-O1 -march=native" SAN="-fsanitize=address,undefined -fno-omit-frame-pointer" test
 
 # Side by side with ONNX Runtime (not a test); see bench/run.py. BENCH_ARGS=--large etc.
-bench: $(BUILD)/transmuter $(BUILD)/bench_probe
+bench: $(BUILD)/transmuter $(BUILD)/bench_probe $(BUILD)/pipe_bench
 	/usr/bin/python3 bench/run.py $(BENCH_ARGS)
 
 # FMA peak and memory bandwidth of this machine, for the bench's efficiency figures.
@@ -187,6 +187,11 @@ $(TOK_NPM):
 	    echo '{"name":"tok-bench","private":true}' > package.json; } && \
 	    ONNXRUNTIME_NODE_INSTALL=skip npm install --no-audit --no-fund \
 	    tokenizers@0.23.2 @huggingface/transformers@4.3.2
+
+# bench/run.py's pipeline cases: our side of a task timed in one process (tjs_pipeline.mjs
+# is transformers.js's).
+$(BUILD)/pipe_bench: bench/pipe_bench.c $(BUILD)/libtransmuter.a
+	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(BUILD)/libtransmuter.a $(LDLIBS)
 
 $(BUILD)/tok_bench: bench/tok_bench.c $(BUILD)/libtransmuter.a
 	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(BUILD)/libtransmuter.a $(LDLIBS)
