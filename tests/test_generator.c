@@ -28,6 +28,94 @@ static char *slurp(const char *path) {
     return (char *)d;
 }
 
+/* ---- Processors on stored logits ---- */
+
+static double num(const tm_json *o, const char *key) {
+    const tm_json *v = tm_json_get(o, key);
+    return v && v->type == TM_JSON_NUMBER ? v->number : NAN;
+}
+
+static int32_t *int_list(const tm_json *v, int *n) {
+    *n = v ? v->n : 0;
+    int32_t *a = malloc(((size_t)*n + 1) * sizeof *a);
+    for (int k = 0; k < *n; k++) a[k] = (int32_t)v->items[k].number;
+    return a;
+}
+
+/* One step of a chain, by the name the reference script gives it. */
+static int apply_step(const tm_json *st, float *s, int64_t V, const int32_t *ids, size_t n,
+                      float *scratch, int32_t *order) {
+    const char *op = tm_json_get_string(st, "op");
+    int n_eos = 0;
+    int32_t *eos = int_list(tm_json_get(st, "eos"), &n_eos);
+    int known = 1;
+    if (!strcmp(op, "repetition_penalty")) tm__logits_repetition_penalty(s, V, ids, n, num(st, "penalty"));
+    else if (!strcmp(op, "no_repeat_ngram")) tm__logits_no_repeat_ngram(s, V, ids, n, (int64_t)num(st, "size"));
+    else if (!strcmp(op, "bad_words")) {
+        const tm_json *bw = tm_json_get(st, "bad_words");
+        int32_t flat[64], lens[16];
+        int at = 0;
+        for (int w = 0; w < bw->n; w++) {
+            lens[w] = bw->items[w].n;
+            for (int q = 0; q < bw->items[w].n; q++) flat[at++] = (int32_t)bw->items[w].items[q].number;
+        }
+        tm__logits_bad_words(s, V, ids, n, flat, lens, bw->n, eos, n_eos);
+    } else if (!strcmp(op, "min_length")) tm__logits_min_length(s, V, (int64_t)n, (int64_t)num(st, "min_length"), eos, n_eos);
+    else if (!strcmp(op, "min_new_tokens"))
+        tm__logits_min_length(s, V, (int64_t)n - (int64_t)num(st, "prompt_length"), (int64_t)num(st, "min_new_tokens"), eos, n_eos);
+    else if (!strcmp(op, "forced_bos")) tm__logits_forced_bos(s, V, (int64_t)n, (int32_t)num(st, "bos"));
+    else if (!strcmp(op, "forced_eos")) tm__logits_forced_eos(s, V, (int64_t)n, (int64_t)num(st, "max_length"), eos, n_eos);
+    else if (!strcmp(op, "temperature")) tm__logits_temperature(s, V, num(st, "temperature"));
+    else if (!strcmp(op, "top_k")) tm__logits_top_k(s, V, (int64_t)num(st, "k"), 1, scratch);
+    else if (!strcmp(op, "top_p")) tm__logits_top_p(s, V, num(st, "p"), 1, order);
+    else if (!strcmp(op, "min_p")) tm__logits_min_p(s, V, num(st, "p"), 1, order);
+    else if (!strcmp(op, "typical_p")) tm__logits_typical(s, V, num(st, "p"), 1, order, scratch);
+    else known = 0;
+    free(eos);
+    return known;
+}
+
+static void test_processors(void) {
+    char *text = slurp(GEN "/logits_refs.json");
+    CHECK(text != NULL, "cannot read " GEN "/logits_refs.json");
+    tm_json *root = text ? tm_json_parse(text, strlen(text)) : NULL;
+    const tm_json *cases = root ? tm_json_get(root, "cases") : NULL;
+    CHECK(cases && cases->n >= 20, "logits_refs.json holds its cases");
+    for (int c = 0; cases && c < cases->n; c++) {
+        const tm_json *k = &cases->items[c];
+        const char *name = tm_json_get_string(k, "name");
+        const tm_json *lg = tm_json_get(k, "logits"), *ex = tm_json_get(k, "expected"),
+                      *steps = tm_json_get(k, "steps");
+        int n_ids = 0;
+        int32_t *ids = int_list(tm_json_get(k, "input_ids"), &n_ids);
+        int64_t V = lg->n;
+        float *s = malloc((size_t)V * sizeof *s), *scratch = malloc((size_t)V * sizeof *scratch);
+        int32_t *order = malloc((size_t)V * sizeof *order);
+        for (int64_t v = 0; v < V; v++) s[v] = lg->items[v].type == TM_JSON_NULL ? -INFINITY : (float)lg->items[v].number;
+        int ok = 1;
+        for (int q = 0; q < steps->n; q++)
+            ok &= apply_step(&steps->items[q], s, V, ids, (size_t)n_ids, scratch, order);
+        CHECK(ok, "%s: a step the test does not know", name);
+        int bad = -1;
+        for (int64_t v = 0; v < V && bad < 0; v++) {
+            double want = ex->items[v].type == TM_JSON_NULL ? -INFINITY : ex->items[v].number;
+            if (isinf(want) || isinf(s[v])) {
+                if (s[v] != want) bad = (int)v;
+            } else if (fabs(s[v] - want) > 1e-6 * fabs(want) + 1e-12) {
+                bad = (int)v;
+            }
+        }
+        CHECK(bad < 0, "%s: token %d is %.9g, transformers %.9g", name, bad, bad < 0 ? 0 : s[bad],
+              bad < 0 ? 0 : (ex->items[bad].type == TM_JSON_NULL ? -INFINITY : ex->items[bad].number));
+        free(s);
+        free(scratch);
+        free(order);
+        free(ids);
+    }
+    tm_json_free(root);
+    free(text);
+}
+
 /* ---- One repository: its tokenizer, models and generation config ---- */
 
 typedef struct repo {
@@ -309,6 +397,7 @@ static void test_cases(const char *name) {
 
 int main(int argc, char **argv) {
     const char *only = argc > 1 ? argv[1] : NULL;
+    if (!only || !strcmp(only, "processors")) test_processors();
     if (!only || !strcmp(only, "gpt2-gen")) test_cases("gpt2-gen");
     if (!only || !strcmp(only, "llama-chat")) test_cases("llama-chat");
     if (!only || !strcmp(only, "t5-text2text")) test_cases("t5-text2text");
