@@ -395,9 +395,92 @@ static void test_cases(const char *name) {
     repo_close(&r);
 }
 
+/* ---- Beam search against tests/data/generation/beams.jsonl ---- */
+
+static void test_beams(void) {
+    char *all = slurp(GEN "/beams.jsonl");
+    CHECK(all != NULL, "cannot read " GEN "/beams.jsonl");
+    int n_cases = 0;
+    for (char *line = all, *next; line && *line; line = next) {
+        next = strchr(line, '\n');
+        if (next) *next++ = 0;
+        tm_json *c = tm_json_parse(line, strlen(line));
+        if (!c) continue;
+        n_cases++;
+        const char *rname = tm_json_get_string(c, "repo"), *file = tm_json_get_string(c, "file");
+        const tm_json *o = tm_json_get(c, "options"), *want = tm_json_get(c, "expected");
+        repo r;
+        memset(&r, 0, sizeof r);
+        r.name = rname;
+        char path[512];
+        tm_error err = {0};
+        snprintf(path, sizeof path, PIPES "/%s/%s", rname, file);
+        tm_status st = tm_model_load(path, NULL, &r.dec, &err);
+        if (st == TM_OK && tm_json_get(c, "encoder_ids")) {
+            snprintf(path, sizeof path, PIPES "/%s/onnx/encoder_model.onnx", rname);
+            st = tm_model_load(path, NULL, &r.enc, &err);
+        }
+        tm_generation_config cfg;
+        tm_generation_config_default(&cfg);
+        int n_eos = 0, n_prompt = 0, n_enc = 0;
+        int32_t *eos = int_list(tm_json_get(o, "eos"), &n_eos);
+        int32_t *prompt = int_list(tm_json_get(c, "prompt"), &n_prompt);
+        int32_t *enc_ids = int_list(tm_json_get(c, "encoder_ids"), &n_enc);
+        cfg.eos_token_ids = eos;
+        cfg.n_eos_token_ids = n_eos;
+        cfg.num_beams = (int)num(o, "num_beams");
+        cfg.max_new_tokens = (int64_t)num(o, "max_new_tokens");
+        if (!isnan(num(o, "num_return_sequences"))) cfg.num_return_sequences = (int)num(o, "num_return_sequences");
+        if (!isnan(num(o, "length_penalty"))) cfg.length_penalty = num(o, "length_penalty");
+        if (!isnan(num(o, "repetition_penalty"))) cfg.repetition_penalty = num(o, "repetition_penalty");
+        if (!isnan(num(o, "no_repeat_ngram_size"))) cfg.no_repeat_ngram_size = (int64_t)num(o, "no_repeat_ngram_size");
+        if (!isnan(num(o, "min_new_tokens"))) cfg.min_new_tokens = (int64_t)num(o, "min_new_tokens");
+        const tm_json *es = tm_json_get(o, "early_stopping");
+        if (es && es->type == TM_JSON_BOOL) cfg.early_stopping = es->number ? TM_EARLY_STOPPING_TRUE : TM_EARLY_STOPPING_FALSE;
+        if (es && es->type == TM_JSON_STRING) cfg.early_stopping = TM_EARLY_STOPPING_NEVER;
+        tm_generator *g = NULL;
+        if (st == TM_OK) st = tm_generator_create(r.dec, &cfg, NULL, &g, &err);
+        if (st == TM_OK && r.enc) st = run_encoder(&r, g, enc_ids, (size_t)n_enc, &err);
+        if (st == TM_OK) st = tm_generator_append(g, prompt, (size_t)n_prompt, &err);
+        if (st == TM_OK) st = tm_generator_generate(g, NULL, NULL, &err);
+        CHECK(st == TM_OK, "beams %d (%s): %s", n_cases, rname, err.message);
+        if (st == TM_OK) {
+            CHECK(tm_generator_n_sequences(g) == want->n, "beams %d (%s): %d sequences, want %d", n_cases,
+                  rname, tm_generator_n_sequences(g), want->n);
+            for (int k = 0; k < want->n && k < tm_generator_n_sequences(g); k++) {
+                int n_want = 0;
+                int32_t *w = int_list(tm_json_get(&want->items[k], "ids"), &n_want);
+                const int32_t *ids;
+                size_t n;
+                tm_generator_sequence(g, k, &ids, &n, NULL);
+                char got_s[512] = "", want_s[512] = "";
+                for (size_t q = (size_t)n_prompt; q < n && strlen(got_s) < 480; q++)
+                    sprintf(got_s + strlen(got_s), "%d,", ids[q]);
+                for (int q = n_prompt; q < n_want && strlen(want_s) < 480; q++)
+                    sprintf(want_s + strlen(want_s), "%d,", w[q]);
+                double sw = num(&want->items[k], "score"), sg = tm_generator_score(g, k);
+                CHECK(n == (size_t)n_want && !memcmp(ids, w, n * sizeof *ids) && fabs(sg - sw) <= 1e-4 * fabs(sw),
+                      "beams %d (%s) sequence %d: got %s (score %.6f), Python's beam search %s (%.6f)",
+                      n_cases, rname, k, got_s, sg, want_s, sw);
+                free(w);
+            }
+        }
+        tm_generator_free(g);
+        free(eos);
+        free(prompt);
+        free(enc_ids);
+        tm_model_free(r.dec);
+        tm_model_free(r.enc);
+        tm_json_free(c);
+    }
+    CHECK(n_cases >= 7, "beams.jsonl has %d cases", n_cases);
+    free(all);
+}
+
 int main(int argc, char **argv) {
     const char *only = argc > 1 ? argv[1] : NULL;
     if (!only || !strcmp(only, "processors")) test_processors();
+    if (!only || !strcmp(only, "beams")) test_beams();
     if (!only || !strcmp(only, "gpt2-gen")) test_cases("gpt2-gen");
     if (!only || !strcmp(only, "llama-chat")) test_cases("llama-chat");
     if (!only || !strcmp(only, "t5-text2text")) test_cases("t5-text2text");

@@ -487,8 +487,8 @@ static tm_status feed(tm_generator *g, int b, size_t from, tm_error *err) {
     return st;
 }
 
-/* The last position's logits of beam b's decoder, as float, into row. */
-static tm_status read_logits(tm_generator *g, int b, float **row, tm_error *err) {
+/* The last position's logits of beam b's decoder, as float, into row `dst` of g->scores. */
+static tm_status read_logits(tm_generator *g, int b, int dst, float **row, tm_error *err) {
     const tm_tensor *t = tm_decoder_logits(g->dec[b]);
     int rank = t ? tm_tensor_rank(t) : 0;
     if (!t || rank < 1)
@@ -509,7 +509,7 @@ static tm_status read_logits(tm_generator *g, int b, float **row, tm_error *err)
         return tm__fail(err, TM_ERR_SHAPE, "the logits' vocabulary changed from %lld to %lld",
                         (long long)g->vocab, (long long)vocab);
     }
-    float *r = g->scores + (size_t)b * (size_t)vocab;
+    float *r = g->scores + (size_t)dst * (size_t)vocab;
     size_t start = (size_t)(tm_tensor_numel(t) - vocab);
     const void *p = tm_tensor_data_const(t);
     for (int64_t v = 0; v < vocab; v++) r[v] = (float)tm_load_f64(p, dt, start + (size_t)v);
@@ -588,7 +588,7 @@ static tm_status step_single(tm_generator *g, int32_t *token, tm_error *err) {
     if (g->started) st = feed(g, 0, g->len - 1, err);
     else st = start(g, err);
     float *s = NULL;
-    if (st == TM_OK) st = read_logits(g, 0, &s, err);
+    if (st == TM_OK) st = read_logits(g, 0, 0, &s, err);
     if (st != TM_OK) return st;
     if (grow(g, g->len + 1)) return tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
     process(g, s, g->seq[0], g->len);
@@ -693,13 +693,11 @@ static tm_status step_beams(tm_generator *g, int32_t *token, tm_error *err) {
         for (int b = 0; b < nb && st == TM_OK; b++) st = feed(g, b, g->len - 1, err);
     int64_t V;
     for (int b = 0; b < nb && st == TM_OK; b++) {
-        float *s = NULL;
+        float *row = NULL;
         /* At the start every beam is the prompt: beam 0's logits serve all. */
-        st = read_logits(g, first ? 0 : b, &s, err);
+        st = read_logits(g, first ? 0 : b, b, &row, err);
         if (st != TM_OK) break;
         V = g->vocab;
-        float *row = g->scores + (size_t)b * (size_t)V;
-        if (s != row) memcpy(row, s, (size_t)V * sizeof *row);
         tm__log_softmax(row, V);
         process(g, row, g->seq[b], g->len);
         for (int64_t v = 0; v < V; v++) row[v] += g->beam_scores[b];
