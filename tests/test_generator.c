@@ -477,10 +477,299 @@ static void test_beams(void) {
     free(all);
 }
 
+/* ---- The generation config from JSON ---- */
+
+static void test_config(void) {
+    tm_generation_config c;
+    tm_error err = {0};
+    tm_generation_config_default(&c);
+    CHECK(c.max_length == 20 && c.max_new_tokens == -1 && c.top_k == 50 && c.top_p == 1.0 &&
+          c.num_beams == 1 && c.length_penalty == 1.0 && c.eos_token_ids == NULL,
+          "defaults are transformers' GenerationConfig's");
+    char *config = slurp(PIPES "/llama-chat/config.json"), *gen = slurp(PIPES "/llama-chat/generation_config.json");
+    tm_status st = tm_generation_config_from_json(&c, config, gen, &err);
+    CHECK(st == TM_OK && c.n_eos_token_ids == 3 && c.eos_token_ids[0] == 32000 && c.eos_token_ids[2] == 32007 &&
+          c.pad_token_id == 32000 && c.bos_token_id == 1,
+          "llama-chat: generation_config.json's eos list wins over config.json's one id (%s)", err.message);
+    free(config);
+    free(gen);
+    config = slurp(PIPES "/t5-text2text/config.json");
+    gen = slurp(PIPES "/t5-text2text/generation_config.json");
+    tm_generation_config_clear(&c);
+    tm_generation_config_default(&c);
+    st = tm_generation_config_from_json(&c, config, gen, &err);
+    CHECK(st == TM_OK && c.decoder_start_token_id == 0 && c.n_eos_token_ids == 1 && c.eos_token_ids[0] == 1 &&
+          c.num_beams == 1, "t5: decoder_start_token_id 0, eos 1; task_specific_params not read (%s)", err.message);
+    free(config);
+    free(gen);
+    const char *js = "{\"do_sample\": true, \"temperature\": 0.7, \"top_k\": 0, \"top_p\": 0.9, \"min_p\": 0.05,"
+                     " \"typical_p\": 0.8, \"seed\": 42, \"num_beams\": 4, \"num_return_sequences\": 2,"
+                     " \"early_stopping\": \"never\", \"length_penalty\": 0.5, \"bad_words_ids\": [[1, 2], [7]],"
+                     " \"stop_strings\": [\"\\n\\n\", \"END\"], \"forced_eos_token_id\": [5, 6],"
+                     " \"max_new_tokens\": null, \"no_repeat_ngram_size\": 3, \"min_new_tokens\": 4,"
+                     " \"unknown_key\": {\"x\": 1}}";
+    st = tm_generation_config_from_json(&c, NULL, js, &err);
+    CHECK(st == TM_OK && c.do_sample && c.temperature == 0.7 && c.top_k == 0 && c.top_p == 0.9 &&
+          c.min_p == 0.05 && c.typical_p == 0.8 && c.seed == 42 && c.num_beams == 4 &&
+          c.num_return_sequences == 2 && c.early_stopping == TM_EARLY_STOPPING_NEVER &&
+          c.length_penalty == 0.5 && c.n_bad_words == 2 && c.bad_words_lengths[0] == 2 &&
+          c.bad_words_ids[2] == 7 && c.n_stop_strings == 2 && !strcmp(c.stop_strings[1], "END") &&
+          c.forced_eos_token_id == 5 && c.max_new_tokens == -1 && c.no_repeat_ngram_size == 3 &&
+          c.min_new_tokens == 4 && c.n_eos_token_ids == 1, "every key read; eos kept from before (%s)", err.message);
+    tm_generation_config before = c;
+    const char *bad[] = {"{\"max_new_tokens\": \"ten\"}", "{\"eos_token_id\": [1, -3]}", "{\"do_sample\": 1}",
+                         "{\"bad_words_ids\": [1, 2]}", "{\"early_stopping\": \"sometimes\"}", "[1, 2]",
+                         "{\"top_k\": 1.5}", "{\"num_beams\": 0}", "{not json"};
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+        memset(&err, 0, sizeof err);
+        st = tm_generation_config_from_json(&c, NULL, bad[k], &err);
+        CHECK(st == TM_ERR_PARSE && strstr(err.message, "generation_config.json") &&
+              !memcmp(&c, &before, sizeof c), "%s: TM_ERR_PARSE naming the file, config unchanged (%s)",
+              bad[k], err.message);
+    }
+    memset(&err, 0, sizeof err);
+    st = tm_generation_config_from_json(&c, "{\"eos_token_id\": \"x\"}", NULL, &err);
+    CHECK(st == TM_ERR_PARSE && strstr(err.message, "config.json") && strstr(err.message, "eos_token_id"),
+          "a bad config.json names it and the key (%s)", err.message);
+    tm_generation_config_clear(&c);
+    CHECK(c.eos_token_ids == NULL && c.n_stop_strings == 0 && c.owned_ == NULL, "clear empties the lists");
+    tm_generation_config_clear(&c);
+    tm_generation_config_clear(NULL);
+}
+
+/* ---- Sampling, streaming, stop strings and errors on gpt2-gen ---- */
+
+static int gen_ids(tm_model *m, const tm_tokenizer *tok, const tm_generation_config *c, const int32_t *prompt,
+                   size_t n_prompt, int32_t *out, size_t cap, size_t *n_out) {
+    tm_generator *g = NULL;
+    tm_error err = {0};
+    tm_status st = tm_generator_create(m, c, tok, &g, &err);
+    if (st == TM_OK) st = tm_generator_append(g, prompt, n_prompt, &err);
+    if (st == TM_OK) st = tm_generator_generate(g, NULL, NULL, &err);
+    const int32_t *ids;
+    size_t n = 0;
+    if (st == TM_OK) st = tm_generator_sequence(g, 0, &ids, &n, &err);
+    if (st == TM_OK) {
+        *n_out = n < cap ? n : cap;
+        memcpy(out, ids, *n_out * sizeof *out);
+    } else {
+        printf("generation failed: %s\n", err.message);
+    }
+    tm_generator_free(g);
+    return st == TM_OK;
+}
+
+static void test_sampling(repo *r) {
+    const int32_t prompt[] = {15496, 11, 616, 1438, 318};   /* "Hello, my name is" */
+    tm_generation_config c;
+    tm_generation_config_default(&c);
+    c.max_new_tokens = 24;
+    c.do_sample = 1;
+    c.seed = 7;
+    c.temperature = 1.5;
+    c.top_k = 0;
+    int32_t a[64], b[64], d[64], greedy[64];
+    size_t na = 0, nb = 0, nd = 0, ng = 0;
+    int ok = gen_ids(r->dec, r->tok, &c, prompt, 5, a, 64, &na) && gen_ids(r->dec, r->tok, &c, prompt, 5, b, 64, &nb);
+    CHECK(ok && na == 29 && na == nb && !memcmp(a, b, na * sizeof *a), "one seed, one sequence");
+    c.seed = 8;
+    ok = gen_ids(r->dec, r->tok, &c, prompt, 5, d, 64, &nd);
+    CHECK(ok && (nd != na || memcmp(a, d, na * sizeof *a)), "another seed, another sequence");
+    c.top_k = 1;   /* sampling from one token is greedy */
+    ok = gen_ids(r->dec, r->tok, &c, prompt, 5, d, 64, &nd);
+    tm_generation_config gc;
+    tm_generation_config_default(&gc);
+    gc.max_new_tokens = 24;
+    ok = ok && gen_ids(r->dec, r->tok, &gc, prompt, 5, greedy, 64, &ng);
+    CHECK(ok && nd == ng && !memcmp(d, greedy, nd * sizeof *d), "top_k 1 sampling is the greedy sequence");
+    /* The draw: the inverse of the cumulative distribution, -inf never. */
+    float s[5] = {0, -INFINITY, 0, 0, -INFINITY};
+    CHECK(tm__sample(s, 5, 0.0) == 0 && tm__sample(s, 5, 0.34) == 2 && tm__sample(s, 5, 0.9999) == 3,
+          "draws follow the cumulative probabilities and skip -inf");
+    tm__rng rng;
+    tm__rng_seed(&rng, 1);
+    double lo = 1, hi = 0;
+    for (int k = 0; k < 10000; k++) {
+        double u = tm__rng_uniform(&rng);
+        lo = u < lo ? u : lo;
+        hi = u > hi ? u : hi;
+    }
+    CHECK(lo >= 0 && lo < 0.001 && hi < 1 && hi > 0.999, "uniform draws in [0, 1)");
+}
+
+typedef struct stream_acc {
+    char text[8192];
+    size_t n;
+    int calls, bad_utf8, stop_after;
+} stream_acc;
+
+static int valid_utf8(const unsigned char *s, size_t n) {
+    for (size_t i = 0; i < n;) {
+        int len = s[i] < 0x80 ? 1 : (s[i] & 0xE0) == 0xC0 ? 2 : (s[i] & 0xF0) == 0xE0 ? 3 : (s[i] & 0xF8) == 0xF0 ? 4 : 0;
+        if (!len || i + (size_t)len > n) return 0;
+        for (int k = 1; k < len; k++)
+            if ((s[i + k] & 0xC0) != 0x80) return 0;
+        i += (size_t)len;
+    }
+    return 1;
+}
+
+static int on_text(void *user, const char *text, size_t len, int32_t token) {
+    stream_acc *a = user;
+    if (!valid_utf8((const unsigned char *)text, len)) a->bad_utf8++;
+    if (a->n + len < sizeof a->text) {
+        memcpy(a->text + a->n, text, len);
+        a->n += len;
+        a->text[a->n] = 0;
+    }
+    a->calls++;
+    (void)token;
+    return a->stop_after && a->calls >= a->stop_after;
+}
+
+/* Streams a generation and checks the chunks: valid UTF-8 each, together the decoded new
+ * text. Returns that text (malloc'd). */
+static char *stream_check(repo *r, tm_model *m, const int32_t *prompt, size_t n_prompt,
+                          const tm_generation_config *c, const char *what, int min_chunks) {
+    tm_generator *g = NULL;
+    tm_error err = {0};
+    stream_acc acc = {0};
+    tm_status st = tm_generator_create(m, c, r->tok, &g, &err);
+    if (st == TM_OK) st = tm_generator_append(g, prompt, n_prompt, &err);
+    if (st == TM_OK) st = tm_generator_generate(g, on_text, &acc, &err);
+    const int32_t *ids;
+    size_t n = 0;
+    char *text = NULL;
+    if (st == TM_OK) st = tm_generator_sequence(g, 0, &ids, &n, &err);
+    if (st == TM_OK) st = tm_tokenizer_decode(r->tok, ids + n_prompt, n - n_prompt, 1, -1, &text, NULL, &err);
+    CHECK(st == TM_OK && text && !strcmp(text, acc.text) && !acc.bad_utf8 && acc.calls >= min_chunks,
+          "%s: streamed \"%s\" in %d chunks (%d not UTF-8), decoded \"%s\" (%s)", what, acc.text,
+          acc.calls, acc.bad_utf8, text ? text : "", err.message);
+    tm_generator_free(g);
+    return text;
+}
+
+static void test_streaming(repo *gpt2, repo *llama) {
+    tm_generation_config c;
+    tm_generation_config_default(&c);
+    c.max_new_tokens = 20;
+    const int32_t hello[] = {15496, 11, 616, 1438, 318};
+    free(stream_check(gpt2, gpt2->dec, hello, 5, &c, "gpt2", 3));
+    /* "東京は": the new text holds multi-byte characters. */
+    int32_t *ids = NULL;
+    size_t n = 0;
+    tm_json s = {.type = TM_JSON_STRING, .string = "\xe6\x9d\xb1\xe4\xba\xac\xe3\x81\xaf"};
+    if (prompt_ids(gpt2, &s, 0, &ids, &n, NULL)) free(stream_check(gpt2, gpt2->dec, ids, n, &c, "gpt2 CJK", 3));
+    free(ids);
+    /* llama's tokenizer has byte-fallback tokens (<0xE3> ...): Cyrillic and CJK out. */
+    s.string = "<|user|>\nHello<|end|>\n<|assistant|>\n";
+    tm_generation_config lc;
+    tm_generation_config_default(&lc);
+    tm_generation_config_from_json(&lc, NULL, llama->gen_config, NULL);
+    lc.max_new_tokens = 40;
+    if (prompt_ids(llama, &s, 0, &ids, &n, NULL)) free(stream_check(llama, llama->dec, ids, n, &lc, "llama", 3));
+    free(ids);
+    tm_generation_config_clear(&lc);
+
+    /* A callback that returns non-zero stops the generation. */
+    tm_generator *g = NULL;
+    stream_acc acc = {.stop_after = 1};
+    tm_error err = {0};
+    tm_status st = tm_generator_create(gpt2->dec, &c, gpt2->tok, &g, &err);
+    if (st == TM_OK) st = tm_generator_append(g, hello, 5, &err);
+    if (st == TM_OK) st = tm_generator_generate(g, on_text, &acc, &err);
+    const int32_t *out;
+    size_t n_out = 0;
+    if (st == TM_OK) st = tm_generator_sequence(g, 0, &out, &n_out, &err);
+    int32_t t;
+    CHECK(st == TM_OK && acc.calls == 1 && n_out < 25 && tm_generator_step(g, &t, NULL, &err) == TM_ERR_INVALID_ARGUMENT,
+          "the stream's callback stops generation (%zu ids)", n_out);
+    tm_generator_free(g);
+
+    /* Stop strings: "speakWorld cyanHolyWorld..." ends at the token that makes "cyan". */
+    const char *stops[] = {"cyan"};
+    c.stop_strings = stops;
+    c.n_stop_strings = 1;
+    char *text = stream_check(gpt2, gpt2->dec, hello, 5, &c, "gpt2 stop string", 1);
+    CHECK(text && !strcmp(text, "speakWorld cyan"), "the stop string ends generation: \"%s\"", text ? text : "");
+    free(text);
+}
+
+static void test_errors(repo *gpt2) {
+    tm_error err = {0};
+    tm_generator *g = NULL;
+    tm_generation_config c;
+    int32_t t;
+    tm_generator_free(NULL);
+    CHECK(tm_generator_create(NULL, NULL, NULL, &g, &err) == TM_ERR_INVALID_ARGUMENT && !g, "NULL model");
+    struct { const char *what; void (*set)(tm_generation_config *); } bad[] = {
+        {"temperature", NULL}, {"num_return_sequences", NULL}, {"do_sample", NULL}, {"top_p", NULL},
+        {"stop strings", NULL}, {"repetition_penalty", NULL}, {"num_beams", NULL}};
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+        tm_generation_config_default(&c);
+        const char *stops[] = {"x"};
+        switch (k) {
+        case 0: c.do_sample = 1; c.temperature = 0; break;
+        case 1: c.num_beams = 2; c.num_return_sequences = 3; break;
+        case 2: c.num_beams = 2; c.do_sample = 1; break;
+        case 3: c.do_sample = 1; c.top_p = 1.5; break;
+        case 4: c.stop_strings = stops; c.n_stop_strings = 1; break;
+        case 5: c.repetition_penalty = 0; break;
+        case 6: c.num_beams = 0; break;
+        }
+        memset(&err, 0, sizeof err);
+        g = NULL;
+        tm_status st = tm_generator_create(gpt2->dec, &c, NULL, &g, &err);
+        CHECK(st == TM_ERR_INVALID_ARGUMENT && !g && strstr(err.message, bad[k].what),
+              "a bad %s is refused naming it (%s)", bad[k].what, err.message);
+        tm_generator_free(g);
+    }
+    tm_generation_config_default(&c);
+    c.max_new_tokens = 2;
+    CHECK(tm_generator_create(gpt2->dec, &c, NULL, &g, &err) == TM_OK, "create");
+    const int32_t neg = -4, hello[] = {15496, 11};
+    CHECK(tm_generator_append(g, &neg, 1, &err) == TM_ERR_INVALID_ARGUMENT, "a negative id is refused");
+    CHECK(tm_generator_append(g, hello, 2, &err) == TM_OK, "append");
+    int done = 0;
+    CHECK(tm_generator_step(g, &t, &done, &err) == TM_OK && !done, "step 1");
+    CHECK(tm_generator_append(g, hello, 1, &err) == TM_ERR_INVALID_ARGUMENT, "append after the start is refused");
+    int64_t dims[3] = {1, 2, 32};
+    tm_tensor *h = tm_tensor_new(TM_FLOAT, 3, dims);
+    CHECK(tm_generator_set_input(g, "encoder_hidden_states", h, &err) == TM_ERR_INVALID_ARGUMENT,
+          "an input after the start is refused");
+    tm_tensor_free(h);
+    CHECK(tm_generator_step(g, &t, &done, &err) == TM_OK && done, "step 2 ends at max_new_tokens");
+    CHECK(tm_generator_step(g, &t, &done, &err) == TM_ERR_INVALID_ARGUMENT, "a step after the end is refused");
+    const int32_t *ids;
+    size_t n;
+    CHECK(tm_generator_sequence(g, 0, &ids, &n, &err) == TM_OK && n == 4 && tm_generator_prompt_length(g) == 2,
+          "the sequence holds the prompt and 2 new tokens");
+    CHECK(tm_generator_sequence(g, 1, &ids, &n, &err) == TM_ERR_INVALID_ARGUMENT, "sequence 1 of 1 is refused");
+    tm_generator_free(g);
+    /* An encoder-decoder input the model does not take. */
+    CHECK(tm_generator_create(gpt2->dec, NULL, NULL, &g, &err) == TM_OK, "create");
+    h = tm_tensor_new(TM_FLOAT, 3, dims);
+    CHECK(tm_generator_set_input(g, "encoder_hidden_states", h, &err) == TM_ERR_INVALID_ARGUMENT,
+          "gpt2 takes no encoder_hidden_states (%s)", err.message);
+    tm_tensor_free(h);
+    tm_generator_free(g);
+}
+
 int main(int argc, char **argv) {
     const char *only = argc > 1 ? argv[1] : NULL;
     if (!only || !strcmp(only, "processors")) test_processors();
     if (!only || !strcmp(only, "beams")) test_beams();
+    if (!only || !strcmp(only, "config")) test_config();
+    if (!only || !strcmp(only, "sampling")) {
+        repo gpt2, llama;
+        if (repo_open(&gpt2, "gpt2-gen") && repo_open(&llama, "llama-chat")) {
+            test_sampling(&gpt2);
+            test_streaming(&gpt2, &llama);
+            test_errors(&gpt2);
+        }
+        repo_close(&gpt2);
+        repo_close(&llama);
+    }
     if (!only || !strcmp(only, "gpt2-gen")) test_cases("gpt2-gen");
     if (!only || !strcmp(only, "llama-chat")) test_cases("llama-chat");
     if (!only || !strcmp(only, "t5-text2text")) test_cases("t5-text2text");
