@@ -49,7 +49,8 @@ static int apply_step(const tm_json *st, float *s, int64_t V, const int32_t *ids
     int n_eos = 0;
     int32_t *eos = int_list(tm_json_get(st, "eos"), &n_eos);
     int known = 1;
-    if (!strcmp(op, "repetition_penalty")) tm__logits_repetition_penalty(s, V, ids, n, num(st, "penalty"));
+    uint8_t mark[256] = {0};
+    if (!strcmp(op, "repetition_penalty")) tm__logits_repetition_penalty(s, V, ids, n, num(st, "penalty"), mark);
     else if (!strcmp(op, "no_repeat_ngram")) tm__logits_no_repeat_ngram(s, V, ids, n, (int64_t)num(st, "size"));
     else if (!strcmp(op, "bad_words")) {
         const tm_json *bw = tm_json_get(st, "bad_words");

@@ -13,9 +13,9 @@
 /* ---- Processors (transformers' LogitsProcessor classes; scores float32 as there) ---- */
 
 /* RepetitionPenaltyLogitsProcessor: each distinct id of ids[0..n) has its score multiplied
- * by penalty when negative, divided by it otherwise. */
+ * by penalty when negative, divided by it otherwise. mark: vocab bytes, zero (left zero). */
 void tm__logits_repetition_penalty(float *scores, int64_t vocab, const int32_t *ids, size_t n,
-                                   double penalty);
+                                   double penalty, uint8_t *mark);
 /* NoRepeatNGramLogitsProcessor: a token that would repeat an n-gram of ids is banned. */
 void tm__logits_no_repeat_ngram(float *scores, int64_t vocab, const int32_t *ids, size_t n,
                                 int64_t ngram);

@@ -303,6 +303,7 @@ struct tm_generator {
     float *scores;              /* nb rows of vocab */
     float *scratch;
     int32_t *order;
+    uint8_t *mark;              /* vocab bytes, zero between uses */
     tm__rng rng;
     /* beams */
     float *beam_scores, *next_scores, *cand_scores;
@@ -330,6 +331,7 @@ void tm_generator_free(tm_generator *g) {
     free(g->scores);
     free(g->scratch);
     free(g->order);
+    free(g->mark);
     free(g->beam_scores);
     free(g->next_scores);
     free(g->cand_scores);
@@ -504,7 +506,8 @@ static tm_status read_logits(tm_generator *g, int b, int dst, float **row, tm_er
         g->scores = malloc((size_t)g->nb * (size_t)vocab * sizeof *g->scores);
         g->scratch = malloc((size_t)vocab * sizeof *g->scratch);
         g->order = malloc((size_t)vocab * sizeof *g->order);
-        if (!g->scores || !g->scratch || !g->order) return tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
+        g->mark = calloc((size_t)vocab, 1);
+        if (!g->scores || !g->scratch || !g->order || !g->mark) return tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
     } else if (vocab != g->vocab) {
         return tm__fail(err, TM_ERR_SHAPE, "the logits' vocabulary changed from %lld to %lld",
                         (long long)g->vocab, (long long)vocab);
@@ -521,7 +524,7 @@ static tm_status read_logits(tm_generator *g, int b, int dst, float **row, tm_er
 static void process(tm_generator *g, float *s, const int32_t *ids, size_t n) {
     const tm_generation_config *c = &g->cfg;
     int64_t V = g->vocab;
-    if (c->repetition_penalty != 1.0) tm__logits_repetition_penalty(s, V, ids, n, c->repetition_penalty);
+    if (c->repetition_penalty != 1.0) tm__logits_repetition_penalty(s, V, ids, n, c->repetition_penalty, g->mark);
     if (c->no_repeat_ngram_size > 0) tm__logits_no_repeat_ngram(s, V, ids, n, c->no_repeat_ngram_size);
     if (c->n_bad_words)
         tm__logits_bad_words(s, V, ids, n, c->bad_words_ids, c->bad_words_lengths, c->n_bad_words,

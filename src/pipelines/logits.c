@@ -13,17 +13,17 @@ static int is_eos(int32_t id, const int32_t *eos, int n_eos) {
 }
 
 void tm__logits_repetition_penalty(float *scores, int64_t vocab, const int32_t *ids, size_t n,
-                                   double penalty) {
-    /* Each distinct id once (quadratic in the ids: a prompt's few thousand at most). */
+                                   double penalty, uint8_t *mark) {
+    /* Each distinct id once: marked as it is done, the marks cleared after. */
     for (size_t i = 0; i < n; i++) {
         int32_t t = ids[i];
-        if (t < 0 || t >= vocab) continue;
-        int seen = 0;
-        for (size_t j = 0; j < i && !seen; j++) seen = ids[j] == t;
-        if (seen) continue;
+        if (t < 0 || t >= vocab || mark[t]) continue;
+        mark[t] = 1;
         double s = scores[t];
         scores[t] = (float)(s < 0 ? s * penalty : s / penalty);
     }
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] >= 0 && ids[i] < vocab) mark[ids[i]] = 0;
 }
 
 void tm__logits_no_repeat_ngram(float *scores, int64_t vocab, const int32_t *ids, size_t n,
@@ -76,17 +76,33 @@ void tm__logits_temperature(float *scores, int64_t vocab, double temperature) {
     for (int64_t v = 0; v < vocab; v++) scores[v] = (float)(scores[v] / temperature);
 }
 
-static int cmp_float_desc(const void *a, const void *b) {
-    float x = *(const float *)a, y = *(const float *)b;
-    return x > y ? -1 : x < y;
+/* The k-th largest of v[0..n) (k from 1), v reordered: Hoare's selection. */
+static float kth_largest(float *v, int64_t n, int64_t k) {
+    int64_t lo = 0, hi = n - 1, want = k - 1;
+    while (lo < hi) {
+        float pivot = v[lo + (hi - lo) / 2];
+        int64_t i = lo, j = hi;
+        while (i <= j) {
+            while (v[i] > pivot) i++;
+            while (v[j] < pivot) j--;
+            if (i <= j) {
+                float t = v[i];
+                v[i++] = v[j];
+                v[j--] = t;
+            }
+        }
+        if (want <= j) hi = j;
+        else if (want >= i) lo = i;
+        else return v[want];
+    }
+    return v[want];
 }
 
 void tm__logits_top_k(float *scores, int64_t vocab, int64_t k, int64_t min_keep, float *scratch) {
     if (k < min_keep) k = min_keep;
     if (k <= 0 || k >= vocab) return;
     memcpy(scratch, scores, (size_t)vocab * sizeof *scratch);
-    qsort(scratch, (size_t)vocab, sizeof *scratch, cmp_float_desc);
-    float kth = scratch[k - 1];
+    float kth = kth_largest(scratch, vocab, k);
     for (int64_t v = 0; v < vocab; v++)
         if (scores[v] < kth) scores[v] = -INFINITY;
 }
