@@ -756,6 +756,48 @@ static void test_errors(repo *gpt2) {
     tm_generator_free(g);
 }
 
+/* ---- tm_decoder_copy_state: a fork continues as the original ---- */
+
+static void test_copy_state(repo *gpt2, repo *llama) {
+    tm_error err = {0};
+    tm_decoder *a = NULL, *b = NULL, *c = NULL, *other = NULL;
+    const int64_t prompt[] = {15496, 11, 616, 1438, 318}, next[] = {4871}, more[] = {12, 99};
+    tm_status st = tm_decoder_create(gpt2->dec, NULL, &a, &err);
+    if (st == TM_OK) st = tm_decoder_create(gpt2->dec, NULL, &b, &err);
+    if (st == TM_OK) st = tm_decoder_create(gpt2->dec, NULL, &c, &err);
+    if (st == TM_OK) st = tm_decoder_create(llama->dec, NULL, &other, &err);
+    if (st == TM_OK) st = tm_decoder_append(a, prompt, 5, &err);
+    /* Copied straight after a first prompt (its presents still waiting in its plan). */
+    if (st == TM_OK) st = tm_decoder_copy_state(b, a, &err);
+    CHECK(st == TM_OK && tm_decoder_length(b) == 5 && !tm_decoder_logits(b), "copy after the prompt (%s)", err.message);
+    int same = st == TM_OK;
+    for (int k = 0; k < 2 && same; k++) {
+        const int64_t *tok = k ? more : next;
+        int64_t n = k ? 2 : 1;
+        same = tm_decoder_append(a, tok, n, &err) == TM_OK && tm_decoder_append(b, tok, n, &err) == TM_OK;
+        const tm_tensor *la = tm_decoder_logits(a), *lb = tm_decoder_logits(b);
+        same = same && la && lb && tm_tensor_numel(la) == tm_tensor_numel(lb) &&
+               !memcmp(tm_tensor_data_const(la), tm_tensor_data_const(lb), (size_t)tm_tensor_numel(la) * sizeof(float));
+    }
+    CHECK(same, "the copy's next steps give the original's logits, bit for bit (%s)", err.message);
+    /* A copy of a longer cache into a decoder that ran something else. */
+    st = tm_decoder_append(c, more, 2, &err);
+    if (st == TM_OK) st = tm_decoder_copy_state(c, a, &err);
+    same = st == TM_OK && tm_decoder_length(c) == 8 && tm_decoder_append(a, next, 1, &err) == TM_OK &&
+           tm_decoder_append(c, next, 1, &err) == TM_OK &&
+           !memcmp(tm_tensor_data_const(tm_decoder_logits(a)), tm_tensor_data_const(tm_decoder_logits(c)),
+                   (size_t)tm_tensor_numel(tm_decoder_logits(a)) * sizeof(float));
+    CHECK(same, "a copy over another sequence (%s)", err.message);
+    memset(&err, 0, sizeof err);
+    CHECK(tm_decoder_copy_state(other, a, &err) == TM_ERR_INVALID_ARGUMENT && strstr(err.message, "different models"),
+          "decoders of two models are refused (%s)", err.message);
+    CHECK(tm_decoder_copy_state(NULL, a, &err) == TM_ERR_INVALID_ARGUMENT, "NULL is refused");
+    tm_decoder_free(a);
+    tm_decoder_free(b);
+    tm_decoder_free(c);
+    tm_decoder_free(other);
+}
+
 int main(int argc, char **argv) {
     const char *only = argc > 1 ? argv[1] : NULL;
     if (!only || !strcmp(only, "processors")) test_processors();
@@ -767,6 +809,7 @@ int main(int argc, char **argv) {
             test_sampling(&gpt2);
             test_streaming(&gpt2, &llama);
             test_errors(&gpt2);
+            test_copy_state(&gpt2, &llama);
         }
         repo_close(&gpt2);
         repo_close(&llama);
