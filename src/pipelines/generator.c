@@ -515,7 +515,8 @@ static tm_status read_logits(tm_generator *g, int b, int dst, float **row, tm_er
     float *r = g->scores + (size_t)dst * (size_t)vocab;
     size_t start = (size_t)(tm_tensor_numel(t) - vocab);
     const void *p = tm_tensor_data_const(t);
-    for (int64_t v = 0; v < vocab; v++) r[v] = (float)tm_load_f64(p, dt, start + (size_t)v);
+    if (dt == TM_FLOAT) memcpy(r, (const float *)p + start, (size_t)vocab * sizeof *r);
+    else for (int64_t v = 0; v < vocab; v++) r[v] = (float)tm_load_f64(p, dt, start + (size_t)v);
     *row = r;
     return TM_OK;
 }
