@@ -371,6 +371,18 @@ int64_t tm_decoder_length(const tm_decoder *d);
 void tm_decoder_reset(tm_decoder *d);
 void tm_decoder_free(tm_decoder *d);
 
+/* What tm_model_run's plan cache has done for a model so far. */
+typedef struct tm_plan_stats {
+    size_t size;                 /* sizeof(tm_plan_stats): fields are only appended */
+    size_t runs;                 /* tm_model_run calls that ran */
+    size_t plans;                /* plans made for one input shape */
+    size_t generic_plans;        /* plans made that serve many sizes (each traced 3 times) */
+    size_t generic_failed;       /* tries at one that the graph did not allow */
+    size_t generic_runs;         /* runs a generic plan served */
+} tm_plan_stats;
+/* Fills *out (out->size set by the caller, as tm_plan_stats's size). */
+void tm_model_plan_stats(tm_model *model, tm_plan_stats *out);
+
 /* ---- Generation: a step-wise generator over a tm_decoder ---------------------------- */
 
 /* Text generation as transformers' generate() does it, one step at a time: logits
@@ -408,7 +420,7 @@ typedef struct tm_generation_config {
     int32_t forced_eos_token_id;  /* forced as the last token at max_length; -1 */
     const int32_t *eos_token_ids; /* any of them ends a sequence */
     int n_eos_token_ids;
-    int32_t pad_token_id;         /* -1: unset */
+    int32_t pad_token_id;         /* -1: unset (read, kept: one sequence needs no padding) */
     int32_t bos_token_id;         /* -1: unset */
     int32_t decoder_start_token_id; /* encoder-decoders: the decoder's first token; -1 */
     int num_beams;                /* default 1 */
@@ -458,9 +470,10 @@ tm_status tm_generator_create(tm_model *decoder_model, const tm_generation_confi
  * tm_decoder_set_input). Give them before the first append. */
 tm_status tm_generator_set_input(tm_generator *g, const char *name, const tm_tensor *value,
                                  tm_error *err);
-/* Appends prompt tokens (before the first step; may be called more than once). A prompt of
- * an encoder-decoder is the decoder's start: when nothing was appended, the first step
- * appends decoder_start_token_id (else bos_token_id). */
+/* Appends prompt tokens (before the first step; may be called more than once). When
+ * nothing was appended, the first step starts from decoder_start_token_id, else
+ * bos_token_id, as transformers does (an encoder-decoder's decoder prompt), and is
+ * TM_ERR_INVALID_ARGUMENT when neither is set. */
 tm_status tm_generator_append(tm_generator *g, const int32_t *ids, size_t n, tm_error *err);
 /* One step: runs the model on what is new, processes the logits and chooses. Greedy and
  * sampling: *token gets the new token. Beams: every beam advances; *token gets the best
@@ -491,18 +504,6 @@ size_t tm_generator_prompt_length(const tm_generator *g);
  * greedy and sampling: 0. */
 double tm_generator_score(const tm_generator *g, int i);
 void tm_generator_free(tm_generator *g);
-
-/* What tm_model_run's plan cache has done for a model so far. */
-typedef struct tm_plan_stats {
-    size_t size;                 /* sizeof(tm_plan_stats): fields are only appended */
-    size_t runs;                 /* tm_model_run calls that ran */
-    size_t plans;                /* plans made for one input shape */
-    size_t generic_plans;        /* plans made that serve many sizes (each traced 3 times) */
-    size_t generic_failed;       /* tries at one that the graph did not allow */
-    size_t generic_runs;         /* runs a generic plan served */
-} tm_plan_stats;
-/* Fills *out (out->size set by the caller, as tm_plan_stats's size). */
-void tm_model_plan_stats(tm_model *model, tm_plan_stats *out);
 
 /* ---- Saving models ------------------------------------------------------------------ */
 
