@@ -218,9 +218,14 @@ static int prompt_ids(repo *r, const tm_json *input, int add_special, int32_t **
         sprintf(p, "]");
         tm_chat_template *t = NULL;
         const char *src = tm_tokenizer_chat_template(r->tok, NULL);
+        /* The special tokens as variables, as transformers.js passes them. */
+        const char *bos = tm_tokenizer_special_token(r->tok, TM_SPECIAL_BOS, NULL),
+                   *eos = tm_tokenizer_special_token(r->tok, TM_SPECIAL_EOS, NULL);
+        char vars[256];
+        snprintf(vars, sizeof vars, "{\"bos_token\": \"%s\", \"eos_token\": \"%s\"}", bos ? bos : "",
+                 eos ? eos : "");
         int ok = src && tm_chat_template_create(src, strlen(src), &t, &err) == TM_OK &&
-                 tm_chat_template_render(t, js, "{\"bos_token\": \"<s>\", \"eos_token\": \"<|endoftext|>\"}",
-                                         1, &chat, NULL, &err) == TM_OK;
+                 tm_chat_template_render(t, js, vars, 1, &chat, NULL, &err) == TM_OK;
         tm_chat_template_free(t);
         free(js);
         if (!ok) {
@@ -286,11 +291,10 @@ static tm_status case_config(repo *r, const tm_json *opts, tm_generation_config 
 
 /* Generates from one input and returns the text as the pipeline returns it. */
 static char *generate_text(repo *r, tm_model *dec, const tm_json *input, const tm_json *opts,
-                           const char *task, int full_text, tm_error *err) {
+                           int full_text, tm_error *err) {
     tm_generation_config c;
     if (case_config(r, opts, &c, err) != TM_OK) return NULL;
-    const tm_json *mx = opts ? tm_json_get(opts, "max_length") : NULL;
-    (void)mx;   /* the pipeline's max_new_tokens (256) wins over max_length, as there */
+    /* A max_length option changes nothing: the pipeline's max_new_tokens (256) wins. */
     int encdec = r->enc != NULL;
     int32_t *ids = NULL;
     size_t n = 0;
@@ -319,7 +323,6 @@ static char *generate_text(repo *r, tm_model *dec, const tm_json *input, const t
     if (prompt && n_prompt <= n_all) memmove(all, all + n_prompt, n_all - n_prompt + 1);
     free(prompt);
     result = all;
-    (void)task;
 done:
     tm_generator_free(g);
     tm_generation_config_clear(&c);
@@ -345,7 +348,6 @@ static void test_cases(const char *name) {
         line_no++;
         tm_json *c = tm_json_parse(line, strlen(line));
         if (!c) continue;
-        const char *task = tm_json_get_string(c, "task");
         const tm_json *load = tm_json_get(c, "load"), *inputs = tm_json_get(c, "inputs"),
                       *opts = tm_json_get(c, "options"), *output = tm_json_get(c, "output");
         const char *dtype = load ? tm_json_get_string(load, "dtype") : NULL;
@@ -381,7 +383,7 @@ static void test_cases(const char *name) {
             else if (gen && gen->type == TM_JSON_ARRAY)   /* chat: the new assistant message */
                 want = tm_json_get_string(&gen->items[gen->n - 1], "content");
             tm_error err = {0};
-            char *got = generate_text(&r, dec, input, opts, task, full, &err);
+            char *got = generate_text(&r, dec, input, opts, full, &err);
             CHECK(got && want && !strcmp(got, want), "%s line %d%s%s [%s]: got \"%s\"%s%s, transformers.js \"%s\"",
                   name, line_no, batched ? " item " : "", batched ? (b ? "2" : "1") : "",
                   dtype ? dtype : "fp32", got ? got : "(error)", got ? "" : ": ", got ? "" : err.message,
