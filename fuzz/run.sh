@@ -8,7 +8,7 @@
 BUILD=${1:-build-fuzz}
 SECONDS_PER=${2:-60}
 [ $# -gt 2 ] && shift 2 && TARGETS="$*"
-TARGETS=${TARGETS:-"onnx model npy tensor_pb external optim_state jsonl chat_template tokenizer_load tokenizer_encode tokenizer_decode"}
+TARGETS=${TARGETS:-"onnx model npy tensor_pb external optim_state jsonl chat_template tokenizer_load tokenizer_encode tokenizer_decode generation"}
 SEEDS=$BUILD/seeds
 REG=tests/data/fuzz-regressions
 
@@ -49,6 +49,7 @@ make_seeds() {
     collect "$SEEDS/external" fuzz/seeds/external tests/data/bad -name '*.onnx'
     collect "$SEEDS/optim_state" fuzz/seeds/optim_state -name '*.state'
     collect "$SEEDS/jsonl" fuzz/seeds/jsonl bench/finetune/data -name '*.jsonl'
+    collect "$SEEDS/generation" tests/data/pipelines -name '*config.json'
     touch "$SEEDS/.done"
 }
 

@@ -372,6 +372,10 @@ const tm_tensor *tm_decoder_logits(const tm_decoder *d);
  * take. Give it before the first append; a new length starts a new sequence. */
 tm_status tm_decoder_set_input(tm_decoder *d, const char *name, const tm_tensor *value,
                                tm_error *err);
+/* Makes dst's cache a copy of src's (same model, same kv_in_place, the same encoder
+ * inputs given to both): beam search forks a sequence so. Any waiting state of src is
+ * settled first (hence not const). dst's logits are reset (NULL until its next append). */
+tm_status tm_decoder_copy_state(tm_decoder *dst, tm_decoder *src, tm_error *err);
 /* Positions in the cache. */
 int64_t tm_decoder_length(const tm_decoder *d);
 /* Empties the cache (its memory and plans are kept for the next sequence). */
@@ -389,6 +393,128 @@ typedef struct tm_plan_stats {
 } tm_plan_stats;
 /* Fills *out (out->size set by the caller, as tm_plan_stats's size). */
 void tm_model_plan_stats(tm_model *model, tm_plan_stats *out);
+
+/* ---- Generation: a step-wise generator over a tm_decoder ---------------------------- */
+
+/* Text generation as transformers' generate() does it, one step at a time: logits
+ * processors in transformers' order, greedy choice, seeded sampling, or beam search, with
+ * stopping criteria and streaming of decoded text. Built on tm_decoder (batch 1; beam
+ * search keeps one decoder per beam and copies caches when beams fork). The parameters
+ * are those of transformers' GenerationConfig; -1 (or 0 where said) leaves one unset. */
+typedef enum tm_early_stopping {
+    TM_EARLY_STOPPING_FALSE = 0,  /* stop when no running beam can beat the finished ones */
+    TM_EARLY_STOPPING_TRUE = 1,   /* stop when num_beams hypotheses are finished */
+    TM_EARLY_STOPPING_NEVER = 2   /* the canonical beam search: until no beam can improve */
+} tm_early_stopping;
+
+typedef struct tm_generation_config {
+    size_t size;                  /* sizeof(tm_generation_config): fields are only appended */
+    int64_t max_length;           /* prompt + new tokens (default 20); max_new_tokens wins */
+    int64_t max_new_tokens;       /* -1: unset */
+    int64_t min_length;           /* EOS suppressed below this total length (0: off) */
+    int64_t min_new_tokens;       /* EOS suppressed below this many new tokens (0: off) */
+    int do_sample;                /* 0: greedy (or beam search); 1: sampling */
+    double temperature;           /* sampling: logits divided by it (default 1) */
+    int64_t top_k;                /* sampling: keep the k most likely (default 50; 0: off) */
+    double top_p;                 /* sampling: nucleus (default 1: off) */
+    double min_p;                 /* sampling: drop p < min_p * max p (0: off) */
+    double typical_p;             /* sampling: locally typical (default 1: off) */
+    uint64_t seed;                /* sampling: the PRNG's seed (xoshiro256**, see below) */
+    double repetition_penalty;    /* default 1: off */
+    int64_t no_repeat_ngram_size; /* 0: off */
+    /* Token sequences never generated: n_bad_words lists, list i of bad_words_lengths[i]
+     * ids, one after another in bad_words_ids. */
+    const int32_t *bad_words_ids;
+    const int32_t *bad_words_lengths;
+    int n_bad_words;
+    int32_t forced_bos_token_id;  /* forced as the first token after a 1-token prompt; -1 */
+    int32_t forced_eos_token_id;  /* forced as the last token at max_length; -1 */
+    const int32_t *eos_token_ids; /* any of them ends a sequence */
+    int n_eos_token_ids;
+    int32_t pad_token_id;         /* -1: unset (read, kept: one sequence needs no padding) */
+    int32_t bos_token_id;         /* -1: unset */
+    int32_t decoder_start_token_id; /* encoder-decoders: the decoder's first token; -1 */
+    int num_beams;                /* default 1 */
+    double length_penalty;        /* beams: score = sum of log-probs / length^this (1) */
+    tm_early_stopping early_stopping;
+    int num_return_sequences;     /* default 1; with beams at most num_beams */
+    /* Texts that end a sequence when the decoded new text comes to hold one (needs a
+     * tokenizer). */
+    const char *const *stop_strings;
+    int n_stop_strings;
+    void *owned_;                 /* private: the lists of tm_generation_config_from_json */
+} tm_generation_config;
+
+/* transformers' GenerationConfig defaults: max_length 20, greedy, temperature 1, top_k 50,
+ * top_p 1, typical_p 1, one beam, length_penalty 1, early_stopping false, no token ids. */
+void tm_generation_config_default(tm_generation_config *cfg);
+
+/* Fills cfg from the texts of config.json (config_json, may be NULL: its
+ * eos/bos/pad/decoder_start token ids and generation keys) and then generation_config.json
+ * (generation_json, may be NULL), each key overriding what was there; keys not given keep
+ * cfg's values (call tm_generation_config_default first). Lists (eos_token_id as a number
+ * or a list, bad_words_ids, stop_strings) are copied into memory that cfg owns from then
+ * on: tm_generation_config_clear releases it. early_stopping takes true, false or
+ * "never". A malformed text or a key of the wrong type is TM_ERR_PARSE naming the file and
+ * key; cfg is then unchanged. */
+tm_status tm_generation_config_from_json(tm_generation_config *cfg, const char *config_json,
+                                         const char *generation_json, tm_error *err);
+/* Releases the lists tm_generation_config_from_json made (their fields become empty). */
+void tm_generation_config_clear(tm_generation_config *cfg);
+
+/* A generator: one sequence (or num_beams beams) of one model. Not thread-safe; the model
+ * may serve other generators meanwhile. The sampler is xoshiro256** seeded by splitmix64
+ * from cfg->seed, drawing one double in [0, 1) (53 bits) per sampled token: the same seed
+ * and inputs give the same tokens on every machine and thread count. */
+typedef struct tm_generator tm_generator;
+typedef struct tm_tokenizer tm_tokenizer;   /* see Tokenizers below */
+
+/* decoder_model: a decoder export tm_decoder takes (its copy of cfg is made here, lists
+ * included; cfg may be freed after). tok may be NULL: it is needed by stop strings and by
+ * tm_generator_generate's text. An invalid parameter (temperature <= 0 when sampling,
+ * top_p outside (0, 1], num_return_sequences above num_beams or above 1 for greedy,
+ * do_sample with beams, ...) is TM_ERR_INVALID_ARGUMENT naming it. */
+tm_status tm_generator_create(tm_model *decoder_model, const tm_generation_config *cfg,
+                              const tm_tokenizer *tok, tm_generator **out, tm_error *err);
+/* An input the decoder does not feed itself, for encoder-decoders: encoder_hidden_states
+ * (the encoder's last_hidden_state) and encoder_attention_mask, copied (as
+ * tm_decoder_set_input). Give them before the first append. */
+tm_status tm_generator_set_input(tm_generator *g, const char *name, const tm_tensor *value,
+                                 tm_error *err);
+/* Appends prompt tokens (before the first step; may be called more than once). When
+ * nothing was appended, the first step starts from decoder_start_token_id, else
+ * bos_token_id, as transformers does (an encoder-decoder's decoder prompt), and is
+ * TM_ERR_INVALID_ARGUMENT when neither is set. */
+tm_status tm_generator_append(tm_generator *g, const int32_t *ids, size_t n, tm_error *err);
+/* One step: runs the model on what is new, processes the logits and chooses. Greedy and
+ * sampling: *token gets the new token. Beams: every beam advances; *token gets the best
+ * running beam's last token. *done (may be NULL) becomes 1 when generation has ended
+ * (max length, EOS, a stop string; beams: all finished); a step after that is
+ * TM_ERR_INVALID_ARGUMENT. */
+tm_status tm_generator_step(tm_generator *g, int32_t *token, int *done, tm_error *err);
+/* Streaming: called with text that will not change any more (UTF-8, never a cut
+ * character nor an incomplete byte-fallback sequence: the new tokens are decoded whole, as
+ * transformers' TextStreamer does, special tokens skipped, and what follows the last text
+ * given is passed once it ends at a space, a newline or a CJK character; the rest at the
+ * end). token is the token just chosen (-1 for the final flush). Return non-zero to stop. */
+typedef int (*tm_generator_stream_fn)(void *user, const char *text, size_t len, int32_t token);
+/* Steps until done. stream may be NULL; without a tokenizer it is called with empty text
+ * per token. Beam search streams the best sequence's text once, at the end. */
+tm_status tm_generator_generate(tm_generator *g, tm_generator_stream_fn stream, void *user,
+                                tm_error *err);
+/* Sequences to read: 1 while running; num_return_sequences once done (beams: the best
+ * first, as transformers orders them). */
+int tm_generator_n_sequences(const tm_generator *g);
+/* Sequence i: prompt (with an encoder-decoder's start token) and new tokens, ending with
+ * the EOS that ended it, if one did; owned by g, valid until its next step or free. */
+tm_status tm_generator_sequence(const tm_generator *g, int i, const int32_t **ids, size_t *n,
+                                tm_error *err);
+/* The prompt's length in the sequences (new tokens start there). */
+size_t tm_generator_prompt_length(const tm_generator *g);
+/* Beams: sequence i's score (its summed log-probabilities over length^length_penalty);
+ * greedy and sampling: 0. */
+double tm_generator_score(const tm_generator *g, int i);
+void tm_generator_free(tm_generator *g);
 
 /* ---- Saving models ------------------------------------------------------------------ */
 

@@ -1,18 +1,24 @@
-/* `transmuter generate`: greedy decoding with a decoder export (decoder_model_merged.onnx,
- * decoder_with_past_model.onnx): the prompt, then one token at a time. Compiled, through
- * tm_decoder (the KV cache in place, one plan for every decode step); with --eager, node
- * by node with the cache fed back. The raw-model loop: token ids in and out, no
- * tokenizer, no sampling, batch 1. */
+/* `transmuter generate`, two forms. On a model file: greedy decoding with a decoder export
+ * (decoder_model_merged.onnx, decoder_with_past_model.onnx), the prompt's ids, then one
+ * token at a time; compiled, through tm_decoder (the KV cache in place, one plan for every
+ * decode step); with --eager, node by node with the cache fed back: the raw-model loop,
+ * token ids in and out. On a repository folder: text in, text streamed out, through
+ * tm_generator (its tokenizer, chat template, generation_config.json; sampling and beams). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
+#include <sys/stat.h>
 #include "transmuter.h"
 #include "core/dtype.h"
+#include "hub/json.h"
 
 int tm__cmd_generate(int argc, char **argv);
+static int generate_ids(int argc, char **argv);
+
+static long long strtoll10(const char *s, char **end) { return strtoll(s, end, 10); }
 
 /* What the loop feeds and reads, found by name in the model's inputs and outputs. */
 typedef struct decoder {
@@ -362,6 +368,7 @@ static void usage_to(FILE *f) {
     fprintf(f, "usage: transmuter generate MODEL --prompt-ids 1,2,3 --max-new N [--threads N]\n"
                "                           [--eager] [--copy-cache] [--json] [--compute-type f32]\n"
                "                           [--dequantize-nbits[-once]]\n"
+               "       transmuter generate REPO_FOLDER --prompt TEXT ... (see its --help)\n"
                "Greedy decoding with a decoder export (decoder_model_merged.onnx, or\n"
                "decoder_with_past_model.onnx): the prompt's ids, then --max-new tokens, printed\n"
                "as ids separated by commas; timings on stderr.\n"
@@ -374,7 +381,7 @@ static void usage_to(FILE *f) {
 
 static void usage(void) { usage_to(stderr); }
 
-int tm__cmd_generate(int argc, char **argv) {
+static int generate_ids(int argc, char **argv) {
     const char *model_path = NULL, *prompt = NULL;
     loop l = {0};
     l.max_new = 16;
@@ -468,4 +475,289 @@ done:
     free(l.generated);
     free(l.step_ms);
     return rc;
+}
+
+/* ---- A repository folder: text in, text out (tm_generator) -------------------------- */
+
+static char *read_text(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *buf = NULL;
+    size_t n = 0, cap = 0;
+    for (;;) {
+        if (n + 4096 + 1 > cap) {
+            char *g = realloc(buf, cap = (n + 4096 + 1) * 2);
+            if (!g) break;
+            buf = g;
+        }
+        size_t got = fread(buf + n, 1, 4096, f);
+        n += got;
+        if (got < 4096) break;
+    }
+    fclose(f);
+    if (buf) buf[n] = 0;
+    return buf;
+}
+
+static int file_exists(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+static int is_dir(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+/* The file name suffix of a dtype, as transformers.js names the exports. */
+static const char *dtype_suffix(const char *dtype) {
+    static const char *map[][2] = {{"fp32", ""}, {"fp16", "_fp16"}, {"q8", "_quantized"},
+                                   {"int8", "_int8"}, {"uint8", "_uint8"}, {"q4", "_q4"},
+                                   {"q4f16", "_q4f16"}, {"bnb4", "_bnb4"}};
+    for (size_t k = 0; k < sizeof map / sizeof *map; k++)
+        if (!strcmp(dtype, map[k][0])) return map[k][1];
+    return NULL;
+}
+
+typedef struct stream_state {
+    int any;
+} stream_state;
+
+static int print_text(void *user, const char *text, size_t len, int32_t token) {
+    stream_state *s = user;
+    fwrite(text, 1, len, stdout);
+    fflush(stdout);
+    s->any |= len > 0;
+    (void)token;
+    return 0;
+}
+
+/* tokenizer_config.json's add_bos_token or add_eos_token: transformers.js's text-generation
+ * pipeline adds the special tokens to a plain prompt only then. */
+static int adds_special_tokens(const tm_tokenizer *tok) {
+    const char *cfg = tm_tokenizer_config_json(tok);
+    tm_json *j = cfg ? tm_json_parse(cfg, strlen(cfg)) : NULL;
+    const tm_json *b = j ? tm_json_get(j, "add_bos_token") : NULL, *e = j ? tm_json_get(j, "add_eos_token") : NULL;
+    int yes = (b && b->type == TM_JSON_BOOL && b->number) || (e && e->type == TM_JSON_BOOL && e->number);
+    tm_json_free(j);
+    return yes;
+}
+
+static void usage_repo(FILE *f) {
+    fprintf(f, "usage: transmuter generate REPO_FOLDER --prompt TEXT | --chat MESSAGES.json\n"
+               "         [--max-new N] [--do-sample] [--temperature T] [--top-k K] [--top-p P]\n"
+               "         [--seed S] [--num-beams N] [--repetition-penalty R] [--dtype fp32|q4|...]\n"
+               "         [--threads N]\n"
+               "Text generation on a Hugging Face-style folder: its tokenizer, config.json and\n"
+               "generation_config.json, and onnx/decoder_model_merged[_DTYPE].onnx (else\n"
+               "onnx/model[_DTYPE].onnx; with onnx/encoder_model[_DTYPE].onnx for an encoder-decoder).\n"
+               "The new text is streamed to stdout as it is generated (beams: at the end).\n"
+               "--max-new defaults to generation_config.json's max_new_tokens, else 256 (the\n"
+               "text pipelines' default). --chat takes a JSON list of {\"role\", \"content\"} rendered\n"
+               "with the tokenizer's chat template.\n");
+}
+
+/* The encoder's outputs for an encoder-decoder's generator. */
+static tm_status encode_source(tm_model *enc, tm_generator *g, const int32_t *ids, size_t n, tm_error *err) {
+    int64_t dims[2] = {1, (int64_t)n};
+    tm_tensor *t_ids = tm_tensor_new(TM_INT64, 2, dims), *t_mask = tm_tensor_new(TM_INT64, 2, dims);
+    int n_out = tm_model_n_outputs(enc);
+    tm_tensor **out = calloc((size_t)n_out + 1, sizeof *out);
+    tm_status st = t_ids && t_mask && out ? TM_OK : TM_ERR_NO_MEMORY;
+    if (st != TM_OK) snprintf(err->message, sizeof err->message, "out of memory");
+    for (size_t i = 0; st == TM_OK && i < n; i++) {
+        ((int64_t *)tm_tensor_data(t_ids))[i] = ids[i];
+        ((int64_t *)tm_tensor_data(t_mask))[i] = 1;
+    }
+    const char *names[2] = {"input_ids", "attention_mask"};
+    const tm_tensor *in[2] = {t_ids, t_mask};
+    int n_in = tm_model_input_index(enc, "attention_mask") >= 0 ? 2 : 1;
+    if (st == TM_OK) st = tm_model_run(enc, n_in, names, in, out, NULL, err);
+    int hidden = tm_model_output_index(enc, "last_hidden_state");
+    if (st == TM_OK) st = tm_generator_set_input(g, "encoder_hidden_states", out[hidden >= 0 ? hidden : 0], err);
+    /* A decoder that takes the encoder's mask gets it; one that does not is fine. */
+    if (st == TM_OK) {
+        tm_error e2 = {0};
+        tm_generator_set_input(g, "encoder_attention_mask", t_mask, &e2);
+    }
+    for (int k = 0; out && k < n_out; k++) tm_tensor_free(out[k]);
+    free(out);
+    tm_tensor_free(t_ids);
+    tm_tensor_free(t_mask);
+    return st;
+}
+
+static int generate_repo(int argc, char **argv) {
+    const char *folder = NULL, *prompt = NULL, *chat = NULL, *dtype = "fp32";
+    tm_generation_config cfg;
+    tm_generation_config_default(&cfg);
+    tm_load_options lo;
+    tm_load_options_default(&lo);
+    long long max_new = -1, top_k = -1, seed = -1, beams = -1;
+    double temperature = -1, top_p = -1, rep = -1;
+    int sample = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        char *end = NULL;
+#define NEXT_NUM(var, conv) do { if (!v) goto bad; var = conv(v, &end); i++; if (*end || end == v) goto bad; } while (0)
+        if (!strcmp(a, "--prompt") && v) prompt = argv[++i];
+        else if (!strcmp(a, "--chat") && v) chat = argv[++i];
+        else if (!strcmp(a, "--dtype") && v) dtype = argv[++i];
+        else if (!strcmp(a, "--max-new")) NEXT_NUM(max_new, strtoll10);
+        else if (!strcmp(a, "--top-k")) NEXT_NUM(top_k, strtoll10);
+        else if (!strcmp(a, "--seed")) NEXT_NUM(seed, strtoll10);
+        else if (!strcmp(a, "--num-beams")) NEXT_NUM(beams, strtoll10);
+        else if (!strcmp(a, "--threads")) { long long t; NEXT_NUM(t, strtoll10); lo.threads = (int)t; }
+        else if (!strcmp(a, "--temperature")) NEXT_NUM(temperature, strtod);
+        else if (!strcmp(a, "--top-p")) NEXT_NUM(top_p, strtod);
+        else if (!strcmp(a, "--repetition-penalty")) NEXT_NUM(rep, strtod);
+        else if (!strcmp(a, "--do-sample")) sample = 1;
+        else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage_repo(stdout);
+            return 0;
+        } else if (a[0] != '-' && !folder) folder = a;
+        else {
+        bad:
+            fprintf(stderr, "transmuter: generate: bad or unknown argument '%s'%s\n", a, v ? "" : " (a value missing?)");
+            usage_repo(stderr);
+            return 2;
+        }
+#undef NEXT_NUM
+    }
+    if (!folder || (!prompt) == (!chat)) {
+        fprintf(stderr, "transmuter: generate: a folder and one of --prompt or --chat are needed\n");
+        usage_repo(stderr);
+        return 2;
+    }
+    const char *suffix = dtype_suffix(dtype);
+    if (!suffix) {
+        fprintf(stderr, "transmuter: generate: unknown --dtype '%s' (fp32, fp16, q8, int8, uint8, q4, "
+                        "q4f16, bnb4)\n", dtype);
+        return 2;
+    }
+    int rc = 1;
+    tm_error err = {0};
+    tm_tokenizer *tok = NULL;
+    tm_model *dec = NULL, *enc = NULL;
+    tm_generator *g = NULL;
+    char *config = NULL, *gen_config = NULL, *messages = NULL, *rendered = NULL;
+    tm_chat_template *tpl = NULL;
+    tm_encoding *e = NULL;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", folder);
+    config = read_text(path);
+    snprintf(path, sizeof path, "%s/generation_config.json", folder);
+    gen_config = read_text(path);
+    tm_status st = tm_tokenizer_load(folder, NULL, &tok, &err);
+    if (st == TM_OK) st = tm_generation_config_from_json(&cfg, config, gen_config, &err);
+    if (st != TM_OK) goto fail;
+    if (max_new > 0) cfg.max_new_tokens = max_new;
+    else if (cfg.max_new_tokens < 0) cfg.max_new_tokens = 256;
+    if (sample) cfg.do_sample = 1;
+    if (temperature >= 0) cfg.temperature = temperature;
+    if (top_k >= 0) cfg.top_k = top_k;
+    if (top_p >= 0) cfg.top_p = top_p;
+    if (seed >= 0) cfg.seed = (uint64_t)seed;
+    if (beams >= 0) cfg.num_beams = (int)beams;
+    if (rep >= 0) cfg.repetition_penalty = rep;
+    const char *names[2] = {"decoder_model_merged", "model"};
+    for (int k = 0; k < 2 && !dec; k++) {
+        snprintf(path, sizeof path, "%s/onnx/%s%s.onnx", folder, names[k], suffix);
+        if (!file_exists(path)) continue;
+        if ((st = tm_model_load(path, &lo, &dec, &err)) != TM_OK) goto fail;
+    }
+    if (!dec) {
+        fprintf(stderr, "transmuter: generate: %s has no onnx/decoder_model_merged%s.onnx nor "
+                        "onnx/model%s.onnx\n", folder, suffix, suffix);
+        goto done;
+    }
+    snprintf(path, sizeof path, "%s/onnx/encoder_model%s.onnx", folder, suffix);
+    if (file_exists(path) && (st = tm_model_load(path, &lo, &enc, &err)) != TM_OK) goto fail;
+    const char *text = prompt;
+    int add_special = enc ? 1 : adds_special_tokens(tok);
+    if (chat) {
+        messages = read_text(chat);
+        const char *src = tm_tokenizer_chat_template(tok, NULL);
+        if (!messages) {
+            fprintf(stderr, "transmuter: generate: cannot read %s\n", chat);
+            goto done;
+        }
+        if (!src) {
+            fprintf(stderr, "transmuter: generate: the tokenizer of %s has no chat template\n", folder);
+            goto done;
+        }
+        /* The special tokens as variables, as transformers passes them. */
+        char vars[1024] = "{";
+        const char *roles[][2] = {{"bos_token", NULL}, {"eos_token", NULL}, {"unk_token", NULL}, {"pad_token", NULL}};
+        tm_special_role rr[4] = {TM_SPECIAL_BOS, TM_SPECIAL_EOS, TM_SPECIAL_UNK, TM_SPECIAL_PAD};
+        for (int k = 0; k < 4; k++) {
+            const char *t = tm_tokenizer_special_token(tok, rr[k], NULL);
+            if (!t || strchr(t, '"') || strchr(t, '\\') || strlen(vars) + strlen(t) + 32 > sizeof vars) continue;
+            snprintf(vars + strlen(vars), sizeof vars - strlen(vars), "%s\"%s\": \"%s\"",
+                     strlen(vars) > 1 ? ", " : "", roles[k][0], t);
+        }
+        strcat(vars, "}");
+        st = tm_chat_template_create(src, strlen(src), &tpl, &err);
+        if (st == TM_OK) st = tm_chat_template_render(tpl, messages, vars, 1, &rendered, NULL, &err);
+        if (st != TM_OK) goto fail;
+        text = rendered;
+        add_special = 0;
+    }
+    tm_encode_options eo = tm_encode_options_default();
+    eo.add_special_tokens = add_special;
+    st = tm_tokenizer_encode(tok, text, strlen(text), NULL, 0, &eo, &e, &err);
+    if (st == TM_OK) st = tm_generator_create(dec, &cfg, tok, &g, &err);
+    if (st != TM_OK) goto fail;
+    const int32_t *ids = tm_encoding_ids(e);
+    size_t n = tm_encoding_n(e);
+    if (enc) st = encode_source(enc, g, ids, n, &err);
+    else st = tm_generator_append(g, ids, n, &err);
+    double t0 = now_ms();
+    stream_state ss = {0};
+    if (st == TM_OK) st = tm_generator_generate(g, print_text, &ss, &err);
+    double ms = now_ms() - t0;
+    if (st != TM_OK) goto fail;
+    printf("\n");
+    fflush(stdout);
+    const int32_t *out;
+    size_t n_out = 0;
+    tm_generator_sequence(g, 0, &out, &n_out, NULL);
+    size_t n_new = n_out - tm_generator_prompt_length(g);
+    fprintf(stderr, "%zu prompt tokens, %zu new in %.1f ms (%.1f tokens/s)%s\n", n, n_new, ms,
+            n_new ? n_new / (ms / 1e3) : 0.0, cfg.num_beams > 1 ? ", beam search" :
+            cfg.do_sample ? ", sampled" : ", greedy");
+    rc = 0;
+    goto done;
+fail:
+    fprintf(stderr, "transmuter: generate: %s\n", err.message[0] ? err.message : tm_status_name(st));
+done:
+    tm_generator_free(g);
+    tm_encoding_free(e);
+    tm_chat_template_free(tpl);
+    free(rendered);
+    free(messages);
+    tm_model_free(dec);
+    tm_model_free(enc);
+    tm_tokenizer_free(tok);
+    tm_generation_config_clear(&cfg);
+    free(config);
+    free(gen_config);
+    return rc;
+}
+
+int tm__cmd_generate(int argc, char **argv) {
+    /* A folder is a repository: text generation; a file, the raw-model loop. */
+    for (int i = 0; i < argc; i++) {
+        if (argv[i][0] == '-') {
+            /* skip the value of the options that take one */
+            if (i + 1 < argc && strcmp(argv[i], "--eager") && strcmp(argv[i], "--json") &&
+                strcmp(argv[i], "--copy-cache") && strcmp(argv[i], "--do-sample") &&
+                strncmp(argv[i], "--dequantize", 12) && strcmp(argv[i], "--help") && strcmp(argv[i], "-h"))
+                i++;
+            continue;
+        }
+        if (is_dir(argv[i])) return generate_repo(argc, argv);
+        break;
+    }
+    return generate_ids(argc, argv);
 }

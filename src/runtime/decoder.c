@@ -681,6 +681,60 @@ tm_status tm_decoder_append(tm_decoder *d, const int64_t *tokens, int64_t n, tm_
     return TM_OK;
 }
 
+/* The layouts known and a first prompt's waiting presents taken: the whole state in the
+ * buffers (what a copy reads). */
+static tm_status settle(tm_decoder *d, tm_error *err) {
+    tm_status st = TM_OK;
+    if (!d->layout_known) {
+        dec_plan *p = NULL;
+        st = plan_for(d, 2, 1, &p, err);
+        if (st != TM_OK) return st;
+        for (int i = 0; i < d->n_in; i++)
+            if (d->present_of[i] >= 0 && d->kv[i] < 0) d->kv[i] = 0;
+        d->layout_known = 1;
+    }
+    if (d->pending) {
+        st = take_presents(d, d->pending, d->pending_past, d->pending_n, 2, err);
+        d->pending = NULL;
+    }
+    return st;
+}
+
+tm_status tm_decoder_copy_state(tm_decoder *dst, tm_decoder *src, tm_error *err) {
+    if (!dst || !src)
+        return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "tm_decoder_copy_state: NULL argument");
+    if (dst == src) return TM_OK;
+    if (dst->m != src->m)
+        return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "tm_decoder_copy_state: the decoders "
+                        "run different models");
+    if (dst->enc_len != src->enc_len)
+        return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "tm_decoder_copy_state: the decoders "
+                        "were given encoder inputs of different lengths (%lld and %lld)",
+                        (long long)dst->enc_len, (long long)src->enc_len);
+    if (src->length == 0) {
+        tm_decoder_reset(dst);
+        return TM_OK;
+    }
+    tm_status st = settle(src, err);
+    if (st == TM_OK) st = settle(dst, err);
+    for (int i = 0; st == TM_OK && i < src->n_in; i++)
+        if (src->present_of[i] >= 0 && !src->fixed[i] && src->kv[i] != dst->kv[i])
+            st = tm__fail(err, TM_ERR_UNSUPPORTED, "tm_decoder_copy_state: the decoders keep "
+                          "cache '%s' in different layouts (kv_in_place differs)", src->names[i]);
+    if (st == TM_OK) st = reserve(dst, src->length, err);
+    if (st != TM_OK) return st;
+    for (int i = 0; i < src->n_in; i++) {
+        if (src->present_of[i] < 0) continue;
+        /* Both layouts hold the cache's rows from the buffer's start: (1, P, H, D), or
+         * (1, H, P, D) packed at the current length. */
+        int64_t len = src->fixed[i] ? src->enc_len : src->length;
+        memcpy(dst->buf[i], src->buf[i], (size_t)(len * src->heads[i] * src->width[i]) * src->elem[i]);
+    }
+    dst->length = src->length;
+    dst->last_logits = NULL;
+    return TM_OK;
+}
+
 tm_status tm_decoder_set_input(tm_decoder *d, const char *name, const tm_tensor *value,
                                tm_error *err) {
     if (!d || !name || !value)
