@@ -95,7 +95,8 @@ $(BUILD)/transmuter.pc: transmuter.pc.in
 test: all
 	sh tests/run.sh $(BUILD)
 
-# Runs the tiny BERT shipped in the repo, compiled and eagerly, against ONNX Runtime.
+# Runs the tiny BERT shipped in the repo, compiled and eagerly, against ONNX Runtime; then
+# two tasks (text in, answer out) on tiny repositories shipped in the repo.
 DEMO := tests/data/tiny/bert/model
 demo: $(BUILD)/transmuter
 	$(BUILD)/transmuter info $(DEMO).onnx
@@ -103,6 +104,9 @@ demo: $(BUILD)/transmuter
 	$(BUILD)/transmuter compare $(BUILD)/demo $(DEMO).cases/default/ort --rtol 1e-4 --atol 1e-5
 	$(BUILD)/transmuter run $(DEMO).onnx --inputs $(DEMO).cases/default/inputs --out $(BUILD)/demo-eager --eager
 	$(BUILD)/transmuter compare $(BUILD)/demo-eager $(DEMO).cases/default/ort --rtol 1e-4 --atol 1e-5
+	@echo "--- tasks on tiny random-weight repositories shipped in tests/data/pipelines (answers are noise)"
+	$(BUILD)/transmuter classify tests/data/pipelines/bert-sentiment "I love this"
+	$(BUILD)/transmuter generate tests/data/pipelines/gpt2-gen --prompt "Hello, my name is" --max-new 12
 
 # The whole suite under AddressSanitizer + UBSan, in its own build folder, for this CPU (so
 # that the AVX-512 vector kernels, which only -march=native turns on, run under them too).
