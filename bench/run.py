@@ -26,8 +26,12 @@ Shapes that change (issue 33), whole runs of each side, each a fresh process, al
                     (our plan creation included), plans made, checksums compared.
   generate-long-*   the small LLaMA q4 on one thread, --long-new (2,016) tokens: peak RSS
                     against weights + KV cache, ms/token of the first and last 64 steps.
---cases takes a case's name or a kind (generate, encoder-stream, generate-long) for all of
-its cases.
+  pipeline-*        tasks against transformers.js (bench/tjs_pipeline.mjs): feature-extraction
+                    of 1,000 sentences in calls of 32 on MiniLM fp32 / int8 (build/pipe_bench),
+                    chat generation of 128 tokens on the small LLaMA fp32 / q4 (`transmuter
+                    generate REPO --chat --json`), on repository folders made in bench/.work/repos.
+--cases takes a case's name or a kind (generate, encoder-stream, generate-long, pipeline)
+for all of its cases.
 
 Results go to bench/RESULTS.md (a run with --cases, --threads other than 1,2, or other token
 counts writes bench/.work/RESULTS-partial.md instead, leaving the full table alone;
@@ -412,6 +416,29 @@ LONG_WINDOW = 64       # decode steps at the start and at the end compared
 STREAM_REQUESTS = 200
 STREAM_LENGTHS = (1, 256)
 STREAM_IDS = (1000, 30000)
+# Issue 35's pipeline cases: our tasks (build/pipe_bench, `transmuter generate REPO --json`)
+# against transformers.js's pipeline() (bench/tjs_pipeline.mjs) on the same repository
+# folders (bench/.work/repos: a shipped tiny repository's tokenizer and configs around a
+# bench model), alternating whole runs, each a fresh process.
+TJS_PIPELINE = os.path.join(HERE, "tjs_pipeline.mjs")
+TJS_DIR = os.path.join(HERE, ".tjs")
+PIPE_BENCH = os.path.join(ROOT, "build", "pipe_bench")
+PIPE_SENTENCES = 1000
+PIPE_BATCH = 32
+PIPE_NEW = 128
+PIPE_CHAT = [{"role": "system", "content": "You are a helpful assistant. Answer in one paragraph."},
+             {"role": "user", "content": "Explain why the sky looks blue during the day and red at "
+                                         "sunset, as you would to a curious child."}]
+# The small LLaMA has 32,000 ids: the Llama 2 tokenizer, whose tokenizer_config.json has no
+# chat template; this one is written here in Llama 2's [INST] form.
+LLAMA2_CHAT_TEMPLATE = (
+    "{% if messages[0]['role'] == 'system' %}{% set system = messages[0]['content'] %}"
+    "{% set messages = messages[1:] %}{% else %}{% set system = '' %}{% endif %}"
+    "{% for message in messages %}{% if message['role'] == 'user' %}"
+    "{% if loop.first and system %}{{ bos_token + '[INST] <<SYS>>\\n' + system + '\\n<</SYS>>\\n\\n' + "
+    "message['content'] + ' [/INST]' }}{% else %}{{ bos_token + '[INST] ' + message['content'] + ' [/INST]' }}"
+    "{% endif %}{% elif message['role'] == 'assistant' %}{{ ' ' + message['content'] + ' ' + eos_token }}"
+    "{% endif %}{% endfor %}")
 
 
 def loop_cases(small_variants, mini_variants, skip_large, sk, big_fp32):
@@ -426,6 +453,18 @@ def loop_cases(small_variants, mini_variants, skip_large, sk, big_fp32):
             cases.append(dict(name=f"encoder-stream-minilm-{var}-{sub}", kind="encoder-stream", model=path,
                               recipe=recipe, deps=[mini_variants[0]], batches=batches, seed=seed,
                               tol=1e-3 if var == "fp32" else 1e-2))
+    for var, path, recipe in mini_variants:
+        dtype, file = ("fp32", "model.onnx") if var == "fp32" else ("q8", "model_quantized.onnx")
+        cases.append(dict(name=f"pipeline-feature-extraction-minilm-{var}", kind="pipeline",
+                          task="feature-extraction", repo=f"minilm-{var}", model=path, recipe=recipe,
+                          deps=[mini_variants[0]], dtype=dtype, file=file))
+    for var, path, recipe in small_variants:
+        if var == "int8":
+            continue   # transformers.js names it model_quantized: q8, the same file
+        dtype, file = ("fp32", "decoder_model_merged.onnx") if var == "fp32" else ("q4", "decoder_model_merged_q4.onnx")
+        cases.append(dict(name=f"pipeline-chat-llama-small-{var}", kind="pipeline", task="text-generation",
+                          repo=f"llama-small-{var}", model=path, recipe=recipe, deps=[small_variants[0]],
+                          dtype=dtype, file=file))
     _, q4_path, q4_recipe = small_variants[1]
     cases.append(dict(name="generate-long-llama-small-q4", kind="generate-long", model=q4_path, recipe=q4_recipe,
                       deps=[small_variants[0]], vocab=32000, exact=False))
@@ -632,6 +671,120 @@ def run_stream(case, threads, args, requests, shapes):
                 ok=good == n, load=os.getloadavg()[0])
 
 
+def sentences(n, seed=3501):
+    """n seeded sentences of 5 to 60 words from the shipped tokenizer texts' words."""
+    import random
+    rng = random.Random(seed)
+    words = []
+    with open(os.path.join(ROOT, "tests", "data", "pipelines", "minilm-embed.cases.jsonl"), encoding="utf-8") as f:
+        for line in f:
+            for x in json.loads(line)["inputs"]:
+                for t in (x if isinstance(x, list) else [x]):
+                    if isinstance(t, str):
+                        words += t.split()
+    words = [w for w in words if w] or ["word"]
+    return [" ".join(rng.choice(words) for _ in range(rng.randint(5, 60))) for _ in range(n)]
+
+
+def link(src, dst):
+    os.makedirs(os.path.dirname(dst), exist_ok=True)
+    if os.path.lexists(dst):
+        os.remove(dst)
+    os.symlink(os.path.abspath(src), dst)
+
+
+def make_repo(case):
+    """The case's repository folder under bench/.work/repos (rebuilt each run)."""
+    repo = os.path.join(WORK, "repos", case["repo"])
+    shutil.rmtree(repo, ignore_errors=True)
+    os.makedirs(os.path.join(repo, "onnx"))
+    data = os.path.join(ROOT, "tests", "data")
+    if case["task"] == "feature-extraction":
+        src = os.path.join(data, "pipelines", "minilm-embed")
+        for name in ("config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+            shutil.copy(os.path.join(src, name), repo)
+        link(case["model"], os.path.join(repo, "onnx", case["file"]))
+    else:
+        import lzma
+        tok = os.path.join(data, "tokenizers", "llama2")
+        with lzma.open(os.path.join(tok, "tokenizer.json.xz")) as f, open(os.path.join(repo, "tokenizer.json"), "wb") as o:
+            o.write(f.read())
+        with open(os.path.join(tok, "tokenizer_config.json"), encoding="utf-8") as f:
+            cfg = json.load(f)
+        cfg["chat_template"] = LLAMA2_CHAT_TEMPLATE
+        with open(os.path.join(repo, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+            json.dump(cfg, f)
+        with open(os.path.join(repo, "config.json"), "w") as f:
+            json.dump({"model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": 32000,
+                       "hidden_size": 768, "num_hidden_layers": 8, "num_attention_heads": 12,
+                       "num_key_value_heads": 4, "bos_token_id": 1, "eos_token_id": 2,
+                       "max_position_embeddings": 2048}, f)
+        with open(os.path.join(repo, "generation_config.json"), "w") as f:
+            json.dump({"bos_token_id": 1, "eos_token_id": 2}, f)
+        link(case["model"], os.path.join(repo, "onnx", case["file"]))
+    return repo
+
+
+def ensure_tjs():
+    if not os.path.exists(os.path.join(TJS_DIR, "node_modules", "@huggingface", "transformers")):
+        os.makedirs(TJS_DIR, exist_ok=True)
+        if not os.path.exists(os.path.join(TJS_DIR, "package.json")):
+            with open(os.path.join(TJS_DIR, "package.json"), "w") as f:
+                f.write('{"name": "tjs-bench", "private": true}\n')
+        subprocess.run(["npm", "install", "--prefix", TJS_DIR, "--no-audit", "--no-fund",
+                        "@huggingface/transformers@4.3.2"], check=True,
+                       env=dict(os.environ, ONNXRUNTIME_NODE_INSTALL="skip"))
+
+
+def run_pipeline(case, threads, args):
+    """`pipeline`: args.gen_rounds whole runs of each side, alternating."""
+    ensure_tjs()
+    repo = make_repo(case)
+    base = os.path.join(WORK, case["name"])
+    os.makedirs(base, exist_ok=True)
+    if case["task"] == "feature-extraction":
+        texts = os.path.join(base, "texts.json")
+        with open(texts, "w", encoding="utf-8") as f:
+            json.dump(sentences(PIPE_SENTENCES), f)
+        ours = [PIPE_BENCH, "feature-extraction", repo, "--texts", texts, "--batch", str(PIPE_BATCH),
+                "--threads", str(threads), "--dtype", case["dtype"]]
+        tjs = ["node", TJS_PIPELINE, "feature-extraction", repo, "--texts", texts, "--batch",
+               str(PIPE_BATCH), "--threads", str(threads), "--dtype", case["dtype"]]
+    else:
+        chat = os.path.join(base, "chat.json")
+        with open(chat, "w", encoding="utf-8") as f:
+            json.dump(PIPE_CHAT, f)
+        ours = [TM, "generate", repo, "--chat", chat, "--max-new", str(PIPE_NEW), "--min-new", str(PIPE_NEW),
+                "--threads", str(threads), "--dtype", case["dtype"], "--json"]
+        tjs = ["node", TJS_PIPELINE, "text-generation", repo, "--chat", chat, "--max-new", str(PIPE_NEW),
+               "--threads", str(threads), "--dtype", case["dtype"], "--model-file-name", "decoder_model_merged"]
+    ours_runs, tjs_runs = [], []
+    for r in range(args.gen_rounds):
+        for who in (("ours", "tjs") if r % 2 == 0 else ("tjs", "ours")):
+            time.sleep(SWITCH_PAUSE)
+            if who == "ours":
+                ours_runs.append(run_json(ours, ours_env()))
+            else:
+                tjs_runs.append(run_json(tjs))
+    o, t = median([x["total_ms"] for x in ours_runs]), median([x["total_ms"] for x in tjs_runs])
+    if case["task"] == "feature-extraction":
+        a, b = ours_runs[0]["checksum"], tjs_runs[0]["checksum"]
+        ok = abs(a - b) <= 1e-3 * max(1.0, abs(b))
+        match = ("yes" if ok else "NO") + f" (checksums {a:.6g} / {b:.6g})"
+        work = f"{PIPE_SENTENCES} sentences, batch {PIPE_BATCH}"
+    else:
+        a, b = ours_runs[0]["text"].strip(), tjs_runs[0]["text"].strip()
+        ok = a == b
+        match = "identical text" if ok else "NO: texts differ"
+        work = f"chat, {PIPE_NEW} new tokens"
+    lo, lt = median([x["load_ms"] for x in ours_runs]), median([x["load_ms"] for x in tjs_runs])
+    return dict(kind="pipeline", work=work, rounds=len(ours_runs), ours_ms=o, tjs_ms=t, ratio=(lo + o) / (lt + t),
+                call_ratio=o / t, load_ms=lo, tjs_load_ms=lt,
+                ours_tps=PIPE_NEW / (o / 1e3) if case["task"] != "feature-extraction" else None,
+                tjs_tps=PIPE_NEW / (t / 1e3) if case["task"] != "feature-extraction" else None,
+                match=match, ok=ok, load=os.getloadavg()[0])
+
+
 def model_bytes(path):
     """Weights as stored: the model file and its external data beside it."""
     total = os.path.getsize(path)
@@ -693,6 +846,8 @@ def run_loop_case(case, args, rows, worst):
         try:
             if kind == "generate":
                 row = run_generate(case, t, args)
+            elif kind == "pipeline":
+                row = run_pipeline(case, t, args)
             elif kind == "encoder-stream":
                 row = run_stream(case, t, args, requests, shapes)
             else:
@@ -712,6 +867,12 @@ def run_loop_case(case, args, rows, worst):
                   f"{row['ours_tps']:.1f} / {row['ort_tps']:.1f}; plans made {row['plans']}, "
                   f"generic {row['generic']}; peak RSS {row['ours_rss']:.0f} / {row['ort_rss']:.0f} MB; "
                   f"tokens {row['match']}; {row['mode']}")
+        elif kind == "pipeline":
+            tps = (f"; tokens/s {row['ours_tps']:.1f} / {row['tjs_tps']:.1f}" if row["ours_tps"] else "")
+            print(f"{label}: {row['work']}: ours {row['ours_ms']:.0f} ms (load {row['load_ms']:.0f} ms "
+                  f"besides), transformers.js {row['tjs_ms']:.0f} ms (load {row['tjs_load_ms']:.0f} ms "
+                  f"besides), ratio {row['ratio']:.2f} with the loads, {row['call_ratio']:.2f} without{tps}; "
+                  f"outputs: {row['match']}")
         elif kind == "encoder-stream":
             print(f"{label}: {row['requests']} requests: ours {row['ours_ms']:.0f} ms (load "
                   f"{row['load_ms']:.0f} ms besides), ORT {row['ort_ms']:.0f} ms (session "
@@ -908,7 +1069,8 @@ def write_loop_sections(f, loop_rows, args):
     by_kind = {}
     for name, t, r, why in loop_rows:
         kind = r["kind"] if r else ("generate-long" if name.startswith("generate-long")
-                                    else "encoder-stream" if name.startswith("encoder-stream") else "generate")
+                                    else "encoder-stream" if name.startswith("encoder-stream")
+                                    else "pipeline" if name.startswith("pipeline") else "generate")
         by_kind.setdefault(kind, []).append((name, t, r, why))
     gen = by_kind.get("generate", [])
     if gen:
@@ -967,6 +1129,36 @@ def write_loop_sections(f, loop_rows, args):
                     f"{r['ratio']:.2f} | {r['load_ms']:.0f} | {r['ort_session_ms']:.0f} | {r['plans']} / "
                     f"{r['generic']} | {r['ours_rss']:.0f} / {r['ort_rss']:.0f} | {r['match']} | "
                     f"{r['load']:.1f} |\n")
+    pipes = by_kind.get("pipeline", [])
+    if pipes:
+        f.write("\n## Pipelines against transformers.js\n\n")
+        f.write(f"Tasks on the same repository folders (bench/.work/repos: the bench model under onnx/, "
+                f"the tokenizer and configs of a shipped repository — bert-base-uncased for MiniLM, "
+                f"Llama 2's with an [INST] chat template for the small LLaMA): build/pipe_bench "
+                f"(tm_pipeline_create, then the calls) and `transmuter generate REPO --chat FILE --json` "
+                f"against bench/tjs_pipeline.mjs (@huggingface/transformers 4.3.2's pipeline() on "
+                f"onnxruntime-node, sessions as above). feature-extraction: {PIPE_SENTENCES} seeded "
+                f"sentences in calls of {PIPE_BATCH}, mean pooling and normalize. Chat: a system and a "
+                f"user message through the chat template, then exactly {PIPE_NEW} new tokens "
+                f"(min_new_tokens = max_new_tokens), greedy. {args.gen_rounds} whole runs of each, "
+                f"alternating, each a fresh process; medians. Time: the calls (tokenization, template, "
+                f"plans or ONNX Runtime's first runs, prefill, every step), the load (pipeline(): "
+                f"tokenizer, configs, sessions; ours: tm_pipeline_create / loading) given beside it. "
+                f"Ratio: ours / transformers.js, load + calls (issue 35's bar: 0.5): transformers.js makes "
+                f"its sessions (ONNX Runtime's graph optimizations, its weight packing) in pipeline(), "
+                f"we make our plans (the packing) in the first call, so the calls alone favour it; "
+                f"their ratio is beside it.\n\n")
+        f.write("| case | threads | work | ours ms | transformers.js ms | load ms ours / t.js | ratio (load + calls) | "
+                "calls alone | tokens/s ours / t.js | outputs | load avg |\n")
+        f.write("|---|---|---|---|---|---|---|---|---|---|---|\n")
+        for name, t, r, why in pipes:
+            if r is None:
+                f.write(f"| {name} | {t} | failed: {why} | | | | | | | |\n")
+                continue
+            tps = f"{r['ours_tps']:.1f} / {r['tjs_tps']:.1f}" if r["ours_tps"] else ""
+            f.write(f"| {name} | {t} | {r['work']} | {r['ours_ms']:.0f} | {r['tjs_ms']:.0f} | "
+                    f"{r['load_ms']:.0f} / {r['tjs_load_ms']:.0f} | {r['ratio']:.2f} | {r['call_ratio']:.2f} | "
+                    f"{tps} | {r['match']} | {r['load']:.1f} |\n")
     long = by_kind.get("generate-long", [])
     if long:
         f.write("\n## Long generation\n\n")
@@ -1001,6 +1193,9 @@ def write_loop_bars(f, loop_rows):
                     f"decode step at past {r['step_past']} (bar 1.15: {met(r['loop_step'] <= 1.15)}) and "
                     f"{r['ratio']:.2f}x ONNX Runtime's loop (bar 0.5: {met(r['ratio'] <= 0.5)}); "
                     f"plans made {r['plans']}, generic {r['generic']}; tokens {r['match']}.\n")
+        elif r["kind"] == "pipeline":
+            f.write(f"- {name} t{t}: {r['ratio']:.2f}x transformers.js's time, loads included (bar 0.5: "
+                    f"{met(r['ratio'] <= 0.5)}; the calls alone {r['call_ratio']:.2f}x); outputs {r['match']}.\n")
         elif r["kind"] == "encoder-stream":
             f.write(f"- {name} t{t}: {r['ratio']:.2f}x ONNX Runtime's total time, our plan creation "
                     f"included (bar 0.8: {met(r['ratio'] <= 0.8)}); plans made {r['plans']}, "

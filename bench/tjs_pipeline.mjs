@@ -6,7 +6,7 @@
 //   node tjs_pipeline.mjs feature-extraction REPO_DIR --texts FILE.json [--batch 32]
 //        [--threads T] [--dtype fp32] [--options JSON]
 //   node tjs_pipeline.mjs text-generation REPO_DIR --chat FILE.json [--max-new 128]
-//        [--threads T] [--dtype fp32]
+//        [--threads T] [--dtype fp32] [--model-file-name decoder_model_merged]
 // FILE.json: an array of strings (feature-extraction: called in batches of --batch), or
 // an array of chat messages (text-generation: one call, greedy, exactly --max-new new
 // tokens: min_new_tokens = max_new_tokens, so that an end token does not stop it early).
@@ -34,6 +34,7 @@ const opt = (name, dflt) => {
 };
 const threads = +opt('--threads', '1');
 const dtype = opt('--dtype', 'fp32');
+const modelFileName = opt('--model-file-name', null);
 
 const repo = path.resolve(repoDir);
 env.allowRemoteModels = false;
@@ -45,6 +46,7 @@ env.useBrowserCache = false;
 const t0 = performance.now();
 const pipe = await pipeline(task, path.basename(repo), {
   dtype,
+  ...(modelFileName ? { model_file_name: modelFileName } : {}),
   session_options: { intraOpNumThreads: threads, interOpNumThreads: 1, executionMode: 'sequential' },
 });
 const loadMs = performance.now() - t0;

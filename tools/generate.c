@@ -521,15 +521,30 @@ static const char *dtype_suffix(const char *dtype) {
 
 typedef struct stream_state {
     int any;
+    int quiet;   /* --json: the text goes into the JSON line at the end instead */
 } stream_state;
 
 static int print_text(void *user, const char *text, size_t len, int32_t token) {
     stream_state *s = user;
-    fwrite(text, 1, len, stdout);
-    fflush(stdout);
+    if (!s->quiet) {
+        fwrite(text, 1, len, stdout);
+        fflush(stdout);
+    }
     s->any |= len > 0;
     (void)token;
     return 0;
+}
+
+/* s as a JSON string on stdout. */
+static void print_json_string(const char *s, size_t n) {
+    putchar('"');
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\') printf("\\%c", c);
+        else if (c < 0x20) printf("\\u%04x", c);
+        else putchar(c);
+    }
+    putchar('"');
 }
 
 /* tokenizer_config.json's add_bos_token or add_eos_token: transformers.js's text-generation
@@ -547,6 +562,7 @@ static void usage_repo(FILE *f) {
     fprintf(f, "usage: transmuter generate REPO_FOLDER --prompt TEXT | --chat MESSAGES.json\n"
                "         [--max-new N] [--do-sample] [--temperature T] [--top-k K] [--top-p P]\n"
                "         [--seed S] [--num-beams N] [--repetition-penalty R] [--dtype fp32|q4|...]\n"
+               "         [--min-new N] [--json]\n"
                "         [--threads N]\n"
                "Text generation on a Hugging Face-style folder: its tokenizer, config.json and\n"
                "generation_config.json, and onnx/decoder_model_merged[_DTYPE].onnx (else\n"
@@ -554,7 +570,10 @@ static void usage_repo(FILE *f) {
                "The new text is streamed to stdout as it is generated (beams: at the end).\n"
                "--max-new defaults to generation_config.json's max_new_tokens, else 256 (the\n"
                "text pipelines' default). --chat takes a JSON list of {\"role\", \"content\"} rendered\n"
-               "with the tokenizer's chat template.\n");
+               "with the tokenizer's chat template. --min-new N: no end token before N new\n"
+               "tokens. --json: one JSON line instead of the stream: load_ms (tokenizer, configs,\n"
+               "models), total_ms (the rest: template, encoding, plans, prefill, every step),\n"
+               "prompt_tokens, new_tokens, tokens_per_s (over total_ms), peak_rss_mb, text.\n");
 }
 
 /* The encoder's outputs for an encoder-decoder's generator. */
@@ -593,9 +612,10 @@ static int generate_repo(int argc, char **argv) {
     tm_generation_config_default(&cfg);
     tm_load_options lo;
     tm_load_options_default(&lo);
-    long long max_new = -1, top_k = -1, seed = -1, beams = -1;
+    long long max_new = -1, min_new = -1, top_k = -1, seed = -1, beams = -1;
     double temperature = -1, top_p = -1, rep = -1;
-    int sample = 0;
+    int sample = 0, json = 0;
+    double t_start = now_ms(), t_loaded = t_start;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         char *end = NULL;
@@ -604,6 +624,8 @@ static int generate_repo(int argc, char **argv) {
         else if (!strcmp(a, "--chat") && v) chat = argv[++i];
         else if (!strcmp(a, "--dtype") && v) dtype = argv[++i];
         else if (!strcmp(a, "--max-new")) NEXT_NUM(max_new, strtoll10);
+        else if (!strcmp(a, "--min-new")) NEXT_NUM(min_new, strtoll10);
+        else if (!strcmp(a, "--json")) json = 1;
         else if (!strcmp(a, "--top-k")) NEXT_NUM(top_k, strtoll10);
         else if (!strcmp(a, "--seed")) NEXT_NUM(seed, strtoll10);
         else if (!strcmp(a, "--num-beams")) NEXT_NUM(beams, strtoll10);
@@ -653,6 +675,7 @@ static int generate_repo(int argc, char **argv) {
     if (st != TM_OK) goto fail;
     if (max_new > 0) cfg.max_new_tokens = max_new;
     else if (cfg.max_new_tokens < 0) cfg.max_new_tokens = 256;
+    if (min_new >= 0) cfg.min_new_tokens = min_new;
     if (sample) cfg.do_sample = 1;
     if (temperature >= 0) cfg.temperature = temperature;
     if (top_k >= 0) cfg.top_k = top_k;
@@ -673,6 +696,7 @@ static int generate_repo(int argc, char **argv) {
     }
     snprintf(path, sizeof path, "%s/onnx/encoder_model%s.onnx", folder, suffix);
     if (file_exists(path) && (st = tm_model_load(path, &lo, &enc, &err)) != TM_OK) goto fail;
+    t_loaded = now_ms();
     const char *text = prompt;
     int add_special = enc ? 1 : adds_special_tokens(tok);
     if (chat) {
@@ -713,16 +737,34 @@ static int generate_repo(int argc, char **argv) {
     if (enc) st = encode_source(enc, g, ids, n, &err);
     else st = tm_generator_append(g, ids, n, &err);
     double t0 = now_ms();
-    stream_state ss = {0};
+    stream_state ss = {0, json};
     if (st == TM_OK) st = tm_generator_generate(g, print_text, &ss, &err);
-    double ms = now_ms() - t0;
+    double t_end = now_ms(), ms = t_end - t0;
     if (st != TM_OK) goto fail;
-    printf("\n");
-    fflush(stdout);
     const int32_t *out;
     size_t n_out = 0;
     tm_generator_sequence(g, 0, &out, &n_out, NULL);
     size_t n_new = n_out - tm_generator_prompt_length(g);
+    if (json) {
+        /* Times as bench/tjs_pipeline.mjs gives transformers.js's: load (tokenizer, config,
+         * models) apart; the call (template, encoding, plans, prefill, every step) whole. */
+        char *decoded = NULL;
+        size_t dlen = 0;
+        st = tm_tokenizer_decode(tok, out + tm_generator_prompt_length(g), n_new, 1, -1, &decoded,
+                                 &dlen, &err);
+        if (st != TM_OK) goto fail;
+        printf("{\"load_ms\": %.3f, \"total_ms\": %.3f, \"prompt_tokens\": %zu, \"new_tokens\": %zu, "
+               "\"tokens_per_s\": %.2f, \"peak_rss_mb\": %.1f, \"text\": ", t_loaded - t_start,
+               t_end - t_loaded, n, n_new, n_new ? n_new / ((t_end - t_loaded) / 1e3) : 0.0,
+               tm__peak_rss_mb());
+        print_json_string(decoded, dlen);
+        printf("}\n");
+        free(decoded);
+        rc = 0;
+        goto done;
+    }
+    printf("\n");
+    fflush(stdout);
     fprintf(stderr, "%zu prompt tokens, %zu new in %.1f ms (%.1f tokens/s)%s\n", n, n_new, ms,
             n_new ? n_new / (ms / 1e3) : 0.0, cfg.num_beams > 1 ? ", beam search" :
             cfg.do_sample ? ", sampled" : ", greedy");
