@@ -1,7 +1,8 @@
 /* tm_pipeline_*: what tests/pipelines.sh (transformers.js's outputs, through the CLI) does
  * not reach: the API's argument checks and error messages, repositories the task cannot
- * use, sentence-transformers' modules read into "auto" pooling, and outputs left untouched
- * on error. Runs on tests/data/pipelines. */
+ * use (a generation task without a decoder or an encoder), sentence-transformers' modules
+ * read into "auto" pooling, the generation tasks' options and shapes (bad options, several
+ * returned sequences), and outputs left untouched on error. Runs on tests/data/pipelines. */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -217,8 +218,73 @@ static void test_pooling(void) {
     remove_cls_repo(dir);
 }
 
+static int count(const char *s, const char *part) {
+    int n = 0;
+    for (; s && (s = strstr(s, part)); s += strlen(part)) n++;
+    return n;
+}
+
+static void test_generation(void) {
+    /* repos without the decoder (or encoder) a generation task needs */
+    create_fails("text-generation", DATA "bert-sentiment", NULL, TM_ERR_UNSUPPORTED,
+                 "text-generation needs a decoder with a KV cache");
+    create_fails("text-generation", DATA "gpt2-gen", NULL, TM_ERR_NOT_FOUND, "onnx/model.onnx");
+    create_fails("text2text-generation", DATA "gpt2-gen", NULL, TM_ERR_NOT_FOUND, "onnx/encoder_model.onnx");
+    create_fails("summarization", DATA "llama-chat", NULL, TM_ERR_NOT_FOUND, "onnx/encoder_model.onnx");
+    create_fails("translation", DATA "t5-text2text", "{\"dtype\":\"q4\"}", TM_ERR_NOT_FOUND,
+                 "onnx/encoder_model_q4.onnx");
+
+    tm_pipeline *p = NULL;
+    tm_error err;
+    tm_status s = tm_pipeline_create("text-generation", DATA "gpt2-gen",
+                                     "{\"model_file_name\":\"decoder_model_merged\"}", &p, &err);
+    CHECK(s == TM_OK, "text-generation on gpt2-gen: %s", s ? err.message : "");
+    if (s == TM_OK) {
+        CHECK(!strcmp(tm_pipeline_model_file(p), "onnx/decoder_model_merged.onnx"), "gpt2 model file");
+        call_fails(p, "[\"Hi\"]", "{\"max_new_tokens\":\"five\"}",
+                   "text-generation options: key 'max_new_tokens' has a value of the wrong type");
+        call_fails(p, "[\"Hi\"]", "{\"max_new_tokens\":-2}", "key 'max_new_tokens'");
+        call_fails(p, "[\"Hi\"]", "{\"eos_token_id\":[1,\"x\"]}", "key 'eos_token_id'");
+        call_fails(p, "[\"Hi\"]", "{\"do_sample\":true,\"temperature\":0}", "temperature");
+        call_fails(p, "[\"Hi\"]", "{\"num_return_sequences\":2}", "num_return_sequences");
+        call_fails(p, "[\"Hi\"]", "{\"return_full_text\":\"no\"}", "return_full_text must be true or false");
+        call_fails(p, "[5]", NULL, "Input must be a string, an array of strings, a Chat, or an array of Chats");
+        call_fails(p, "[[{\"role\":\"user\"}]]", NULL, "Input must be a string");
+        call_fails(p, "[[\"a\", 5]]", NULL, "inputs[1] is not a string");
+        call_fails(p, "[\"\"]", NULL, "the prompt is empty");
+        call_fails(p, "[[{\"role\":\"user\",\"content\":\"Hi\"}]]", NULL, "chat_template is not set");
+        /* beams: num_return_sequences items for the one input, the best first */
+        char *r = call(p, "\"Hello, my name is\"", "{\"max_new_tokens\":4,\"num_beams\":3,"
+                       "\"num_return_sequences\":2,\"return_full_text\":false}");
+        CHECK(r && r[0] == '[' && r[1] == '{' && count(r, "\"generated_text\"") == 2 &&
+              !contains(r, "Hello, my name is"), "two beams' texts without the prompt: %s", r ? r : "");
+        free(r);
+        /* a call after failed ones is as the first */
+        r = call(p, "\"Hello, my name is\"", "{\"max_new_tokens\":5}");
+        CHECK(r && !strcmp(r, "[{\"generated_text\":\"Hello, my name isspeakWorld cyanHolyWorld\"}]"),
+              "greedy after errors: %s", r ? r : "");
+        free(r);
+        tm_pipeline_free(p);
+    }
+
+    p = create("translation", DATA "t5-text2text");
+    if (p) {
+        CHECK(!strcmp(tm_pipeline_model_file(p), "onnx/decoder_model_merged.onnx"), "t5 model file");
+        call_fails(p, "[5]", NULL, "texts must be a string or an array of strings");
+        call_fails(p, "[\"a\"]", "{\"num_beams\":\"2\"}", "translation options: key 'num_beams'");
+        /* one flat list: two sequences of each of two inputs */
+        char *r = call(p, "[[\"The house is wonderful.\", \"How old are you?\"]]",
+                       "{\"max_new_tokens\":3,\"num_beams\":2,\"num_return_sequences\":2}");
+        CHECK(r && r[0] == '[' && r[1] == '{' && count(r, "\"translation_text\"") == 4, "t5 beams: %s",
+              r ? r : "");
+        free(r);
+        tm_pipeline_free(p);
+    }
+}
+
 int main(void) {
     test_creation_errors();
+    test_generation();
     test_call_errors();
     test_pooling();
     printf("%d passed, %d failed\n", passed, failed);
