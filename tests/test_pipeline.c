@@ -282,8 +282,78 @@ static void test_generation(void) {
     }
 }
 
+/* dir: links to src's tokenizer files and onnx/, and config.json and generation_config.json
+ * as given (NULL: a link to src's). */
+static int make_generation_repo(const char *dir, const char *src, const char *config, const char *generation) {
+    char path[512], target[512], cwd[400];
+    if (!getcwd(cwd, sizeof cwd) || mkdir(dir, 0755)) return 0;
+    static const char *const names[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                                        "onnx", "config.json", "generation_config.json"};
+    const char *texts[] = {NULL, NULL, NULL, NULL, config, generation};
+    for (int i = 0; i < 6; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        snprintf(target, sizeof target, "%s/" DATA "%s/%s", cwd, src, names[i]);
+        if (texts[i]) write_file(path, texts[i]);
+        else if (symlink(target, path)) return 0;
+    }
+    return 1;
+}
+
+static void remove_generation_repo(const char *dir) {
+    static const char *const names[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                                        "onnx", "config.json", "generation_config.json"};
+    char path[512];
+    for (int i = 0; i < 6; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        remove(path);
+    }
+    rmdir(dir);
+}
+
+/* config.json's prefix, and task_specific_params[task].prefix before it, go before each
+ * text; a malformed generation_config.json is named at creation. */
+static void test_generation_repos(void) {
+    char dir[64];
+    snprintf(dir, sizeof dir, "/tmp/tm-pipeline-t5-%d", (int)getpid());
+    if (make_generation_repo(dir, "t5-text2text",
+                             "{\"model_type\": \"t5\", \"decoder_start_token_id\": 0, \"eos_token_id\": 1, "
+                             "\"pad_token_id\": 0, \"prefix\": \"summarize: \", \"task_specific_params\": "
+                             "{\"translation\": {\"prefix\": \"translate English to German: \"}}}", NULL)) {
+        const char *options = "{\"max_new_tokens\":6}";
+        tm_pipeline *plain = create("text2text-generation", DATA "t5-text2text");
+        tm_pipeline *summarize = create("summarization", dir), *translate = create("translation", dir);
+        char *want_s = call(plain, "\"summarize: The house is wonderful.\"", options);
+        char *want_t = call(plain, "\"translate English to German: summarize: The house is wonderful.\"", options);
+        char *got_s = call(summarize, "\"The house is wonderful.\"", options);
+        char *got_t = call(translate, "\"The house is wonderful.\"", options);
+        CHECK(want_s && got_s && !strcmp(want_s + strlen("[{\"generated_text\""), got_s + strlen("[{\"summary_text\"")),
+              "config.json's prefix: %s, want %s", got_s ? got_s : "", want_s ? want_s : "");
+        CHECK(want_t && got_t && !strcmp(want_t + strlen("[{\"generated_text\""), got_t + strlen("[{\"translation_text\"")),
+              "the task's prefix, then config.json's: %s, want %s", got_t ? got_t : "", want_t ? want_t : "");
+        free(want_s);
+        free(want_t);
+        free(got_s);
+        free(got_t);
+        tm_pipeline_free(plain);
+        tm_pipeline_free(summarize);
+        tm_pipeline_free(translate);
+    } else {
+        CHECK(0, "could not make %s", dir);
+    }
+    remove_generation_repo(dir);
+
+    snprintf(dir, sizeof dir, "/tmp/tm-pipeline-gpt2-%d", (int)getpid());
+    if (make_generation_repo(dir, "gpt2-gen", NULL, "{\"max_new_tokens\": \"many\"}"))
+        create_fails("text-generation", dir, "{\"model_file_name\":\"decoder_model_merged\"}", TM_ERR_PARSE,
+                     "generation_config.json: key 'max_new_tokens'");
+    else
+        CHECK(0, "could not make %s", dir);
+    remove_generation_repo(dir);
+}
+
 int main(void) {
     test_creation_errors();
+    test_generation_repos();
     test_generation();
     test_call_errors();
     test_pooling();
