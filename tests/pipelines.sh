@@ -7,8 +7,8 @@
 # its int8 products give ONNX Runtime's values to 1e-7 here); an `error` line must be an
 # error with the same message, except where ONNX Runtime's own failure was recorded
 # (OWN_ERRORS: we refuse the input first, with our message).
-# Then the command's other forms (positional inputs, embed, classify, --help, errors), unless
-# REPOs are named. Usage: tests/pipelines.sh TRANSMUTER [REPO...]
+# Then the command's other forms (positional inputs, embed, classify, generation, --help,
+# errors), unless REPOs are named. Usage: tests/pipelines.sh TRANSMUTER [REPO...]
 TM=${1:-build/transmuter}
 shift
 DATA=tests/data/pipelines
@@ -99,6 +99,10 @@ def case_output(repo, n):
     with open(f'{data}/{repo}.cases.jsonl', encoding='utf-8') as f:
         return json.loads(f.readlines()[n - 1])['output']
 
+def case_output_inputs(repo, n):
+    with open(f'{data}/{repo}.cases.jsonl', encoding='utf-8') as f:
+        return json.loads(f.readlines()[n - 1])['inputs']
+
 S, E, Q = f'{data}/bert-sentiment', f'{data}/minilm-embed', f'{data}/distilbert-qa'
 EIFFEL = ('The Eiffel Tower is a wrought-iron lattice tower on the Champ de Mars in Paris, France. It is named '
           'after the engineer Gustave Eiffel, whose company designed and built the tower from 1887 to 1889.')
@@ -122,6 +126,18 @@ if not repos_given:
     cli('embed --dtype q8', ['embed', E, 'Hello world!', '--dtype', 'q8'], 0, '# tensor [1, 32]')
     cli('question-answering positional', ['pipeline', 'question-answering', Q, 'Who designed the tower?', EIFFEL,
         '--json'], 0, case_output('distilbert-qa', 2), True)
+    G, T5 = f'{data}/gpt2-gen', f'{data}/t5-text2text'
+    cli('text-generation positional', ['pipeline', 'text-generation', G, 'Hello, my name is', '--load',
+        '{"model_file_name":"decoder_model_merged"}', '--options', '{"max_new_tokens":5}', '--json'], 0,
+        case_output('gpt2-gen', 19), True)
+    cli('text-generation readable', ['pipeline', 'text-generation', G, 'Hello, my name is', '--load',
+        '{"model_file_name":"decoder_model_merged"}', '--options', '{"max_new_tokens":5}'], 0,
+        'generated_text: Hello, my name isspeakWorld cyanHolyWorld')
+    cli('summarization positional', ['pipeline', 'summarization', T5,
+        case_output_inputs('t5-text2text', 16)[0], '--options', '{"max_new_tokens":20}', '--json'], 0,
+        case_output('t5-text2text', 16), True)
+    cli('text-generation without a decoder', ['pipeline', 'text-generation', S, 'x'], 1,
+        'text-generation needs a decoder with a KV cache')
     cli('an error as JSON', ['pipeline', 'fill-mask', f'{data}/bert-mlm', 'no mask', '--json'], 1,
         {'error': 'Mask token ([MASK]) not found in text.'}, True)
     cli('an error on stderr', ['classify', S, 'x', '--dtype', 'q4'], 1, 'onnx/model_q4.onnx')
