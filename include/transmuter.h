@@ -931,7 +931,10 @@ int64_t tm_tokenizer_model_max_length(const tm_tokenizer *tok);
  *       top_k, top_p, repetition_penalty, no_repeat_ngram_size, eos_token_id, num_beams,
  *       num_return_sequences, seed, ...) over config.json's and generation_config.json's,
  *       and return_full_text (true), add_special_tokens (tokenizer_config.json's
- *       add_bos_token or add_eos_token). Gives per input [{"generated_text": text}, ...]
+ *       add_bos_token or add_eos_token); for chats add_generation_prompt (true), tools and
+ *       documents (null), chat_template (a name of the tokenizer's templates, or one),
+ *       tokenizer_encode_kwargs (more template variables; for texts, add_special_tokens).
+ *       Gives per input [{"generated_text": text}, ...]
  *       (num_return_sequences of them; a chat's text is its messages with the assistant's
  *       reply appended); a batch a list of those
  *   text2text-generation, summarization, translation   [text | [texts]] on an

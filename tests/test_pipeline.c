@@ -253,6 +253,28 @@ static void test_generation(void) {
         call_fails(p, "[[\"a\", 5]]", NULL, "inputs[1] is not a string");
         call_fails(p, "[\"\"]", NULL, "the prompt is empty");
         call_fails(p, "[[{\"role\":\"user\",\"content\":\"Hi\"}]]", NULL, "chat_template is not set");
+        call_fails(p, "[[{\"role\":\"user\",\"content\":\"Hi\"}]]", "{\"chat_template\":7}",
+                   "option chat_template must be a string");
+        /* a template given as the option, its variables from tokenizer_encode_kwargs and tools */
+        char *a = call(p, "[[{\"role\":\"user\",\"content\":\"Hi\"}]]",
+                       "{\"max_new_tokens\":3,\"chat_template\":\"{{ greeting }}{% for m in messages %}{{ m.content }}"
+                       "{% endfor %}{% if tools is none %}!{% endif %}{% if add_generation_prompt %}?{% endif %}\","
+                       "\"tokenizer_encode_kwargs\":{\"greeting\":\"Well, \"}}");
+        char *b = call(p, "[\"Well, Hi!?\"]", "{\"max_new_tokens\":3,\"return_full_text\":false}");
+        CHECK(a && b && contains(a, "\"role\":\"assistant\",\"content\":") &&
+              contains(a, strstr(b, ":\"") + 1), "a chat through the option's template: %s, %s", a ? a : "",
+              b ? b : "");
+        free(a);
+        free(b);
+        a = call(p, "[[{\"role\":\"user\",\"content\":\"Hi\"}]]",
+                 "{\"max_new_tokens\":3,\"chat_template\":\"{{ messages[0].content }}{% if tools %}{{ tools[0] }}"
+                 "{% endif %}{% if add_generation_prompt %}?{% endif %}\",\"tools\":[\"T\"],"
+                 "\"add_generation_prompt\":false}");
+        b = call(p, "[\"HiT\"]", "{\"max_new_tokens\":3,\"return_full_text\":false}");
+        CHECK(a && b && contains(a, strstr(b, ":\"") + 1), "tools and add_generation_prompt false: %s, %s",
+              a ? a : "", b ? b : "");
+        free(a);
+        free(b);
         /* beams: num_return_sequences items for the one input, the best first */
         char *r = call(p, "\"Hello, my name is\"", "{\"max_new_tokens\":4,\"num_beams\":3,"
                        "\"num_return_sequences\":2,\"return_full_text\":false}");

@@ -1,8 +1,10 @@
 /* text-generation: a decoder-only model continues a text, a list of texts, a chat (a list
  * of {role, content}, rendered by the tokenizer's chat template with the generation
- * prompt) or a list of chats, as transformers.js's TextGenerationPipeline: special tokens
- * added only when tokenizer_config.json asks for them, the prompt's decoded text cut from
- * the result unless return_full_text, a chat answered by an appended assistant message.
+ * prompt; add_generation_prompt, tools, documents, chat_template and
+ * tokenizer_encode_kwargs as options) or a list of chats, as transformers.js's
+ * TextGenerationPipeline: special tokens added only when tokenizer_config.json asks for
+ * them, the prompt's decoded text cut from the result unless return_full_text, a chat
+ * answered by an appended assistant message.
  * Inputs run one at a time (the generator is batch 1). Generation is generation_task.c's. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,44 +22,109 @@ static int is_chat(const tm_json *v) {
     return 1;
 }
 
-/* add_special_tokens ?? (tokenizer add_bos_token || add_eos_token) ?? false */
+/* tokenizer_encode_kwargs.add_special_tokens ?? add_special_tokens ?? (tokenizer
+ * add_bos_token || add_eos_token) ?? false */
 static tm_status add_special_default(const tm_pipeline *p, const tm_json *options, int *out, tm_error *err) {
     const char *cfg = tm_tokenizer_config_json(p->tok);
     tm_json *j = cfg ? tm_json_parse(cfg, strlen(cfg)) : NULL;
     const tm_json *b = tm_json_get(j, "add_bos_token"), *e = tm_json_get(j, "add_eos_token");
     int dflt = (b && b->type == TM_JSON_BOOL && b->number) || (e && e->type == TM_JSON_BOOL && e->number);
     tm_json_free(j);
-    return tm__opt_bool(options, "add_special_tokens", dflt, out, err);
+    tm_status s = tm__opt_bool(options, "add_special_tokens", dflt, out, err);
+    /* a text's tokenizer call takes tokenizer_encode_kwargs over it */
+    const tm_json *kwargs = tm_json_get(options, "tokenizer_encode_kwargs");
+    if (!s && kwargs && kwargs->type == TM_JSON_OBJECT) s = tm__opt_bool(kwargs, "add_special_tokens", *out, out, err);
+    return s;
 }
 
-/* The chat rendered by the tokenizer's template with add_generation_prompt, the special
- * tokens as variables (transformers.js passes its special_tokens_map). */
-static tm_status render_chat(const tm_pipeline *p, const tm_json *chat, char **text, tm_error *err) {
-    const char *src = tm_tokenizer_chat_template(p->tok, NULL);
-    if (!src)
+/* An option of the chat template: tokenizer_encode_kwargs' key first, then the call's. */
+static const tm_json *chat_option(const tm_json *options, const char *key) {
+    const tm_json *v = tm_json_get(tm_json_get(options, "tokenizer_encode_kwargs"), key);
+    return v ? v : tm_json_get(options, key);
+}
+
+/* The template source: the option chat_template names one of the tokenizer's templates
+ * (a list of them) or is the template itself; without it, the tokenizer's own. */
+static tm_status template_source(const tm_pipeline *p, const tm_json *options, const char **src,
+                                 tm_error *err) {
+    const tm_json *name = chat_option(options, "chat_template");
+    if (name && name->type != TM_JSON_NULL) {
+        if (name->type != TM_JSON_STRING)
+            return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "option chat_template must be a string");
+        const char *config = tm_tokenizer_config_json(p->tok);
+        tm_json *c = config ? tm_json_parse(config, strlen(config)) : NULL;
+        const tm_json *t = tm_json_get(c, "chat_template");
+        int is_list = t && t->type == TM_JSON_ARRAY;
+        tm_json_free(c);
+        const char *named = is_list ? tm_tokenizer_chat_template(p->tok, name->string) : NULL;
+        *src = named ? named : name->string;
+        return TM_OK;
+    }
+    *src = tm_tokenizer_chat_template(p->tok, NULL);
+    if (!*src)
         return tm__fail(err, TM_ERR_INVALID_ARGUMENT,
-                        "Cannot use chat template functionality because tokenizer.chat_template is not set "
-                        "and no template argument was passed! (%s)", p->repo->source);
+                        "Cannot use apply_chat_template() because tokenizer.chat_template is not set and no "
+                        "template argument was passed! (%s)", p->repo->source);
+    return TM_OK;
+}
+
+/* The chat rendered as transformers.js's apply_chat_template: add_generation_prompt (true
+ * here), the special tokens, tools and documents (null when not given) and the other keys
+ * of tokenizer_encode_kwargs as variables. */
+static tm_status render_chat(const tm_pipeline *p, const tm_json *chat, const tm_json *options, char **text,
+                             tm_error *err) {
     static const char *const names[] = {"bos_token", "eos_token", "unk_token", "sep_token",
                                         "pad_token", "cls_token", "mask_token"};
     static const tm_special_role roles[] = {TM_SPECIAL_BOS, TM_SPECIAL_EOS, TM_SPECIAL_UNK, TM_SPECIAL_SEP,
                                             TM_SPECIAL_PAD, TM_SPECIAL_CLS, TM_SPECIAL_MASK};
+    static const char *const taken[] = {"add_generation_prompt", "tools", "documents", "chat_template", "tokenize"};
+    const char *src = NULL;
+    int generation_prompt = 1;
+    const tm_json *gp = chat_option(options, "add_generation_prompt");
+    const tm_json *kwargs = tm_json_get(options, "tokenizer_encode_kwargs");
+    if (kwargs && kwargs->type != TM_JSON_OBJECT && kwargs->type != TM_JSON_NULL)
+        return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "option tokenizer_encode_kwargs must be an object");
+    if (gp && gp->type != TM_JSON_NULL) {
+        if (gp->type != TM_JSON_BOOL)
+            return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "option add_generation_prompt must be true or false");
+        generation_prompt = gp->number != 0;
+    }
+    tm_status s = template_source(p, options, &src, err);
+    if (s) return s;
     tm__buf messages = {0}, vars = {0};
     tm__put_json(&messages, chat);
     tm__put(&vars, "{");
     for (size_t k = 0; k < sizeof roles / sizeof roles[0]; k++) {
         const char *t = tm_tokenizer_special_token(p->tok, roles[k], NULL);
-        if (!t) continue;
-        if (vars.n > 1) tm__put(&vars, ",");
+        if (!t || tm_json_get(kwargs, names[k])) continue;
         tm__put_string(&vars, names[k]);
         tm__put(&vars, ":");
         tm__put_string(&vars, t);
+        tm__put(&vars, ",");
     }
+    for (int k = 1; k <= 2; k++) {
+        const tm_json *v = chat_option(options, taken[k]);
+        tm__put_string(&vars, taken[k]);
+        tm__put(&vars, ":");
+        if (v) tm__put_json(&vars, v);
+        else tm__put(&vars, "null");
+        tm__put(&vars, ",");
+    }
+    for (int i = 0; kwargs && kwargs->type == TM_JSON_OBJECT && i < kwargs->n; i++) {
+        int skip = 0;
+        for (size_t k = 0; k < sizeof taken / sizeof taken[0]; k++) skip |= !strcmp(kwargs->keys[i], taken[k]);
+        if (skip) continue;
+        tm__put_string(&vars, kwargs->keys[i]);
+        tm__put(&vars, ":");
+        tm__put_json(&vars, &kwargs->items[i]);
+        tm__put(&vars, ",");
+    }
+    if (!vars.oom) vars.n--; /* the last comma (there is always "documents") */
     tm__put(&vars, "}");
-    tm_status s = messages.oom || vars.oom ? tm__fail(err, TM_ERR_NO_MEMORY, "out of memory") : TM_OK;
+    s = messages.oom || vars.oom ? tm__fail(err, TM_ERR_NO_MEMORY, "out of memory") : TM_OK;
     tm_chat_template *t = NULL;
     if (!s) s = tm_chat_template_create(src, strlen(src), &t, err);
-    if (!s) s = tm_chat_template_render(t, messages.s, vars.s, 1, text, NULL, err);
+    if (!s) s = tm_chat_template_render(t, messages.s, vars.s, generation_prompt, text, NULL, err);
     tm_chat_template_free(t);
     free(messages.s);
     free(vars.s);
@@ -90,7 +157,7 @@ static tm_status generate_one(tm_pipeline *p, const tm_json *input, const tm_jso
                               int full_text, tm__buf *out, tm_error *err) {
     int chat = input->type != TM_JSON_STRING;
     char *rendered = NULL;
-    tm_status s = chat ? render_chat(p, input, &rendered, err) : TM_OK;
+    tm_status s = chat ? render_chat(p, input, options, &rendered, err) : TM_OK;
     if (s) return s;
     int32_t *ids = NULL;
     size_t n = 0;
