@@ -924,7 +924,26 @@ int64_t tm_tokenizer_model_max_length(const tm_tokenizer *tok);
  *   fill-mask                            [text | [texts]]; top_k (5)
  *   question-answering                   [question, context] or [[questions], [contexts]];
  *       top_k (1); a context longer than the model is cut, as transformers.js does
- * Batches run as one padded batch; texts longer than tokenizer_config.json's
+ *   text-generation                      [text | [texts] | chat | [chats]], a chat a list
+ *       of {"role", "content"} rendered by the tokenizer's chat template with the
+ *       generation prompt; the options of a generation_config.json (max_new_tokens, 256
+ *       by default and winning over max_length; min_new_tokens, do_sample, temperature,
+ *       top_k, top_p, repetition_penalty, no_repeat_ngram_size, eos_token_id, num_beams,
+ *       num_return_sequences, seed, ...) over config.json's and generation_config.json's,
+ *       and return_full_text (true), add_special_tokens (tokenizer_config.json's
+ *       add_bos_token or add_eos_token); for chats add_generation_prompt (true), tools and
+ *       documents (null), chat_template (a name of the tokenizer's templates, or one),
+ *       tokenizer_encode_kwargs (more template variables; for texts, add_special_tokens).
+ *       Gives per input [{"generated_text": text}, ...]
+ *       (num_return_sequences of them; a chat's text is its messages with the assistant's
+ *       reply appended); a batch a list of those
+ *   text2text-generation, summarization, translation   [text | [texts]] on an
+ *       encoder-decoder (onnx/encoder_model + onnx/decoder_model_merged); the same
+ *       generation options; config.json's prefix and task_specific_params[task].prefix
+ *       put before each text; one flat list of {"generated_text" | "summary_text" |
+ *       "translation_text": text}
+ * Encoder batches run as one padded batch, generation one input at a time (the same texts
+ * as transformers.js's padded batch); texts longer than tokenizer_config.json's
  * model_max_length are cut to it. Tokenization, scores and decoding follow transformers.js
  * 4.3 (tests/data/pipelines holds its outputs). A pipeline is not thread-safe: one call at
  * a time (the model below it may be shared). */
@@ -933,10 +952,11 @@ typedef struct tm_pipeline tm_pipeline;
 /* Creates the pipeline for task on repo. load_json (may be NULL) is an object of
  * transformers.js's load options: "dtype" picks the ONNX file (fp32 onnx/model.onnx,
  * fp16 model_fp16, q8 model_quantized, int8, uint8, q4 model_q4, q4f16, bnb4; default
- * fp32), "model_file_name" its base name ("model"), "subfolder" ("onnx"); "threads" the
- * model's intra-op threads (0: all cores). A repo the task cannot use (no config.json, no
- * tokenizer, no such ONNX file, no logits output, no mask token, ...) is an error naming
- * what is missing. */
+ * fp32), "model_file_name" its base name ("model"; the encoder-decoder tasks load
+ * encoder_model and decoder_model_merged), "subfolder" ("onnx"); "threads" the model's
+ * intra-op threads (0: all cores). A repo the task cannot use (no config.json, no
+ * tokenizer, no such ONNX file, no logits output, no mask token, no decoder with a KV cache
+ * for generation, ...) is an error naming what is missing. */
 tm_status tm_pipeline_create(const char *task, const char *repo, const char *load_json,
                              tm_pipeline **out, tm_error *err);
 
@@ -944,7 +964,7 @@ tm_status tm_pipeline_create(const char *task, const char *repo, const char *loa
  * [["a", "b"]], ["question", "context"]) or one JSON string; options_json (may be NULL):
  * a JSON object of options, or null. On success *result_json is a new NUL-terminated
  * JSON text (free()). Errors that transformers.js throws (a fill-mask text without its
- * mask token, ...) carry its message. */
+ * mask token, ...) carry its message; a bad option is TM_ERR_INVALID_ARGUMENT naming it. */
 tm_status tm_pipeline_call(tm_pipeline *p, const char *inputs_json, const char *options_json,
                            char **result_json, tm_error *err);
 

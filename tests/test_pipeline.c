@@ -1,7 +1,8 @@
 /* tm_pipeline_*: what tests/pipelines.sh (transformers.js's outputs, through the CLI) does
  * not reach: the API's argument checks and error messages, repositories the task cannot
- * use, sentence-transformers' modules read into "auto" pooling, and outputs left untouched
- * on error. Runs on tests/data/pipelines. */
+ * use (a generation task without a decoder or an encoder), sentence-transformers' modules
+ * read into "auto" pooling, the generation tasks' options and shapes (bad options, several
+ * returned sequences), and outputs left untouched on error. Runs on tests/data/pipelines. */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -217,8 +218,165 @@ static void test_pooling(void) {
     remove_cls_repo(dir);
 }
 
+static int count(const char *s, const char *part) {
+    int n = 0;
+    for (; s && (s = strstr(s, part)); s += strlen(part)) n++;
+    return n;
+}
+
+static void test_generation(void) {
+    /* repos without the decoder (or encoder) a generation task needs */
+    create_fails("text-generation", DATA "bert-sentiment", NULL, TM_ERR_UNSUPPORTED,
+                 "text-generation needs a decoder with a KV cache");
+    create_fails("text-generation", DATA "gpt2-gen", NULL, TM_ERR_NOT_FOUND, "onnx/model.onnx");
+    create_fails("text2text-generation", DATA "gpt2-gen", NULL, TM_ERR_NOT_FOUND, "onnx/encoder_model.onnx");
+    create_fails("summarization", DATA "llama-chat", NULL, TM_ERR_NOT_FOUND, "onnx/encoder_model.onnx");
+    create_fails("translation", DATA "t5-text2text", "{\"dtype\":\"q4\"}", TM_ERR_NOT_FOUND,
+                 "onnx/encoder_model_q4.onnx");
+
+    tm_pipeline *p = NULL;
+    tm_error err;
+    tm_status s = tm_pipeline_create("text-generation", DATA "gpt2-gen",
+                                     "{\"model_file_name\":\"decoder_model_merged\"}", &p, &err);
+    CHECK(s == TM_OK, "text-generation on gpt2-gen: %s", s ? err.message : "");
+    if (s == TM_OK) {
+        CHECK(!strcmp(tm_pipeline_model_file(p), "onnx/decoder_model_merged.onnx"), "gpt2 model file");
+        call_fails(p, "[\"Hi\"]", "{\"max_new_tokens\":\"five\"}",
+                   "text-generation options: key 'max_new_tokens' has a value of the wrong type");
+        call_fails(p, "[\"Hi\"]", "{\"max_new_tokens\":-2}", "key 'max_new_tokens'");
+        call_fails(p, "[\"Hi\"]", "{\"eos_token_id\":[1,\"x\"]}", "key 'eos_token_id'");
+        call_fails(p, "[\"Hi\"]", "{\"do_sample\":true,\"temperature\":0}", "temperature");
+        call_fails(p, "[\"Hi\"]", "{\"num_return_sequences\":2}", "num_return_sequences");
+        call_fails(p, "[\"Hi\"]", "{\"return_full_text\":\"no\"}", "return_full_text must be true or false");
+        call_fails(p, "[5]", NULL, "Input must be a string, an array of strings, a Chat, or an array of Chats");
+        call_fails(p, "[[{\"role\":\"user\"}]]", NULL, "Input must be a string");
+        call_fails(p, "[[\"a\", 5]]", NULL, "inputs[1] is not a string");
+        call_fails(p, "[\"\"]", NULL, "the prompt is empty");
+        call_fails(p, "[[{\"role\":\"user\",\"content\":\"Hi\"}]]", NULL, "chat_template is not set");
+        call_fails(p, "[[{\"role\":\"user\",\"content\":\"Hi\"}]]", "{\"chat_template\":7}",
+                   "option chat_template must be a string");
+        /* a template given as the option, its variables from tokenizer_encode_kwargs and tools */
+        char *a = call(p, "[[{\"role\":\"user\",\"content\":\"Hi\"}]]",
+                       "{\"max_new_tokens\":3,\"chat_template\":\"{{ greeting }}{% for m in messages %}{{ m.content }}"
+                       "{% endfor %}{% if tools is none %}!{% endif %}{% if add_generation_prompt %}?{% endif %}\","
+                       "\"tokenizer_encode_kwargs\":{\"greeting\":\"Well, \"}}");
+        char *b = call(p, "[\"Well, Hi!?\"]", "{\"max_new_tokens\":3,\"return_full_text\":false}");
+        CHECK(a && b && contains(a, "\"role\":\"assistant\",\"content\":") &&
+              contains(a, strstr(b, ":\"") + 1), "a chat through the option's template: %s, %s", a ? a : "",
+              b ? b : "");
+        free(a);
+        free(b);
+        a = call(p, "[[{\"role\":\"user\",\"content\":\"Hi\"}]]",
+                 "{\"max_new_tokens\":3,\"chat_template\":\"{{ messages[0].content }}{% if tools %}{{ tools[0] }}"
+                 "{% endif %}{% if add_generation_prompt %}?{% endif %}\",\"tools\":[\"T\"],"
+                 "\"add_generation_prompt\":false}");
+        b = call(p, "[\"HiT\"]", "{\"max_new_tokens\":3,\"return_full_text\":false}");
+        CHECK(a && b && contains(a, strstr(b, ":\"") + 1), "tools and add_generation_prompt false: %s, %s",
+              a ? a : "", b ? b : "");
+        free(a);
+        free(b);
+        /* beams: num_return_sequences items for the one input, the best first */
+        char *r = call(p, "\"Hello, my name is\"", "{\"max_new_tokens\":4,\"num_beams\":3,"
+                       "\"num_return_sequences\":2,\"return_full_text\":false}");
+        CHECK(r && r[0] == '[' && r[1] == '{' && count(r, "\"generated_text\"") == 2 &&
+              !contains(r, "Hello, my name is"), "two beams' texts without the prompt: %s", r ? r : "");
+        free(r);
+        /* a call after failed ones is as the first */
+        r = call(p, "\"Hello, my name is\"", "{\"max_new_tokens\":5}");
+        CHECK(r && !strcmp(r, "[{\"generated_text\":\"Hello, my name isspeakWorld cyanHolyWorld\"}]"),
+              "greedy after errors: %s", r ? r : "");
+        free(r);
+        tm_pipeline_free(p);
+    }
+
+    p = create("translation", DATA "t5-text2text");
+    if (p) {
+        CHECK(!strcmp(tm_pipeline_model_file(p), "onnx/decoder_model_merged.onnx"), "t5 model file");
+        call_fails(p, "[5]", NULL, "texts must be a string or an array of strings");
+        call_fails(p, "[\"a\"]", "{\"num_beams\":\"2\"}", "translation options: key 'num_beams'");
+        /* one flat list: two sequences of each of two inputs */
+        char *r = call(p, "[[\"The house is wonderful.\", \"How old are you?\"]]",
+                       "{\"max_new_tokens\":3,\"num_beams\":2,\"num_return_sequences\":2}");
+        CHECK(r && r[0] == '[' && r[1] == '{' && count(r, "\"translation_text\"") == 4, "t5 beams: %s",
+              r ? r : "");
+        free(r);
+        tm_pipeline_free(p);
+    }
+}
+
+/* dir: links to src's tokenizer files and onnx/, and config.json and generation_config.json
+ * as given (NULL: a link to src's). */
+static int make_generation_repo(const char *dir, const char *src, const char *config, const char *generation) {
+    char path[512], target[512], cwd[400];
+    if (!getcwd(cwd, sizeof cwd) || mkdir(dir, 0755)) return 0;
+    static const char *const names[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                                        "onnx", "config.json", "generation_config.json"};
+    const char *texts[] = {NULL, NULL, NULL, NULL, config, generation};
+    for (int i = 0; i < 6; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        snprintf(target, sizeof target, "%s/" DATA "%s/%s", cwd, src, names[i]);
+        if (texts[i]) write_file(path, texts[i]);
+        else if (symlink(target, path)) return 0;
+    }
+    return 1;
+}
+
+static void remove_generation_repo(const char *dir) {
+    static const char *const names[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                                        "onnx", "config.json", "generation_config.json"};
+    char path[512];
+    for (int i = 0; i < 6; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        remove(path);
+    }
+    rmdir(dir);
+}
+
+/* config.json's prefix, and task_specific_params[task].prefix before it, go before each
+ * text; a malformed generation_config.json is named at creation. */
+static void test_generation_repos(void) {
+    char dir[64];
+    snprintf(dir, sizeof dir, "/tmp/tm-pipeline-t5-%d", (int)getpid());
+    if (make_generation_repo(dir, "t5-text2text",
+                             "{\"model_type\": \"t5\", \"decoder_start_token_id\": 0, \"eos_token_id\": 1, "
+                             "\"pad_token_id\": 0, \"prefix\": \"summarize: \", \"task_specific_params\": "
+                             "{\"translation\": {\"prefix\": \"translate English to German: \"}}}", NULL)) {
+        const char *options = "{\"max_new_tokens\":6}";
+        tm_pipeline *plain = create("text2text-generation", DATA "t5-text2text");
+        tm_pipeline *summarize = create("summarization", dir), *translate = create("translation", dir);
+        char *want_s = call(plain, "\"summarize: The house is wonderful.\"", options);
+        char *want_t = call(plain, "\"translate English to German: summarize: The house is wonderful.\"", options);
+        char *got_s = call(summarize, "\"The house is wonderful.\"", options);
+        char *got_t = call(translate, "\"The house is wonderful.\"", options);
+        CHECK(want_s && got_s && !strcmp(want_s + strlen("[{\"generated_text\""), got_s + strlen("[{\"summary_text\"")),
+              "config.json's prefix: %s, want %s", got_s ? got_s : "", want_s ? want_s : "");
+        CHECK(want_t && got_t && !strcmp(want_t + strlen("[{\"generated_text\""), got_t + strlen("[{\"translation_text\"")),
+              "the task's prefix, then config.json's: %s, want %s", got_t ? got_t : "", want_t ? want_t : "");
+        free(want_s);
+        free(want_t);
+        free(got_s);
+        free(got_t);
+        tm_pipeline_free(plain);
+        tm_pipeline_free(summarize);
+        tm_pipeline_free(translate);
+    } else {
+        CHECK(0, "could not make %s", dir);
+    }
+    remove_generation_repo(dir);
+
+    snprintf(dir, sizeof dir, "/tmp/tm-pipeline-gpt2-%d", (int)getpid());
+    if (make_generation_repo(dir, "gpt2-gen", NULL, "{\"max_new_tokens\": \"many\"}"))
+        create_fails("text-generation", dir, "{\"model_file_name\":\"decoder_model_merged\"}", TM_ERR_PARSE,
+                     "generation_config.json: key 'max_new_tokens'");
+    else
+        CHECK(0, "could not make %s", dir);
+    remove_generation_repo(dir);
+}
+
 int main(void) {
     test_creation_errors();
+    test_generation_repos();
+    test_generation();
     test_call_errors();
     test_pooling();
     printf("%d passed, %d failed\n", passed, failed);

@@ -13,6 +13,8 @@
 static const tm__task *const tasks[] = {
     &tm__task_feature_extraction, &tm__task_text_classification, &tm__task_token_classification,
     &tm__task_zero_shot_classification, &tm__task_fill_mask, &tm__task_question_answering,
+    &tm__task_text_generation, &tm__task_text2text_generation, &tm__task_summarization,
+    &tm__task_translation,
 };
 
 static const tm__task *find_task(const char *name) {
@@ -24,7 +26,8 @@ static const tm__task *find_task(const char *name) {
 
 const char *tm_pipeline_tasks(void) {
     return "feature-extraction (embeddings), text-classification (sentiment-analysis), "
-           "token-classification (ner), zero-shot-classification, fill-mask, question-answering";
+           "token-classification (ner), zero-shot-classification, fill-mask, question-answering, "
+           "text-generation, text2text-generation, summarization, translation";
 }
 
 /* tokenizer_config.json's padding_side and tokenizer.json's special added tokens. */
@@ -66,22 +69,17 @@ static tm_status read_tokenizer_extras(tm_pipeline *p, tm_error *err) {
     return s;
 }
 
-static tm_status load_model(tm_pipeline *p, const tm_json *load, tm_error *err) {
-    const char *dtype = "fp32", *name = "model", *subfolder = "onnx";
-    int64_t threads = 0;
-    tm_status s = tm__opt_string(load, "dtype", dtype, &dtype, err);
-    if (!s) s = tm__opt_string(load, "model_file_name", name, &name, err);
-    if (!s) s = tm__opt_string(load, "subfolder", subfolder, &subfolder, err);
-    if (!s) s = tm__opt_int(load, "threads", 0, 0, &threads, err);
-    if (!s && !strcmp(dtype, "auto")) dtype = "fp32";
-    if (!s) s = tm__repo_onnx_name(dtype, name, subfolder, &p->onnx_file, err);
+/* Loads SUBFOLDER/NAME{dtype suffix}.onnx into *model; *rel gets its relative path. */
+static tm_status load_onnx(tm_pipeline *p, const char *dtype, const char *name, const char *subfolder,
+                           int64_t threads, tm_model **model, char **rel, tm_error *err) {
+    tm_status s = tm__repo_onnx_name(dtype, name, subfolder, rel, err);
     if (s) return s;
     char *path = NULL;
     tm_error e;
     tm__error_clear(&e);
-    s = tm__repo_file(p->repo, p->onnx_file, &path, &e);
+    s = tm__repo_file(p->repo, *rel, &path, &e);
     if (s == TM_ERR_NOT_FOUND)
-        return tm__fail(err, s, "%s has no %s (the file for dtype %s)", p->repo->source, p->onnx_file, dtype);
+        return tm__fail(err, s, "%s has no %s (the file for dtype %s)", p->repo->source, *rel, dtype);
     if (s) {
         tm__error_copy(err, &e);
         return s;
@@ -91,21 +89,39 @@ static tm_status load_model(tm_pipeline *p, const tm_json *load, tm_error *err) 
     o.threads = (int)threads;
     if (p->repo->hub_repo) {
         /* through hf:// so that the loader fetches its external data too */
-        size_t n = strlen(p->repo->hub_repo) + strlen(p->onnx_file) + strlen(p->repo->revision) + 8;
+        size_t n = strlen(p->repo->hub_repo) + strlen(*rel) + strlen(p->repo->revision) + 8;
         char *src = malloc(n);
         if (!src) s = tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
         else {
-            snprintf(src, n, "hf://%s/%s@%s", p->repo->hub_repo, p->onnx_file, p->repo->revision);
-            s = tm_model_load(src, &o, &p->model, err);
+            snprintf(src, n, "hf://%s/%s@%s", p->repo->hub_repo, *rel, p->repo->revision);
+            s = tm_model_load(src, &o, model, err);
             free(src);
         }
     } else {
-        s = tm_model_load(path, &o, &p->model, err);
+        s = tm_model_load(path, &o, model, err);
     }
     free(path);
-    if (!s && tm_model_missing_ops(p->model))
-        s = tm__fail(err, TM_ERR_UNSUPPORTED, "%s: operators we cannot run: %s", p->onnx_file,
-                     tm_model_missing_ops(p->model));
+    if (!s && tm_model_missing_ops(*model))
+        s = tm__fail(err, TM_ERR_UNSUPPORTED, "%s: operators we cannot run: %s", *rel,
+                     tm_model_missing_ops(*model));
+    return s;
+}
+
+static tm_status load_model(tm_pipeline *p, const tm_json *load, tm_error *err) {
+    const char *dtype = "fp32", *name = "model", *subfolder = "onnx";
+    int64_t threads = 0;
+    tm_status s = tm__opt_string(load, "dtype", dtype, &dtype, err);
+    if (!s) s = tm__opt_string(load, "model_file_name", name, &name, err);
+    if (!s) s = tm__opt_string(load, "subfolder", subfolder, &subfolder, err);
+    if (!s) s = tm__opt_int(load, "threads", 0, 0, &threads, err);
+    if (!s && !strcmp(dtype, "auto")) dtype = "fp32";
+    if (s) return s;
+    if (!p->task->encoder_decoder) return load_onnx(p, dtype, name, subfolder, threads, &p->model, &p->onnx_file, err);
+    /* an encoder-decoder: the encoder first, then the merged decoder (onnx_file) */
+    char *encoder_file = NULL;
+    s = load_onnx(p, dtype, "encoder_model", subfolder, threads, &p->encoder, &encoder_file, err);
+    free(encoder_file);
+    if (!s) s = load_onnx(p, dtype, "decoder_model_merged", subfolder, threads, &p->model, &p->onnx_file, err);
     return s;
 }
 
@@ -211,6 +227,9 @@ const char *tm_pipeline_model_file(const tm_pipeline *p) { return p ? p->onnx_fi
 void tm_pipeline_free(tm_pipeline *p) {
     if (!p) return;
     tm_model_free(p->model);
+    tm_model_free(p->encoder);
+    free(p->config_text);
+    free(p->generation_text);
     tm_tokenizer_free(p->tok);
     tm__repo_free(p->repo);
     free(p->onnx_file);

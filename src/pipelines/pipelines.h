@@ -67,6 +67,11 @@ struct tm_pipeline {
     int32_t *special_ids;        /* tokenizer.json's added tokens marked special */
     int n_special;
     int has_token_type_ids;      /* the model takes token_type_ids */
+    /* Generation tasks: an encoder-decoder's encoder (the decoder is `model`), and the
+     * texts of config.json and generation_config.json (NULL when absent) each call's
+     * tm_generation_config starts from. */
+    tm_model *encoder;
+    char *config_text, *generation_text;
 };
 
 /* A task: its name (and alias), what the model must offer (checked at creation), and the
@@ -77,6 +82,9 @@ struct tm__task {
     tm_status (*check)(tm_pipeline *p, tm_error *err);
     tm_status (*call)(tm_pipeline *p, const tm_json *inputs, const tm_json *options,
                       tm__buf *out, tm_error *err);
+    /* 1: an encoder-decoder, loaded as transformers.js loads one: SUBFOLDER/encoder_model
+     * and SUBFOLDER/decoder_model_merged for the dtype (model_file_name does not apply). */
+    int encoder_decoder;
 };
 
 /* One per file: src/pipelines/<task>.c. */
@@ -86,6 +94,38 @@ extern const tm__task tm__task_token_classification;
 extern const tm__task tm__task_zero_shot_classification;
 extern const tm__task tm__task_fill_mask;
 extern const tm__task tm__task_question_answering;
+extern const tm__task tm__task_text_generation;
+extern const tm__task tm__task_text2text_generation;
+extern const tm__task tm__task_summarization;
+extern const tm__task tm__task_translation;
+
+/* ---- Generation tasks (generation_task.c) ---------------------------------------------- */
+
+/* The check of every generation task: reads config.json and generation_config.json into
+ * p (a malformed one is an error naming it) and makes sure p->model is a decoder
+ * tm_generator can step (and p->encoder an encoder with a last_hidden_state). */
+tm_status tm__gen_check(tm_pipeline *p, tm_error *err);
+
+/* The generation config of one call, as transformers.js builds it: config.json, then
+ * generation_config.json, then the pipeline's max_new_tokens (256), then the call's
+ * options (generation keys; others such as return_full_text are the task's). A bad option
+ * is TM_ERR_INVALID_ARGUMENT naming it; cfg is then cleared. */
+tm_status tm__gen_config(const tm_pipeline *p, const tm_json *options, tm_generation_config *cfg,
+                         tm_error *err);
+
+/* The prompt's ids: text encoded with or without the special tokens, then cut to
+ * model_max_length after they are added (transformers.js 4.3 truncates so: a long t5
+ * input loses its </s>). *ids is malloc'ed (at least one element). */
+tm_status tm__gen_encode(const tm_pipeline *p, const char *text, int add_special, int32_t **ids,
+                         size_t *n, tm_error *err);
+
+/* Generates from one prompt: decoder-only, ids are the decoder's prompt; encoder-decoder,
+ * the encoder's input (the decoder starts from decoder_start_token_id). *texts gets
+ * cfg->num_return_sequences malloc'ed strings (*n_texts of them): each sequence decoded
+ * whole with special tokens skipped; free with tm__gen_texts_free. */
+tm_status tm__gen_run(tm_pipeline *p, const tm_generation_config *cfg, const int32_t *ids,
+                      size_t n, char ***texts, int *n_texts, tm_error *err);
+void tm__gen_texts_free(char **texts, int n);
 
 /* ---- Text batches ------------------------------------------------------------------------- */
 
@@ -155,5 +195,7 @@ void tm__put_number(tm__buf *b, double v);
 void tm__put_int(tm__buf *b, int64_t v);
 /* {"_type":"Tensor","type":"float32","dims":[...],"data":[...]} */
 void tm__put_tensor(tm__buf *b, const float *data, int rank, const int64_t *dims);
+/* A parsed JSON value written back (objects keep their key order). */
+void tm__put_json(tm__buf *b, const tm_json *v);
 
 #endif

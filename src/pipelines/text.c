@@ -358,3 +358,25 @@ void tm__put_tensor(tm__buf *b, const float *data, int rank, const int64_t *dims
     }
     tm__put(b, "]}");
 }
+
+void tm__put_json(tm__buf *b, const tm_json *v) {
+    switch (v->type) {
+    case TM_JSON_NULL: tm__put(b, "null"); return;
+    case TM_JSON_BOOL: tm__put(b, v->number ? "true" : "false"); return;
+    case TM_JSON_NUMBER: tm__put_number(b, v->number); return;
+    case TM_JSON_STRING: tm__put_string(b, v->string); return;
+    case TM_JSON_ARRAY:
+    case TM_JSON_OBJECT:
+        tm__put(b, v->type == TM_JSON_ARRAY ? "[" : "{");
+        for (int i = 0; i < v->n; i++) {
+            if (i) tm__put(b, ",");
+            if (v->type == TM_JSON_OBJECT) {
+                tm__put_string(b, v->keys[i]);
+                tm__put(b, ":");
+            }
+            tm__put_json(b, &v->items[i]);
+        }
+        tm__put(b, v->type == TM_JSON_ARRAY ? "]" : "}");
+        return;
+    }
+}

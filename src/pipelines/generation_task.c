@@ -1,0 +1,172 @@
+/* What the generation tasks (text-generation, text2text-generation, summarization,
+ * translation) share: the repository's generation config with a call's options on top,
+ * the prompt's ids as transformers.js 4.3 tokenizes them, and one prompt run through a
+ * tm_generator (an encoder-decoder's encoder first). Not the generator itself
+ * (generator.c) nor the tasks' inputs and outputs (text_generation.c, text2text.c). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "pipelines.h"
+#include "../core/status.h"
+
+/* The repo file rel as a NUL-terminated text; optional files may be absent (*out NULL). */
+static tm_status read_text(const tm_pipeline *p, const char *rel, int optional, char **out,
+                           tm_error *err) {
+    char *path = NULL;
+    tm_error e;
+    tm__error_clear(&e);
+    *out = NULL;
+    tm_status s = tm__repo_file(p->repo, rel, &path, &e);
+    if (optional && (s == TM_ERR_NOT_FOUND || s == TM_ERR_NETWORK)) return TM_OK;
+    if (s) {
+        tm__error_copy(err, &e);
+        return s;
+    }
+    FILE *f = fopen(path, "rb");
+    free(path);
+    if (!f) return tm__fail(err, TM_ERR_IO, "%s: cannot open %s", p->repo->source, rel);
+    char *text = NULL;
+    long size = -1;
+    if (fseek(f, 0, SEEK_END) == 0 && (size = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0)
+        text = malloc((size_t)size + 1);
+    size_t got = text ? fread(text, 1, (size_t)size, f) : 0;
+    fclose(f);
+    if (!text || got != (size_t)size) {
+        free(text);
+        return tm__fail(err, size < 0 ? TM_ERR_IO : TM_ERR_NO_MEMORY, "%s: cannot read %s", p->repo->source, rel);
+    }
+    text[size] = '\0';
+    *out = text;
+    return TM_OK;
+}
+
+tm_status tm__gen_check(tm_pipeline *p, tm_error *err) {
+    tm_status s = read_text(p, "config.json", 0, &p->config_text, err);
+    if (!s) s = read_text(p, "generation_config.json", 1, &p->generation_text, err);
+    if (s) return s;
+    tm_generation_config c;
+    s = tm__gen_config(p, NULL, &c, err);
+    if (s) return s;
+    tm_generation_config_clear(&c);
+    tm_decoder *d = NULL;
+    tm_error e;
+    tm__error_clear(&e);
+    if (tm_decoder_create(p->model, NULL, &d, &e) != TM_OK)
+        return tm__fail(err, TM_ERR_UNSUPPORTED, "%s: %s needs a decoder with a KV cache (%s)", p->onnx_file,
+                        p->task->name, e.message);
+    tm_decoder_free(d);
+    if (p->task->encoder_decoder && tm_model_output_index(p->encoder, "last_hidden_state") < 0)
+        return tm__fail(err, TM_ERR_UNSUPPORTED, "%s: the encoder has no output 'last_hidden_state'",
+                        p->repo->source);
+    return TM_OK;
+}
+
+tm_status tm__gen_config(const tm_pipeline *p, const tm_json *options, tm_generation_config *cfg,
+                         tm_error *err) {
+    tm_generation_config_default(cfg);
+    tm_status s = tm_generation_config_from_json(cfg, p->config_text, p->generation_text, err);
+    if (s) return s;
+    cfg->max_new_tokens = 256;
+    if (!options || options->type != TM_JSON_OBJECT) return TM_OK;
+    tm__buf b = {0};
+    tm__put_json(&b, options);
+    if (b.oom) {
+        free(b.s);
+        tm_generation_config_clear(cfg);
+        return tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
+    }
+    tm_error e;
+    tm__error_clear(&e);
+    s = tm_generation_config_from_json(cfg, NULL, b.s, &e);
+    free(b.s);
+    if (s) {
+        /* the message names generation_config.json: these are the call's options */
+        const char *why = strncmp(e.message, "generation_config.json: ", 24) ? e.message : e.message + 24;
+        tm_generation_config_clear(cfg);
+        return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "%s options: %s", p->task->name, why);
+    }
+    return TM_OK;
+}
+
+tm_status tm__gen_encode(const tm_pipeline *p, const char *text, int add_special, int32_t **ids,
+                         size_t *n, tm_error *err) {
+    tm_encode_options eo = tm_encode_options_default();
+    eo.add_special_tokens = add_special;
+    tm_encoding *e = NULL;
+    tm_status s = tm_tokenizer_encode(p->tok, text, strlen(text), NULL, 0, &eo, &e, err);
+    if (s) return s;
+    size_t len = tm_encoding_n(e);
+    if (p->model_max_length > 0 && (int64_t)len > p->model_max_length) len = (size_t)p->model_max_length;
+    int32_t *x = malloc((len + 1) * sizeof *x);
+    if (!x) {
+        tm_encoding_free(e);
+        return tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
+    }
+    if (len) memcpy(x, tm_encoding_ids(e), len * sizeof *x);
+    tm_encoding_free(e);
+    *ids = x;
+    *n = len;
+    return TM_OK;
+}
+
+/* The encoder on ids; its last_hidden_state and the mask become the generator's inputs. */
+static tm_status run_encoder(tm_pipeline *p, tm_generator *g, const int32_t *ids, size_t n,
+                             tm_error *err) {
+    int64_t dims[2] = {1, (int64_t)n};
+    tm_tensor *t_ids = tm_tensor_new(TM_INT64, 2, dims), *t_mask = tm_tensor_new(TM_INT64, 2, dims);
+    int n_out = tm_model_n_outputs(p->encoder);
+    tm_tensor **out = calloc((size_t)(n_out > 0 ? n_out : 1), sizeof *out);
+    tm_status s = t_ids && t_mask && out ? TM_OK : tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
+    if (!s) {
+        for (size_t i = 0; i < n; i++) {
+            ((int64_t *)tm_tensor_data(t_ids))[i] = ids[i];
+            ((int64_t *)tm_tensor_data(t_mask))[i] = 1;
+        }
+        const char *names[2] = {"input_ids", "attention_mask"};
+        const tm_tensor *in[2] = {t_ids, t_mask};
+        int n_in = tm_model_input_index(p->encoder, "attention_mask") >= 0 ? 2 : 1;
+        s = tm_model_run(p->encoder, n_in, names, in, out, NULL, err);
+    }
+    int hidden = tm_model_output_index(p->encoder, "last_hidden_state");
+    if (!s) s = tm_generator_set_input(g, "encoder_hidden_states", out[hidden], err);
+    if (!s) s = tm_generator_set_input(g, "encoder_attention_mask", t_mask, err);
+    for (int k = 0; out && k < n_out; k++) tm_tensor_free(out[k]);
+    free(out);
+    tm_tensor_free(t_ids);
+    tm_tensor_free(t_mask);
+    return s;
+}
+
+void tm__gen_texts_free(char **texts, int n) {
+    for (int i = 0; texts && i < n; i++) free(texts[i]);
+    free(texts);
+}
+
+tm_status tm__gen_run(tm_pipeline *p, const tm_generation_config *cfg, const int32_t *ids,
+                      size_t n, char ***texts, int *n_texts, tm_error *err) {
+    if (n == 0)
+        /* transformers.js gets there to ONNX Runtime, which fails reshaping the empty input */
+        return tm__fail(err, TM_ERR_INVALID_ARGUMENT,
+                        "%s: the prompt is empty (no tokens): the model needs at least one", p->task->name);
+    tm_generator *g = NULL;
+    tm_status s = tm_generator_create(p->model, cfg, p->tok, &g, err);
+    if (!s) s = p->encoder ? run_encoder(p, g, ids, n, err) : tm_generator_append(g, ids, n, err);
+    if (!s) s = tm_generator_generate(g, NULL, NULL, err);
+    int k = s ? 0 : tm_generator_n_sequences(g);
+    char **t = s ? NULL : calloc((size_t)(k > 0 ? k : 1), sizeof *t);
+    if (!s && !t) s = tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
+    for (int i = 0; !s && i < k; i++) {
+        const int32_t *seq;
+        size_t len;
+        s = tm_generator_sequence(g, i, &seq, &len, err);
+        if (!s) s = tm_tokenizer_decode(p->tok, seq, len, 1, -1, &t[i], NULL, err);
+    }
+    tm_generator_free(g);
+    if (s) {
+        tm__gen_texts_free(t, k);
+        return s;
+    }
+    *texts = t;
+    *n_texts = k;
+    return TM_OK;
+}
