@@ -422,7 +422,12 @@ tm_status tm_generator_create(tm_model *model, const tm_generation_config *cfg,
         !g->next_scores || !g->next_tokens || !g->next_sources || !g->cand_scores ||
         !g->cand_tokens || !g->cand_sources)
         st = tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
-    for (int b = 0; st == TM_OK && b < nb; b++) st = tm_decoder_create(model, NULL, &g->dec[b], err);
+    /* Only the last position's logits are read (read_logits): the prompt's plans compute no
+     * other row (tm_plan_options.last_row_names). */
+    tm_decoder_options dopt;
+    tm_decoder_options_default(&dopt);
+    dopt.last_logits_only = 1;
+    for (int b = 0; st == TM_OK && b < nb; b++) st = tm_decoder_create(model, &dopt, &g->dec[b], err);
     if (st != TM_OK) {
         tm_generator_free(g);
         return st;
