@@ -96,13 +96,9 @@ static tm_status call(tm_pipeline *p, const tm_json *inputs, const tm_json *opti
     int norm;
     tm_status s = options_of(p, options, &how, &norm, err);
     if (s) return s;
-    const char **texts = NULL;
-    size_t n;
     int batched;
-    if ((s = tm__strings(&inputs->items[0], "texts", &texts, &n, &batched, err))) return s;
     tm__batch b = {0};
-    s = tm__batch_encode(p, n, texts, NULL, &b, err);
-    free(texts);
+    s = tm__encode_texts(p, inputs, &b, &batched, err);
     tm_tensor *h = NULL;
     const char *name = hidden_output(p);
     if (!s) s = tm__batch_run(p, &b, 1, &name, &h, err);

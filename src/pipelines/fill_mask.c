@@ -58,13 +58,9 @@ static tm_status call(tm_pipeline *p, const tm_json *inputs, const tm_json *opti
     if (top_k < -1) return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "option top_k must be a positive integer or null");
     int32_t mask_id = -1;
     const char *mask = tm_tokenizer_special_token(p->tok, TM_SPECIAL_MASK, &mask_id);
-    const char **texts = NULL;
-    size_t n;
     int batched;
-    if ((s = tm__strings(&inputs->items[0], "texts", &texts, &n, &batched, err))) return s;
     tm__batch b = {0};
-    s = tm__batch_encode(p, n, texts, NULL, &b, err);
-    free(texts);
+    s = tm__encode_texts(p, inputs, &b, &batched, err);
     /* every text must hold the mask before anything runs */
     int64_t *at = s ? NULL : malloc((size_t)b.B * sizeof *at);
     if (!s && !at) s = tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");

@@ -143,6 +143,10 @@ typedef struct tm__batch {
 tm_status tm__batch_encode(const tm_pipeline *p, size_t n, const char *const *texts,
                            const char *const *pairs, tm__batch *out, tm_error *err);
 void tm__batch_free(tm__batch *b);
+/* The call's first argument as texts (tm__strings: one, or many with *batched 1),
+ * encoded as one batch (tm__batch_encode, no pairs): the opening of the one-text tasks. */
+tm_status tm__encode_texts(const tm_pipeline *p, const tm_json *inputs, tm__batch *out,
+                           int *batched, tm_error *err);
 
 /* Runs the model on a batch (input_ids, attention_mask and token_type_ids when the model
  * takes them) and returns the named outputs as float32 tensors (half-precision outputs

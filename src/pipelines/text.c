@@ -218,6 +218,17 @@ tm_status tm__argsort_desc(const double *v, size_t n, size_t *idx, tm_error *err
 
 /* ---- Inputs and options ------------------------------------------------------------------ */
 
+tm_status tm__encode_texts(const tm_pipeline *p, const tm_json *inputs, tm__batch *out,
+                           int *batched, tm_error *err) {
+    const char **texts = NULL;
+    size_t n;
+    tm_status s = tm__strings(&inputs->items[0], "texts", &texts, &n, batched, err);
+    if (s) return s;
+    s = tm__batch_encode(p, n, texts, NULL, out, err);
+    free(texts);
+    return s;
+}
+
 tm_status tm__strings(const tm_json *v, const char *what, const char ***texts, size_t *n,
                       int *batched, tm_error *err) {
     if (!v) return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "missing input: %s", what);

@@ -36,16 +36,13 @@ static tm_status call(tm_pipeline *p, const tm_json *inputs, const tm_json *opti
     if (s) return s;
     if (top_k < -1 || (top_k < 0 && tm_json_get(options, "top_k")->type != TM_JSON_NULL))
         return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "option top_k must be a positive integer or null");
-    const char **texts = NULL;
-    size_t n;
     int batched;
-    if ((s = tm__strings(&inputs->items[0], "texts", &texts, &n, &batched, err))) return s;
     tm__batch b = {0};
-    s = tm__batch_encode(p, n, texts, NULL, &b, err);
-    free(texts);
+    s = tm__encode_texts(p, inputs, &b, &batched, err);
     tm_tensor *logits = NULL;
     const char *name = "logits";
     if (!s) s = tm__batch_run(p, &b, 1, &name, &logits, err);
+    size_t n = (size_t)b.B;   /* the texts */
     tm__batch_free(&b);
     if (!s && (tm_tensor_rank(logits) != 2 || tm_tensor_dims(logits)[0] != (int64_t)n))
         s = tm__fail(err, TM_ERR_SHAPE, "%s: logits are not (batch, labels)", p->onnx_file);

@@ -91,13 +91,9 @@ static tm_status call(tm_pipeline *p, const tm_json *inputs, const tm_json *opti
     if (ignore && ignore->type == TM_JSON_NULL) ignore = NULL;
     if (ignore && ignore->type != TM_JSON_ARRAY)
         return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "option ignore_labels must be an array of labels");
-    const char **texts = NULL;
-    size_t n;
     int batched;
-    if ((s = tm__strings(&inputs->items[0], "texts", &texts, &n, &batched, err))) return s;
     tm__batch b = {0};
-    s = tm__batch_encode(p, n, texts, NULL, &b, err);
-    free(texts);
+    s = tm__encode_texts(p, inputs, &b, &batched, err);
     tm_tensor *logits = NULL;
     const char *name = "logits";
     if (!s) s = tm__batch_run(p, &b, 1, &name, &logits, err);
