@@ -135,10 +135,18 @@ static tm_val import_tensor(tm_ctx *c, tm_tensor *t, int borrow, int widen) {
         t = w;
     }
     /* Kernels read elements through typed pointers: a borrowed buffer that is not aligned
-     * to its element size (raw_data inside a protobuf) is copied first. */
+     * to its element size (raw_data inside a protobuf) is copied first — lazily in a
+     * model's context, where the copy is the model's own, made once, and only when
+     * something reads the elements (tm__val_host): a weight that is only packed, or
+     * found packed already, is never copied whole. (A copy per trace had cost a 400 MB
+     * single-file decoder 400 MB of fresh pages at each of the traces of its plans.) */
     const void *origin = borrow ? t->data : NULL;
     size_t es = tm_dtype_elem_size(t->dtype);
-    if (borrow && es > 1 && ((uintptr_t)t->data % es) != 0) {
+    int misaligned = es > 1 && t->data && ((uintptr_t)t->data % es) != 0;
+    if (misaligned && c->fold_cache && c->fold_cache->aligned) {
+        /* kept as it is; vi->misaligned below */
+    } else if (borrow && misaligned) {
+        misaligned = 0;
         t = tm_tensor_clone(t, c->allocator);
         if (!t) {
             tm_ctx_fail(c, TM_ERR_NO_MEMORY, "out of memory copying a misaligned tensor");
@@ -158,7 +166,29 @@ static tm_val import_tensor(tm_ctx *c, tm_tensor *t, int borrow, int widen) {
     vi->data = t;
     vi->owned = !borrow;
     vi->origin = origin;
+    vi->misaligned = (uint8_t)misaligned;
     return v;
+}
+
+const tm_tensor *tm__val_host(tm_ctx *c, tm_val v) {
+    if (v < 0 || v >= c->n_vals) return NULL;
+    tm_vinfo *vi = &c->vals[v];
+    if (!vi->misaligned || !vi->data) return vi->data;
+    tm_tensor *t = vi->data, *fixed = NULL;
+    const void *copy = c->fold_cache && c->fold_cache->aligned
+                           ? c->fold_cache->aligned(c->fold_cache, t->data, t->nbytes)
+                           : NULL;
+    if (copy) fixed = tm_tensor_borrow(t->dtype, t->rank, t->dims, (void *)copy);
+    else fixed = tm_tensor_clone(t, c->allocator);
+    if (!fixed) {
+        tm_ctx_fail(c, TM_ERR_NO_MEMORY, "out of memory copying a misaligned tensor");
+        return NULL;
+    }
+    if (vi->owned) tm_tensor_free(t);   /* a shell over the bytes (a folded reshape) */
+    vi->data = fixed;
+    vi->owned = 1;                      /* the shell, or the copy */
+    vi->misaligned = 0;
+    return fixed;
 }
 
 tm_val tm_val_symbolic(tm_ctx *c, tm_dtype dt, int rank, const int64_t *dims, int input_index) {
@@ -247,13 +277,16 @@ int64_t tm_vnumel(const tm_ctx *c, tm_val v) {
 
 const tm_tensor *tm_vdata(const tm_ctx *c, tm_val v) {
     if (v < 0 || v >= c->n_vals) return NULL;
+    /* Callers read the elements: a misaligned value is aligned first (a cache of the
+     * context's, hence the cast; on no memory the context is failed and NULL returned). */
+    if (c->vals[v].misaligned) return tm__val_host((tm_ctx *)c, v);
     return c->vals[v].data;
 }
 
 const tm_tensor *tm_host(tm_ctx *c, tm_val v) {
     /* An absent value (TM_NONE) has no data: callers treat NULL as "not given". */
     if (!tm_ctx_ok(c) || v < 0 || v >= c->n_vals) return NULL;
-    if (c->vals[v].data) return c->vals[v].data;
+    if (c->vals[v].data) return tm__val_host(c, v);
     if (c->vals[v].released) {
         tm_ctx_fail(c, TM_ERR_RUNTIME, "internal: value %d used after release", (int)v);
         return NULL;
@@ -548,6 +581,12 @@ tm_status tm_prim_n(tm_ctx *c, int prim, const tm_val *in, int nin, const tm_arg
         if (taped || cut) mark_taped(c, prim, in, nin, out, nout, taped, cut);
         return TM_OK;
     }
+    /* The kernel reads elements: misaligned bytes of the model are read aligned. */
+    for (int i = 0; i < nin; i++)
+        if (c->vals[in[i]].misaligned && !(tin[i] = tm__val_host(c, in[i]))) {
+            s = c->status;
+            goto fail;
+        }
     for (int i = 0; i < nout; i++) {
         tout[i] = tm_tensor_alloc(vout[i].dtype, vout[i].rank, vout[i].dims, c->allocator);
         if (!tout[i]) {

@@ -67,6 +67,8 @@ typedef struct tm_vinfo {
     uint8_t read;         /* trace: an input of a recorded node, which the plan keeps */
     int32_t param;        /* >= 0: the model parameter it reads (trace: a plan entry) */
     const void *origin;   /* borrowed data (an initializer), or what a copy was made of */
+    uint8_t misaligned;   /* data is the model's bytes, not aligned to the element size:
+                           * read it through tm__val_host (an aligned copy, made once) */
     int32_t folded_by;    /* trace with fold_log: the logged fold that computed it, or -1 */
 } tm_vinfo;
 
@@ -104,6 +106,11 @@ struct tm_fold_cache {
      * plan-time pass packed its own copy): the cache gives the whole pages of a mapped
      * file back (they fault in again, unchanged, should anything read them). NULL: no-op. */
     void (*release)(tm_fold_cache *fc, const void *p, size_t n);
+    /* An aligned copy of [p, p + n) when it lies in one of the model's mapped files (the
+     * raw data of an initializer inside the protobuf, at any byte offset), made once and
+     * kept as long as the model: every trace and plan reads the same copy. NULL when the
+     * bytes are not the model's, or on no memory (the caller copies them itself). */
+    const void *(*aligned)(tm_fold_cache *fc, const void *p, size_t n);
 };
 
 /* Shape rule: fill out[0..nout) dtype/rank/dims from the inputs and args; set *scratch to
@@ -246,6 +253,11 @@ static inline const int64_t *tm_vdims(const tm_ctx *c, tm_val v) { return tm_vi(
 int64_t tm_vnumel(const tm_ctx *c, tm_val v);
 /* The data of v if it is known now, else NULL (no error). */
 const tm_tensor *tm_vdata(const tm_ctx *c, tm_val v);
+/* The data of v (known), aligned for typed reads: a value holding misaligned bytes of the
+ * model (vinfo.misaligned) is switched to the model's aligned copy of them, or to a copy
+ * of its own. NULL with c failed on no memory. Checks and pointer comparisons may use
+ * vals[v].data as it is; whatever reads its elements goes through this. */
+const tm_tensor *tm__val_host(tm_ctx *c, tm_val v);
 /* The data of v, needed on the host. Under trace with v unknown: sets TM_ERR_NEEDS_HOST
  * (a graph break) and returns NULL. */
 const tm_tensor *tm_host(tm_ctx *c, tm_val v);

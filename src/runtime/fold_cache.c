@@ -26,6 +26,12 @@ typedef struct entry {
     tm_tensor *t;
 } entry;
 
+typedef struct aligned_copy {
+    const void *from;
+    size_t n;
+    void *copy;
+} aligned_copy;
+
 typedef struct model_fold_cache {
     tm_fold_cache base;   /* first: the core sees only this */
     pthread_mutex_t lock;
@@ -34,6 +40,8 @@ typedef struct model_fold_cache {
     entry *entries;
     int n, cap;
     tm_chunks chunks;     /* huge-page chunks holding the larger folds (chunks.h) */
+    aligned_copy *copies; /* aligned copies of misaligned mapped bytes (the `aligned` hook) */
+    int n_copies, cap_copies;
 } model_fold_cache;
 
 /* The mapped file holding [p, p + n), or NULL. */
@@ -174,8 +182,29 @@ static const tm_tensor *fold(tm_fold_cache *base, tm_ctx *c, int prim, const tm_
                     tm_prims[prim].name);
         return NULL;
     }
+    /* The kernel reads elements: misaligned inputs (bytes inside the protobuf) are read
+     * through copies made for this fold only (the cache keeps the result, not them). */
+    const tm_tensor **kin = calloc((size_t)nin + 1, sizeof *kin);
+    tm_tensor **bounce = calloc((size_t)nin + 1, sizeof *bounce);
+    tm_status ks = kin && bounce ? TM_OK : TM_ERR_NO_MEMORY;
+    for (int i = 0; i < nin && ks == TM_OK; i++) {
+        size_t es = tm_dtype_elem_size(in[i]->dtype);
+        kin[i] = in[i];
+        if (es > 1 && in[i]->data && (uintptr_t)in[i]->data % es) {
+            if ((bounce[i] = tm_tensor_clone(in[i], NULL)) != NULL) kin[i] = bounce[i];
+            else ks = TM_ERR_NO_MEMORY;
+        }
+    }
     tm_tensor *outs[1] = {t};
-    if (tm_run_kernel(c, prim, a, in, nin, outs, 1, scratch) != TM_OK) {
+    if (ks != TM_OK)
+        tm_ctx_fail(c, TM_ERR_NO_MEMORY, "%s: out of memory aligning a weight",
+                    tm_prims[prim].name);
+    else
+        ks = tm_run_kernel(c, prim, a, kin, nin, outs, 1, scratch);
+    for (int i = 0; bounce && i < nin; i++) tm_tensor_free(bounce[i]);
+    free(bounce);
+    free(kin);
+    if (ks != TM_OK) {
         pthread_mutex_unlock(&fc->lock);
         tm_tensor_free(t);
         free(k.p);
@@ -200,11 +229,43 @@ static void release(tm_fold_cache *base, const void *p, size_t n) {
     if (m && m->path) release_pages(p, n);
 }
 
+/* The `aligned` hook (core/ctx.h): one copy per misaligned range of a mapped file, made at
+ * its first use and kept with the model; the file's pages of it go back at once. */
+static const void *aligned(tm_fold_cache *base, const void *p, size_t n) {
+    model_fold_cache *fc = (model_fold_cache *)base;
+    const tm_mapping *m = mapping_of(fc, p, n);
+    if (!m) return NULL;
+    pthread_mutex_lock(&fc->lock);
+    for (int i = 0; i < fc->n_copies; i++)
+        if (fc->copies[i].from == p && fc->copies[i].n == n) {
+            void *copy = fc->copies[i].copy;
+            pthread_mutex_unlock(&fc->lock);
+            return copy;
+        }
+    void *copy = NULL;
+    if (fc->n_copies == fc->cap_copies) {
+        int cap = fc->cap_copies ? fc->cap_copies * 2 : 32;
+        aligned_copy *grown = realloc(fc->copies, (size_t)cap * sizeof *grown);
+        if (grown) {
+            fc->copies = grown;
+            fc->cap_copies = cap;
+        }
+    }
+    if (fc->n_copies < fc->cap_copies && (copy = tm__alloc(fc->allocator, n)) != NULL) {
+        memcpy(copy, p, n);
+        fc->copies[fc->n_copies++] = (aligned_copy){p, n, copy};
+        if (n >= RELEASE_MIN_BYTES && m->path) release_pages(p, n);
+    }
+    pthread_mutex_unlock(&fc->lock);
+    return copy;
+}
+
 tm_fold_cache *tm__fold_cache_create(const tm_onnx_model *onnx, const tm_allocator *allocator) {
     model_fold_cache *fc = calloc(1, sizeof *fc);
     if (!fc) return NULL;
     fc->base.fold = fold;
     fc->base.release = release;
+    fc->base.aligned = aligned;
     fc->onnx = onnx;
     fc->allocator = allocator;
     pthread_mutex_init(&fc->lock, NULL);
@@ -219,6 +280,8 @@ void tm__fold_cache_free(tm_fold_cache *base) {
         tm_tensor_free(fc->entries[i].t);
     }
     free(fc->entries);
+    for (int i = 0; i < fc->n_copies; i++) tm__free(fc->allocator, fc->copies[i].copy);
+    free(fc->copies);
     tm__chunks_free(&fc->chunks);
     pthread_mutex_destroy(&fc->lock);
     free(fc);

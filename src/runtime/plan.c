@@ -32,6 +32,7 @@ typedef struct builder {
     int *first_def;
     const uint8_t *dyn;   /* per ctx value: a constant computed at run time (generic.c) */
     uint8_t *needed_fold; /* per logged fold: a kernel of the plan */
+    int no_memory;        /* aligning a misaligned constant failed */
 } builder;
 
 static int is_dyn(const builder *b, tm_val v) { return b->dyn && b->dyn[v]; }
@@ -39,6 +40,10 @@ static int is_dyn(const builder *b, tm_val v) { return b->dyn && b->dyn[v]; }
 static int add_value(builder *b, tm_val v) {
     if (b->pv_of[v] >= 0) return b->pv_of[v];
     tm_plan *p = b->p;
+    /* Kernels read a constant's elements: misaligned bytes of the model become the
+     * model's aligned copy (vinfo.misaligned) now that the plan keeps them. */
+    if (v >= 0 && v < b->c->n_vals && b->c->vals[v].misaligned && !tm__val_host(b->c, v))
+        b->no_memory = 1;
     const tm_vinfo *vi = tm_vi(b->c, v);
     plan_value *pv = &p->values[p->n_values];
     memset(pv, 0, sizeof *pv);
@@ -243,7 +248,7 @@ static tm_status add_kernel(builder *b, const tm_rnode *rn, tm_error *err) {
 
 static tm_status build_plan_dyn(tm_plan *p, tm_ctx *c, const tm_oval *outs,
                                 const tm_live *live, const uint8_t *dyn, tm_error *err) {
-    builder b = {c, p, NULL, NULL, NULL, NULL, dyn, NULL};
+    builder b = {c, p, NULL, NULL, NULL, NULL, dyn, NULL, 0};
     b.pv_of = malloc(((size_t)c->n_vals + 1) * sizeof *b.pv_of);
     b.needed_node = calloc((size_t)c->n_nodes + 1, 1);
     b.needed_fold = calloc((size_t)c->n_folds + 1, 1);
@@ -315,6 +320,10 @@ static tm_status build_plan_dyn(tm_plan *p, tm_ctx *c, const tm_oval *outs,
                 for (int k = 0; k < pl->n; k++) pl->seq[k] = add_value(&b, live->vals[i].seq[k]);
             }
         }
+    }
+    if (b.no_memory) {
+        st = tm__fail(err, TM_ERR_NO_MEMORY, "out of memory copying a misaligned constant");
+        goto done;
     }
     /* Views: a reshape of an arena value shares its buffer. */
     for (int k = 0; k < p->n_kernels; k++) {

@@ -38,12 +38,13 @@ static int32_t only_reader(const tm_pass_scan *s, tm_val v, int32_t from) {
 }
 
 /* A known f32 tensor of m values, one per channel: dims (1, m, 1, ...) of rank `rank`. */
-static const float *per_channel(const tm_ctx *c, tm_val v, int rank, int64_t m) {
+static const float *per_channel(tm_ctx *c, tm_val v, int rank, int64_t m) {
     const tm_vinfo *vi = &c->vals[v];
     if (!vi->data || vi->dtype != TM_FLOAT || vi->rank != rank || vi->dims[1] != m) return NULL;
     for (int d = 0; d < rank; d++)
         if (d != 1 && vi->dims[d] != 1) return NULL;
-    return vi->data->data;
+    const tm_tensor *t = tm__val_host(c, v);   /* read as floats: aligned */
+    return t ? t->data : NULL;
 }
 
 static tm_val new_const(tm_ctx *c, int rank, const int64_t *dims, const float *from) {
@@ -84,12 +85,19 @@ static tm_status fuse_at(tm_pass_scan *s, int32_t at) {
     int64_t rows = transpose ? ksize : 1, row_len = transpose ? c_g : k_g;
     tm_val w2 = new_const(c, wi->rank, wi->dims, transpose ? NULL : wi->data->data);
     if (transpose && w2 != TM_NONE) {
-        const float *src = wi->data->data;
+        /* memcpy reads the model's bytes at any alignment; the loop below reads floats:
+         * misaligned ones through a copy of this weight, freed at once */
+        float *bounce = NULL;
+        if (wi->misaligned && (bounce = malloc(wi->data->nbytes ? wi->data->nbytes : 1)))
+            memcpy(bounce, wi->data->data, wi->data->nbytes);
+        if (wi->misaligned && !bounce) return tm_ctx_fail(c, TM_ERR_NO_MEMORY, "out of memory");
+        const float *src = bounce ? bounce : wi->data->data;
         float *dst = c->vals[w2].data->data;
         for (int64_t ch = 0; ch < m; ch++)
             for (int64_t kk = 0; kk < ksize; kk++)
                 for (int64_t ci = 0; ci < c_g; ci++)
                     dst[(ch * ksize + kk) * c_g + ci] = src[(ci * m + ch) * ksize + kk];
+        free(bounce);
     }
     int64_t bdim = m;
     tm_val b2 = new_const(c, 1, &bdim, b != TM_NONE ? c->vals[b].data->data : NULL);

@@ -43,7 +43,23 @@ static tm_val packed_weight_of(matcher *m, tm_val w, int64_t k, int64_t n, int p
         int64_t count = (int64_t)tm_sgemm_packed_floats(n, k, panel);
         tm_tensor *t = tm__pass_packed_tensor(c, count, c->pack_cache && key.origin);
         if (!t) return TM_NONE;
-        tm_sgemm_pack_b(0, n, k, wi->data->data, n, panel, depth, t->data);
+        /* Misaligned bytes of the model (vinfo.misaligned) are packed through a copy of
+         * this weight alone, freed at once: the model keeps no aligned copy of a weight
+         * that only its packed form reads. */
+        const float *src = wi->data->data;
+        float *bounce = NULL;
+        if (wi->misaligned) {
+            bounce = malloc(wi->data->nbytes ? wi->data->nbytes : 1);
+            if (!bounce) {
+                tm_tensor_free(t);   /* its data too, unless the model's chunks own it */
+                tm_ctx_fail(c, TM_ERR_NO_MEMORY, "out of memory packing a weight");
+                return TM_NONE;
+            }
+            memcpy(bounce, wi->data->data, wi->data->nbytes);
+            src = bounce;
+        }
+        tm_sgemm_pack_b(0, n, k, src, n, panel, depth, t->data);
+        free(bounce);
         /* The packed copy is what plans read from now on: the file's pages of an
          * initializer go back (the model's weights are held once, not twice). */
         if (key.origin && key.origin == wi->data->data && c->fold_cache &&
