@@ -50,8 +50,17 @@ def diff(want, got, tol, path='$', key=None):
     return None if want == got else f'{path}: {got!r} != {want!r}'
 
 passed = failed = 0
+# repo.cases.jsonl: transformers.js's outputs from ../shared/pipelines; repo.batches.jsonl
+# (where present): more of them, made by tests/gen/embed_batch_refs.mjs.
+def case_lines(repo):
+    for suffix in ('cases', 'batches'):
+        name = f'{data}/{repo}.{suffix}.jsonl'
+        if suffix == 'cases' or os.path.exists(name):
+            for n, line in enumerate(open(name, encoding='utf-8'), 1):
+                yield suffix, n, line
+
 for repo in repos:
-    for n, line in enumerate(open(f'{data}/{repo}.cases.jsonl', encoding='utf-8'), 1):
+    for suffix, n, line in case_lines(repo):
         case = json.loads(line)
         dtype = (case.get('load') or {}).get('dtype', 'fp32')
         tol = 1e-4
@@ -64,7 +73,7 @@ for repo in repos:
         if got is None:
             problem = f'no JSON output (exit {r.returncode}): {r.stderr.strip()[:200]}'
         elif 'error' in case:
-            own = OWN_ERRORS.get((repo, n))
+            own = OWN_ERRORS.get((repo, n)) if suffix == 'cases' else None
             if not isinstance(got, dict) or set(got) != {'error'}:
                 problem = f'expected the error {case["error"]!r}, got {r.stdout[:200]}'
             elif own is not None and own not in got['error']:
@@ -79,7 +88,7 @@ for repo in repos:
             problem = diff(case['output'], got, tol)
         if problem:
             failed += 1
-            print(f'FAIL {repo}.cases.jsonl:{n} ({case["task"]}, {dtype}): {problem}')
+            print(f'FAIL {repo}.{suffix}.jsonl:{n} ({case["task"]}, {dtype}): {problem}')
         else:
             passed += 1
 # The command's other forms: positional inputs, the shortcuts, --help, usage and errors.
