@@ -8,13 +8,13 @@ SAN ?=
 CFLAGS ?= $(OPT) -g
 CFLAGS += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -fPIC -pthread $(SAN)
 CPPFLAGS += -Iinclude -Isrc -I$(BUILD)
-LDLIBS += -lpcre2-8 -lutf8proc -lcurl -ljpeg -lpng -ltiff -lwebp -lopenjp2 -lm -pthread
+LDLIBS += -lpcre2-8 -lutf8proc -lcurl -lsndfile -ljpeg -lpng -ltiff -lwebp -lopenjp2 -lm -pthread
 LDFLAGS += $(SAN)
 
 LIB_SRC := $(wildcard src/core/*.c src/core/prims/*.c src/onnx/*.c src/onnx/ops/*.c \
                       src/io/*.c src/backends/cpu/*.c src/runtime/*.c src/hub/*.c \
                       src/runtime/passes/*.c src/train/*.c src/tokenizer/*.c \
-                      src/template/*.c src/pipelines/*.c)
+                      src/template/*.c src/pipelines/*.c src/media/*.c)
 OP_SRC := $(wildcard src/onnx/ops/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/prim_stubs.o
 TEST_SRC := $(wildcard tests/test_*.c)
