@@ -8,13 +8,14 @@
 #include "pipelines.h"
 #include "../core/status.h"
 #include "../hub/hub.h"
+#include "audio_features.h"
 
 /* The task table: one entry per file of src/pipelines/ that defines a task. */
 static const tm__task *const tasks[] = {
     &tm__task_feature_extraction, &tm__task_text_classification, &tm__task_token_classification,
     &tm__task_zero_shot_classification, &tm__task_fill_mask, &tm__task_question_answering,
     &tm__task_text_generation, &tm__task_text2text_generation, &tm__task_summarization,
-    &tm__task_translation,
+    &tm__task_translation, &tm__task_audio_classification, &tm__task_automatic_speech_recognition,
 };
 
 static const tm__task *find_task(const char *name) {
@@ -27,7 +28,8 @@ static const tm__task *find_task(const char *name) {
 const char *tm_pipeline_tasks(void) {
     return "feature-extraction (embeddings), text-classification (sentiment-analysis), "
            "token-classification (ner), zero-shot-classification, fill-mask, question-answering, "
-           "text-generation, text2text-generation, summarization, translation";
+           "text-generation, text2text-generation, summarization, translation, audio-classification, "
+           "automatic-speech-recognition";
 }
 
 /* tokenizer_config.json's padding_side and tokenizer.json's special added tokens. */
@@ -146,15 +148,17 @@ tm_status tm_pipeline_create(const char *task, const char *repo, const char *loa
         p->pad_id = -1;
         s = tm__repo_open(repo, &p->repo, err);
     }
+    if (!s && t->prepare) s = t->prepare(p, err);
     if (!s) {
         tm_error e;
         tm__error_clear(&e);
         const char *src = p->repo->hub_repo ? repo : p->repo->dir;
         s = tm_tokenizer_load(src, NULL, &p->tok, &e);
-        if (s == TM_ERR_NOT_FOUND) s = tm__fail(err, s, "%s: no tokenizer.json (%s needs a tokenizer)", repo, task);
+        if (s == TM_ERR_NOT_FOUND && t->takes_audio) s = TM_OK;   /* the task's check decides */
+        else if (s == TM_ERR_NOT_FOUND) s = tm__fail(err, s, "%s: no tokenizer.json (%s needs a tokenizer)", repo, task);
         else if (s) tm__error_copy(err, &e);
     }
-    if (!s) {
+    if (!s && p->tok) {
         tm_tokenizer_special_token(p->tok, TM_SPECIAL_PAD, &p->pad_id);
         p->model_max_length = tm_tokenizer_model_max_length(p->tok);
         s = read_tokenizer_extras(p, err);
@@ -162,7 +166,7 @@ tm_status tm_pipeline_create(const char *task, const char *repo, const char *loa
     if (!s) s = load_model(p, load, err);
     if (!s) {
         p->has_token_type_ids = tm_model_input_index(p->model, "token_type_ids") >= 0;
-        if (tm_model_input_index(p->model, "input_ids") < 0)
+        if (!t->takes_audio && tm_model_input_index(p->model, "input_ids") < 0)
             s = tm__fail(err, TM_ERR_UNSUPPORTED, "%s: the model has no input_ids input (%s takes text)",
                          p->onnx_file, task);
     }
@@ -234,5 +238,6 @@ void tm_pipeline_free(tm_pipeline *p) {
     tm__repo_free(p->repo);
     free(p->onnx_file);
     free(p->special_ids);
+    tm__audio_fe_free(p->audio_fe);
     free(p);
 }

@@ -72,6 +72,9 @@ struct tm_pipeline {
      * tm_generation_config starts from. */
     tm_model *encoder;
     char *config_text, *generation_text;
+    /* Audio tasks: preprocessor_config.json's feature extractor (the tokenizer is then
+     * optional: tok NULL without tokenizer.json). */
+    struct tm__audio_fe *audio_fe;
 };
 
 /* A task: its name (and alias), what the model must offer (checked at creation), and the
@@ -85,6 +88,13 @@ struct tm__task {
     /* 1: an encoder-decoder, loaded as transformers.js loads one: SUBFOLDER/encoder_model
      * and SUBFOLDER/decoder_model_merged for the dtype (model_file_name does not apply). */
     int encoder_decoder;
+    /* 1: the task takes audio (a model without input_ids, a tokenizer only if the task
+     * asks for one in its check). */
+    int takes_audio;
+    /* Called on the opened repository before the tokenizer and the model are loaded
+     * (NULL: nothing): the audio tasks read preprocessor_config.json there and refuse
+     * model types they cannot run before looking for ONNX files. */
+    tm_status (*prepare)(tm_pipeline *p, tm_error *err);
 };
 
 /* One per file: src/pipelines/<task>.c. */
@@ -98,6 +108,22 @@ extern const tm__task tm__task_text_generation;
 extern const tm__task tm__task_text2text_generation;
 extern const tm__task tm__task_summarization;
 extern const tm__task tm__task_translation;
+extern const tm__task tm__task_audio_classification;
+extern const tm__task tm__task_automatic_speech_recognition;
+
+/* ---- Audio tasks (audio.c) ---------------------------------------------------------------- */
+
+/* The prepare step of the audio tasks: preprocessor_config.json (required) into
+ * p->audio_fe. */
+tm_status tm__audio_prepare(tm_pipeline *p, tm_error *err);
+/* The call's first argument as audio inputs: a path (to a sound file or a .npy float32
+ * waveform; *batched 0) or an array of them (*batched 1). *paths as tm__strings. */
+tm_status tm__audio_inputs(const tm_json *inputs, const char ***paths, size_t *n, int *batched,
+                           tm_error *err);
+/* Decodes one input at the extractor's rate, extracts its features, runs the model on
+ * those it takes and returns the named outputs as float32 tensors (as tm__batch_run). */
+tm_status tm__audio_run(tm_pipeline *p, const char *path, int n_out, const char *const *names,
+                        tm_tensor **out, tm_error *err);
 
 /* ---- Generation tasks (generation_task.c) ---------------------------------------------- */
 
@@ -153,6 +179,9 @@ tm_status tm__encode_texts(const tm_pipeline *p, const tm_json *inputs, tm__batc
  * converted), each a new tensor. A missing output is TM_ERR_NOT_FOUND naming it. */
 tm_status tm__batch_run(tm_pipeline *p, const tm__batch *b, int n_out, const char *const *names,
                         tm_tensor **out, tm_error *err);
+
+/* A float32 copy of a model output of any float type; `name` names it in errors. */
+tm_status tm__to_f32(const tm_tensor *t, const char *name, tm_tensor **out, tm_error *err);
 
 /* Whether id is one of the tokenizer's special added tokens (all_special_ids). */
 int tm__is_special_id(const tm_pipeline *p, int64_t id);

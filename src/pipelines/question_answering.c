@@ -124,4 +124,4 @@ static tm_status call(tm_pipeline *p, const tm_json *inputs, const tm_json *opti
     return s;
 }
 
-const tm__task tm__task_question_answering = {"question-answering", NULL, check, call, 0};
+const tm__task tm__task_question_answering = {"question-answering", NULL, check, call, 0, 0, NULL};

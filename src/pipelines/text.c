@@ -85,8 +85,7 @@ tm_status tm__batch_encode(const tm_pipeline *p, size_t n, const char *const *te
     return TM_OK;
 }
 
-/* A float32 copy of a float tensor of any float type. */
-static tm_status to_f32(const tm_tensor *t, const char *name, tm_tensor **out, tm_error *err) {
+tm_status tm__to_f32(const tm_tensor *t, const char *name, tm_tensor **out, tm_error *err) {
     tm_dtype dt = tm_tensor_dtype(t);
     if (dt != TM_FLOAT && dt != TM_FLOAT16 && dt != TM_BFLOAT16 && dt != TM_DOUBLE)
         return tm__fail(err, TM_ERR_DTYPE, "model output '%s' is %s, not a float tensor", name,
@@ -154,7 +153,7 @@ tm_status tm__batch_run(tm_pipeline *p, const tm__batch *b, int n_out, const cha
     tm_tensor *got[8] = {0};
     for (int i = 0; !s && i < n_out; i++) {
         if (!all[idx[i]]) s = tm__fail(err, TM_ERR_NOT_FOUND, "model output '%s' is not a tensor", names[i]);
-        else s = to_f32(all[idx[i]], names[i], &got[i], err);
+        else s = tm__to_f32(all[idx[i]], names[i], &got[i], err);
     }
     for (int i = 0; i < 3; i++) tm_tensor_free(in[i]);
     for (int i = 0; all && i < n_all; i++) tm_tensor_free(all[i]);

@@ -70,6 +70,6 @@ static tm_status call(tm_pipeline *p, const tm_json *inputs, const tm_json *opti
     return s;
 }
 
-const tm__task tm__task_text2text_generation = {"text2text-generation", NULL, tm__gen_check, call, 1};
-const tm__task tm__task_summarization = {"summarization", NULL, tm__gen_check, call, 1};
-const tm__task tm__task_translation = {"translation", NULL, tm__gen_check, call, 1};
+const tm__task tm__task_text2text_generation = {"text2text-generation", NULL, tm__gen_check, call, 1, 0, NULL};
+const tm__task tm__task_summarization = {"summarization", NULL, tm__gen_check, call, 1, 0, NULL};
+const tm__task tm__task_translation = {"translation", NULL, tm__gen_check, call, 1, 0, NULL};

@@ -1,0 +1,98 @@
+/* What the audio tasks share: reading preprocessor_config.json into a feature extractor,
+ * the call's audio arguments (paths), and one clip from file to model outputs. Not the
+ * decoding (src/media/audio.c) nor the features (audio_features.c). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "pipelines.h"
+#include "audio_features.h"
+#include "../core/status.h"
+#include "../media/audio.h"
+
+tm_status tm__audio_prepare(tm_pipeline *p, tm_error *err) {
+    char *path = NULL;
+    tm_status s = tm__repo_file(p->repo, "preprocessor_config.json", &path, err);
+    if (s == TM_ERR_NOT_FOUND)
+        return tm__fail(err, s, "%s: no preprocessor_config.json (%s needs a feature extractor)",
+                        p->repo->source, p->task->name);
+    if (s) return s;
+    FILE *f = fopen(path, "rb");
+    free(path);
+    char *text = NULL;
+    size_t n = 0;
+    if (f && fseek(f, 0, SEEK_END) == 0) {
+        long size = ftell(f);
+        if (size >= 0 && fseek(f, 0, SEEK_SET) == 0 && (text = malloc((size_t)size + 1)))
+            n = fread(text, 1, (size_t)size, f);
+    }
+    if (f) fclose(f);
+    tm_json *config = text ? tm_json_parse(text, n) : NULL;
+    free(text);
+    if (!config || config->type != TM_JSON_OBJECT) {
+        tm_json_free(config);
+        return tm__fail(err, TM_ERR_PARSE, "%s: cannot read preprocessor_config.json (not a JSON object)",
+                        p->repo->source);
+    }
+    s = tm__audio_fe_open(config, p->repo->source, &p->audio_fe, err);
+    tm_json_free(config);
+    return s;
+}
+
+tm_status tm__audio_inputs(const tm_json *inputs, const char ***paths, size_t *n, int *batched,
+                           tm_error *err) {
+    const tm_json *v = inputs->n > 0 ? &inputs->items[0] : NULL;
+    if (v && v->type != TM_JSON_STRING && v->type != TM_JSON_ARRAY)
+        return tm__fail(err, TM_ERR_INVALID_ARGUMENT,
+                        "audio: a path to a sound file or a .npy float32 waveform (or an array of them)");
+    return tm__strings(v, "audio", paths, n, batched, err);
+}
+
+tm_status tm__audio_run(tm_pipeline *p, const char *path, int n_out, const char *const *names,
+                        tm_tensor **out, tm_error *err) {
+    int idx[8];
+    if (n_out > 8) return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "too many outputs");
+    for (int i = 0; i < n_out; i++) {
+        idx[i] = tm_model_output_index(p->model, names[i]);
+        if (idx[i] < 0)
+            return tm__fail(err, TM_ERR_NOT_FOUND, "%s: the model has no output '%s'", p->onnx_file, names[i]);
+    }
+    float *x = NULL;
+    size_t n = 0;
+    tm_status s = tm__audio_load(path, tm__audio_fe_rate(p->audio_fe), &x, &n, NULL, err);
+    if (s) return s;
+    tm_tensor *features[2] = {NULL, NULL};
+    const char *feature_names[2];
+    int n_features = 0;
+    s = tm__audio_fe_run(p->audio_fe, x, n, features, feature_names, &n_features, err);
+    free(x);
+    /* the extractor's outputs the model takes (wav2vec2 exports have no attention_mask) */
+    const char *use_names[2];
+    const tm_tensor *use[2];
+    int n_in = 0;
+    for (int i = 0; !s && i < n_features; i++)
+        if (tm_model_input_index(p->model, feature_names[i]) >= 0) {
+            use_names[n_in] = feature_names[i];
+            use[n_in++] = features[i];
+        }
+    if (!s && n_in == 0)
+        s = tm__fail(err, TM_ERR_UNSUPPORTED, "%s: the model has no input '%s' (what %s gives)", p->onnx_file,
+                     feature_names[0], tm__audio_fe_type(p->audio_fe));
+    int n_all = tm_model_n_outputs(p->model);
+    tm_tensor **all = s ? NULL : calloc((size_t)(n_all > 0 ? n_all : 1), sizeof *all);
+    if (!s && !all) s = tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
+    if (!s) s = tm_model_run(p->model, n_in, use_names, use, all, NULL, err);
+    tm_tensor *got[8] = {0};
+    for (int i = 0; !s && i < n_out; i++) {
+        if (!all[idx[i]]) s = tm__fail(err, TM_ERR_NOT_FOUND, "model output '%s' is not a tensor", names[i]);
+        else s = tm__to_f32(all[idx[i]], names[i], &got[i], err);
+    }
+    for (int i = 0; i < n_features; i++) tm_tensor_free(features[i]);
+    for (int i = 0; all && i < n_all; i++) tm_tensor_free(all[i]);
+    free(all);
+    if (s) {
+        for (int i = 0; i < n_out; i++) tm_tensor_free(got[i]);
+        return s;
+    }
+    for (int i = 0; i < n_out; i++) out[i] = got[i];
+    return TM_OK;
+}
