@@ -73,6 +73,22 @@ static tm_status load_npy(const char *path, float **samples, size_t *n, tm_error
     return TM_OK;
 }
 
+/* Whether the file's data chunk (WAV, AIFF, ...) claims more bytes than the file holds:
+ * libsndfile then reads what is there and says so in its log only ("data : N (should be
+ * M)"). A length of 0 or 0xFFFFFFFF (a stream written before its length was known) is not
+ * taken as a claim. */
+static int data_chunk_short(SNDFILE *f, long long *claimed, long long *present) {
+    char log[8192];
+    log[0] = '\0';
+    sf_command(f, SFC_GET_LOG_INFO, log, sizeof log);
+    for (const char *p = log; (p = strstr(p, "data")) != NULL; p++) {
+        if (sscanf(p, "data : %lld (should be %lld)", claimed, present) == 2 && *present < *claimed &&
+            *claimed != 0 && *claimed != 0xFFFFFFFFLL)
+            return 1;
+    }
+    return 0;
+}
+
 /* A sound file through libsndfile, mono at its own rate. */
 static tm_status load_sound(const char *path, float **samples, size_t *n, tm__audio_info *info,
                             tm_error *err) {
@@ -89,7 +105,11 @@ static tm_status load_sound(const char *path, float **samples, size_t *n, tm__au
                         "%s: not an audio file we can read (WAV, FLAC, OGG, AIFF, ...): %s", path, why);
     }
     tm_status s = TM_OK;
-    if (sfi.channels < 1 || sfi.samplerate <= 0)
+    long long claimed = 0, present = 0;
+    if (data_chunk_short(f, &claimed, &present))
+        s = tm__fail(err, TM_ERR_PARSE, "%s: truncated or corrupt: its data chunk says %lld bytes, the file holds %lld",
+                     path, claimed, present);
+    else if (sfi.channels < 1 || sfi.samplerate <= 0)
         s = tm__fail(err, TM_ERR_PARSE, "%s: %d channels at %d Hz", path, sfi.channels, sfi.samplerate);
     else if (sfi.frames <= 0)
         s = tm__fail(err, TM_ERR_INVALID_ARGUMENT, "%s: the clip has no samples (zero length)", path);
