@@ -26,6 +26,14 @@ vg gpt2-merged-graph-break run $G.onnx --inputs $G.cases/default/inputs --out "$
 vg gpt2-merged-static run $G.onnx --inputs $G.cases/nocache/inputs --out "$out/o4" --static use_cache_branch
 vg truncated-model run tests/data/bad/truncated.onnx --inputs tests/data/bad/inputs_ok --out "$out/o5"
 vg wrong-dtype run tests/data/bad/add.onnx --inputs tests/data/bad/inputs_dtype --out "$out/o6"
+P=tests/data/pipelines
+vg audio-classification pipeline audio-classification $P/audio-cls $P/media/stereo_48k.wav
+vg speech-recognition pipeline automatic-speech-recognition $P/wav2vec2-ctc $P/media/speech_fr_8k.wav \
+    $P/media/decoded/tone_440_44k1.16000.npy
+vg audio-features-whisper audio-features $P/media/chirp_22k05.wav --processor $P/whisper-asr --out "$out/o7"
+head -c 3000 $P/media/speech_en_16k.wav > "$out/cut.wav"
+vg audio-truncated pipeline audio-classification $P/audio-cls "$out/cut.wav"
+vg audio-whisper-refused pipeline automatic-speech-recognition $P/whisper-asr "$out/cut.wav"
 rm -rf "$out"
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
