@@ -1,7 +1,7 @@
 /* Mixed-radix DFT (decimation in time on the smallest prime factor first, a generic
- * butterfly per factor) of a real frame. Written here because Debian's FFT libraries
- * (FFTW is GPL) did not fit and the frames are short: 400 = 2^4 5^2 and 512 = 2^9 points
- * cost about 18 complex multiply-adds per point, well under the mel projection that follows. */
+ * butterfly per factor) of a real frame. Written here because FFTW, Debian's FFT library,
+ * is GPL, and the frames are short: 400 = 2^4 5^2 and 512 = 2^9 points cost about 18
+ * complex multiply-adds per output, less than the mel projection that follows. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
