@@ -942,6 +942,14 @@ int64_t tm_tokenizer_model_max_length(const tm_tokenizer *tok);
  *       generation options; config.json's prefix and task_specific_params[task].prefix
  *       put before each text; one flat list of {"generated_text" | "summary_text" |
  *       "translation_text": text}
+ *   audio-classification                 [path | [paths]]: a sound file (WAV, FLAC, OGG, ...
+ *       through libsndfile) or a .npy float32 waveform at preprocessor_config.json's
+ *       sampling_rate; top_k (5; null: all). Gives [{"label", "score"}, ...] per clip
+ *   automatic-speech-recognition         [path | [paths]] on a CTC model (wav2vec2, hubert,
+ *       unispeech): {"text": ...} per clip; Whisper is refused (not supported yet)
+ *   Audio tasks read preprocessor_config.json (Wav2Vec2FeatureExtractor, ASTFeatureExtractor,
+ *   WhisperFeatureExtractor) and need tokenizer.json only for speech recognition; files
+ *   are mixed to mono and linearly resampled as transformers.js's references were.
  * Encoder batches run as one padded batch, generation one input at a time (the same texts
  * as transformers.js's padded batch); texts longer than tokenizer_config.json's
  * model_max_length are cut to it. Tokenization, scores and decoding follow transformers.js
