@@ -1,0 +1,217 @@
+/* Tests of audio in (src/media/audio.c, fft.c) and the audio feature extractors
+ * (src/pipelines/audio_features.c) at the level of their functions: the DFT against a plain
+ * sum in long double, the resampler's counts and values, hand-made WAV files (stereo mix,
+ * 16-bit scaling, truncation, no samples), configs refused by name, and extractor outputs
+ * that can be worked out by hand (silence, a constant). transformers.js's arrays are
+ * compared in tests/audio.sh. */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "../src/core/tensor.h"
+#include "../src/hub/json.h"
+#include "../src/media/audio.h"
+#include "../src/media/fft.h"
+#include "../src/pipelines/audio_features.h"
+
+#include "check.h"
+
+static char dir[64];
+
+static void test_fft(void) {
+    static const size_t lengths[] = {1, 2, 3, 4, 5, 6, 7, 8, 12, 97, 400, 512, 1000};
+    uint64_t state = 42;
+    for (size_t li = 0; li < sizeof lengths / sizeof lengths[0]; li++) {
+        size_t n = lengths[li];
+        double *x = malloc(n * sizeof *x), *out = malloc(2 * (n / 2 + 1) * sizeof *out);
+        for (size_t j = 0; j < n; j++) {
+            state ^= state << 13, state ^= state >> 7, state ^= state << 17;
+            x[j] = (double)(state >> 11) / 9007199254740992.0 - 0.5;
+        }
+        tm__fft *f = NULL;
+        CHECK(tm__fft_create(n, &f, NULL) == TM_OK, "fft of %zu", n);
+        if (!f) continue;
+        tm__fft_real(f, x, out);
+        double worst = 0;
+        for (size_t k = 0; k <= n / 2; k++) {
+            long double re = 0, im = 0;
+            for (size_t j = 0; j < n; j++) {
+                long double a = -2 * 3.141592653589793238462643383279502884L * (long double)((j * k) % n) / n;
+                re += x[j] * cosl(a), im += x[j] * sinl(a);
+            }
+            worst = fmax(worst, fabs((double)(re - out[2 * k])) + fabs((double)(im - out[2 * k + 1])));
+        }
+        CHECK(worst < 1e-12 * (double)n, "fft of %zu: max error %g against the plain sum", n, worst);
+        tm__fft_free(f);
+        free(x);
+        free(out);
+    }
+    tm__fft *f = NULL;
+    CHECK(tm__fft_create(0, &f, NULL) == TM_ERR_INVALID_ARGUMENT && !f, "fft of 0 points refused");
+    tm__fft_free(NULL);
+}
+
+static void test_resample(void) {
+    /* the reference clips' counts: round(n * out / in) */
+    static const struct { size_t n; int in; size_t want; } counts[] = {
+        {66150, 44100, 24000}, {20472, 8000, 40944}, {108417, 48000, 36139}, {44100, 22050, 32000}};
+    for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) {
+        float *x = calloc(counts[i].n, sizeof *x), *y = NULL;
+        size_t m = 0;
+        tm_status s = tm__audio_resample_linear(x, counts[i].n, counts[i].in, 16000, &y, &m, NULL);
+        CHECK(s == TM_OK && m == counts[i].want, "%zu samples at %d Hz give %zu at 16 kHz, not %zu", counts[i].n,
+              counts[i].in, counts[i].want, m);
+        free(x);
+        free(y);
+    }
+    const float x[3] = {0, 1, 2};
+    float *y = NULL;
+    size_t m = 0;
+    CHECK(tm__audio_resample_linear(x, 3, 8000, 16000, &y, &m, NULL) == TM_OK && m == 6, "upsampling by 2");
+    const float want[6] = {0, 0.5f, 1, 1.5f, 2, 2};   /* the last sample held past the end */
+    for (size_t i = 0; y && i < 6; i++) CHECK(y[i] == want[i], "upsampled[%zu] = %g, not %g", i, y[i], want[i]);
+    free(y);
+    y = NULL;
+    CHECK(tm__audio_resample_linear(x, 3, 0, 16000, &y, &m, NULL) == TM_ERR_INVALID_ARGUMENT && !y, "rate 0 refused");
+}
+
+/* A 16-bit PCM WAV of `frames` frames; data_bytes is what the header claims, `keep` how
+ * many data bytes are written. */
+static void write_wav(const char *path, int channels, int rate, const int16_t *pcm, size_t frames,
+                      uint32_t data_bytes, size_t keep) {
+    FILE *f = fopen(path, "wb");
+    uint32_t riff = 36 + data_bytes, fmt_size = 16, byte_rate = (uint32_t)(rate * channels * 2);
+    uint16_t format = 1, ch = (uint16_t)channels, align = (uint16_t)(channels * 2), bits = 16;
+    fwrite("RIFF", 1, 4, f), fwrite(&riff, 4, 1, f), fwrite("WAVEfmt ", 1, 8, f);
+    fwrite(&fmt_size, 4, 1, f), fwrite(&format, 2, 1, f), fwrite(&ch, 2, 1, f);
+    uint32_t r = (uint32_t)rate;
+    fwrite(&r, 4, 1, f), fwrite(&byte_rate, 4, 1, f), fwrite(&align, 2, 1, f), fwrite(&bits, 2, 1, f);
+    fwrite("data", 1, 4, f), fwrite(&data_bytes, 4, 1, f);
+    size_t all = frames * (size_t)channels * 2;
+    fwrite(pcm, 1, keep < all ? keep : all, f);
+    fclose(f);
+}
+
+static void test_wav(void) {
+    char path[128];
+    int16_t pcm[8] = {16384, -16384, 32767, 1, -32768, -32768, 0, 100};
+    snprintf(path, sizeof path, "%s/stereo.wav", dir);
+    write_wav(path, 2, 16000, pcm, 4, 16, 16);
+    float *x = NULL;
+    size_t n = 0;
+    tm__audio_info info;
+    tm_error err;
+    tm_status s = tm__audio_load(path, 16000, &x, &n, &info, &err);
+    CHECK(s == TM_OK && n == 4 && info.channels_in == 2 && info.rate_in == 16000, "stereo WAV: %s", err.message);
+    for (size_t i = 0; s == TM_OK && i < 4; i++) {
+        double l = pcm[2 * i] / 32768.0, r = pcm[2 * i + 1] / 32768.0;
+        float want = (float)(sqrt(2.0) * ((double)(float)l + (double)(float)r) / 2);
+        CHECK(x[i] == want, "stereo mix [%zu]: %.9g, not %.9g", i, x[i], want);
+    }
+    free(x);
+
+    snprintf(path, sizeof path, "%s/mono8k.wav", dir);
+    write_wav(path, 1, 8000, pcm, 8, 16, 16);
+    x = NULL;
+    s = tm__audio_load(path, 16000, &x, &n, &info, &err);
+    CHECK(s == TM_OK && n == 16 && info.samples_in == 8 && x[0] == 0.5f && x[2] == -0.5f && x[4] == 32767 / 32768.0f,
+          "8 kHz mono resampled to 16 kHz: %s", err.message);
+    free(x);
+
+    snprintf(path, sizeof path, "%s/truncated.wav", dir);
+    write_wav(path, 1, 16000, pcm, 8, 1000, 16);
+    float *untouched = (float *)&err;
+    x = untouched;
+    n = 77;
+    s = tm__audio_load(path, 16000, &x, &n, NULL, &err);
+    CHECK(s == TM_ERR_PARSE && strstr(err.message, path) && strstr(err.message, "truncated"),
+          "a truncated WAV: %d %s", s, err.message);
+    CHECK(x == untouched && n == 77, "outputs untouched on error");
+
+    snprintf(path, sizeof path, "%s/empty.wav", dir);
+    write_wav(path, 1, 16000, pcm, 0, 0, 0);
+    s = tm__audio_load(path, 16000, &x, &n, NULL, &err);
+    CHECK(s == TM_ERR_INVALID_ARGUMENT && strstr(err.message, "no samples"), "an empty WAV: %d %s", s, err.message);
+
+    snprintf(path, sizeof path, "%s/missing.wav", dir);
+    s = tm__audio_load(path, 16000, &x, &n, NULL, &err);
+    CHECK(s == TM_ERR_IO && strstr(err.message, path), "a missing file: %d %s", s, err.message);
+}
+
+static tm__audio_fe *open_fe(const char *json, tm_status want, const char *message) {
+    tm_json *c = tm_json_parse(json, strlen(json));
+    tm__audio_fe *fe = NULL;
+    tm_error err;
+    memset(&err, 0, sizeof err);
+    tm_status s = tm__audio_fe_open(c, "REPO", &fe, &err);
+    CHECK(s == want && (!message || strstr(err.message, message)), "%s: %d %s", json, s, err.message);
+    tm_json_free(c);
+    return fe;
+}
+
+static void test_extractors(void) {
+    open_fe("{\"feature_extractor_type\":\"ClapFeatureExtractor\"}", TM_ERR_UNSUPPORTED, "'ClapFeatureExtractor' is not supported");
+    open_fe("{}", TM_ERR_UNSUPPORTED, "no feature_extractor_type");
+    open_fe("{\"feature_extractor_type\":\"WhisperFeatureExtractor\",\"sampling_rate\":\"16k\"}", TM_ERR_PARSE, "sampling_rate");
+    open_fe("{\"feature_extractor_type\":\"ASTFeatureExtractor\",\"num_mel_bins\":0}", TM_ERR_PARSE, "num_mel_bins");
+
+    float *silence = calloc(16000, sizeof *silence);
+    tm_tensor *out[2] = {NULL, NULL};
+    const char *names[2];
+    int n_out = 0;
+    /* Whisper: silence is log10(1e-10) everywhere, so (x + 4) / 4 = -1.5 */
+    tm__audio_fe *fe = open_fe("{\"feature_extractor_type\":\"WhisperFeatureExtractor\"}", TM_OK, NULL);
+    if (fe && tm__audio_fe_run(fe, silence, 16000, out, names, &n_out, NULL) == TM_OK) {
+        const int64_t *d = tm_tensor_dims(out[0]);
+        CHECK(n_out == 1 && !strcmp(names[0], "input_features") && d[0] == 1 && d[1] == 80 && d[2] == 3000,
+              "whisper's shape");
+        const float *y = tm_tensor_data(out[0]);
+        int all = 1;
+        for (int64_t i = 0; i < 80 * 3000; i++) all &= y[i] == -1.5f;
+        CHECK(all, "whisper of silence is -1.5 everywhere");
+        tm_tensor_free(out[0]);
+    }
+    tm__audio_fe_free(fe);
+    /* AST: frames of silence hit the floor, log(eps); the padding keeps eps itself */
+    fe = open_fe("{\"feature_extractor_type\":\"ASTFeatureExtractor\",\"mean\":1,\"std\":0.5,\"do_normalize\":true}", TM_OK, NULL);
+    if (fe && tm__audio_fe_run(fe, silence, 16000, out, names, &n_out, NULL) == TM_OK) {
+        const float *y = tm_tensor_data(out[0]);
+        float eps = 1.192092955078125e-07f, logged = (float)log(eps);
+        int64_t frames = 1 + (16000 - 400) / 160;   /* 98 */
+        CHECK(y[0] == (float)((logged - 1.0) / 1.0) && y[(frames - 1) * 128 + 127] == y[0], "AST frame of silence: %g", y[0]);
+        CHECK(y[frames * 128] == (float)((eps - 1.0) / 1.0) && y[1024 * 128 - 1] == y[frames * 128],
+              "AST padding: %g", y[frames * 128]);
+        tm_tensor_free(out[0]);
+    }
+    tm__audio_fe_free(fe);
+    /* Wav2Vec2: a constant has no variance left: zeros, and a mask of ones */
+    for (int i = 0; i < 16000; i++) silence[i] = 0.25f;
+    fe = open_fe("{\"feature_extractor_type\":\"Wav2Vec2FeatureExtractor\"}", TM_OK, NULL);
+    if (fe && tm__audio_fe_run(fe, silence, 16000, out, names, &n_out, NULL) == TM_OK) {
+        const float *y = tm_tensor_data(out[0]);
+        const int64_t *m = tm_tensor_data(out[1]);
+        CHECK(n_out == 2 && !strcmp(names[1], "attention_mask") && y[0] == 0 && y[15999] == 0 && m[0] == 1 && m[15999] == 1,
+              "wav2vec2 of a constant");
+        tm_tensor_free(out[0]);
+        tm_tensor_free(out[1]);
+    }
+    tm__audio_fe_free(fe);
+    free(silence);
+}
+
+int main(void) {
+    snprintf(dir, sizeof dir, "/tmp/tm-test-audio-XXXXXX");
+    if (!mkdtemp(dir)) return 1;
+    test_fft();
+    test_resample();
+    test_wav();
+    test_extractors();
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0) printf("could not remove %s\n", dir);
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed != 0;
+}
