@@ -76,6 +76,8 @@ static void test_resample(void) {
     free(y);
     y = NULL;
     CHECK(tm__audio_resample_linear(x, 3, 0, 16000, &y, &m, NULL) == TM_ERR_INVALID_ARGUMENT && !y, "rate 0 refused");
+    CHECK(tm__audio_resample_linear(x, 3, 1, 1000000000, &y, &m, NULL) == TM_ERR_INVALID_ARGUMENT && !y,
+          "a resampled clip of 3e9 samples refused");
 }
 
 /* A 16-bit PCM WAV of `frames` frames; data_bytes is what the header claims, `keep` how

@@ -24,8 +24,10 @@ tm_status tm__audio_resample_linear(const float *x, size_t n_in, int rate_in, in
     if (rate_in <= 0 || rate_out <= 0)
         return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "resampling from %d Hz to %d Hz", rate_in, rate_out);
     double count = floor((double)n_in * rate_out / rate_in + 0.5);   /* Math.round */
-    if (count > (double)(SIZE_MAX / sizeof(float) / 2))
-        return tm__fail(err, TM_ERR_NO_MEMORY, "resampled clip too long");
+    /* 2^31 samples (37 hours at 16 kHz): a header with a tiny rate must not ask for more */
+    if (count > 2147483648.0)
+        return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "%zu samples at %d Hz are %.0f at %d Hz: too long", n_in,
+                        rate_in, count, rate_out);
     size_t m = (size_t)count;
     float *y = malloc((m ? m : 1) * sizeof *y);
     if (!y) return tm__fail(err, TM_ERR_NO_MEMORY, "out of memory resampling %zu samples", n_in);
