@@ -176,9 +176,13 @@ def build_repos(data_dir):
                  ("config.json", "tokenizer.json", "tokenizer_config.json",
                   "special_tokens_map.json", "onnx/model.onnx")}
     sentiment["onnx/model_fp16.onnx"] = b"never fetched by an fp32 pipeline\n"
+    # An audio pipeline repository (tests/data/pipelines/audio-cls): no tokenizer files.
+    audio_dir = os.path.join(data_dir, "..", "pipelines", "audio-cls")
+    audio = {rel: read(audio_dir, rel) for rel in ("config.json", "preprocessor_config.json", "onnx/model.onnx")}
     repos = [
         Repo("tm-test/bert-sentiment", {commit_hash("sentiment", 1): sentiment},
              {"main": commit_hash("sentiment", 1)}),
+        Repo("tm-test/audio-cls", {commit_hash("audio", 1): audio}, {"main": commit_hash("audio", 1)}),
         Repo("tm-test/tiny-bert", {c1: bert, c2: bert2}, {"main": c1}, {"v1": c1}),
         Repo("tm-test/tiny-bert-external", {commit_hash("ext", 1): ext},
              {"main": commit_hash("ext", 1)}),

@@ -219,6 +219,10 @@ check "... gives the local folder's result" cmp "$work/pipe-hub.json" "$work/pip
 check "... fetched no file its task does not need" sh -c "! grep -q 'model_fp16' '$state/requests.log'"
 check "... and works @revision, from the cache" sh -c "HF_HUB_OFFLINE=1 '$TM' classify hf://tm-test/bert-sentiment@main 'Hello world!' 'Short.' --json | cmp - '$work/pipe-local.json'"
 expect_fail "a missing dtype file names it" "onnx/model_q4.onnx" "$TM" classify hf://tm-test/bert-sentiment "x" --dtype q4
+CLIP=$HERE/data/pipelines/media/speech_fr_8k.wav
+"$TM" pipeline audio-classification "$HERE/data/pipelines/audio-cls" "$CLIP" --json > "$work/audio-local.json" 2>&1
+check "an audio pipeline on hf:// (preprocessor_config.json, no tokenizer)" sh -c "'$TM' pipeline audio-classification hf://tm-test/audio-cls '$CLIP' --json > '$work/audio-hub.json'"
+check "... gives the local folder's result" cmp "$work/audio-hub.json" "$work/audio-local.json"
 
 # ---- Concurrent downloads ------------------------------------------------------------------
 fresh_home concurrent
