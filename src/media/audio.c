@@ -1,6 +1,7 @@
-/* Audio files as one mono float32 waveform: libsndfile decodes (WAV, FLAC, OGG/Vorbis, AIFF
- * and the rest of its formats), this file mixes channels and resamples as the transformers.js
- * references did. Not MP3 or AAC (libsndfile 1.2 of Debian 12 reads MP3, we do not rely on it). */
+/* Audio files as one mono float32 waveform: libsndfile decodes (WAV, FLAC, OGG/Vorbis and
+ * Opus, AIFF, and MP3 where it was built with mpg123, as Debian 12's 1.2 is), this file mixes
+ * channels and resamples as the transformers.js references did. Not AAC/M4A or video
+ * containers: libsndfile has no such decoder. */
 #if !__has_include(<sndfile.h>)
 #error "audio input needs libsndfile1-dev: run tools/install-deps.sh"
 #endif
