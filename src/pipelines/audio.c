@@ -49,13 +49,9 @@ tm_status tm__audio_inputs(const tm_json *inputs, const char ***paths, size_t *n
 
 tm_status tm__audio_run(tm_pipeline *p, const char *path, int n_out, const char *const *names,
                         tm_tensor **out, tm_error *err) {
-    int idx[8];
-    if (n_out > 8) return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "too many outputs");
-    for (int i = 0; i < n_out; i++) {
-        idx[i] = tm_model_output_index(p->model, names[i]);
-        if (idx[i] < 0)
+    for (int i = 0; i < n_out; i++)   /* before the audio is decoded */
+        if (tm_model_output_index(p->model, names[i]) < 0)
             return tm__fail(err, TM_ERR_NOT_FOUND, "%s: the model has no output '%s'", p->onnx_file, names[i]);
-    }
     float *x = NULL;
     size_t n = 0;
     tm_status s = tm__audio_load(path, tm__audio_fe_rate(p->audio_fe), &x, &n, NULL, err);
@@ -77,22 +73,7 @@ tm_status tm__audio_run(tm_pipeline *p, const char *path, int n_out, const char 
     if (!s && n_in == 0)
         s = tm__fail(err, TM_ERR_UNSUPPORTED, "%s: the model has no input '%s' (what %s gives)", p->onnx_file,
                      feature_names[0], tm__audio_fe_type(p->audio_fe));
-    int n_all = tm_model_n_outputs(p->model);
-    tm_tensor **all = s ? NULL : calloc((size_t)(n_all > 0 ? n_all : 1), sizeof *all);
-    if (!s && !all) s = tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
-    if (!s) s = tm_model_run(p->model, n_in, use_names, use, all, NULL, err);
-    tm_tensor *got[8] = {0};
-    for (int i = 0; !s && i < n_out; i++) {
-        if (!all[idx[i]]) s = tm__fail(err, TM_ERR_NOT_FOUND, "model output '%s' is not a tensor", names[i]);
-        else s = tm__to_f32(all[idx[i]], names[i], &got[i], err);
-    }
+    if (!s) s = tm__run_model(p, n_in, use_names, use, n_out, names, out, err);
     for (int i = 0; i < n_features; i++) tm_tensor_free(features[i]);
-    for (int i = 0; all && i < n_all; i++) tm_tensor_free(all[i]);
-    free(all);
-    if (s) {
-        for (int i = 0; i < n_out; i++) tm_tensor_free(got[i]);
-        return s;
-    }
-    for (int i = 0; i < n_out; i++) out[i] = got[i];
-    return TM_OK;
+    return s;
 }

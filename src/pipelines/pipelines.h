@@ -174,6 +174,12 @@ void tm__batch_free(tm__batch *b);
 tm_status tm__encode_texts(const tm_pipeline *p, const tm_json *inputs, tm__batch *out,
                            int *batched, tm_error *err);
 
+/* Runs the model on named inputs and returns the named outputs as float32 tensors
+ * (half-precision outputs converted), each a new tensor; at most 8. A missing output is
+ * TM_ERR_NOT_FOUND naming it. */
+tm_status tm__run_model(tm_pipeline *p, int n_in, const char *const *in_names,
+                        const tm_tensor *const *in, int n_out, const char *const *names, tm_tensor **out,
+                        tm_error *err);
 /* Runs the model on a batch (input_ids, attention_mask and token_type_ids when the model
  * takes them) and returns the named outputs as float32 tensors (half-precision outputs
  * converted), each a new tensor. A missing output is TM_ERR_NOT_FOUND naming it. */

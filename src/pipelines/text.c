@@ -107,8 +107,9 @@ tm_status tm__to_f32(const tm_tensor *t, const char *name, tm_tensor **out, tm_e
     return TM_OK;
 }
 
-tm_status tm__batch_run(tm_pipeline *p, const tm__batch *b, int n_out, const char *const *names,
-                        tm_tensor **out, tm_error *err) {
+tm_status tm__run_model(tm_pipeline *p, int n_in, const char *const *in_names,
+                        const tm_tensor *const *in, int n_out, const char *const *names, tm_tensor **out,
+                        tm_error *err) {
     int idx[8];
     if (n_out > 8) return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "too many outputs");
     for (int i = 0; i < n_out; i++) {
@@ -116,6 +117,27 @@ tm_status tm__batch_run(tm_pipeline *p, const tm__batch *b, int n_out, const cha
         if (idx[i] < 0)
             return tm__fail(err, TM_ERR_NOT_FOUND, "%s: the model has no output '%s'", p->onnx_file, names[i]);
     }
+    int n_all = tm_model_n_outputs(p->model);
+    tm_tensor **all = calloc((size_t)(n_all > 0 ? n_all : 1), sizeof *all);
+    if (!all) return tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
+    tm_status s = tm_model_run(p->model, n_in, in_names, in, all, NULL, err);
+    tm_tensor *got[8] = {0};
+    for (int i = 0; !s && i < n_out; i++) {
+        if (!all[idx[i]]) s = tm__fail(err, TM_ERR_NOT_FOUND, "model output '%s' is not a tensor", names[i]);
+        else s = tm__to_f32(all[idx[i]], names[i], &got[i], err);
+    }
+    for (int i = 0; i < n_all; i++) tm_tensor_free(all[i]);
+    free(all);
+    if (s) {
+        for (int i = 0; i < n_out; i++) tm_tensor_free(got[i]);
+        return s;
+    }
+    for (int i = 0; i < n_out; i++) out[i] = got[i];
+    return TM_OK;
+}
+
+tm_status tm__batch_run(tm_pipeline *p, const tm__batch *b, int n_out, const char *const *names,
+                        tm_tensor **out, tm_error *err) {
     int64_t dims[2] = {b->B, b->T};
     const char *in_names[3] = {"input_ids", "attention_mask", "token_type_ids"};
     int64_t *bufs[3] = {b->ids, b->mask, b->types};
@@ -146,24 +168,9 @@ tm_status tm__batch_run(tm_pipeline *p, const tm__batch *b, int n_out, const cha
         use_names[n_in] = in_names[i];
         use[n_in++] = in[i];
     }
-    int n_all = tm_model_n_outputs(p->model);
-    tm_tensor **all = s ? NULL : calloc((size_t)(n_all > 0 ? n_all : 1), sizeof *all);
-    if (!s && !all) s = tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
-    if (!s) s = tm_model_run(p->model, n_in, use_names, use, all, NULL, err);
-    tm_tensor *got[8] = {0};
-    for (int i = 0; !s && i < n_out; i++) {
-        if (!all[idx[i]]) s = tm__fail(err, TM_ERR_NOT_FOUND, "model output '%s' is not a tensor", names[i]);
-        else s = tm__to_f32(all[idx[i]], names[i], &got[i], err);
-    }
+    if (!s) s = tm__run_model(p, n_in, use_names, use, n_out, names, out, err);
     for (int i = 0; i < 3; i++) tm_tensor_free(in[i]);
-    for (int i = 0; all && i < n_all; i++) tm_tensor_free(all[i]);
-    free(all);
-    if (s) {
-        for (int i = 0; i < n_out; i++) tm_tensor_free(got[i]);
-        return s;
-    }
-    for (int i = 0; i < n_out; i++) out[i] = got[i];
-    return TM_OK;
+    return s;
 }
 
 int tm__is_special_id(const tm_pipeline *p, int64_t id) {
