@@ -30,11 +30,13 @@ for t in $TARGETS; do
     [ "$t" = jsonl ] && dict=fuzz/jsonl.dict
     [ "$t" = tokenizer_load ] && dict=fuzz/tokenizer.dict
     [ "$t" = chat_template ] && dict=fuzz/chat_template.dict
+    [ "$t" = audio ] && dict=fuzz/audio.dict
     case $t in tokenizer_encode|tokenizer_decode) dict= ;; esac   # no dictionary
     mkdir -p "$BUILD/corpus/$t" "$BUILD/crashes/$t" tests/data/fuzz-regressions/$t
     log=$BUILD/long_$t.log
     start=$(date +%s)
     ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1:max_allocation_size_mb=256 \
+    LSAN_OPTIONS=suppressions=fuzz/lsan.supp \
     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
         "$BUILD/fuzz_$t" -runs="$left" -timeout=10 -rss_limit_mb=2048 ${dict:+-dict="$dict"} \
             -artifact_prefix="$BUILD/crashes/$t/" -print_final_stats=1 ${FUZZ_MAX_LEN:+-max_len=$FUZZ_MAX_LEN} \

@@ -8,7 +8,7 @@
 BUILD=${1:-build-fuzz}
 SECONDS_PER=${2:-60}
 [ $# -gt 2 ] && shift 2 && TARGETS="$*"
-TARGETS=${TARGETS:-"onnx model npy tensor_pb external optim_state jsonl chat_template tokenizer_load tokenizer_encode tokenizer_decode generation"}
+TARGETS=${TARGETS:-"onnx model npy tensor_pb external optim_state jsonl chat_template tokenizer_load tokenizer_encode tokenizer_decode generation audio"}
 SEEDS=$BUILD/seeds
 REG=tests/data/fuzz-regressions
 
@@ -50,6 +50,20 @@ make_seeds() {
     collect "$SEEDS/optim_state" fuzz/seeds/optim_state -name '*.state'
     collect "$SEEDS/jsonl" fuzz/seeds/jsonl bench/finetune/data -name '*.jsonl'
     collect "$SEEDS/generation" tests/data/pipelines -name '*config.json'
+    # fuzz_audio: the first byte picks the rate and extractors; the shipped clips' first
+    # 6,000 bytes (their headers and some samples), and FLAC and OGG clips when sox is here
+    mkdir -p "$SEEDS/audio"
+    for f in tests/data/pipelines/media/*.wav; do
+        [ -f "$f" ] && { printf '\000'; head -c 6000 "$f"; } > "$SEEDS/audio/$(basename "$f")"
+    done
+    if command -v sox >/dev/null 2>&1; then
+        for spec in "8000 1 flac" "22050 2 ogg" "16000 1 ogg" "44100 2 flac"; do
+            set -- $spec
+            sox -n -r "$1" -c "$2" "$SEEDS/audio/t.$3" synth 0.1 sine 440 2>/dev/null &&
+                { printf '\021'; cat "$SEEDS/audio/t.$3"; } > "$SEEDS/audio/sox_$1_$2.$3" &&
+                rm -f "$SEEDS/audio/t.$3"
+        done
+    fi
     touch "$SEEDS/.done"
 }
 
@@ -103,6 +117,7 @@ for t in $TARGETS; do
     [ "$t" = optim_state ] && dict=fuzz/optim_state.dict
     [ "$t" = jsonl ] && dict=fuzz/jsonl.dict
     [ "$t" = chat_template ] && dict=fuzz/chat_template.dict
+    [ "$t" = audio ] && dict=fuzz/audio.dict
     # Text and id sequences take no dictionary (libFuzzer refuses an empty one).
     case $t in tokenizer_load) dict=fuzz/tokenizer.dict ;; tokenizer_encode|tokenizer_decode) dict= ;; esac
     mkdir -p "$BUILD/corpus/$t" "$BUILD/crashes/$t" "$REG/$t"
@@ -113,6 +128,7 @@ for t in $TARGETS; do
     # (its attributes say so); what must hold is that a refused allocation ends in an
     # error, never a crash.
     ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1:max_allocation_size_mb=256 \
+    LSAN_OPTIONS=suppressions=fuzz/lsan.supp \
     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
         "$bin" $LIMIT -timeout=10 -rss_limit_mb=2048 \
             ${dict:+-dict="$dict"} -artifact_prefix="$BUILD/crashes/$t/" -print_final_stats=1 \
