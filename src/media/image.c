@@ -1,7 +1,11 @@
 /* Images for the vision pipelines: PNG (libpng), JPEG (libjpeg-turbo, default islow IDCT
  * and fancy upsampling, as libvips uses it) and WebP (libwebp) files to 8-bit pixels with
  * their channels kept, and libvips's affine resize and sharp's crop as transformers.js runs
- * them in node. Not the ImageDecoder operator, which follows PIL (alpha stripped, no EXIF). */
+ * them in node. The ONNX ImageDecoder operator decodes these three formats here too (without
+ * the EXIF step, alpha then dropped); its other formats and PIL conversions are its own. */
+#if !__has_include(<jpeglib.h>) || !__has_include(<png.h>) || !__has_include(<webp/decode.h>)
+#error "images need libjpeg62-turbo-dev, libpng-dev and libwebp-dev: run tools/install-deps.sh"
+#endif
 #include <errno.h>
 #include <math.h>
 #include <setjmp.h>
@@ -106,7 +110,8 @@ static void jpeg_on_message(j_common_ptr ci, int level) {
     if (level < 0 && ci->err->msg_code == JWRN_JPEG_EOF) jpeg_on_error(ci);
 }
 
-static tm_status decode_jpeg(const uint8_t *d, size_t n, const char *path, tm__image *im, tm_error *err) {
+static tm_status decode_jpeg(const uint8_t *d, size_t n, const char *path, int orient, tm__image *im,
+                             tm_error *err) {
     struct jpeg_decompress_struct ci;
     jpeg_fail jf;
     tm__image got = {0};
@@ -156,7 +161,7 @@ static tm_status decode_jpeg(const uint8_t *d, size_t n, const char *path, tm__i
     jpeg_finish_decompress(&ci);
     jpeg_destroy_decompress(&ci);
     free(row);
-    s = apply_orientation(&got, orientation, path, err);
+    s = orient ? apply_orientation(&got, orientation, path, err) : TM_OK;
     if (s) {
         free(got.px);
         return s;
@@ -188,7 +193,8 @@ static void png_on_error(png_structp p, png_const_charp msg) {
 
 static void png_on_warning(png_structp p, png_const_charp msg) { (void)p, (void)msg; }
 
-static tm_status decode_png(const uint8_t *d, size_t n, const char *path, tm__image *im, tm_error *err) {
+static tm_status decode_png(const uint8_t *d, size_t n, const char *path, int orient, tm__image *im,
+                            tm_error *err) {
     png_source src = {d, n, 0, ""};
     png_structp p = png_create_read_struct(PNG_LIBPNG_VER_STRING, &src, png_on_error, png_on_warning);
     png_infop info = p ? png_create_info_struct(p) : NULL;
@@ -230,7 +236,7 @@ static tm_status decode_png(const uint8_t *d, size_t n, const char *path, tm__im
 #endif
     png_destroy_read_struct(&p, &info, NULL);
     free(rows);
-    s = apply_orientation(&got, orientation, path, err);
+    s = orient ? apply_orientation(&got, orientation, path, err) : TM_OK;
     if (s) {
         free(got.px);
         return s;
@@ -276,19 +282,18 @@ tm_status tm__image_load(const char *path, tm__image *out, tm_error *err) {
         free(d);
         return tm__fail(err, TM_ERR_IO, "cannot read image '%s'", path);
     }
-    tm_status s;
-    if (n == 0)
-        s = tm__fail(err, TM_ERR_PARSE, "%s: empty file, not an image", path);
-    else if (n >= 3 && !memcmp(d, "\xFF\xD8\xFF", 3))
-        s = decode_jpeg(d, n, path, out, err);
-    else if (n >= 8 && !memcmp(d, "\x89PNG\r\n\x1A\n", 8))
-        s = decode_png(d, n, path, out, err);
-    else if (n >= 12 && !memcmp(d, "RIFF", 4) && !memcmp(d + 8, "WEBP", 4))
-        s = decode_webp(d, n, path, out, err);
-    else
-        s = tm__fail(err, TM_ERR_UNSUPPORTED, "%s: not a PNG, JPEG or WebP image", path);
+    tm_status s = tm__image_decode(d, n, path, 1, out, err);
     free(d);
     return s;
+}
+
+tm_status tm__image_decode(const uint8_t *d, size_t n, const char *what, int orient, tm__image *out,
+                           tm_error *err) {
+    if (n == 0) return tm__fail(err, TM_ERR_PARSE, "%s: empty file, not an image", what);
+    if (n >= 3 && !memcmp(d, "\xFF\xD8\xFF", 3)) return decode_jpeg(d, n, what, orient, out, err);
+    if (n >= 8 && !memcmp(d, "\x89PNG\r\n\x1A\n", 8)) return decode_png(d, n, what, orient, out, err);
+    if (n >= 12 && !memcmp(d, "RIFF", 4) && !memcmp(d + 8, "WEBP", 4)) return decode_webp(d, n, what, out, err);
+    return tm__fail(err, TM_ERR_UNSUPPORTED, "%s: not a PNG, JPEG or WebP image", what);
 }
 
 tm_status tm__image_to_rgb(tm__image *im, tm_error *err) {

@@ -1,10 +1,11 @@
 /* Images in: a PNG, JPEG or WebP file decoded to 8-bit interleaved pixels as transformers.js
  * gets them in node (sharp: libvips over libpng/libjpeg-turbo/libwebp), and the pixel
- * operations its image processors ask sharp for (affine resize, crop). Not the ONNX
- * ImageDecoder operator (src/onnx/ops/image_decoder.c: PIL's conventions), not an encoder. */
+ * operations its image processors ask sharp for (affine resize, crop). Not an encoder; the
+ * ONNX ImageDecoder operator borrows the decoders (tm__image_decode). */
 #ifndef TM_MEDIA_IMAGE_H
 #define TM_MEDIA_IMAGE_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include "../../include/transmuter.h"
 
@@ -24,6 +25,10 @@ typedef struct tm__image {
  * (TM_ERR_INVALID_ARGUMENT). On error *out is untouched. */
 tm_status tm__image_load(const char *path, tm__image *out, tm_error *err);
 void tm__image_clear(tm__image *im);
+/* As tm__image_load, from encoded bytes in memory; `what` names them in errors, and the EXIF
+ * orientation is applied only when orient is 1. */
+tm_status tm__image_decode(const uint8_t *data, size_t n, const char *what, int orient, tm__image *out,
+                           tm_error *err);
 
 /* RawImage.rgb(): gray repeated into three channels, alpha dropped (not composited). */
 tm_status tm__image_to_rgb(tm__image *im, tm_error *err);
