@@ -285,6 +285,26 @@ expect_error('lanczos resampling', ['pipeline', 'image-classification', repo_wit
 expect_error('image-features: unknown processor', ['image-features', img('rgb_37x211.png'), '--processor', f'{tmp}/sam', '--out', tmp],
              "'SamImageProcessor' is not supported")
 
+# Truncated at many points and with header bytes flipped: every file decodes or fails with a
+# message naming it (never a crash).
+def robust(name, blob, suffix):
+    bad = []
+    cuts = sorted(set([1, 2, 3, 7, 8, 16, 33, 64, 100] + list(range(0, len(blob), max(1, len(blob) // 24)))))
+    variants = [blob[:c] for c in cuts if c < len(blob)]
+    for i in range(min(64, len(blob))):
+        variants.append(blob[:i] + bytes([blob[i] ^ 0xff]) + blob[i + 1:])
+    for k, v in enumerate(variants):
+        path = f'{tmp}/robust-{k}{suffix}'
+        open(path, 'wb').write(v)
+        r = subprocess.run([tm, 'image-features', path, '--out', f'{tmp}/robust'], capture_output=True, text=True)
+        if r.returncode != 0 and (r.returncode not in (1, 2) or path not in r.stderr):
+            bad.append(f'variant {k}: exit {r.returncode} {r.stderr.strip()[:80]}')
+    ok(f'{name}: {len(variants)} cut or byte-flipped copies decode or fail naming the file', '; '.join(bad[:3]) or None)
+robust('PNG', pngdata, '.png')
+robust('JPEG', jpg, '.jpg')
+if os.path.exists(f'{tmp}/rgba.webp'):
+    robust('WebP', webp, '.webp')
+
 shutil.rmtree(tmp, ignore_errors=True)
 for what, v in worst.items():
     print(f'max |diff| {what}: {v:.3g}')
