@@ -4,7 +4,8 @@
 # clip-zeroshot (zero-shot-image-classification), detr-det (object-detection) and dpt-depth
 # (depth-estimation) replayed through `transmuter pipeline TASK REPO --call` (labels exact,
 # scores, boxes and depths within 1e-4, the uint8 depth image within one on at most 0.1% of
-# its pixels, its scaling exact on transformers.js's own depths); the image processors'
+# its pixels, its scaling exact on transformers.js's own depths); image-feature-extraction's
+# logits against the recorded classifications; the image processors'
 # pixel_values (`transmuter image-features`) against transformers.js's, bit for bit (their
 # sha256, shapes and sizes in vision.pixel_values.json: the arrays themselves are 2-4 MB each);
 # decoding (channels as sharp reports them; EXIF orientation; 16-bit, gray + alpha and
@@ -239,6 +240,20 @@ r = subprocess.run([tm, 'pipeline', 'depth-estimation', P, img('rgb_37x211.png')
 ok('depth-estimation readable', None if r.returncode == 0 and '# tensor [211, 37]' in r.stdout and '# image 37x211, 1 channel(s)' in r.stdout
    else r.stdout[:200] + r.stderr[:200])
 
+# image-feature-extraction (no recorded call): vit-cls's logits, whose softmax must give the
+# recorded image-classification scores; a batch stacks the images' rows
+r, got = run_json(['pipeline', 'image-feature-extraction', V, img('rgb_640x480.jpg'), img('rgb_37x211.png'), '--json'])
+if got is None or got.get('dims') != [2, 10]:
+    ok('image-feature-extraction: logits (2, 10) for two images', r.stdout[:200] + r.stderr[:200])
+else:
+    id2label = json.load(open(f'{V}/config.json'))['id2label']
+    problem = None
+    for row, n in ((0, 1), (1, 4)):
+        x = np.array(got['data'][row * 10:(row + 1) * 10], dtype=np.float64)
+        e = np.exp(x - x.max()); sm = e / e.sum()
+        top = [{'label': id2label[str(i)], 'score': float(sm[i])} for i in np.argsort(-sm, kind='stable')[:3]]
+        problem = problem or diff(cases[('vit-cls', n)]['output'], top, 'vit-cls scores/boxes')
+    ok('image-feature-extraction: softmax of its logits gives the recorded classification', problem)
 # ---- errors ----------------------------------------------------------------------------------
 def expect_error(name, args, want):
     r = subprocess.run([tm] + args, capture_output=True, text=True)
@@ -278,6 +293,8 @@ def repo_with(name, change):
     cfg.update(change)
     json.dump(cfg, open(f'{path}/preprocessor_config.json', 'w'))
     return path
+expect_error('image-feature-extraction pool without pooler_output', ['pipeline', 'image-feature-extraction', V, img('rgb_37x211.png'),
+             '--options', '{"pool":true}'], "no pooled output")
 expect_error('an unknown image processor', ['pipeline', 'image-classification', repo_with('sam', {'image_processor_type': 'SamImageProcessor'}),
              img('rgb_37x211.png')], "image processor 'SamImageProcessor' is not supported")
 expect_error('lanczos resampling', ['pipeline', 'image-classification', repo_with('lanczos', {'resample': 1}), img('rgb_37x211.png')],

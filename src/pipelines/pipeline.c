@@ -18,7 +18,7 @@ static const tm__task *const tasks[] = {
     &tm__task_text_generation, &tm__task_text2text_generation, &tm__task_summarization,
     &tm__task_translation, &tm__task_audio_classification, &tm__task_automatic_speech_recognition,
     &tm__task_image_classification, &tm__task_zero_shot_image_classification, &tm__task_object_detection,
-    &tm__task_depth_estimation,
+    &tm__task_depth_estimation, &tm__task_image_feature_extraction,
 };
 
 static const tm__task *find_task(const char *name) {
@@ -33,7 +33,7 @@ const char *tm_pipeline_tasks(void) {
            "token-classification (ner), zero-shot-classification, fill-mask, question-answering, "
            "text-generation, text2text-generation, summarization, translation, audio-classification, "
            "automatic-speech-recognition, image-classification, zero-shot-image-classification, "
-           "object-detection, depth-estimation";
+           "object-detection, depth-estimation, image-feature-extraction";
 }
 
 /* tokenizer_config.json's padding_side and tokenizer.json's special added tokens. */

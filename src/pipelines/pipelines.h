@@ -119,6 +119,7 @@ extern const tm__task tm__task_image_classification;
 extern const tm__task tm__task_zero_shot_image_classification;
 extern const tm__task tm__task_object_detection;
 extern const tm__task tm__task_depth_estimation;
+extern const tm__task tm__task_image_feature_extraction;
 
 /* ---- Audio tasks (audio.c) ---------------------------------------------------------------- */
 
