@@ -94,6 +94,16 @@ static void print_readable(const tm_json *v, int depth) {
             printf("%s%.6g%s", i % last ? " " : "", data->items[i].number, (i + 1) % last ? "" : "\n");
         return;
     }
+    if (type && type->type == TM_JSON_STRING && !strcmp(type->string, "RawImage")) {
+        /* depth-estimation's uint8 image: one line per row of pixels */
+        const tm_json *w = tm_json_get(v, "width"), *h = tm_json_get(v, "height"), *c = tm_json_get(v, "channels");
+        const tm_json *data = tm_json_get(v, "data");
+        int last = w && c ? (int)(w->number * c->number) : 1;
+        printf("# image %gx%g, %g channel(s)\n", w ? w->number : 0, h ? h->number : 0, c ? c->number : 0);
+        for (int i = 0; data && last > 0 && i < data->n; i++)
+            printf("%s%g%s", i % last ? " " : "", data->items[i].number, (i + 1) % last ? "" : "\n");
+        return;
+    }
     if (v->type == TM_JSON_ARRAY) {
         for (int i = 0; i < v->n; i++) {
             if (i && v->items[i].type == TM_JSON_ARRAY) printf("\n");
@@ -107,7 +117,17 @@ static void print_readable(const tm_json *v, int depth) {
             printf("%s%s: ", i ? "  " : "", v->keys[i]);
             if (x->type == TM_JSON_STRING) printf("%s", x->string);
             else if (x->type == TM_JSON_NUMBER) printf("%.6g", x->number);
-            else if (x->type == TM_JSON_ARRAY) {
+            else if (x->type == TM_JSON_OBJECT && tm_json_get(x, "_type")) {
+                printf("\n");
+                print_readable(x, depth + 1);
+                continue;
+            } else if (x->type == TM_JSON_OBJECT) {
+                /* object-detection's box: {xmin: 151, ymin: 333, ...} on the same line */
+                printf("{");
+                for (int j = 0; j < x->n; j++)
+                    if (x->items[j].type == TM_JSON_NUMBER) printf("%s%s: %.6g", j ? ", " : "", x->keys[j], x->items[j].number);
+                printf("}");
+            } else if (x->type == TM_JSON_ARRAY) {
                 for (int j = 0; j < x->n; j++) {
                     if (x->items[j].type == TM_JSON_STRING) printf("%s%s", j ? ", " : "", x->items[j].string);
                     else printf("%s%.6g", j ? ", " : "", x->items[j].number);
@@ -200,7 +220,10 @@ static void pipeline_usage(FILE *f) {
             "question-answering: QUESTION CONTEXT; a chat for text-generation goes in --call\n"
             "(e.g. {\"inputs\": [[{\"role\": \"user\", \"content\": \"Hi\"}]]}); audio-classification\n"
             "and automatic-speech-recognition: sound files (WAV, FLAC, OGG, ...) or .npy float32\n"
-            "waveforms (preprocessor_config.json instead of a tokenizer for audio-classification).\n"
+            "waveforms (preprocessor_config.json instead of a tokenizer for audio-classification);\n"
+            "image-classification, object-detection and depth-estimation: image files (PNG, JPEG,\n"
+            "WebP; object-detection one per call); zero-shot-image-classification: IMAGE LABEL...\n"
+            "(options hypothesis_template; top_k, threshold, percentage as transformers.js).\n"
             "--dtype fp32|fp16|q8|int8|uint8|q4|q4f16|bnb4 picks onnx/model{,_fp16,_quantized,...}.onnx;\n"
             "--options JSON the call's options (e.g. '{\"top_k\":null}'), --load JSON the load\n"
             "options (dtype, model_file_name, subfolder, threads).\n"
@@ -272,7 +295,7 @@ static void load_json(const args *a, text *t) {
 /* Positional texts as the call's arguments for task. */
 static void inputs_json(const char *task, const char *const *pos, int n, text *t) {
     adds(t, "[");
-    if (!strcmp(task, "zero-shot-classification")) {
+    if (!strcmp(task, "zero-shot-classification") || !strcmp(task, "zero-shot-image-classification")) {
         add_string(t, pos[0], strlen(pos[0]));
         adds(t, ",[");
         for (int i = 1; i < n; i++) {
@@ -301,7 +324,10 @@ static void inputs_json(const char *task, const char *const *pos, int n, text *t
 static int run_task(const char *task, const char *repo, args *a, int first, void (*usage)(FILE *)) {
     int n = a->n - first;
     const char *const *pos = a->pos + first;
-    int need = !strcmp(task, "zero-shot-classification") || !strcmp(task, "question-answering") ? 2 : 1;
+    int need = !strcmp(task, "zero-shot-classification") || !strcmp(task, "zero-shot-image-classification") ||
+                       !strcmp(task, "question-answering")
+                   ? 2
+                   : 1;
     if (n < need || (!strcmp(task, "question-answering") && n != 2)) {
         usage(stderr);
         return 2;

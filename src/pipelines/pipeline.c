@@ -9,6 +9,7 @@
 #include "../core/status.h"
 #include "../hub/hub.h"
 #include "audio_features.h"
+#include "image_processor.h"
 
 /* The task table: one entry per file of src/pipelines/ that defines a task. */
 static const tm__task *const tasks[] = {
@@ -16,6 +17,8 @@ static const tm__task *const tasks[] = {
     &tm__task_zero_shot_classification, &tm__task_fill_mask, &tm__task_question_answering,
     &tm__task_text_generation, &tm__task_text2text_generation, &tm__task_summarization,
     &tm__task_translation, &tm__task_audio_classification, &tm__task_automatic_speech_recognition,
+    &tm__task_image_classification, &tm__task_zero_shot_image_classification, &tm__task_object_detection,
+    &tm__task_depth_estimation, &tm__task_image_feature_extraction,
 };
 
 static const tm__task *find_task(const char *name) {
@@ -29,7 +32,8 @@ const char *tm_pipeline_tasks(void) {
     return "feature-extraction (embeddings), text-classification (sentiment-analysis), "
            "token-classification (ner), zero-shot-classification, fill-mask, question-answering, "
            "text-generation, text2text-generation, summarization, translation, audio-classification, "
-           "automatic-speech-recognition";
+           "automatic-speech-recognition, image-classification, zero-shot-image-classification, "
+           "object-detection, depth-estimation, image-feature-extraction";
 }
 
 /* tokenizer_config.json's padding_side and tokenizer.json's special added tokens. */
@@ -154,7 +158,7 @@ tm_status tm_pipeline_create(const char *task, const char *repo, const char *loa
         tm__error_clear(&e);
         const char *src = p->repo->hub_repo ? repo : p->repo->dir;
         s = tm_tokenizer_load(src, NULL, &p->tok, &e);
-        if (s == TM_ERR_NOT_FOUND && t->takes_audio) s = TM_OK;   /* the task's check decides */
+        if (s == TM_ERR_NOT_FOUND && t->takes != TM__TAKES_TEXT) s = TM_OK;   /* the task's check decides */
         else if (s == TM_ERR_NOT_FOUND) s = tm__fail(err, s, "%s: no tokenizer.json (%s needs a tokenizer)", repo, task);
         else if (s) tm__error_copy(err, &e);
     }
@@ -166,7 +170,7 @@ tm_status tm_pipeline_create(const char *task, const char *repo, const char *loa
     if (!s) s = load_model(p, load, err);
     if (!s) {
         p->has_token_type_ids = tm_model_input_index(p->model, "token_type_ids") >= 0;
-        if (!t->takes_audio && tm_model_input_index(p->model, "input_ids") < 0)
+        if (t->takes == TM__TAKES_TEXT && tm_model_input_index(p->model, "input_ids") < 0)
             s = tm__fail(err, TM_ERR_UNSUPPORTED, "%s: the model has no input_ids input (%s takes text)",
                          p->onnx_file, task);
     }
@@ -239,5 +243,6 @@ void tm_pipeline_free(tm_pipeline *p) {
     free(p->onnx_file);
     free(p->special_ids);
     tm__audio_fe_free(p->audio_fe);
+    tm__image_proc_free(p->image_proc);
     free(p);
 }

@@ -75,7 +75,12 @@ struct tm_pipeline {
     /* Audio tasks: preprocessor_config.json's feature extractor (the tokenizer is then
      * optional: tok NULL without tokenizer.json). */
     struct tm__audio_fe *audio_fe;
+    /* Vision tasks: preprocessor_config.json's image processor. */
+    struct tm__image_proc *image_proc;
 };
+
+/* A task's inputs (the audio tasks' tables write 1). */
+typedef enum tm__takes { TM__TAKES_TEXT, TM__TAKES_AUDIO, TM__TAKES_IMAGE } tm__takes;
 
 /* A task: its name (and alias), what the model must offer (checked at creation), and the
  * call. inputs is the array of positional arguments; options an object or NULL. */
@@ -88,9 +93,9 @@ struct tm__task {
     /* 1: an encoder-decoder, loaded as transformers.js loads one: SUBFOLDER/encoder_model
      * and SUBFOLDER/decoder_model_merged for the dtype (model_file_name does not apply). */
     int encoder_decoder;
-    /* 1: the task takes audio (a model without input_ids, a tokenizer only if the task
-     * asks for one in its check). */
-    int takes_audio;
+    /* What the task takes: text (the model must have input_ids), audio or images (a
+     * tokenizer then only if the task asks for one in its check). */
+    tm__takes takes;
     /* Called on the opened repository before the tokenizer and the model are loaded
      * (NULL: nothing): the audio tasks read preprocessor_config.json there and refuse
      * model types they cannot run before looking for ONNX files. */
@@ -110,6 +115,11 @@ extern const tm__task tm__task_summarization;
 extern const tm__task tm__task_translation;
 extern const tm__task tm__task_audio_classification;
 extern const tm__task tm__task_automatic_speech_recognition;
+extern const tm__task tm__task_image_classification;
+extern const tm__task tm__task_zero_shot_image_classification;
+extern const tm__task tm__task_object_detection;
+extern const tm__task tm__task_depth_estimation;
+extern const tm__task tm__task_image_feature_extraction;
 
 /* ---- Audio tasks (audio.c) ---------------------------------------------------------------- */
 
@@ -124,6 +134,25 @@ tm_status tm__audio_inputs(const tm_json *inputs, const char ***paths, size_t *n
  * those it takes and returns the named outputs as float32 tensors (as tm__batch_run). */
 tm_status tm__audio_run(tm_pipeline *p, const char *path, int n_out, const char *const *names,
                         tm_tensor **out, tm_error *err);
+
+/* ---- Vision tasks (vision.c) ------------------------------------------------------------ */
+
+/* The prepare step of the vision tasks: preprocessor_config.json (required) into
+ * p->image_proc (an unknown image_processor_type is refused here, before the model loads). */
+tm_status tm__vision_prepare(tm_pipeline *p, tm_error *err);
+/* The call's first argument as image paths: a string (*batched 0) or an array of them
+ * (*batched 1). *paths as tm__strings. */
+tm_status tm__vision_inputs(const tm_json *inputs, const char ***paths, size_t *n, int *batched,
+                            tm_error *err);
+/* Loads one image, preprocesses it, runs the model on pixel_values (and DETR's pixel_mask
+ * when the model takes it) plus n_extra more named inputs, and returns the named outputs as
+ * float32 tensors (as tm__batch_run). size gets the image's (height, width) as read. */
+tm_status tm__vision_run(tm_pipeline *p, const char *path, int n_extra, const char *const *extra_names,
+                         const tm_tensor *const *extra, int n_out, const char *const *names,
+                         tm_tensor **out, int64_t size[2], tm_error *err);
+/* transformers.js's maths.softmax on a Float32Array: exps and results rounded to float32,
+ * the sum in doubles. */
+void tm__softmax_f32(const float *x, size_t n, double *out);
 
 /* ---- Generation tasks (generation_task.c) ---------------------------------------------- */
 

@@ -1,24 +1,20 @@
 /* ImageDecoder: decodes an encoded image (1-D uint8) on the host into an (H, W, C) uint8
- * constant, RGB/BGR (C = 3) or Grayscale (C = 1). JPEG, PNG, TIFF, WebP and JPEG 2000 go
- * through Debian's libraries; BMP and PNM are decoded here. Not encoding, not animation
+ * constant, RGB/BGR (C = 3) or Grayscale (C = 1). JPEG, PNG and WebP go through
+ * src/media/image.c's decoders (the vision pipelines'), TIFF and JPEG 2000 through Debian's
+ * libraries; BMP and PNM are decoded here. Not encoding, not animation
  * (the first frame only), no colour management. Undecodable bytes give an empty image,
  * as the spec says. */
-#if !__has_include(<jpeglib.h>) || !__has_include(<png.h>) || !__has_include(<tiffio.h>) || \
-    !__has_include(<webp/decode.h>) || !__has_include(<openjpeg-2.5/openjpeg.h>)
-#error "ImageDecoder needs libjpeg62-turbo-dev, libpng-dev, libtiff-dev, libwebp-dev and libopenjp2-7-dev: run tools/install-deps.sh"
+#if !__has_include(<tiffio.h>) || !__has_include(<openjpeg-2.5/openjpeg.h>)
+#error "ImageDecoder needs libtiff-dev and libopenjp2-7-dev (and src/media/image.c's libraries): run tools/install-deps.sh"
 #endif
-#include <setjmp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <jpeglib.h>
-#include <jerror.h>
-#include <png.h>
 #include <tiffio.h>
-#include <webp/decode.h>
 #include <openjpeg-2.5/openjpeg.h>
 #include "../lower.h"
+#include "../../media/image.h"
 
 #define WHY_LEN 160
 /* Larger images are refused rather than risking huge allocations from a forged header. */
@@ -62,125 +58,23 @@ static int image_alloc(image *im, int64_t h, int64_t w, int ch, char *why) {
     return 0;
 }
 
-/* ---- JPEG (libjpeg-turbo: default islow IDCT and fancy upsampling, as PIL) --------- */
+/* ---- JPEG, PNG and WebP: src/media/image.c's decoders (libjpeg-turbo with its default
+ * islow IDCT and fancy upsampling, as PIL; libpng with 16 bits cut to their high byte;
+ * libwebp), without the EXIF orientation PIL's Image.open does not apply either; alpha
+ * dropped, gray kept gray. A truncated stream fails, as it does in PIL. -------------- */
 
-typedef struct jpeg_fail_mgr {
-    struct jpeg_error_mgr mgr;
-    jmp_buf jb;
-} jpeg_fail_mgr;
-
-static void jpeg_on_error(j_common_ptr ci) {
-    longjmp(((jpeg_fail_mgr *)ci->err)->jb, 1);
-}
-
-/* Warnings are quiet, but a truncated stream (which libjpeg pads with gray) fails, as
- * it does in PIL. */
-static void jpeg_on_message(j_common_ptr ci, int level) {
-    if (level < 0 && ci->err->msg_code == JWRN_JPEG_EOF) jpeg_on_error(ci);
-}
-
-/* Adobe writes inverted CMYK; others plain ink amounts. */
-static void cmyk_to_rgb(const uint8_t *in, uint8_t *out, JDIMENSION w, int inverted) {
-    for (JDIMENSION x = 0; x < w; x++, in += 4, out += 3) {
-        int k = inverted ? in[3] : 255 - in[3];
-        for (int i = 0; i < 3; i++) {
-            int c = inverted ? in[i] : 255 - in[i];
-            out[i] = (uint8_t)((c * k + 127) / 255);
-        }
-    }
-}
-
-static int decode_jpeg(const uint8_t *d, size_t n, image *im, char *why) {
-    struct jpeg_decompress_struct ci;
-    jpeg_fail_mgr err;
-    uint8_t *volatile row = NULL;
-    ci.err = jpeg_std_error(&err.mgr);
-    err.mgr.error_exit = jpeg_on_error;
-    err.mgr.emit_message = jpeg_on_message;
-    if (setjmp(err.jb)) {
-        char msg[JMSG_LENGTH_MAX];
-        (*ci.err->format_message)((j_common_ptr)&ci, msg);
-        fail(why, "%s", msg);
-        jpeg_destroy_decompress(&ci);
-        free(row);
-        free(im->px);
-        im->px = NULL;
+static int decode_media(const uint8_t *d, size_t n, image *im, char *why) {
+    tm__image m = {0};
+    tm_error e;
+    memset(&e, 0, sizeof e);
+    if (tm__image_decode(d, n, "image", 0, &m, &e)) return fail(why, "%s", e.message);
+    int ch = m.channels >= 3 ? 3 : 1;
+    if (image_alloc(im, m.h, m.w, ch, why)) {
+        tm__image_clear(&m);
         return -1;
     }
-    jpeg_create_decompress(&ci);
-    jpeg_mem_src(&ci, d, (unsigned long)n);
-    jpeg_read_header(&ci, TRUE);
-    int cmyk = ci.jpeg_color_space == JCS_CMYK || ci.jpeg_color_space == JCS_YCCK;
-    int gray = ci.jpeg_color_space == JCS_GRAYSCALE;
-    ci.out_color_space = cmyk ? JCS_CMYK : gray ? JCS_GRAYSCALE : JCS_RGB;
-    jpeg_start_decompress(&ci);
-    if (image_alloc(im, ci.output_height, ci.output_width, gray ? 1 : 3, why)) {
-        jpeg_destroy_decompress(&ci);
-        return -1;
-    }
-    if (cmyk && !(row = malloc((size_t)ci.output_width * 4))) ERREXIT1(&ci, JERR_OUT_OF_MEMORY, 0);
-    while (ci.output_scanline < ci.output_height) {
-        uint8_t *dst = im->px + (size_t)ci.output_scanline * ci.output_width * im->ch;
-        JSAMPROW r = cmyk ? row : dst;
-        jpeg_read_scanlines(&ci, &r, 1);
-        if (cmyk) cmyk_to_rgb(row, dst, ci.output_width, ci.saw_Adobe_marker);
-    }
-    jpeg_finish_decompress(&ci);
-    jpeg_destroy_decompress(&ci);
-    free(row);
-    return 0;
-}
-
-/* ---- PNG (libpng): palette and low bit depths expanded, 16 bits cut to their high
- * byte, alpha dropped, gray kept gray ------------------------------------------------ */
-
-static void png_on_read(png_structp p, png_bytep out, size_t len) {
-    membuf *m = png_get_io_ptr(p);
-    if (len > m->n - m->pos) png_error(p, "truncated stream");
-    memcpy(out, m->d + m->pos, len);
-    m->pos += len;
-}
-
-static void png_on_error(png_structp p, png_const_charp msg) {
-    snprintf(png_get_error_ptr(p), WHY_LEN, "%s", msg);
-    png_longjmp(p, 1);
-}
-
-static void png_on_warning(png_structp p, png_const_charp msg) { (void)p, (void)msg; }
-
-static int decode_png(const uint8_t *d, size_t n, image *im, char *why) {
-    membuf m = {d, n, 0};
-    png_structp p = png_create_read_struct(PNG_LIBPNG_VER_STRING, why, png_on_error, png_on_warning);
-    png_infop info = p ? png_create_info_struct(p) : NULL;
-    png_bytep *volatile rows = NULL;
-    if (!info) {
-        png_destroy_read_struct(&p, NULL, NULL);
-        snprintf(why, WHY_LEN, "out of memory");
-        return -1;
-    }
-    if (setjmp(png_jmpbuf(p))) {
-        png_destroy_read_struct(&p, &info, NULL);
-        free(rows);
-        free(im->px);
-        im->px = NULL;
-        return -1;
-    }
-    png_set_read_fn(p, &m, png_on_read);
-    png_read_info(p, info);
-    int gray = !(png_get_color_type(p, info) & PNG_COLOR_MASK_COLOR);
-    png_set_expand(p);
-    png_set_strip_16(p);
-    png_set_strip_alpha(p);
-    png_set_interlace_handling(p);
-    png_read_update_info(p, info);
-    png_uint_32 w = png_get_image_width(p, info), h = png_get_image_height(p, info);
-    if (png_get_rowbytes(p, info) != (size_t)w * (gray ? 1 : 3)) png_error(p, "unexpected row layout");
-    if (image_alloc(im, h, w, gray ? 1 : 3, why)) png_longjmp(p, 1);
-    if (!(rows = malloc(h * sizeof *rows))) png_error(p, "out of memory");
-    for (png_uint_32 y = 0; y < h; y++) rows[y] = im->px + (size_t)y * w * im->ch;
-    png_read_image(p, rows);
-    png_destroy_read_struct(&p, &info, NULL);
-    free(rows);
+    for (int64_t i = 0; i < m.h * m.w; i++) memcpy(im->px + i * ch, m.px + i * m.channels, (size_t)ch);
+    tm__image_clear(&m);
     return 0;
 }
 
@@ -273,21 +167,6 @@ static int decode_tiff(const uint8_t *d, size_t n, image *im, char *why) {
         im->px = NULL;
     }
     return rc;
-}
-
-/* ---- WebP (libwebp, fancy upsampling as PIL) --------------------------------------- */
-
-static int decode_webp(const uint8_t *d, size_t n, image *im, char *why) {
-    int w, h;
-    if (!WebPGetInfo(d, n, &w, &h)) return fail(why, "not a WebP stream");
-    if (image_alloc(im, h, w, 3, why)) return -1;
-    size_t stride = (size_t)w * 3;
-    if (!WebPDecodeRGBInto(d, n, im->px, stride * (size_t)h, (int)stride)) {
-        free(im->px);
-        im->px = NULL;
-        return fail(why, "corrupt WebP stream");
-    }
-    return 0;
 }
 
 /* ---- JPEG 2000 (OpenJPEG, JP2 files and raw J2K codestreams) ----------------------- */
@@ -628,11 +507,10 @@ static int starts(const uint8_t *d, size_t n, const char *sig, size_t k) {
 }
 
 static int decode_any(const uint8_t *d, size_t n, image *im, char *why) {
-    if (starts(d, n, "\xFF\xD8\xFF", 3)) return decode_jpeg(d, n, im, why);
-    if (starts(d, n, "\x89PNG\r\n\x1A\n", 8)) return decode_png(d, n, im, why);
+    if (starts(d, n, "\xFF\xD8\xFF", 3) || starts(d, n, "\x89PNG\r\n\x1A\n", 8)) return decode_media(d, n, im, why);
     if (starts(d, n, "BM", 2)) return decode_bmp(d, n, im, why);
     if (starts(d, n, "II*\0", 4) || starts(d, n, "MM\0*", 4)) return decode_tiff(d, n, im, why);
-    if (starts(d, n, "RIFF", 4) && n >= 12 && !memcmp(d + 8, "WEBP", 4)) return decode_webp(d, n, im, why);
+    if (starts(d, n, "RIFF", 4) && n >= 12 && !memcmp(d + 8, "WEBP", 4)) return decode_media(d, n, im, why);
     if (starts(d, n, "\0\0\0\x0CjP  \r\n\x87\n", 12)) return decode_j2k(d, n, 1, im, why);
     if (starts(d, n, "\xFF\x4F\xFF\x51", 4)) return decode_j2k(d, n, 0, im, why);
     if (n >= 3 && d[0] == 'P' && d[1] >= '1' && d[1] <= '6') return decode_pnm(d, n, im, why);
