@@ -8,7 +8,7 @@
 BUILD=${1:-build-fuzz}
 SECONDS_PER=${2:-60}
 [ $# -gt 2 ] && shift 2 && TARGETS="$*"
-TARGETS=${TARGETS:-"onnx model npy tensor_pb external optim_state jsonl chat_template tokenizer_load tokenizer_encode tokenizer_decode generation audio"}
+TARGETS=${TARGETS:-"onnx model npy tensor_pb external optim_state jsonl chat_template tokenizer_load tokenizer_encode tokenizer_decode generation audio image"}
 SEEDS=$BUILD/seeds
 REG=tests/data/fuzz-regressions
 
@@ -55,6 +55,12 @@ make_seeds() {
     mkdir -p "$SEEDS/audio"
     for f in tests/data/pipelines/media/*.wav; do
         [ -f "$f" ] && { printf '\000'; head -c 6000 "$f"; } > "$SEEDS/audio/$(basename "$f")"
+    done
+    # fuzz_image: three selector bytes, then each shipped image under 24 KB
+    mkdir -p "$SEEDS/image"
+    find tests/data/pipelines/media -type f \( -name '*.png' -o -name '*.jpg' -o -name '*.webp' \) \
+        -size -24k 2>/dev/null | while read -r f; do
+        { printf '\001\037\027'; cat "$f"; } > "$SEEDS/image/$(basename "$f")"
     done
     if command -v sox >/dev/null 2>&1; then
         for spec in "8000 1 flac" "22050 2 ogg" "16000 1 ogg" "44100 2 flac"; do
@@ -118,6 +124,7 @@ for t in $TARGETS; do
     [ "$t" = jsonl ] && dict=fuzz/jsonl.dict
     [ "$t" = chat_template ] && dict=fuzz/chat_template.dict
     [ "$t" = audio ] && dict=fuzz/audio.dict
+    [ "$t" = image ] && dict=fuzz/image.dict
     # Text and id sequences take no dictionary (libFuzzer refuses an empty one).
     case $t in tokenizer_load) dict=fuzz/tokenizer.dict ;; tokenizer_encode|tokenizer_decode) dict= ;; esac
     mkdir -p "$BUILD/corpus/$t" "$BUILD/crashes/$t" "$REG/$t"
