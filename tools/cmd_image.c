@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/stat.h>
 #include "../include/transmuter.h"
 #include "../src/core/status.h"
@@ -37,18 +38,8 @@ static tm_status open_processor(const char *where, tm__image_proc **proc, tm_err
         snprintf(path, sizeof path, "%s/preprocessor_config.json", where);
     else
         snprintf(path, sizeof path, "%s", where);
-    FILE *f = fopen(path, "rb");
-    if (!f) return tm__fail(err, TM_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
-    char *text = NULL;
-    size_t n = 0;
-    if (fseek(f, 0, SEEK_END) == 0) {
-        long size = ftell(f);
-        if (size >= 0 && fseek(f, 0, SEEK_SET) == 0 && (text = malloc((size_t)size + 1)))
-            n = fread(text, 1, (size_t)size, f);
-    }
-    fclose(f);
-    tm_json *config = text ? tm_json_parse(text, n) : NULL;
-    free(text);
+    if (access(path, R_OK) != 0) return tm__fail(err, TM_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+    tm_json *config = tm_json_read_file(path);
     if (!config) return tm__fail(err, TM_ERR_PARSE, "%s: not valid JSON", path);
     tm_status s = tm__image_proc_open(config, path, proc, err);
     tm_json_free(config);

@@ -2,6 +2,7 @@
  * no trailing commas; nesting is bounded so a hostile answer cannot exhaust the stack.
  * Not for documents larger than memory: the tree is built whole. */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "json.h"
@@ -284,4 +285,18 @@ const tm_json *tm_json_get(const tm_json *v, const char *key) {
 const char *tm_json_get_string(const tm_json *v, const char *key) {
     const tm_json *s = tm_json_get(v, key);
     return s && s->type == TM_JSON_STRING ? s->string : NULL;
+}
+
+tm_json *tm_json_read_file(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *text = NULL;
+    long size = -1;
+    if (fseek(f, 0, SEEK_END) == 0 && (size = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0)
+        text = malloc((size_t)size + 1);
+    size_t got = text ? fread(text, 1, (size_t)size, f) : 0;
+    fclose(f);
+    tm_json *doc = text && got == (size_t)size ? tm_json_parse(text, got) : NULL;
+    free(text);
+    return doc;
 }

@@ -31,6 +31,9 @@ enum {
 /* As tm_json_parse with TM_JSON_* flags. */
 tm_json *tm_json_parse_ex(const char *text, size_t len, int flags);
 void tm_json_free(tm_json *v);
+/* The JSON document in the file at path, or NULL when it cannot be read or is not valid
+ * JSON (callers name the file in their error). */
+tm_json *tm_json_read_file(const char *path);
 /* The value of key in an object, or NULL (also when v is not an object). */
 const tm_json *tm_json_get(const tm_json *v, const char *key);
 /* The string value of key, or NULL when absent or not a string. */

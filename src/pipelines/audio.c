@@ -10,29 +10,11 @@
 #include "../media/audio.h"
 
 tm_status tm__audio_prepare(tm_pipeline *p, tm_error *err) {
-    char *path = NULL;
-    tm_status s = tm__repo_file(p->repo, "preprocessor_config.json", &path, err);
-    if (s == TM_ERR_NOT_FOUND)
-        return tm__fail(err, s, "%s: no preprocessor_config.json (%s needs a feature extractor)",
-                        p->repo->source, p->task->name);
+    tm_json *config = NULL;
+    char why[160];
+    snprintf(why, sizeof why, "%s needs a feature extractor", p->task->name);
+    tm_status s = tm__repo_json(p, "preprocessor_config.json", why, &config, err);
     if (s) return s;
-    FILE *f = fopen(path, "rb");
-    free(path);
-    char *text = NULL;
-    size_t n = 0;
-    if (f && fseek(f, 0, SEEK_END) == 0) {
-        long size = ftell(f);
-        if (size >= 0 && fseek(f, 0, SEEK_SET) == 0 && (text = malloc((size_t)size + 1)))
-            n = fread(text, 1, (size_t)size, f);
-    }
-    if (f) fclose(f);
-    tm_json *config = text ? tm_json_parse(text, n) : NULL;
-    free(text);
-    if (!config || config->type != TM_JSON_OBJECT) {
-        tm_json_free(config);
-        return tm__fail(err, TM_ERR_PARSE, "%s: cannot read preprocessor_config.json (not a JSON object)",
-                        p->repo->source);
-    }
     s = tm__audio_fe_open(config, p->repo->source, &p->audio_fe, err);
     tm_json_free(config);
     return s;

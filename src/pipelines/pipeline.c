@@ -48,19 +48,8 @@ static tm_status read_tokenizer_extras(tm_pipeline *p, tm_error *err) {
     char *path = NULL;
     tm_status s = tm__repo_file(p->repo, "tokenizer.json", &path, err);
     if (s) return s;
-    FILE *f = fopen(path, "rb");
+    tm_json *doc = tm_json_read_file(path);
     free(path);
-    if (!f) return tm__fail(err, TM_ERR_IO, "%s: cannot open tokenizer.json", p->repo->source);
-    char *text = NULL;
-    size_t n = 0;
-    if (fseek(f, 0, SEEK_END) == 0) {
-        long size = ftell(f);
-        if (size >= 0 && fseek(f, 0, SEEK_SET) == 0 && (text = malloc((size_t)size + 1)))
-            n = fread(text, 1, (size_t)size, f);
-    }
-    fclose(f);
-    tm_json *doc = text ? tm_json_parse(text, n) : NULL;
-    free(text);
     if (!doc) return tm__fail(err, TM_ERR_PARSE, "%s: cannot read tokenizer.json", p->repo->source);
     const tm_json *added = tm_json_get(doc, "added_tokens");
     int cap = added && added->type == TM_JSON_ARRAY ? added->n : 0;

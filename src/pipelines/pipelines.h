@@ -206,6 +206,9 @@ tm_status tm__encode_texts(const tm_pipeline *p, const tm_json *inputs, tm__batc
 /* Runs the model on named inputs and returns the named outputs as float32 tensors
  * (half-precision outputs converted), each a new tensor; at most 8. A missing output is
  * TM_ERR_NOT_FOUND naming it. */
+/* The repo's JSON object file rel (e.g. "preprocessor_config.json"), parsed. Not there:
+ * TM_ERR_NOT_FOUND saying "no REL (WHY)"; unreadable or not an object: TM_ERR_PARSE. */
+tm_status tm__repo_json(tm_pipeline *p, const char *rel, const char *why, tm_json **out, tm_error *err);
 tm_status tm__run_model(tm_pipeline *p, int n_in, const char *const *in_names,
                         const tm_tensor *const *in, int n_out, const char *const *names, tm_tensor **out,
                         tm_error *err);

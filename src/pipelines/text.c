@@ -107,6 +107,21 @@ tm_status tm__to_f32(const tm_tensor *t, const char *name, tm_tensor **out, tm_e
     return TM_OK;
 }
 
+tm_status tm__repo_json(tm_pipeline *p, const char *rel, const char *why, tm_json **out, tm_error *err) {
+    char *path = NULL;
+    tm_status s = tm__repo_file(p->repo, rel, &path, err);
+    if (s == TM_ERR_NOT_FOUND) return tm__fail(err, s, "%s: no %s (%s)", p->repo->source, rel, why);
+    if (s) return s;
+    tm_json *doc = tm_json_read_file(path);
+    free(path);
+    if (!doc || doc->type != TM_JSON_OBJECT) {
+        tm_json_free(doc);
+        return tm__fail(err, TM_ERR_PARSE, "%s: cannot read %s (not a JSON object)", p->repo->source, rel);
+    }
+    *out = doc;
+    return TM_OK;
+}
+
 tm_status tm__run_model(tm_pipeline *p, int n_in, const char *const *in_names,
                         const tm_tensor *const *in, int n_out, const char *const *names, tm_tensor **out,
                         tm_error *err) {
