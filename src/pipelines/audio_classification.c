@@ -20,35 +20,15 @@ static tm_status put_clip(tm_pipeline *p, const tm_tensor *logits, int64_t top_k
     size_t L = (size_t)dims[1];
     const float *x = tm_tensor_data((tm_tensor *)logits);
     double *v = malloc((L ? L : 1) * sizeof *v), *sc = malloc((L ? L : 1) * sizeof *sc);
-    size_t *idx = malloc((L ? L : 1) * sizeof *idx);
-    tm_status s = v && sc && idx ? TM_OK : tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
+    tm_status s = v && sc ? TM_OK : tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
     if (!s) {
         for (size_t j = 0; j < L; j++) v[j] = x[j];
         tm__softmax(v, L, sc);
         for (size_t j = 0; j < L; j++) sc[j] = (float)sc[j];   /* a float32 tensor there */
-        s = tm__argsort_desc(sc, L, idx, err);
-    }
-    size_t k = top_k < 0 || (size_t)top_k > L ? L : (size_t)top_k;
-    if (!s) {
-        tm__put(out, "[");
-        for (size_t j = 0; j < k; j++) {
-            char fallback[32];
-            const char *label = tm__repo_label(p->repo, (int64_t)idx[j]);
-            if (!label) {
-                snprintf(fallback, sizeof fallback, "LABEL_%zu", idx[j]);
-                label = fallback;
-            }
-            tm__put(out, j ? ",{\"label\":" : "{\"label\":");
-            tm__put_string(out, label);
-            tm__put(out, ",\"score\":");
-            tm__put_number(out, sc[idx[j]]);
-            tm__put(out, "}");
-        }
-        tm__put(out, "]");
+        s = tm__put_top_labels(p, sc, L, top_k, out, err);
     }
     free(v);
     free(sc);
-    free(idx);
     return s;
 }
 

@@ -19,32 +19,10 @@ static tm_status put_image(tm_pipeline *p, const tm_tensor *logits, int64_t top_
     if (rank != 2 || dims[0] != 1) return tm__fail(err, TM_ERR_SHAPE, "%s: logits are not (1, labels)", p->onnx_file);
     size_t L = (size_t)dims[1];
     double *sc = malloc((L ? L : 1) * sizeof *sc);
-    size_t *idx = malloc((L ? L : 1) * sizeof *idx);
-    tm_status s = sc && idx ? TM_OK : tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
-    if (!s) {
-        tm__softmax_f32(tm_tensor_data((tm_tensor *)logits), L, sc);
-        s = tm__argsort_desc(sc, L, idx, err);
-    }
-    size_t k = top_k < 0 || (size_t)top_k > L ? L : (size_t)top_k;
-    if (!s) {
-        tm__put(out, "[");
-        for (size_t j = 0; j < k; j++) {
-            char fallback[32];
-            const char *label = tm__repo_label(p->repo, (int64_t)idx[j]);
-            if (!label) {
-                snprintf(fallback, sizeof fallback, "LABEL_%zu", idx[j]);
-                label = fallback;
-            }
-            tm__put(out, j ? ",{\"label\":" : "{\"label\":");
-            tm__put_string(out, label);
-            tm__put(out, ",\"score\":");
-            tm__put_number(out, sc[idx[j]]);
-            tm__put(out, "}");
-        }
-        tm__put(out, "]");
-    }
+    if (!sc) return tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
+    tm__softmax_f32(tm_tensor_data((tm_tensor *)logits), L, sc);
+    tm_status s = tm__put_top_labels(p, sc, L, top_k, out, err);
     free(sc);
-    free(idx);
     return s;
 }
 

@@ -206,6 +206,10 @@ tm_status tm__encode_texts(const tm_pipeline *p, const tm_json *inputs, tm__batc
 /* Runs the model on named inputs and returns the named outputs as float32 tensors
  * (half-precision outputs converted), each a new tensor; at most 8. A missing output is
  * TM_ERR_NOT_FOUND naming it. */
+/* [{"label":...,"score":...}, ...]: the top_k (all when negative or larger) of L scores,
+ * best first (ties by index), labelled by config.json's id2label (LABEL_i without one). */
+tm_status tm__put_top_labels(const tm_pipeline *p, const double *scores, size_t L, int64_t top_k, tm__buf *out,
+                             tm_error *err);
 /* The repo's JSON object file rel (e.g. "preprocessor_config.json"), parsed. Not there:
  * TM_ERR_NOT_FOUND saying "no REL (WHY)"; unreadable or not an object: TM_ERR_PARSE. */
 tm_status tm__repo_json(tm_pipeline *p, const char *rel, const char *why, tm_json **out, tm_error *err);

@@ -107,6 +107,33 @@ tm_status tm__to_f32(const tm_tensor *t, const char *name, tm_tensor **out, tm_e
     return TM_OK;
 }
 
+tm_status tm__put_top_labels(const tm_pipeline *p, const double *scores, size_t L, int64_t top_k, tm__buf *out,
+                             tm_error *err) {
+    size_t *idx = malloc((L ? L : 1) * sizeof *idx);
+    if (!idx) return tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
+    tm_status s = tm__argsort_desc(scores, L, idx, err);
+    size_t k = top_k < 0 || (size_t)top_k > L ? L : (size_t)top_k;
+    if (!s) {
+        tm__put(out, "[");
+        for (size_t j = 0; j < k; j++) {
+            char fallback[32];
+            const char *label = tm__repo_label(p->repo, (int64_t)idx[j]);
+            if (!label) {
+                snprintf(fallback, sizeof fallback, "LABEL_%zu", idx[j]);
+                label = fallback;
+            }
+            tm__put(out, j ? ",{\"label\":" : "{\"label\":");
+            tm__put_string(out, label);
+            tm__put(out, ",\"score\":");
+            tm__put_number(out, scores[idx[j]]);
+            tm__put(out, "}");
+        }
+        tm__put(out, "]");
+    }
+    free(idx);
+    return s;
+}
+
 tm_status tm__repo_json(tm_pipeline *p, const char *rel, const char *why, tm_json **out, tm_error *err) {
     char *path = NULL;
     tm_status s = tm__repo_file(p->repo, rel, &path, err);
