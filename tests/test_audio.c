@@ -20,7 +20,7 @@
 
 #include "check.h"
 
-static char dir[64];
+static char dir[4096];
 
 static void test_fft(void) {
     static const size_t lengths[] = {1, 2, 3, 4, 5, 6, 7, 8, 12, 97, 400, 512, 1000};
@@ -271,14 +271,15 @@ static void test_damaged_wavs(void) {
 }
 
 int main(void) {
-    snprintf(dir, sizeof dir, "/tmp/tm-test-audio-XXXXXX");
+    const char *tmp = getenv("TMPDIR");
+    snprintf(dir, sizeof dir, "%s/tm-test-audio-XXXXXX", tmp && *tmp ? tmp : "/tmp");
     if (!mkdtemp(dir)) return 1;
     test_fft();
     test_resample();
     test_wav();
     test_extractors();
     test_damaged_wavs();
-    char cmd[128];
+    char cmd[4200];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) printf("could not remove %s\n", dir);
     printf("%d passed, %d failed\n", passed, failed);

@@ -33,18 +33,27 @@ static int fail(const tm_error *err, tm_status st) {
     return 1;
 }
 
+/* preprocessor_config.json of `where` (the file, or a folder holding one), parsed; its
+ * path in path. Shared with image-features (cmd_image.c). */
+tm_status tm__cli_read_processor_config(const char *where, char *path, size_t cap, tm_json **out,
+                                        tm_error *err) {
+    struct stat st;
+    if (stat(where, &st) == 0 && S_ISDIR(st.st_mode))
+        snprintf(path, cap, "%s/preprocessor_config.json", where);
+    else
+        snprintf(path, cap, "%s", where);
+    if (access(path, R_OK) != 0) return tm__fail(err, TM_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+    if (!(*out = tm_json_read_file(path))) return tm__fail(err, TM_ERR_PARSE, "%s: not valid JSON", path);
+    return TM_OK;
+}
+
 /* The extractor of a preprocessor_config.json (or of a folder's). */
 static tm_status open_processor(const char *where, tm__audio_fe **fe, tm_error *err) {
     char path[4096];
-    struct stat st;
-    if (stat(where, &st) == 0 && S_ISDIR(st.st_mode))
-        snprintf(path, sizeof path, "%s/preprocessor_config.json", where);
-    else
-        snprintf(path, sizeof path, "%s", where);
-    if (access(path, R_OK) != 0) return tm__fail(err, TM_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
-    tm_json *config = tm_json_read_file(path);
-    if (!config) return tm__fail(err, TM_ERR_PARSE, "%s: not valid JSON", path);
-    tm_status s = tm__audio_fe_open(config, path, fe, err);
+    tm_json *config = NULL;
+    tm_status s = tm__cli_read_processor_config(where, path, sizeof path, &config, err);
+    if (s) return s;
+    s = tm__audio_fe_open(config, path, fe, err);
     tm_json_free(config);
     return s;
 }

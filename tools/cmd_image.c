@@ -31,17 +31,15 @@ static int fail(const tm_error *err, tm_status st) {
     return 1;
 }
 
+tm_status tm__cli_read_processor_config(const char *where, char *path, size_t cap, tm_json **out,
+                                        tm_error *err);   /* cmd_audio.c */
+
 static tm_status open_processor(const char *where, tm__image_proc **proc, tm_error *err) {
     char path[4096];
-    struct stat st;
-    if (stat(where, &st) == 0 && S_ISDIR(st.st_mode))
-        snprintf(path, sizeof path, "%s/preprocessor_config.json", where);
-    else
-        snprintf(path, sizeof path, "%s", where);
-    if (access(path, R_OK) != 0) return tm__fail(err, TM_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
-    tm_json *config = tm_json_read_file(path);
-    if (!config) return tm__fail(err, TM_ERR_PARSE, "%s: not valid JSON", path);
-    tm_status s = tm__image_proc_open(config, path, proc, err);
+    tm_json *config = NULL;
+    tm_status s = tm__cli_read_processor_config(where, path, sizeof path, &config, err);
+    if (s) return s;
+    s = tm__image_proc_open(config, path, proc, err);
     tm_json_free(config);
     return s;
 }
