@@ -20,7 +20,7 @@
 
 #include "check.h"
 
-static char dir[4096];
+static char dir[96];   /* TMPDIR plus a name: longer TMPDIRs fail mkdtemp, said below */
 
 static void test_fft(void) {
     static const size_t lengths[] = {1, 2, 3, 4, 5, 6, 7, 8, 12, 97, 400, 512, 1000};
@@ -273,13 +273,16 @@ static void test_damaged_wavs(void) {
 int main(void) {
     const char *tmp = getenv("TMPDIR");
     snprintf(dir, sizeof dir, "%s/tm-test-audio-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    if (!mkdtemp(dir)) return 1;
+    if (!mkdtemp(dir)) {
+        printf("cannot make a folder %s (TMPDIR too long?)\n0 passed, 1 failed\n", dir);
+        return 1;
+    }
     test_fft();
     test_resample();
     test_wav();
     test_extractors();
     test_damaged_wavs();
-    char cmd[4200];
+    char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) printf("could not remove %s\n", dir);
     printf("%d passed, %d failed\n", passed, failed);
