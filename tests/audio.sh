@@ -15,49 +15,10 @@ import json, os, shutil, struct, subprocess, sys, tempfile
 import numpy as np
 tm, data = sys.argv[1], sys.argv[2]
 tmp = tempfile.mkdtemp(prefix='tm-audio-')
-passed = failed = skipped = 0
-worst = {}
-
-def ok(name, problem):
-    global passed, failed
-    if problem:
-        failed += 1
-        print(f'FAIL {name}: {problem}')
-    else:
-        passed += 1
-
-def note(what, value):
-    worst[what] = max(worst.get(what, 0.0), value)
-
-def diff(want, got, what, path='$'):
-    """The first difference (labels and texts exact, numbers within 1e-4), or None."""
-    if isinstance(want, (int, float)) and isinstance(got, (int, float)) and not isinstance(got, bool):
-        note(what, abs(want - got))
-        return None if abs(want - got) <= 1e-4 else f'{path}: {got} != {want}'
-    if type(want) != type(got):
-        return f'{path}: {json.dumps(got)[:120]} is not a {type(want).__name__}'
-    if isinstance(want, dict):
-        if set(want) != set(got):
-            return f'{path}: keys {sorted(got)} != {sorted(want)}'
-        for k in want:
-            d = diff(want[k], got[k], what, f'{path}.{k}')
-            if d: return d
-        return None
-    if isinstance(want, list):
-        if len(want) != len(got):
-            return f'{path}: {len(got)} items != {len(want)}'
-        for i, (w, g) in enumerate(zip(want, got)):
-            d = diff(w, g, what, f'{path}[{i}]')
-            if d: return d
-        return None
-    return None if want == got else f'{path}: {got!r} != {want!r}'
-
-def run_json(args):
-    r = subprocess.run([tm] + args, capture_output=True, text=True)
-    try:
-        return r, json.loads(r.stdout)
-    except ValueError:
-        return r, None
+sys.path.insert(0, 'tests')
+from media_checks import Checks
+checks = Checks(tm)
+ok, note, diff, run_json = checks.ok, checks.note, checks.diff, checks.run_json
 
 # ---- transformers.js's calls -------------------------------------------------------------
 cases = {}
@@ -175,7 +136,7 @@ expect_error('audio-features without a processor file', ['audio-features', speec
 # ---- sox, when installed -------------------------------------------------------------------
 sox = shutil.which('sox')
 if not sox:
-    skipped += 1
+    checks.skipped += 1
     print('skip: sox is not installed (decoding of FLAC/OGG and the sox comparisons)')
 else:
     def ours(path, rate):
@@ -199,7 +160,7 @@ else:
         path = f'{tmp}/speech.{ext}'
         r = subprocess.run([sox, speech, path], capture_output=True)
         if r.returncode != 0:
-            skipped += 1
+            checks.skipped += 1
             print(f'skip: sox cannot write .{ext}')
             continue
         got, want = ours(path, 16000), sox_raw([path])
@@ -221,7 +182,5 @@ else:
         ok('sox: 44.1 -> 16 kHz resampling near sox\'s', None if abs(got.shape[0] - want.shape[0]) <= 1 and rms < 0.02 else f'relative RMS {rms:.3g}')
 
 shutil.rmtree(tmp, ignore_errors=True)
-for what, v in worst.items():
-    print(f'max |diff| {what}: {v:.3g}')
-print(f'{passed} passed, {failed} failed, {skipped} skipped')
+sys.exit(checks.summary())
 PY

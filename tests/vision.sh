@@ -19,49 +19,10 @@ import hashlib, json, os, shutil, struct, subprocess, sys, tempfile, zlib
 import numpy as np
 tm, data = sys.argv[1], sys.argv[2]
 tmp = tempfile.mkdtemp(prefix='tm-vision-')
-passed = failed = skipped = 0
-worst = {}
-
-def ok(name, problem):
-    global passed, failed
-    if problem:
-        failed += 1
-        print(f'FAIL {name}: {problem}')
-    else:
-        passed += 1
-
-def note(what, value):
-    worst[what] = max(worst.get(what, 0.0), value)
-
-def diff(want, got, what, path='$'):
-    """The first difference (labels exact, numbers within 1e-4), or None."""
-    if isinstance(want, (int, float)) and isinstance(got, (int, float)) and not isinstance(got, bool):
-        note(what, abs(want - got))
-        return None if abs(want - got) <= 1e-4 else f'{path}: {got} != {want}'
-    if type(want) != type(got):
-        return f'{path}: {json.dumps(got)[:120]} is not a {type(want).__name__}'
-    if isinstance(want, dict):
-        if set(want) != set(got):
-            return f'{path}: keys {sorted(got)} != {sorted(want)}'
-        for k in want:
-            d = diff(want[k], got[k], what, f'{path}.{k}')
-            if d: return d
-        return None
-    if isinstance(want, list):
-        if len(want) != len(got):
-            return f'{path}: {len(got)} items != {len(want)}'
-        for i, (w, g) in enumerate(zip(want, got)):
-            d = diff(w, g, what, f'{path}[{i}]')
-            if d: return d
-        return None
-    return None if want == got else f'{path}: {got!r} != {want!r}'
-
-def run_json(args):
-    r = subprocess.run([tm] + args, capture_output=True, text=True)
-    try:
-        return r, json.loads(r.stdout)
-    except ValueError:
-        return r, None
+sys.path.insert(0, 'tests')
+from media_checks import Checks
+checks = Checks(tm)
+ok, note, diff, run_json = checks.ok, checks.note, checks.diff, checks.run_json
 
 def depth_diff(case, got):
     """depth-estimation: our inline tensor and image against the case's .npy files."""
@@ -207,7 +168,7 @@ def webp_lossless(path, rgba):
     return True
 rgba = decode(f'{data}/media/rgba_200x150.png')
 if isinstance(rgba, str) or not webp_lossless(f'{tmp}/rgba.webp', rgba):
-    skipped += 1
+    checks.skipped += 1
     print('skip: no libwebp encoder reachable from Python for the WebP check')
 else:
     got = decode(f'{tmp}/rgba.webp')
@@ -323,8 +284,5 @@ if os.path.exists(f'{tmp}/rgba.webp'):
     robust('WebP', webp, '.webp')
 
 shutil.rmtree(tmp, ignore_errors=True)
-for what, v in worst.items():
-    print(f'max |diff| {what}: {v:.3g}')
-print(f'{passed} passed, {failed} failed, {skipped} skipped')
-sys.exit(1 if failed else 0)
+sys.exit(checks.summary())
 PY
