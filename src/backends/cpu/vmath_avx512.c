@@ -281,6 +281,36 @@ static inline __m512 sum_lanes16(__m512 a[16]) {
                          _mm512_shuffle_f32x4(x[0], x[1], 0xdd));
 }
 
+/* Sixteen keys' 16-lane partial dot products with one query row of NQ vectors (4 or 8:
+ * head size 64 or 128; held in registers), key by key along k's rows: the block is read
+ * in address order, which the hardware prefetchers follow (column by column, 16 rows at
+ * a time, ran about 15% slower from memory at the small LLaMA's past 2000). */
+static inline __attribute__((always_inline)) void keys16_along_rows(int NQ, const float *qr,
+                                                                    const float *kj, int64_t ldk,
+                                                                    __m512 acc[16]) {
+    __m512 q0 = _mm512_loadu_ps(qr), q1 = _mm512_loadu_ps(qr + 16), q2 = _mm512_loadu_ps(qr + 32),
+           q3 = _mm512_loadu_ps(qr + 48), q4 = q0, q5 = q0, q6 = q0, q7 = q0;
+    if (NQ == 8) {
+        q4 = _mm512_loadu_ps(qr + 64); q5 = _mm512_loadu_ps(qr + 80);
+        q6 = _mm512_loadu_ps(qr + 96); q7 = _mm512_loadu_ps(qr + 112);
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i++) {
+        const float *ki = kj + i * ldk;
+        __m512 a = _mm512_mul_ps(_mm512_loadu_ps(ki), q0);
+        __m512 b = _mm512_mul_ps(_mm512_loadu_ps(ki + 16), q1);
+        a = _mm512_fmadd_ps(_mm512_loadu_ps(ki + 32), q2, a);
+        b = _mm512_fmadd_ps(_mm512_loadu_ps(ki + 48), q3, b);
+        if (NQ == 8) {
+            a = _mm512_fmadd_ps(_mm512_loadu_ps(ki + 64), q4, a);
+            b = _mm512_fmadd_ps(_mm512_loadu_ps(ki + 80), q5, b);
+            a = _mm512_fmadd_ps(_mm512_loadu_ps(ki + 96), q6, a);
+            b = _mm512_fmadd_ps(_mm512_loadu_ps(ki + 112), q7, b);
+        }
+        acc[i] = _mm512_add_ps(a, b);
+    }
+}
+
 /* Scores of a few query rows (a decode step's heads that share a kv head) straight from
  * k's rows: for each 16 keys, sixteen dot products of one query row in 16-lane partial
  * sums (q read in d / 16 vectors), then summed across lanes together. No transposed copy
@@ -300,7 +330,10 @@ static void scores_direct(int64_t rows, int64_t sk, int64_t d, const float *q, i
             __m512 acc[16];
 #pragma GCC unroll 16
             for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
-            if (keys == 16) {
+            if (keys == 16 && (d == 64 || d == 128)) {
+                if (d == 64) keys16_along_rows(4, qr, kj, ldk, acc);
+                else keys16_along_rows(8, qr, kj, ldk, acc);
+            } else if (keys == 16) {
                 for (int64_t c = 0; c < d; c += 16) {
                     __m512 qv = _mm512_loadu_ps(qr + c);
 #pragma GCC unroll 16
