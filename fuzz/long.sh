@@ -32,6 +32,7 @@ for t in $TARGETS; do
     [ "$t" = chat_template ] && dict=fuzz/chat_template.dict
     [ "$t" = audio ] && dict=fuzz/audio.dict
     [ "$t" = image ] && dict=fuzz/image.dict
+    [ "$t" = pipeline ] && dict=fuzz/pipeline.dict
     case $t in tokenizer_encode|tokenizer_decode) dict= ;; esac   # no dictionary
     mkdir -p "$BUILD/corpus/$t" "$BUILD/crashes/$t" tests/data/fuzz-regressions/$t
     log=$BUILD/long_$t.log

@@ -8,7 +8,7 @@
 BUILD=${1:-build-fuzz}
 SECONDS_PER=${2:-60}
 [ $# -gt 2 ] && shift 2 && TARGETS="$*"
-TARGETS=${TARGETS:-"onnx model npy tensor_pb external optim_state jsonl chat_template tokenizer_load tokenizer_encode tokenizer_decode generation audio image"}
+TARGETS=${TARGETS:-"onnx model npy tensor_pb external optim_state jsonl chat_template tokenizer_load tokenizer_encode tokenizer_decode generation audio image pipeline"}
 SEEDS=$BUILD/seeds
 REG=tests/data/fuzz-regressions
 
@@ -104,9 +104,31 @@ for line in sys.stdin:
 ' "$SEEDS" || echo "fuzz/run.sh: no tokenizer seeds (needs xz and python3)"
 }
 
+# fuzz_pipeline: the calls of the text pipelines' reference cases (tests/data/pipelines),
+# each as the target's task byte, the inputs JSON, the separator and the options JSON.
+make_pipeline_seeds() {
+    [ -d "$SEEDS/pipeline" ] && return
+    mkdir -p "$SEEDS/pipeline"
+    python3 -c '
+import json, sys
+tasks = ["text-classification", "token-classification", "question-answering", "fill-mask",
+         "zero-shot-classification", "feature-extraction"]
+n = 0
+for name in ["bert-sentiment", "bert-ner", "distilbert-qa", "bert-mlm", "bert-nli", "minilm-embed"]:
+    for line in open("tests/data/pipelines/%s.cases.jsonl" % name):
+        c = json.loads(line)
+        if c["task"] not in tasks or len(line) > 4000: continue
+        n += 1
+        data = bytes([tasks.index(c["task"])]) + json.dumps(c["inputs"]).encode() + b"\n\0\n" + \
+            json.dumps(c["options"]).encode()
+        open("%s/case%03d" % (sys.argv[1], n), "wb").write(data)
+' "$SEEDS/pipeline" || echo "fuzz/run.sh: no pipeline seeds (needs python3)"
+}
+
 make_seeds
 make_template_seeds
 make_tokenizer_seeds
+make_pipeline_seeds
 status=0; passed=0; failed=0
 # FUZZ_RUNS=N: a fixed number of inputs with a fixed seed instead of a time budget, so
 # that a smoke run (CI) is reproducible: the same corpus and binary give the same inputs.
@@ -125,6 +147,7 @@ for t in $TARGETS; do
     [ "$t" = chat_template ] && dict=fuzz/chat_template.dict
     [ "$t" = audio ] && dict=fuzz/audio.dict
     [ "$t" = image ] && dict=fuzz/image.dict
+    [ "$t" = pipeline ] && dict=fuzz/pipeline.dict
     # Text and id sequences take no dictionary (libFuzzer refuses an empty one).
     case $t in tokenizer_load) dict=fuzz/tokenizer.dict ;; tokenizer_encode|tokenizer_decode) dict= ;; esac
     mkdir -p "$BUILD/corpus/$t" "$BUILD/crashes/$t" "$REG/$t"
