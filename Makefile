@@ -200,6 +200,34 @@ $(BUILD)/pipe_bench: bench/pipe_bench.c $(BUILD)/libtransmuter.a
 $(BUILD)/tok_bench: bench/tok_bench.c $(BUILD)/libtransmuter.a
 	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(BUILD)/libtransmuter.a $(LDLIBS)
 
+# ---- Python binding (python/, see python/README.md) --------------------------------------
+# `make python` builds the extension against libtransmuter.a (linked in, its symbols kept
+# private) into $(BUILD)/python/transmuter beside copies of the package's .py files, so
+# PYTHONPATH=$(BUILD)/python imports it from the build tree. Part of `all` when Debian's
+# python3-dev is there (Python.h); tests/python.sh says so and skips when it is not.
+PYTHON ?= /usr/bin/python3
+PY_INCLUDE := $(shell $(PYTHON) -c "import sysconfig; print(sysconfig.get_paths()['include'])" 2>/dev/null)
+PY_EXT := $(shell $(PYTHON) -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))" 2>/dev/null)
+PY_PKG := $(BUILD)/python/transmuter
+PY_FILES := $(patsubst python/transmuter/%,$(PY_PKG)/%,$(wildcard python/transmuter/*.py))
+.PHONY: python
+ifneq ($(and $(PY_EXT),$(wildcard $(PY_INCLUDE)/Python.h)),)
+all: python
+python: $(PY_PKG)/_transmuter$(PY_EXT) $(PY_FILES)
+else
+python:
+	@echo "python: no Python.h for $(PYTHON) (install python3-dev): the binding is not built"
+endif
+
+$(PY_PKG)/_transmuter$(PY_EXT): python/transmuter/_transmuter.c include/transmuter.h $(BUILD)/libtransmuter.a
+	@mkdir -p $(PY_PKG)
+	$(CC) -shared $(CPPFLAGS) -I$(PY_INCLUDE) $(CFLAGS) -fvisibility=hidden -o $@.$$$$.tmp $< \
+	    $(BUILD)/libtransmuter.a -Wl,--exclude-libs,ALL $(LDFLAGS) $(LDLIBS) && mv -f $@.$$$$.tmp $@
+
+$(PY_PKG)/%.py: python/transmuter/%.py
+	@mkdir -p $(PY_PKG)
+	cp $< $@
+
 install: all
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/bin \
 	    $(DESTDIR)$(PREFIX)/lib/pkgconfig
