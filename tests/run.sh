@@ -58,6 +58,7 @@ suite vision sh tests/vision.sh "$TM"
 suite hub sh tests/hub.sh "$TM"
 suite negative-models sh tests/negative.sh "$TM"
 suite write-ort sh tests/write_ort.sh "$BUILD"
+suite python sh tests/python.sh "$BUILD"
 case "$BUILD" in
     *asan*|*tsan*)
         echo "valgrind                     skipped: $BUILD is a sanitizer build"
