@@ -9,10 +9,14 @@
 # decoding and resampling against its own.
 # libpcre2-dev: the tokenizers' Split regexes (PCRE2 with JIT and Unicode properties).
 # libutf8proc-dev: Unicode normalization forms and character classes of the tokenizers.
-# python3-onnx: onnx.checker on the models the writer saves (tests/write_ort.sh).
+# python3-onnx: onnx.checker on the models the writer saves (tests/write_ort.sh), and the
+# backend test runner the Python binding is tested with (tests/python.sh).
+# python3-dev, python3-numpy: the Python binding (python/, built by make) and its tests.
+# python3-distributed: transmuter.dask's tests (a LocalCluster) and bench/dask_bench.py.
 set -e
 need=""
 for p in build-essential valgrind libcurl4-openssl-dev python3 python3-onnx \
+    python3-dev python3-numpy python3-distributed \
     libpcre2-dev libutf8proc-dev libjpeg62-turbo-dev libpng-dev libtiff-dev libwebp-dev libopenjp2-7-dev \
     libsndfile1-dev sox libsox-fmt-base; do
     dpkg -s "$p" >/dev/null 2>&1 || need="$need $p"
