@@ -14,7 +14,9 @@ def main(names):
         names = sorted(f[:-3] for f in os.listdir(HERE) if f.startswith("test_") and f.endswith(".py"))
     suite = unittest.defaultTestLoader.loadTestsFromNames(names)
     result = unittest.TextTestRunner(verbosity=2, stream=sys.stdout).run(suite)
-    failed = len(result.failures) + len(result.errors) + len(result.unexpectedSuccesses)
+    # a test with failing subtests counts once
+    failed_ids = {t.id().split(" ")[0] for t, _ in result.failures + result.errors}
+    failed = len(failed_ids) + len(result.unexpectedSuccesses)
     for test, why in result.skipped:
         print(f"skipped {test.id()}: {why}")
     passed = result.testsRun - failed - len(result.skipped)
