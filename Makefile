@@ -115,8 +115,15 @@ check-asan:
 	    $(MAKE) BUILD=build-asan OPT="-O1 -march=native" SAN="-fsanitize=address,undefined -fno-omit-frame-pointer" test
 
 # Side by side with ONNX Runtime (not a test); see bench/run.py. BENCH_ARGS=--large etc.
-bench: $(BUILD)/transmuter $(BUILD)/bench_probe $(BUILD)/pipe_bench
+bench: $(BUILD)/transmuter $(BUILD)/bench_probe $(BUILD)/pipe_bench python
 	/usr/bin/python3 bench/run.py $(BENCH_ARGS)
+	/usr/bin/python3 bench/python_bench.py $(PYTHON_BENCH_ARGS)
+
+# The Python binding's figures alone (bench/python_bench.py: InferenceSession.run per call,
+# transmuter.dask on 1 and 2 worker processes). PYTHON_BENCH_ARGS="--n 4096" etc.
+.PHONY: bench-python
+bench-python: $(BUILD)/transmuter python
+	/usr/bin/python3 bench/python_bench.py $(PYTHON_BENCH_ARGS)
 
 # FMA peak and memory bandwidth of this machine, for the bench's efficiency figures.
 $(BUILD)/bench_probe: bench/probe.c bench/peak.h
