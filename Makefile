@@ -211,7 +211,8 @@ $(BUILD)/tok_bench: bench/tok_bench.c $(BUILD)/libtransmuter.a
 # `make python` builds the extension against libtransmuter.a (linked in, its symbols kept
 # private) into $(BUILD)/python/transmuter beside copies of the package's .py files, so
 # PYTHONPATH=$(BUILD)/python imports it from the build tree. Part of `all` when Debian's
-# python3-dev is there (Python.h); tests/python.sh says so and skips when it is not.
+# python3-dev is there (Python.h) and SAN is empty; tests/python.sh says so and skips when
+# it is not built.
 PYTHON ?= /usr/bin/python3
 PY_INCLUDE := $(shell $(PYTHON) -c "import sysconfig; print(sysconfig.get_paths()['include'])" 2>/dev/null)
 PY_EXT := $(shell $(PYTHON) -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))" 2>/dev/null)
@@ -219,7 +220,10 @@ PY_PKG := $(BUILD)/python/transmuter
 PY_FILES := $(patsubst python/transmuter/%,$(PY_PKG)/%,$(wildcard python/transmuter/*.py))
 .PHONY: python
 ifneq ($(and $(PY_EXT),$(wildcard $(PY_INCLUDE)/Python.h)),)
+# (not in sanitizer builds: an instrumented extension cannot load into a plain python3)
+ifeq ($(strip $(SAN)),)
 all: python
+endif
 python: $(PY_PKG)/_transmuter$(PY_EXT) $(PY_FILES)
 else
 python:

@@ -11,7 +11,8 @@ if ! "$PY" -c "import numpy" > /dev/null 2>&1; then
     exit 0
 fi
 if ! ls "$BUILD"/python/transmuter/_transmuter*.so > /dev/null 2>&1; then
-    echo "skipped: the extension is not built in $BUILD/python (install python3-dev, then make)"
+    echo "skipped: the extension is not built in $BUILD/python (install python3-dev, then make;"
+    echo "sanitizer builds leave it out)"
     echo "0 passed, 0 failed, 1 skipped"
     exit 0
 fi
