@@ -54,14 +54,16 @@ int main(int argc, char **argv) {
         double t0 = now_s();
         for (int l = 0; l < L; l++)
             for (int h = 0; h < H; h++) {
-                const float *k = K + l * per + (size_t)h * CAP * D, *v = V + l * per + (size_t)h * CAP * D;
+                /* the cache's (S, H, D) layout (runtime/passes/kv_append.c): rows of all heads */
+                const float *k = K + l * per + (size_t)h * D, *v = V + l * per + (size_t)h * D;
                 if (mode == 3) {
-                    sink += stream_sum(k, (size_t)S * D) + stream_sum(v, (size_t)S * D);
+                    if (h == 0)
+                        sink += stream_sum(K + l * per, (size_t)S * H * D) + stream_sum(V + l * per, (size_t)S * H * D);
                     continue;
                 }
-                if (mode != 2) scores_direct(G, S, D, q + h * G * D, D, k, D, s, S);
+                if (mode != 2) scores_direct(G, S, D, q + h * G * D, D, k, H * D, s, S);
                 if (mode == 0) for (int i = 0; i < G * S; i++) s[i] = 1.0f / (float)S;
-                if (mode != 1) attn_values(G, S, D, s, S, v, D, o + h * G * D, D);
+                if (mode != 1) attn_values(G, S, D, s, S, v, H * D, o + h * G * D, D);
             }
         double t = now_s() - t0;
         if (t < best) best = t;
