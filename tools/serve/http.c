@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include <microhttpd.h>
@@ -118,9 +119,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         atomic_fetch_add(&h->in_flight, 1);
         const char *len = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (len && strtoull(len, NULL, 10) > h->s->opt.max_body) {
-            /* answered at once: the body is not read */
+            /* A client waiting for "100 Continue" is answered at once and sends no body;
+             * others are read to the end (and not kept) so that they get the answer: one
+             * closed under a client still sending can end in a reset that loses it. */
             cs->too_large = 1;
-            return answer(h, c, cs, url, method);
+            const char *expect = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_EXPECT);
+            if (expect && !strcasecmp(expect, "100-continue")) return answer(h, c, cs, url, method);
         }
         return MHD_YES;
     }
