@@ -243,6 +243,9 @@ $(FUZZ_BUILD)/fuzz_%: fuzz/fuzz_%.c $(FUZZ_BUILD)/libtransmuter.a
 	$(FUZZ_CC) -O1 -g -std=c11 -D_GNU_SOURCE $(FUZZ_SAN) -fsanitize=fuzzer -Iinclude -Isrc \
 	    -o $@ $< $(FUZZ_BUILD)/libtransmuter.a $(LDLIBS)
 
+# fuzz_serve_request compiles transmuter serve's sources in (tools/serve/, less http.c).
+$(FUZZ_BUILD)/fuzz_serve_request: $(filter-out tools/serve/http.c,$(wildcard tools/serve/*.c)) tools/serve/serve.h
+
 fuzz-clean:
 	rm -rf $(FUZZ_BUILD) build-tsan
 

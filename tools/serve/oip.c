@@ -338,3 +338,5 @@ void tm__serve_oip(serve_server *s, const serve_request *rq, serve_response *rs,
         ERR(404, "no route %s %s", rq->method, path);
     }
 }
+
+#undef ERR

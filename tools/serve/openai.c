@@ -620,3 +620,5 @@ void tm__serve_openai(serve_server *s, const serve_request *rq, serve_response *
         ERR(404, "no route %s %s", rq->method, path);
     }
 }
+
+#undef ERR

@@ -127,3 +127,5 @@ void tm__serve_tei(serve_server *s, const serve_request *rq, serve_response *rs,
                  "serve rerankers yet");
     }
 }
+
+#undef ERR
