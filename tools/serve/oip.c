@@ -3,6 +3,7 @@
  * (inputs and outputs), /v2/models/{name}/ready, POST /v2/models/{name}/infer with JSON
  * tensors (data flat or nested, row-major). The health routes are the router's. Not done
  * yet: the binary-data extension, BYTES and FP16 tensors, versions in the path. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,7 +92,7 @@ static int fill(const tm_json *v, tm_tensor *t, int64_t *at, int depth) {
     default: break;
     }
     /* integers: whole numbers in the type's range */
-    if (x != (double)(int64_t)x) return -1;
+    if (!(x >= -9223372036854775808.0 && x < 9223372036854775808.0) || x != floor(x)) return -1;
     int64_t k = (int64_t)x;
     switch (tm_tensor_dtype(t)) {
     case TM_UINT8: if (k < 0 || k > 255) return -1; ((uint8_t *)d)[i] = (uint8_t)k; return 0;
@@ -163,8 +164,8 @@ static tm_tensor *read_input(serve_model *m, const tm_json *in, int index, const
     int64_t dims[8], numel = 1;
     for (int k = 0; k < shape->n; k++) {
         const tm_json *x = &shape->items[k];
-        if (x->type != TM_JSON_NUMBER || x->number < 0 || x->number != (double)(int64_t)x->number ||
-            x->number > MAX_ELEMENTS) {
+        if (x->type != TM_JSON_NUMBER || !(x->number >= 0 && x->number <= MAX_ELEMENTS) ||
+            x->number != floor(x->number)) {
             ERR(400, "inputs[%d]: the shape must hold non-negative integers", index);
             return NULL;
         }

@@ -2,6 +2,7 @@
  * /v1/completions (streamed as server-sent events ending in "data: [DONE]") and GET
  * /v1/models; errors in OpenAI's {"error": {...}} shape. Not implemented yet (refused with
  * 400, never ignored): logprobs, tools, penalties, echo, suffix, best_of, dimensions. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -264,7 +265,7 @@ static int get_number(const tm_json *body, const char *key, double lo, double hi
 static int get_int(const tm_json *body, const char *key, double lo, double hi, int64_t *out, serve_response *rs) {
     const tm_json *v = tm_json_get(body, key);
     if (!v || v->type == TM_JSON_NULL) return 0;
-    if (v->type != TM_JSON_NUMBER || v->number != (double)(int64_t)v->number || v->number < lo || v->number > hi) {
+    if (v->type != TM_JSON_NUMBER || !(v->number >= lo && v->number <= hi) || v->number != floor(v->number)) {
         ERR(400, "'%s' must be an integer from %.0f to %.0f", key, lo, hi);
         return -1;
     }
@@ -327,8 +328,8 @@ static int read_params(serve_server *s, const tm_json *body, gen_params *p, serv
     }
     const tm_json *seed = tm_json_get(body, "seed");
     if (seed && seed->type != TM_JSON_NULL) {
-        if (seed->type != TM_JSON_NUMBER || seed->number != (double)(int64_t)seed->number ||
-            seed->number < -9007199254740992.0 || seed->number > 9007199254740992.0) {
+        if (seed->type != TM_JSON_NUMBER || !(seed->number >= -9007199254740992.0 && seed->number <= 9007199254740992.0) ||
+            seed->number != floor(seed->number)) {
             ERR(400, "'seed' must be an integer");
             return -1;
         }
