@@ -393,7 +393,7 @@ def main():
     rc = proc.wait(timeout=60)
     st, _, ev, done = result["r"]
     check("SIGTERM: the stream in flight ends with [DONE]", st == 200 and done)
-    check("SIGTERM: exit status 0", rc == 0, rc)
+    check("SIGTERM: exit status 0", rc == 0, (rc, open(log).read()[-3000:]))
     try:
         socket.create_connection(("127.0.0.1", port), timeout=2).close()
         check("SIGTERM: no longer listening", False)
@@ -418,7 +418,8 @@ def main():
     check("a full queue -> 429 with Retry-After", st == 429 and "Retry-After" in h and "error" in js, (st, js))
     s.close()
     proc.send_signal(15)
-    check("second server: exit status 0", proc.wait(timeout=60) == 0)
+    rc = proc.wait(timeout=60)
+    check("second server: exit status 0", rc == 0, (rc, open(log).read()[-3000:]))
 
     print("%d passed, %d failed, %d skipped" % (passed, failed, skipped))
     return 1 if failed else 0
