@@ -167,6 +167,24 @@ def main():
     check("/metrics counts every input in a batch", after - before == len(words), (before, after))
     print("     (%d concurrent requests ran in batches; %d batches in all so far)" % (len(words), batches))
 
+    # one request's bad text (not UTF-8) fails alone, not the requests batched with it
+    pair = [None, None]
+
+    def bad_one():
+        pair[0] = request(port, "POST", "/v1/embeddings", raw=b'{"model":"minilm-embed","input":"bad \xff\xfe"}')
+
+    def good_one():
+        pair[1] = request(port, "POST", "/v1/embeddings", {"model": "minilm-embed", "input": words[0]})
+
+    threads = [threading.Thread(target=bad_one), threading.Thread(target=good_one)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    check("a text that is not UTF-8 -> 400, and the request batched with it still succeeds",
+          pair[0][0] == 400 and "UTF-8" in pair[0][2]["error"]["message"] and pair[1][0] == 200 and
+          close(pair[1][2]["data"][0]["embedding"], refs[0]), pair)
+
     # ---- TEI
     st, _, emb = request(port, "POST", "/embed", {"inputs": texts})
     ref_n = library_embeddings(texts, {"pooling": "auto", "normalize": True})

@@ -134,6 +134,33 @@ static void split_result(serve_batch_job **jobs, int n_jobs, size_t total, const
     tm_json_free(r);
 }
 
+/* Runs jobs as one pipeline call. When it fails and several requests share it, each runs
+ * alone: one request's bad text must not fail the others'. */
+static void run_batch(serve_batch_job **jobs, int n_jobs, size_t total) {
+    tm__buf in = {0};
+    tm__put(&in, "[[");
+    size_t k = 0;
+    for (int j = 0; j < n_jobs; j++)
+        for (size_t t = 0; t < jobs[j]->n; t++, k++) {
+            if (k) tm__put(&in, ",");
+            tm__put_string(&in, jobs[j]->texts[t]);
+        }
+    tm__put(&in, "]]");
+    tm_error err;
+    memset(&err, 0, sizeof err);
+    char *result = NULL;
+    tm_status st = in.oom ? TM_ERR_NO_MEMORY : tm_pipeline_call(jobs[0]->m->pipe, in.s, jobs[0]->options, &result, &err);
+    free(in.s);
+    if (st != TM_OK && n_jobs > 1) {
+        for (int j = 0; j < n_jobs; j++) run_batch(jobs + j, 1, jobs[j]->n);
+        return;
+    }
+    for (int j = 0; j < n_jobs; j++) jobs[j]->status = TM_OK;
+    if (st != TM_OK) fail_jobs(jobs, n_jobs, st, err.message[0] ? err.message : tm_status_name(st));
+    else split_result(jobs, n_jobs, total, result);
+    free(result);
+}
+
 /* Takes the first queued job and those of the same model and options after it (up to
  * max_batch inputs), runs them as one call and hands each its rows. Lock held on entry and
  * on return; released while the model runs. */
@@ -168,25 +195,7 @@ static void batch_round(serve_server *s) {
         return;
     }
     pthread_mutex_unlock(&q->lock);
-
-    tm__buf in = {0};
-    tm__put(&in, "[[");
-    size_t k = 0;
-    for (int j = 0; j < n_jobs; j++)
-        for (size_t t = 0; t < jobs[j]->n; t++, k++) {
-            if (k) tm__put(&in, ",");
-            tm__put_string(&in, jobs[j]->texts[t]);
-        }
-    tm__put(&in, "]]");
-    tm_error err;
-    memset(&err, 0, sizeof err);
-    char *result = NULL;
-    tm_status st = in.oom ? TM_ERR_NO_MEMORY : tm_pipeline_call(first->m->pipe, in.s, first->options, &result, &err);
-    free(in.s);
-    for (int j = 0; j < n_jobs; j++) jobs[j]->status = TM_OK;
-    if (st != TM_OK) fail_jobs(jobs, n_jobs, st, err.message[0] ? err.message : tm_status_name(st));
-    else split_result(jobs, n_jobs, total, result);
-    free(result);
+    run_batch(jobs, n_jobs, total);
     tm__serve_metrics_batch(s->metrics, total);
 
     pthread_mutex_lock(&q->lock);
