@@ -139,6 +139,11 @@ int tm__cmd_serve(int argc, char **argv) {
     rc = 0;
 out:
     tm__serve_halt(&s);         /* what still runs ends, so that connections can close */
+    /* Streams cut short have their last events written: a moment to send them. */
+    for (double t = tm__serve_now() + 2; http && tm__serve_http_in_flight(http) > 0 && tm__serve_now() < t;) {
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
     tm__serve_http_stop(http);
     tm__serve_stop(&s);
     free(s.models);
