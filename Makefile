@@ -81,8 +81,13 @@ $(BUILD)/libtransmuter.so: $(LIB_OBJ)
 # Commands of their own files: tools/cmd_*.c (each defines tm__cmd_<name>, see transmuter.c).
 CMD_SRC := $(wildcard tools/cmd_*.c)
 CMD_OBJ := $(CMD_SRC:%.c=$(BUILD)/%.o)
+# transmuter serve's server (tools/serve/: HTTP layer, router, one file per API surface,
+# scheduler): only the CLI links it and libmicrohttpd, the library stays without them.
+SERVE_SRC := $(wildcard tools/serve/*.c)
+SERVE_OBJ := $(SERVE_SRC:%.c=$(BUILD)/%.o)
+$(BUILD)/transmuter: LDLIBS += -lmicrohttpd
 $(BUILD)/transmuter: $(BUILD)/tools/transmuter.o $(BUILD)/tools/generate.o $(BUILD)/tools/finetune.o \
-                     $(CMD_OBJ) $(BUILD)/libtransmuter.a
+                     $(CMD_OBJ) $(SERVE_OBJ) $(BUILD)/libtransmuter.a
 	$(CC) $(LDFLAGS) -o $@.$$$$.tmp $^ $(LDLIBS) && mv -f $@.$$$$.tmp $@
 
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libtransmuter.a
@@ -277,8 +282,11 @@ $(FUZZ_BUILD)/fuzz_%: fuzz/fuzz_%.c $(FUZZ_BUILD)/libtransmuter.a
 	$(FUZZ_CC) -O1 -g -std=c11 -D_GNU_SOURCE $(FUZZ_SAN) -fsanitize=fuzzer -Iinclude -Isrc \
 	    -o $@ $< $(FUZZ_BUILD)/libtransmuter.a $(LDLIBS)
 
+# fuzz_serve_request compiles transmuter serve's sources in (tools/serve/, less http.c).
+$(FUZZ_BUILD)/fuzz_serve_request: $(filter-out tools/serve/http.c,$(wildcard tools/serve/*.c)) tools/serve/serve.h
+
 fuzz-clean:
 	rm -rf $(FUZZ_BUILD) build-tsan
 
--include $(LIB_OBJ:.o=.d) $(CMD_OBJ:.o=.d) $(BUILD)/tools/transmuter.d $(BUILD)/tools/generate.d $(BUILD)/tools/finetune.d \
+-include $(LIB_OBJ:.o=.d) $(CMD_OBJ:.o=.d) $(SERVE_OBJ:.o=.d) $(BUILD)/tools/transmuter.d $(BUILD)/tools/generate.d $(BUILD)/tools/finetune.d \
          $(TEST_SRC:tests/%.c=$(BUILD)/tests/%.d)

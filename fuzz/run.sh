@@ -8,7 +8,7 @@
 BUILD=${1:-build-fuzz}
 SECONDS_PER=${2:-60}
 [ $# -gt 2 ] && shift 2 && TARGETS="$*"
-TARGETS=${TARGETS:-"onnx model npy tensor_pb external optim_state jsonl chat_template tokenizer_load tokenizer_encode tokenizer_decode generation audio image pipeline"}
+TARGETS=${TARGETS:-"onnx model npy tensor_pb external optim_state jsonl chat_template tokenizer_load tokenizer_encode tokenizer_decode generation audio image pipeline serve_request"}
 SEEDS=$BUILD/seeds
 REG=tests/data/fuzz-regressions
 
@@ -125,7 +125,29 @@ for name in ["bert-sentiment", "bert-ner", "distilbert-qa", "bert-mlm", "bert-nl
 ' "$SEEDS/pipeline" || echo "fuzz/run.sh: no pipeline seeds (needs python3)"
 }
 
+# fuzz_serve_request: one request of each route (the route byte, then the body).
+make_serve_seeds() {
+    [ -d "$SEEDS/serve_request" ] && return
+    mkdir -p "$SEEDS/serve_request"
+    python3 -c '
+import json, sys
+chat = {"model": "llama-chat", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
+ids = {"name": "input_ids", "shape": [1, 3], "datatype": "INT64", "data": [101, 7592, 102]}
+seeds = [(0, {"model": "minilm-embed", "input": ["hello world", "a"], "encoding_format": "base64"}),
+         (1, chat), (1, dict(chat, stream=True, n=2, temperature=0.8, seed=1, stop=["x"])),
+         (2, {"model": "llama-chat", "prompt": "Hello", "max_tokens": 2, "stream": True}),
+         (3, None), (4, {"inputs": ["a", "b"], "normalize": False}), (5, {"inputs": "I love this"}),
+         (6, {"query": "q", "texts": ["a"]}),
+         (7, {"inputs": [ids, dict(ids, name="attention_mask", data=[1, 1, 1]),
+                         dict(ids, name="token_type_ids", data=[0, 0, 0])]}), (8, None), (9, None)]
+for i, (route, body) in enumerate(seeds):
+    open("%s/seed%02d" % (sys.argv[1], i), "wb").write(bytes([route]) + (json.dumps(body).encode() if body else b""))
+open(sys.argv[1] + "/path", "wb").write(b"\xff/v2/models/model\n")
+' "$SEEDS/serve_request" || echo "fuzz/run.sh: no serve seeds (needs python3)"
+}
+
 make_seeds
+make_serve_seeds
 make_template_seeds
 make_tokenizer_seeds
 make_pipeline_seeds
@@ -148,6 +170,7 @@ for t in $TARGETS; do
     [ "$t" = audio ] && dict=fuzz/audio.dict
     [ "$t" = image ] && dict=fuzz/image.dict
     [ "$t" = pipeline ] && dict=fuzz/pipeline.dict
+    [ "$t" = serve_request ] && dict=fuzz/serve.dict
     # Text and id sequences take no dictionary (libFuzzer refuses an empty one).
     case $t in tokenizer_load) dict=fuzz/tokenizer.dict ;; tokenizer_encode|tokenizer_decode) dict= ;; esac
     mkdir -p "$BUILD/corpus/$t" "$BUILD/crashes/$t" "$REG/$t"

@@ -13,12 +13,13 @@
 # backend test runner the Python binding is tested with (tests/python.sh).
 # python3-dev, python3-numpy: the Python binding (python/, built by make) and its tests.
 # python3-distributed: transmuter.dask's tests (a LocalCluster) and bench/dask_bench.py.
+# libmicrohttpd-dev: the HTTP server of `transmuter serve` (GNU, keep-alive, chunked replies).
 set -e
 need=""
 for p in build-essential valgrind libcurl4-openssl-dev python3 python3-onnx \
     python3-dev python3-numpy python3-distributed \
     libpcre2-dev libutf8proc-dev libjpeg62-turbo-dev libpng-dev libtiff-dev libwebp-dev libopenjp2-7-dev \
-    libsndfile1-dev sox libsox-fmt-base; do
+    libsndfile1-dev sox libsox-fmt-base libmicrohttpd-dev; do
     dpkg -s "$p" >/dev/null 2>&1 || need="$need $p"
 done
 [ -z "$need" ] && exit 0

@@ -1,0 +1,452 @@
+"""tests/serve.sh's checks of `transmuter serve` over loopback HTTP: each route against the
+library called through the CLI (`transmuter pipeline ... --call`, `generate ... --json`,
+`run`), bad requests (4xx JSON errors, the server alive after them), the API key,
+back-pressure, a client that goes away, concurrent streams, the official openai npm client
+when bench/.serve has it, and SIGTERM. No timing assertions: waits poll with long limits.
+Usage: serve_checks.py TRANSMUTER"""
+import base64
+import http.client
+import json
+import os
+import re
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import numpy as np
+
+TM = sys.argv[1]
+P = "tests/data/pipelines"
+ONNX = "tests/data/tiny/bert/model.onnx"
+passed = failed = skipped = 0
+
+
+def check(name, ok, detail=""):
+    global passed, failed
+    if ok:
+        passed += 1
+        print("ok  ", name)
+    else:
+        failed += 1
+        print("FAIL", name, detail)
+
+
+def skip(name, why):
+    global skipped
+    skipped += 1
+    print("skip", name, "-", why)
+
+
+def cli(*args):
+    return subprocess.run([TM, *args], capture_output=True, text=True, check=True).stdout
+
+
+def start(*args):
+    log = tempfile.NamedTemporaryFile("w+", prefix="serve-", suffix=".log", delete=False)
+    proc = subprocess.Popen([TM, "serve", *args, "--port", "0", "--threads", "1"], stderr=log,
+                            stdout=subprocess.DEVNULL)
+    for _ in range(600):
+        log.seek(0)
+        m = re.search(r"listening on http://[^:]+:(\d+)", log.read())
+        if m:
+            return proc, int(m.group(1)), log.name
+        if proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    log.seek(0)
+    raise SystemExit("the server did not start: " + log.read())
+
+
+def request(port, method, path, body=None, headers=None, conn=None, raw=None):
+    """(status, headers, parsed JSON or text) on a new connection or conn (kept alive)."""
+    c = conn or http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+    h = {"Content-Type": "application/json", **(headers or {})}
+    c.request(method, path, body=data, headers=h)
+    r = c.getresponse()
+    text = r.read().decode()
+    if not conn:
+        c.close()
+    try:
+        return r.status, dict(r.getheaders()), json.loads(text)
+    except ValueError:
+        return r.status, dict(r.getheaders()), text
+
+
+def sse(port, path, body, headers=None):
+    """The JSON events of a streamed answer, and whether it ended with [DONE]."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    c.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json", **(headers or {})})
+    r = c.getresponse()
+    events, done = [], False
+    for line in r.read().decode().split("\n"):
+        if line.startswith("data: "):
+            if line == "data: [DONE]":
+                done = True
+            else:
+                events.append(json.loads(line[6:]))
+    c.close()
+    return r.status, r.getheader("Content-Type"), events, done
+
+
+def close(a, b, tol=1e-5):
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    return a.shape == b.shape and np.allclose(a, b, rtol=tol, atol=tol)
+
+
+def metric(port, name):
+    _, _, text = request(port, "GET", "/metrics")
+    m = re.search(r"^%s (\S+)$" % re.escape(name), text, re.M)
+    return float(m.group(1)) if m else None
+
+
+def library_embeddings(texts, options):
+    out = json.loads(cli("pipeline", "feature-extraction", P + "/minilm-embed", "--call",
+                         json.dumps({"inputs": [texts], "options": options})))
+    return np.array(out["data"], dtype=np.float32).reshape(out["dims"])
+
+
+def library_generate(*args):
+    return json.loads(cli("generate", P + "/llama-chat", *args, "--json"))["text"]
+
+
+def chat_body(**kw):
+    return {"model": "llama-chat", "messages": [{"role": "user", "content": "Hi"}], **kw}
+
+
+def main():
+    models = [P + "/minilm-embed", P + "/llama-chat", P + "/bert-sentiment", ONNX]
+    # a long grace period: SIGTERM below must not cut the stream in flight, however slow
+    # this machine (sanitizers, other work) is
+    proc, port, log = start(*models, "--max-wait-ms", "50", "--max-body-mb", "1", "--grace-s", "120")
+
+    # ---- probes and listings
+    check("GET /health", request(port, "GET", "/health")[0] == 200)
+    st, _, live = request(port, "GET", "/v2/health/live")
+    check("GET /v2/health/live", st == 200 and live == {"live": True})
+    check("GET /v2/health/ready", request(port, "GET", "/v2/health/ready")[0] == 200)
+    st, _, ms = request(port, "GET", "/v1/models")
+    check("GET /v1/models lists the four", st == 200 and [m["id"] for m in ms["data"]] ==
+          ["minilm-embed", "llama-chat", "bert-sentiment", "model"], ms)
+
+    # ---- embeddings: float and base64 against the pipeline
+    texts = ["hello world", "The quick brown fox jumps over the lazy dog."]
+    ref = library_embeddings(texts, {"pooling": "auto"})
+    st, _, e = request(port, "POST", "/v1/embeddings", {"model": "minilm-embed", "input": texts})
+    got = [d["embedding"] for d in e["data"]] if st == 200 else None
+    check("/v1/embeddings float = pipeline feature-extraction (pooling auto)", st == 200 and close(got, ref), e)
+    ids = json.loads(cli("tokenize", P + "/minilm-embed", texts[0], "--json"))["ids"]
+    ids2 = json.loads(cli("tokenize", P + "/minilm-embed", texts[1], "--json"))["ids"]
+    check("/v1/embeddings usage counts the tokens", st == 200 and e["usage"]["prompt_tokens"] == len(ids) + len(ids2),
+          e.get("usage"))
+    st, _, e = request(port, "POST", "/v1/embeddings", {"model": "minilm-embed", "input": texts[0],
+                                                        "encoding_format": "base64"})
+    vec = np.frombuffer(base64.b64decode(e["data"][0]["embedding"]), dtype="<f4") if st == 200 else None
+    check("/v1/embeddings base64 = little-endian float32 of the same", st == 200 and close(vec, ref[0]), e)
+
+    # ---- dynamic batching: concurrent requests, each its own rows
+    words = ["one", "two words", "three little words", "and four of them", "five", "six six", "seven", "eight!"]
+    refs = [library_embeddings([w], {"pooling": "auto"})[0] for w in words]
+    before = metric(port, "transmuter_batch_size_sum") or 0
+    results = [None] * len(words)
+
+    def one(i):
+        results[i] = request(port, "POST", "/v1/embeddings", {"model": "minilm-embed", "input": words[i]})
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(words))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    check("concurrent embeddings each equal the text alone",
+          all(r[0] == 200 and close(r[2]["data"][0]["embedding"], refs[i]) for i, r in enumerate(results)))
+    after = metric(port, "transmuter_batch_size_sum")
+    batches = metric(port, "transmuter_batch_size_count")
+    check("/metrics counts every input in a batch", after - before == len(words), (before, after))
+    print("     (%d concurrent requests ran in batches; %d batches in all so far)" % (len(words), batches))
+
+    # one request's bad text (not UTF-8) fails alone, not the requests batched with it
+    pair = [None, None]
+
+    def bad_one():
+        pair[0] = request(port, "POST", "/v1/embeddings", raw=b'{"model":"minilm-embed","input":"bad \xff\xfe"}')
+
+    def good_one():
+        pair[1] = request(port, "POST", "/v1/embeddings", {"model": "minilm-embed", "input": words[0]})
+
+    threads = [threading.Thread(target=bad_one), threading.Thread(target=good_one)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    check("a text that is not UTF-8 -> 400, and the request batched with it still succeeds",
+          pair[0][0] == 400 and "UTF-8" in pair[0][2]["error"]["message"] and pair[1][0] == 200 and
+          close(pair[1][2]["data"][0]["embedding"], refs[0]), pair)
+
+    # ---- TEI
+    st, _, emb = request(port, "POST", "/embed", {"inputs": texts})
+    ref_n = library_embeddings(texts, {"pooling": "auto", "normalize": True})
+    check("/embed = pipeline (normalized)", st == 200 and close(emb, ref_n), emb)
+    ref_cls = json.loads(cli("pipeline", "text-classification", P + "/bert-sentiment", "--call",
+                             json.dumps({"inputs": [["I love this", "I hate it"]], "options": {"top_k": None}})))
+    st, _, pr = request(port, "POST", "/predict", {"inputs": "I love this"})
+    check("/predict one text = pipeline text-classification (top_k null)", st == 200 and pr == ref_cls[0], (pr, ref_cls))
+    st, _, pr = request(port, "POST", "/predict", {"inputs": ["I love this", "I hate it"]})
+    check("/predict two texts = the pipeline's batch", st == 200 and pr == ref_cls, pr)
+    st, _, rr = request(port, "POST", "/rerank", {"query": "q", "texts": ["a"]})
+    check("/rerank without a cross-encoder: 404 saying so", st == 404 and "cross-encoder" in rr["error"], rr)
+
+    # ---- chat and completions against generate (greedy)
+    msgs = tempfile.NamedTemporaryFile("w", suffix=".json", delete=False)
+    json.dump([{"role": "user", "content": "Hi"}], msgs)
+    msgs.close()
+    ref_chat = library_generate("--chat", msgs.name, "--max-new", "8")
+    st, _, c = request(port, "POST", "/v1/chat/completions", chat_body(max_tokens=8, temperature=0))
+    check("/v1/chat/completions greedy = generate --chat", st == 200 and
+          c["choices"][0]["message"]["content"] == ref_chat, (c, ref_chat))
+    check("chat usage and finish_reason", st == 200 and c["usage"] == {"prompt_tokens": 4, "completion_tokens": 8,
+          "total_tokens": 12} and c["choices"][0]["finish_reason"] == "length", c)
+    st, ctype, ev, done = sse(port, "/v1/chat/completions",
+                              chat_body(max_tokens=8, temperature=0, stream=True,
+                                        stream_options={"include_usage": True}))
+    text = "".join(e["choices"][0]["delta"].get("content", "") for e in ev if e["choices"])
+    check("chat streamed: text/event-stream, deltas = generate --chat, [DONE]",
+          st == 200 and ctype == "text/event-stream" and done and text == ref_chat, (text, ref_chat))
+    check("chat streamed: role first, usage last", ev[0]["choices"][0]["delta"].get("role") == "assistant" and
+          ev[-1]["choices"] == [] and ev[-1]["usage"]["completion_tokens"] == 8, ev[-1])
+    ref_cmpl = library_generate("--prompt", "Hello", "--max-new", "6")
+    st, _, c = request(port, "POST", "/v1/completions", {"model": "llama-chat", "prompt": "Hello", "max_tokens": 6,
+                                                         "temperature": 0})
+    check("/v1/completions greedy = generate --prompt", st == 200 and c["choices"][0]["text"] == ref_cmpl, (c, ref_cmpl))
+    st, _, ev, done = sse(port, "/v1/completions", {"model": "llama-chat", "prompt": "Hello", "max_tokens": 6,
+                                                    "temperature": 0, "stream": True})
+    check("/v1/completions streamed", done and "".join(e["choices"][0]["text"] for e in ev) == ref_cmpl)
+    # stop: the text ends before the first stop string
+    word = ref_chat.split()[1]
+    st, _, c = request(port, "POST", "/v1/chat/completions", chat_body(max_tokens=8, temperature=0, stop=[word]))
+    check("stop ends the text before the stop string", st == 200 and
+          c["choices"][0]["message"]["content"] == ref_chat[:ref_chat.index(word)] and
+          c["choices"][0]["finish_reason"] == "stop", c)
+    st, _, ev, done = sse(port, "/v1/chat/completions", chat_body(max_tokens=8, temperature=0, stop=word, stream=True))
+    text = "".join(e["choices"][0]["delta"].get("content", "") for e in ev)
+    check("stop while streaming", done and text == ref_chat[:ref_chat.index(word)], text)
+    # sampling: n choices, seed i for choice i, as generate --do-sample --seed
+    body = chat_body(max_tokens=6, temperature=0.9, top_p=0.95, seed=7, n=2)
+    st, _, c1 = request(port, "POST", "/v1/chat/completions", body)
+    st2, _, c2 = request(port, "POST", "/v1/chat/completions", body)
+    ref_s = [library_generate("--chat", msgs.name, "--max-new", "6", "--do-sample", "--temperature", "0.9",
+                              "--top-p", "0.95", "--top-k", "0", "--seed", str(7 + i)) for i in range(2)]
+    got = [ch["message"]["content"] for ch in c1["choices"]] if st == 200 else None
+    check("n=2 sampled with a seed = generate --do-sample --seed 7 and 8", got == ref_s, (got, ref_s))
+    check("the same seed gives the same choices", st2 == 200 and c1["choices"] == c2["choices"])
+    check("n=2 usage counts both choices", c1["usage"]["completion_tokens"] == 12, c1.get("usage"))
+
+    # ---- concurrent streams all finish
+    outs = [None] * 4
+
+    def stream(i):
+        outs[i] = sse(port, "/v1/chat/completions", chat_body(max_tokens=24 + 8 * i, temperature=0, stream=True))
+
+    threads = [threading.Thread(target=stream, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    long_ref = library_generate("--chat", msgs.name, "--max-new", "48")
+    texts_c = ["".join(e["choices"][0]["delta"].get("content", "") for e in o[2]) for o in outs]
+    check("4 concurrent chat streams all end with [DONE]", all(o[3] for o in outs))
+    check("... each the greedy text of its length", all(long_ref.startswith(t) and t for t in texts_c), texts_c)
+
+    # ---- Open Inference Protocol v2 on the raw model
+    case = "tests/data/tiny/bert/model.cases/default/inputs"
+    inputs = []
+    for name in ["input_ids", "attention_mask", "token_type_ids"]:
+        a = np.load("%s/%s.npy" % (case, name))
+        inputs.append({"name": name, "shape": list(a.shape), "datatype": "INT64", "data": a.flatten().tolist()})
+    out_dir = tempfile.mkdtemp()
+    cli("run", ONNX, "--inputs", case, "--out", out_dir)
+    ref_h = np.load(out_dir + "/last_hidden_state.npy")
+    st, _, inf = request(port, "POST", "/v2/models/model/infer", {"id": "r1", "inputs": inputs})
+    o = inf["outputs"][0] if st == 200 else {}
+    check("/v2/models/model/infer = transmuter run", st == 200 and inf["id"] == "r1" and o["datatype"] == "FP32" and
+          o["shape"] == list(ref_h.shape) and close(np.array(o["data"]).reshape(o["shape"]), ref_h), inf)
+    nested = [dict(i, data=np.array(i["data"]).reshape(i["shape"]).tolist()) for i in inputs]
+    st, _, inf2 = request(port, "POST", "/v2/models/model/infer", {"inputs": nested, "outputs": [{"name": "last_hidden_state"}]})
+    check("infer takes nested data too", st == 200 and inf2["outputs"][0]["data"] == o.get("data"))
+    st, _, md = request(port, "GET", "/v2/models/model")
+    check("/v2/models/model metadata", st == 200 and [i["name"] for i in md["inputs"]] ==
+          ["input_ids", "attention_mask", "token_type_ids"] and md["outputs"][0]["datatype"] == "FP32", md)
+
+    # ---- bad requests: 4xx with a JSON error, never a crash
+    big = b'{"model":"minilm-embed","input":"' + b"a" * (1 << 20) + b'"}'
+    bad = [
+        ("POST", "/v1/embeddings", b"{not json", 400),
+        ("POST", "/v1/embeddings", b"[1,2]", 400),
+        ("POST", "/v1/embeddings", b"", 400),
+        ("POST", "/v1/embeddings", b'{"model":"minilm-embed","input":5}', 400),
+        ("POST", "/v1/embeddings", b'{"model":"minilm-embed","input":[]}', 400),
+        ("POST", "/v1/embeddings", b'{"model":"minilm-embed","input":["a",[1,2]]}', 400),
+        ("POST", "/v1/embeddings", b'{"model":"minilm-embed","input":"a","encoding_format":"hex"}', 400),
+        ("POST", "/v1/embeddings", b'{"model":"nope","input":"a"}', 404),
+        ("POST", "/v1/embeddings", b'{"model":"llama-chat","input":"a"}', 400),
+        ("POST", "/v1/embeddings", b'{"input":"a"}', 400),
+        ("POST", "/v1/embeddings", big, 413),
+        ("GET", "/v1/embeddings", None, 405),
+        ("POST", "/v1/chat/completions", b'{"model":"llama-chat","messages":"hi"}', 400),
+        ("POST", "/v1/chat/completions", b'{"model":"llama-chat","messages":[{"content":"x"}]}', 400),
+        ("POST", "/v1/chat/completions", b'{"model":"llama-chat","messages":[{"role":"user","content":"x"}],"max_tokens":"8"}', 400),
+        ("POST", "/v1/chat/completions", b'{"model":"llama-chat","messages":[{"role":"user","content":"x"}],"max_tokens":0}', 400),
+        ("POST", "/v1/chat/completions", b'{"model":"llama-chat","messages":[{"role":"user","content":"x"}],"temperature":9}', 400),
+        ("POST", "/v1/chat/completions", b'{"model":"llama-chat","messages":[{"role":"user","content":"x"}],"n":1000}', 400),
+        ("POST", "/v1/chat/completions", b'{"model":"llama-chat","messages":[{"role":"user","content":"x"}],"stop":[1]}', 400),
+        ("POST", "/v1/chat/completions", b'{"model":"llama-chat","messages":[{"role":"user","content":"x"}],"logprobs":true}', 400),
+        ("POST", "/v1/chat/completions", b'{"model":"llama-chat","messages":[{"role":"user","content":"x"}],"max_tokens":5000}', 400),
+        ("POST", "/v1/chat/completions", b'{"model":"minilm-embed","messages":[{"role":"user","content":"x"}]}', 400),
+        ("POST", "/v1/completions", b'{"model":"llama-chat","prompt":42}', 400),
+        ("POST", "/v1/completions", b'{"model":"llama-chat","prompt":"a","seed":1.5}', 400),
+        ("POST", "/predict", b'{"inputs":7}', 400),
+        ("POST", "/predict", b'{"inputs":"a","raw_scores":true}', 422),
+        ("POST", "/embed", b'{"inputs":"a","normalize":"yes"}', 422),
+        ("POST", "/v2/models/model/infer", b'{"inputs":[{"name":"input_ids","shape":[1,2],"datatype":"INT64","data":[1]}]}', 400),
+        ("POST", "/v2/models/model/infer", b'{"inputs":[{"name":"input_ids","shape":[1,1],"datatype":"FP32","data":[1]}]}', 400),
+        ("POST", "/v2/models/model/infer", b'{"inputs":[{"name":"nope","shape":[1],"datatype":"INT64","data":[1]}]}', 400),
+        ("POST", "/v2/models/model/infer", b'{"inputs":[{"name":"input_ids","shape":[-1],"datatype":"INT64","data":[]}]}', 400),
+        ("POST", "/v2/models/model/infer", b'{"inputs":[{"name":"input_ids","shape":[1,1],"datatype":"INT64","data":[1.5]}]}', 400),
+        ("POST", "/v2/models/model/infer", b'{"inputs":[{"name":"input_ids","shape":[100000,100000],"datatype":"INT64","data":[1]}]}', 413),
+        ("POST", "/v2/models/model/infer", b'{"inputs":[{"name":"input_ids","shape":[1,1],"datatype":"INT64","data":[1]}]}', 400),
+        ("POST", "/v2/models/minilm-embed/infer", b'{}', 404),
+        ("GET", "/v2/models/nope", None, 404),
+        ("GET", "/nowhere", None, 404),
+        ("GET", "/../../etc/passwd", None, 404),
+    ]
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    for method, path, raw, want in bad:
+        try:
+            st, _, js = request(port, method, path, raw=raw, conn=conn if want != 413 else None)
+        except (http.client.HTTPException, OSError) as e:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+            st, js = None, str(e)
+        label = (raw or b"")[:70].decode(errors="replace")
+        check("%s %s %s -> %d JSON error" % (method, path, label, want),
+              st == want and isinstance(js, dict) and "error" in js, (st, js))
+    conn.close()
+    # a chunked body over the limit (no Content-Length up front)
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
+    chunk = b"a" * 65536
+    try:
+        for _ in range(20):
+            s.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+        s.sendall(b"0\r\n\r\n")
+    except OSError:
+        pass
+    reply = s.recv(4096).decode(errors="replace")
+    s.close()
+    check("a chunked body over the limit -> 413", reply.startswith("HTTP/1.1 413"), reply[:80])
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nContent-Length: 5000000\r\nExpect: 100-continue\r\n\r\n")
+    reply = s.recv(4096).decode(errors="replace")
+    s.close()
+    check("Expect: 100-continue over the limit -> 413 before the body", reply.startswith("HTTP/1.1 413"), reply[:80])
+    check("keep-alive: several requests on one connection", conn is not None)
+    check("the server is still up after the bad requests", proc.poll() is None)
+
+    # ---- a client that goes away cancels its work
+    s = socket.create_connection(("127.0.0.1", port))
+    body = json.dumps(chat_body(max_tokens=4000, temperature=0, stream=True)).encode()
+    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+    s.recv(1024)
+    s.close()
+    for _ in range(600):
+        if metric(port, "transmuter_queue_depth") == 0:
+            break
+        time.sleep(0.05)
+    tokens_then = metric(port, "transmuter_generated_tokens_total")
+    time.sleep(0.3)
+    check("a closed stream's generation stops (queue empty, no more tokens)",
+          metric(port, "transmuter_queue_depth") == 0 and metric(port, "transmuter_generated_tokens_total") == tokens_then)
+
+    _, _, text = request(port, "GET", "/metrics")
+    check("/metrics: requests by route and status, latency histogram, tokens",
+          'transmuter_requests_total{route="/v1/embeddings",status="200"}' in text and
+          'transmuter_request_seconds_bucket{route="/v1/chat/completions",le="+Inf"}' in text and
+          "transmuter_generated_tokens_total" in text, text[:300])
+
+    # ---- the openai npm client
+    node_dir = "bench/.serve/node_modules/openai"
+    if os.path.isdir(node_dir) and subprocess.run(["node", "--version"], capture_output=True).returncode == 0:
+        r = subprocess.run(["node", "tests/serve_openai.mjs", str(port)], capture_output=True, text=True)
+        try:
+            got = json.loads(r.stdout)
+        except ValueError:
+            got = None
+            print(r.stdout, r.stderr)
+        if got:
+            check("openai client: embeddings = pipeline", close(got["embeddings"], ref))
+            check("openai client: chat = generate --chat", got["chat"] == ref_chat, got["chat"])
+            check("openai client: chat streamed = generate --chat", got["stream"] == ref_chat, got["stream"])
+            check("openai client: an unknown model is its NotFoundError", got["not_found"] == 404, got["not_found"])
+        else:
+            check("openai client ran", False, r.stderr[-500:])
+    else:
+        skip("the openai npm client", "not installed (npm install --prefix bench/.serve openai)")
+
+    # ---- SIGTERM: the stream running finishes, then exit 0
+    result = {}
+
+    def long_stream():
+        try:
+            result["r"] = sse(port, "/v1/chat/completions", chat_body(max_tokens=60, temperature=0, stream=True))
+        except (http.client.HTTPException, OSError) as e:
+            result["r"] = (str(e), None, [], False)
+
+    t = threading.Thread(target=long_stream)
+    t.start()
+    for _ in range(600):
+        if metric(port, "transmuter_queue_depth") == 1:
+            break
+        time.sleep(0.01)
+    proc.send_signal(15)
+    t.join()
+    rc = proc.wait(timeout=60)
+    st, _, ev, done = result["r"]
+    check("SIGTERM: the stream in flight ends with [DONE]", st == 200 and done)
+    check("SIGTERM: exit status 0", rc == 0, (rc, open(log).read()[-3000:]))
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+        check("SIGTERM: no longer listening", False)
+    except OSError:
+        check("SIGTERM: no longer listening", True)
+
+    # ---- a second server: the API key, and a queue of one
+    proc, port, log = start(P + "/llama-chat", "--api-key", "sekrit", "--queue", "1")
+    st, h, js = request(port, "GET", "/v1/models")
+    check("no key -> 401 in OpenAI's shape", st == 401 and js["error"]["code"] == "invalid_api_key" and
+          "Bearer" in h.get("WWW-Authenticate", ""), js)
+    check("a wrong key -> 401", request(port, "GET", "/v1/models", headers={"Authorization": "Bearer nope"})[0] == 401)
+    auth = {"Authorization": "Bearer sekrit"}
+    check("the key -> 200", request(port, "GET", "/v1/models", headers=auth)[0] == 200)
+    check("health without the key -> 200", request(port, "GET", "/health")[0] == 200)
+    s = socket.create_connection(("127.0.0.1", port))
+    body = json.dumps(chat_body(max_tokens=4000, temperature=0, stream=True)).encode()
+    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sekrit\r\n"
+              b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+    s.recv(1024)
+    st, h, js = request(port, "POST", "/v1/chat/completions", chat_body(max_tokens=4), headers=auth)
+    check("a full queue -> 429 with Retry-After", st == 429 and "Retry-After" in h and "error" in js, (st, js))
+    s.close()
+    proc.send_signal(15)
+    rc = proc.wait(timeout=60)
+    check("second server: exit status 0", rc == 0, (rc, open(log).read()[-3000:]))
+
+    print("%d passed, %d failed, %d skipped" % (passed, failed, skipped))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

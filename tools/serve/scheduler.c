@@ -1,0 +1,614 @@
+/* transmuter serve's scheduler: one worker runs encoder requests in dynamic batches (the
+ * first queued input waits up to max_wait_ms for others of the same model and options, up
+ * to max_batch inputs, then one tm_pipeline_call runs them all); another steps every
+ * active generator in turn, one token each, so that all generation requests progress and a
+ * new one joins between steps. Each generator has its own KV cache: this is not batched
+ * decoding (one model run per sequence and step). A bounded count of queued inputs and
+ * sequences gives back-pressure. Not the HTTP layer, not the JSON of the APIs. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "serve.h"
+
+struct serve_sched {
+    pthread_mutex_t lock;
+    pthread_cond_t work;        /* the workers wait here for something to do */
+    pthread_cond_t changed;     /* waiters wait here for their job to move */
+    serve_batch_job *batch_head, *batch_tail;
+    serve_gen_job *gen_new;     /* submitted, not yet stepped (first in, first out) */
+    serve_gen_job *gen_active;
+    size_t queued;              /* inputs and sequences queued or running */
+    int stop;
+    pthread_t batch_thread, gen_thread;
+    int threads;
+};
+
+double tm__serve_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void cond_wait_until(pthread_cond_t *c, pthread_mutex_t *m, double until) {
+    struct timespec ts;
+    ts.tv_sec = (time_t)until;
+    ts.tv_nsec = (long)((until - (double)ts.tv_sec) * 1e9);
+    if (ts.tv_nsec >= 1000000000L) ts.tv_nsec = 999999999L;
+    pthread_cond_timedwait(c, m, &ts);
+}
+
+static void pump_locked(serve_server *s);
+
+/* Waits a little for a job to move (lock held); synchronous mode does the work instead. */
+static void wait_changed(serve_server *s) {
+    serve_sched *q = s->sched;
+    if (s->opt.synchronous) {
+        pump_locked(s);
+        return;
+    }
+    cond_wait_until(&q->changed, &q->lock, tm__serve_now() + 0.05);
+}
+
+/* ---- Encoder batches ----------------------------------------------------------------------- */
+
+static int same_batch(const serve_batch_job *a, const serve_batch_job *b) {
+    return a->m == b->m && !strcmp(a->options, b->options);
+}
+
+static size_t ready_inputs(const serve_sched *q) {
+    size_t n = 0;
+    for (const serve_batch_job *j = q->batch_head; j; j = j->next)
+        if (same_batch(j, q->batch_head) && j->state == 0) n += j->n;
+    return n;
+}
+
+static void unlink_batch_job(serve_sched *q, serve_batch_job *job) {
+    serve_batch_job **pp = &q->batch_head, *prev = NULL;
+    while (*pp && *pp != job) {
+        prev = *pp;
+        pp = &(*pp)->next;
+    }
+    if (!*pp) return;
+    *pp = job->next;
+    if (q->batch_tail == job) q->batch_tail = prev;
+    job->next = NULL;
+}
+
+static void fail_jobs(serve_batch_job **jobs, int n, tm_status st, const char *msg) {
+    for (int i = 0; i < n; i++) {
+        jobs[i]->status = st;
+        snprintf(jobs[i]->message, sizeof jobs[i]->message, "%s", msg);
+    }
+}
+
+/* Splits a batch's result among its jobs. */
+static void split_result(serve_batch_job **jobs, int n_jobs, size_t total, const char *result) {
+    tm_json *r = tm_json_parse(result, strlen(result));
+    const tm_json *dims = tm_json_get(r, "dims"), *data = tm_json_get(r, "data");
+    if (dims && data) {
+        /* embeddings: a (total, D) tensor */
+        if (dims->type != TM_JSON_ARRAY || dims->n != 2 || data->type != TM_JSON_ARRAY ||
+            dims->items[0].number != (double)total || dims->items[1].number < 1 ||
+            (double)data->n != dims->items[0].number * dims->items[1].number) {
+            fail_jobs(jobs, n_jobs, TM_ERR_RUNTIME, "the pipeline gave an unexpected result shape");
+        } else {
+            int dim = (int)dims->items[1].number;
+            size_t row = 0;
+            for (int j = 0; j < n_jobs; j++) {
+                jobs[j]->dim = dim;
+                jobs[j]->vectors = malloc(jobs[j]->n * (size_t)dim * sizeof(float));
+                if (!jobs[j]->vectors) {
+                    fail_jobs(jobs + j, 1, TM_ERR_NO_MEMORY, "out of memory");
+                    row += jobs[j]->n;
+                    continue;
+                }
+                for (size_t k = 0; k < jobs[j]->n * (size_t)dim; k++)
+                    jobs[j]->vectors[k] = (float)data->items[row * (size_t)dim + k].number;
+                row += jobs[j]->n;
+            }
+        }
+    } else if (r && r->type == TM_JSON_ARRAY && (size_t)r->n == total) {
+        /* classification: one list of labels per input */
+        size_t at = 0;
+        for (int j = 0; j < n_jobs; j++) {
+            tm__buf b = {0};
+            tm__put(&b, "[");
+            for (size_t k = 0; k < jobs[j]->n; k++) {
+                if (k) tm__put(&b, ",");
+                tm__put_json(&b, &r->items[at + k]);
+            }
+            tm__put(&b, "]");
+            at += jobs[j]->n;
+            if (b.oom) {
+                free(b.s);
+                fail_jobs(jobs + j, 1, TM_ERR_NO_MEMORY, "out of memory");
+            } else {
+                jobs[j]->json = b.s;
+            }
+        }
+    } else {
+        fail_jobs(jobs, n_jobs, TM_ERR_RUNTIME, "the pipeline gave an unexpected result");
+    }
+    tm_json_free(r);
+}
+
+/* Runs jobs as one pipeline call. When it fails and several requests share it, each runs
+ * alone: one request's bad text must not fail the others'. */
+static void run_batch(serve_batch_job **jobs, int n_jobs, size_t total) {
+    tm__buf in = {0};
+    tm__put(&in, "[[");
+    size_t k = 0;
+    for (int j = 0; j < n_jobs; j++)
+        for (size_t t = 0; t < jobs[j]->n; t++, k++) {
+            if (k) tm__put(&in, ",");
+            tm__put_string(&in, jobs[j]->texts[t]);
+        }
+    tm__put(&in, "]]");
+    tm_error err;
+    memset(&err, 0, sizeof err);
+    char *result = NULL;
+    tm_status st = in.oom ? TM_ERR_NO_MEMORY : tm_pipeline_call(jobs[0]->m->pipe, in.s, jobs[0]->options, &result, &err);
+    free(in.s);
+    if (st != TM_OK && n_jobs > 1) {
+        for (int j = 0; j < n_jobs; j++) run_batch(jobs + j, 1, jobs[j]->n);
+        return;
+    }
+    for (int j = 0; j < n_jobs; j++) jobs[j]->status = TM_OK;
+    if (st != TM_OK) fail_jobs(jobs, n_jobs, st, err.message[0] ? err.message : tm_status_name(st));
+    else split_result(jobs, n_jobs, total, result);
+    free(result);
+}
+
+/* Takes the first queued job and those of the same model and options after it (up to
+ * max_batch inputs), runs them as one call and hands each its rows. Lock held on entry and
+ * on return; released while the model runs. */
+static void batch_round(serve_server *s) {
+    serve_sched *q = s->sched;
+    serve_batch_job *first = q->batch_head;
+    if (!first) return;
+    size_t total = 0;
+    int n_jobs = 0, cap = 16;
+    serve_batch_job **jobs = malloc((size_t)cap * sizeof *jobs);
+    for (serve_batch_job *j = q->batch_head, *next; j && jobs; j = next) {
+        next = j->next;
+        if (!same_batch(j, first)) continue;
+        if (n_jobs && total + j->n > (size_t)s->opt.max_batch) break;
+        if (n_jobs == cap) {
+            serve_batch_job **g = realloc(jobs, (size_t)(cap *= 2) * sizeof *jobs);
+            if (!g) break;
+            jobs = g;
+        }
+        unlink_batch_job(q, j);
+        j->state = 1;
+        jobs[n_jobs++] = j;
+        total += j->n;
+    }
+    if (!jobs) {   /* out of memory: fail the first alone */
+        unlink_batch_job(q, first);
+        first->status = TM_ERR_NO_MEMORY;
+        snprintf(first->message, sizeof first->message, "out of memory");
+        first->state = 2;
+        q->queued -= first->n;
+        pthread_cond_broadcast(&q->changed);
+        return;
+    }
+    pthread_mutex_unlock(&q->lock);
+    run_batch(jobs, n_jobs, total);
+    tm__serve_metrics_batch(s->metrics, total);
+
+    pthread_mutex_lock(&q->lock);
+    for (int j = 0; j < n_jobs; j++) {
+        jobs[j]->state = 2;
+        q->queued -= jobs[j]->n;
+    }
+    free(jobs);
+    pthread_cond_broadcast(&q->changed);
+}
+
+int tm__serve_batch_run(serve_server *s, serve_batch_job *job, const serve_request *rq) {
+    serve_sched *q = s->sched;
+    pthread_mutex_lock(&q->lock);
+    if (q->stop) {
+        pthread_mutex_unlock(&q->lock);
+        return 503;
+    }
+    if (q->queued + job->n > (size_t)s->opt.queue) {
+        pthread_mutex_unlock(&q->lock);
+        return 429;
+    }
+    job->state = 0;
+    job->next = NULL;
+    job->queued_at = tm__serve_now();
+    if (q->batch_tail) q->batch_tail->next = job;
+    else q->batch_head = job;
+    q->batch_tail = job;
+    q->queued += job->n;
+    pthread_cond_broadcast(&q->work);
+    double deadline = job->queued_at + s->opt.timeout_ms / 1e3;
+    int rc = 0;
+    while (job->state != 2) {
+        /* A batch that runs is let finish; one still queued leaves the queue. */
+        if (job->state == 0) {
+            int gone = rq->gone && rq->gone(rq->gone_ctx);
+            if (gone || tm__serve_now() > deadline || q->stop) {
+                unlink_batch_job(q, job);
+                q->queued -= job->n;
+                rc = gone ? 499 : q->stop ? 503 : 504;
+                break;
+            }
+        }
+        wait_changed(s);
+    }
+    pthread_mutex_unlock(&q->lock);
+    return rc;
+}
+
+/* ---- Generation ---------------------------------------------------------------------------- */
+
+static int is_cjk(uint32_t c) {
+    return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) ||
+           (c >= 0x20000 && c <= 0x2A6DF) || (c >= 0x2A700 && c <= 0x2CEAF) ||
+           (c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F);
+}
+
+/* The code point that ends s[0..n), 0 if it is cut or there is none. */
+static uint32_t last_code_point(const char *s, size_t n) {
+    size_t i = n;
+    while (i > 0 && ((unsigned char)s[i - 1] & 0xC0) == 0x80) i--;
+    if (i == 0) return 0;
+    const unsigned char *p = (const unsigned char *)s + i - 1;
+    size_t len = n - (i - 1);
+    if (p[0] < 0x80) return len == 1 ? p[0] : 0;
+    if ((p[0] & 0xE0) == 0xC0 && len == 2) return (uint32_t)(p[0] & 0x1F) << 6 | (p[1] & 0x3F);
+    if ((p[0] & 0xF0) == 0xE0 && len == 3)
+        return (uint32_t)(p[0] & 0x0F) << 12 | (uint32_t)(p[1] & 0x3F) << 6 | (p[2] & 0x3F);
+    if ((p[0] & 0xF8) == 0xF0 && len == 4)
+        return (uint32_t)(p[0] & 0x07) << 18 | (uint32_t)(p[1] & 0x3F) << 12 |
+               (uint32_t)(p[2] & 0x3F) << 6 | (p[3] & 0x3F);
+    return 0;
+}
+
+/* How much of the decoded new text will not change with more tokens: the library's
+ * streaming rule (whole up to a newline or CJK character, else up to the last space), less
+ * what could still be the start of a stop string. */
+static size_t settled(const serve_gen_job *job, const char *text, size_t n) {
+    size_t end = 0;
+    if (n && (text[n - 1] == '\n' || is_cjk(last_code_point(text, n)))) end = n;
+    else
+        for (size_t i = n; i > 0 && !end; i--)
+            if (text[i - 1] == ' ') end = i;
+    size_t hold = 0;
+    for (int k = 0; k < job->n_stops; k++) {
+        size_t l = strlen(job->stops[k]);
+        if (l > hold) hold = l;
+    }
+    if (hold > 1 && end > n - (hold - 1 < n ? hold - 1 : n)) {
+        end = n - (hold - 1 < n ? hold - 1 : n);
+        while (end > 0 && ((unsigned char)text[end] & 0xC0) == 0x80) end--;
+    }
+    return end;
+}
+
+static int is_eos(const serve_model *m, int32_t t) {
+    for (int i = 0; i < m->gen.n_eos_token_ids; i++)
+        if (m->gen.eos_token_ids[i] == t) return 1;
+    return 0;
+}
+
+/* One step of sequence i, without the lock; the text to hand out and whether it ended. */
+typedef struct step_result {
+    char *text;                 /* the whole new text so far (or up to a stop string) */
+    size_t len, end;            /* its length; how much of it is final */
+    const char *finish;         /* NULL: goes on */
+    size_t n_new;
+    char message[1024];
+} step_result;
+
+static void step_sequence(serve_gen_job *job, int i, step_result *r) {
+    memset(r, 0, sizeof *r);
+    tm_generator *g = job->gens[i];
+    tm_error err;
+    memset(&err, 0, sizeof err);
+    int32_t token = -1;
+    int done = 0;
+    tm_status st = tm_generator_step(g, &token, &done, &err);
+    const int32_t *ids = NULL;
+    size_t n = 0;
+    if (st == TM_OK) st = tm_generator_sequence(g, 0, &ids, &n, &err);
+    size_t plen = tm_generator_prompt_length(g);
+    if (st == TM_OK) {
+        r->n_new = n - plen;
+        st = tm_tokenizer_decode(job->m->tok, ids + plen, n - plen, 1, -1, &r->text, &r->len, &err);
+    }
+    if (st != TM_OK) {
+        snprintf(r->message, sizeof r->message, "%s", err.message[0] ? err.message : tm_status_name(st));
+        r->finish = "error";
+        return;
+    }
+    /* The earliest stop string ends the text where it starts. */
+    size_t cut = r->len;
+    for (int k = 0; k < job->n_stops; k++) {
+        const char *hit = memmem(r->text, r->len, job->stops[k], strlen(job->stops[k]));
+        if (hit && (size_t)(hit - r->text) < cut) cut = (size_t)(hit - r->text);
+    }
+    if (cut < r->len) {
+        r->len = cut;
+        r->text[cut] = 0;
+        r->finish = "stop";
+    } else if (done) {
+        r->finish = is_eos(job->m, token) || (int64_t)r->n_new < job->max_new ? "stop" : "length";
+    }
+    r->end = r->finish ? r->len : settled(job, r->text, r->len);
+}
+
+static void finish_sequence(serve_gen_job *job, int i, const char *finish) {
+    job->emit(job, i, NULL, 0, finish);
+    job->seq_done[i] = 1;
+    job->n_done++;
+}
+
+/* One round: every active sequence one step. Lock held on entry and return. */
+static void gen_round(serve_server *s) {
+    serve_sched *q = s->sched;
+    /* the new requests join */
+    serve_gen_job **tail = &q->gen_active;
+    while (*tail) tail = &(*tail)->next;
+    *tail = q->gen_new;
+    q->gen_new = NULL;
+    for (serve_gen_job **pp = &q->gen_active; *pp;) {
+        serve_gen_job *job = *pp;
+        for (int i = 0; i < job->n; i++) {
+            if (job->seq_done[i]) continue;
+            if (job->cancelled || q->stop || tm__serve_now() > job->deadline) {
+                if (!job->cancelled && !q->stop) job->timed_out = 1;
+                finish_sequence(job, i, "cancelled");
+                continue;
+            }
+            step_result r;
+            pthread_mutex_unlock(&q->lock);
+            step_sequence(job, i, &r);
+            tm__serve_metrics_tokens(s->metrics, 0, 1);
+            pthread_mutex_lock(&q->lock);
+            if (r.end > job->seq_sent[i]) {
+                job->emit(job, i, r.text + job->seq_sent[i], r.end - job->seq_sent[i], NULL);
+                job->seq_sent[i] = r.end;
+            }
+            if (r.finish) {
+                if (!strcmp(r.finish, "error")) {
+                    job->failed = 1;
+                    snprintf(job->message, sizeof job->message, "%s", r.message);
+                }
+                job->completion_tokens += r.n_new;
+                finish_sequence(job, i, r.finish);
+            }
+            free(r.text);
+            pthread_cond_broadcast(&q->changed);
+        }
+        if (job->n_done == job->n) {
+            job->emit(job, -1, NULL, 0, NULL);
+            *pp = job->next;
+            job->next = NULL;
+            q->queued -= (size_t)job->queued_n;
+            job->done = 1;
+            pthread_cond_broadcast(&q->changed);
+        } else {
+            pp = &job->next;
+        }
+    }
+}
+
+int tm__serve_gen_submit(serve_server *s, serve_gen_job *job) {
+    serve_sched *q = s->sched;
+    job->seq_done = calloc((size_t)job->n, sizeof *job->seq_done);
+    job->seq_sent = calloc((size_t)job->n, sizeof *job->seq_sent);
+    if (!job->seq_done || !job->seq_sent) return 503;
+    pthread_mutex_lock(&q->lock);
+    if (q->stop) {
+        pthread_mutex_unlock(&q->lock);
+        return 503;
+    }
+    if (q->queued + (size_t)job->n > (size_t)s->opt.queue) {
+        pthread_mutex_unlock(&q->lock);
+        return 429;
+    }
+    job->deadline = tm__serve_now() + s->opt.timeout_ms / 1e3;
+    job->queued_n = job->n;
+    job->next = NULL;
+    serve_gen_job **tail = &q->gen_new;
+    while (*tail) tail = &(*tail)->next;
+    *tail = job;
+    q->queued += (size_t)job->n;
+    pthread_cond_broadcast(&q->work);
+    pthread_mutex_unlock(&q->lock);
+    return 0;
+}
+
+int tm__serve_gen_wait(serve_server *s, serve_gen_job *job, const serve_request *rq) {
+    serve_sched *q = s->sched;
+    pthread_mutex_lock(&q->lock);
+    while (!job->done) {
+        if (!job->cancelled && rq->gone && rq->gone(rq->gone_ctx)) job->cancelled = 1;
+        wait_changed(s);
+    }
+    pthread_mutex_unlock(&q->lock);
+    return job->cancelled ? 499 : job->timed_out ? 504 : 0;
+}
+
+void tm__serve_gen_cancel(serve_server *s, serve_gen_job *job) {
+    serve_sched *q = s->sched;
+    pthread_mutex_lock(&q->lock);
+    job->cancelled = 1;
+    while (!job->done) wait_changed(s);
+    pthread_mutex_unlock(&q->lock);
+}
+
+struct serve_stream {
+    serve_server *s;
+    serve_gen_job *job;
+    void (*free_job)(serve_gen_job *);
+    int (*gone)(void *);
+    void *gone_ctx;
+};
+
+serve_stream *tm__serve_gen_stream(serve_server *s, serve_gen_job *job, const serve_request *rq,
+                                   void (*free_job)(serve_gen_job *)) {
+    serve_stream *st = calloc(1, sizeof *st);
+    if (!st) return NULL;
+    st->s = s;
+    st->job = job;
+    st->free_job = free_job;
+    st->gone = rq->gone;
+    st->gone_ctx = rq->gone_ctx;
+    return st;
+}
+
+ssize_t tm__serve_stream_read(serve_stream *st, char *buf, size_t max) {
+    serve_sched *q = st->s->sched;
+    serve_gen_job *job = st->job;
+    pthread_mutex_lock(&q->lock);
+    while (job->out.n == job->out_read && !job->done) {
+        if (!job->cancelled && st->gone && st->gone(st->gone_ctx)) job->cancelled = 1;
+        wait_changed(st->s);
+    }
+    size_t k = job->out.n - job->out_read;
+    if (k > max) k = max;
+    if (k) memcpy(buf, job->out.s + job->out_read, k);
+    job->out_read += k;
+    pthread_mutex_unlock(&q->lock);
+    return k ? (ssize_t)k : -1;
+}
+
+void tm__serve_stream_free(serve_stream *st) {
+    if (!st) return;
+    tm__serve_gen_cancel(st->s, st->job);
+    st->free_job(st->job);
+    free(st);
+}
+
+/* ---- Workers ------------------------------------------------------------------------------- */
+
+static void *batch_worker(void *arg) {
+    serve_server *s = arg;
+    serve_sched *q = s->sched;
+    pthread_mutex_lock(&q->lock);
+    while (!q->stop) {
+        if (!q->batch_head) {
+            pthread_cond_wait(&q->work, &q->lock);
+            continue;
+        }
+        double until = q->batch_head->queued_at + s->opt.max_wait_ms / 1e3;
+        if (ready_inputs(q) < (size_t)s->opt.max_batch && tm__serve_now() < until) {
+            cond_wait_until(&q->work, &q->lock, until);
+            continue;
+        }
+        batch_round(s);
+    }
+    pthread_mutex_unlock(&q->lock);
+    return NULL;
+}
+
+static void *gen_worker(void *arg) {
+    serve_server *s = arg;
+    serve_sched *q = s->sched;
+    pthread_mutex_lock(&q->lock);
+    for (;;) {
+        if (!q->gen_new && !q->gen_active) {
+            if (q->stop) break;
+            pthread_cond_wait(&q->work, &q->lock);
+            continue;
+        }
+        gen_round(s);   /* after stop: one last round that ends every job */
+    }
+    pthread_mutex_unlock(&q->lock);
+    return NULL;
+}
+
+static void pump_locked(serve_server *s) {
+    serve_sched *q = s->sched;
+    while (q->batch_head) batch_round(s);
+    if (q->gen_new || q->gen_active) gen_round(s);
+}
+
+void tm__serve_pump(serve_server *s) {
+    pthread_mutex_lock(&s->sched->lock);
+    pump_locked(s);
+    pthread_mutex_unlock(&s->sched->lock);
+}
+
+size_t tm__serve_queue_depth(serve_server *s) {
+    pthread_mutex_lock(&s->sched->lock);
+    size_t n = s->sched->queued;
+    pthread_mutex_unlock(&s->sched->lock);
+    return n;
+}
+
+tm_status tm__serve_start(serve_server *s, tm_error *err) {
+    serve_sched *q = calloc(1, sizeof *q);
+    s->metrics = tm__serve_metrics_new();
+    if (!q || !s->metrics) {
+        free(q);
+        tm__serve_metrics_free(s->metrics);
+        s->metrics = NULL;
+        snprintf(err->message, sizeof err->message, "out of memory");
+        return TM_ERR_NO_MEMORY;
+    }
+    pthread_mutex_init(&q->lock, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&q->work, &ca);
+    pthread_cond_init(&q->changed, &ca);
+    pthread_condattr_destroy(&ca);
+    s->sched = q;
+    s->started = (long)time(NULL);
+    if (s->opt.synchronous) return TM_OK;
+    if (pthread_create(&q->batch_thread, NULL, batch_worker, s) != 0) {
+        snprintf(err->message, sizeof err->message, "cannot start a thread");
+        return TM_ERR_RUNTIME;
+    }
+    if (pthread_create(&q->gen_thread, NULL, gen_worker, s) != 0) {
+        pthread_mutex_lock(&q->lock);
+        q->stop = 1;
+        pthread_cond_broadcast(&q->work);
+        pthread_mutex_unlock(&q->lock);
+        pthread_join(q->batch_thread, NULL);
+        snprintf(err->message, sizeof err->message, "cannot start a thread");
+        return TM_ERR_RUNTIME;
+    }
+    q->threads = 2;
+    return TM_OK;
+}
+
+void tm__serve_halt(serve_server *s) {
+    serve_sched *q = s->sched;
+    if (!q) return;
+    pthread_mutex_lock(&q->lock);
+    q->stop = 1;
+    pthread_cond_broadcast(&q->work);
+    pthread_cond_broadcast(&q->changed);
+    pthread_mutex_unlock(&q->lock);
+    if (q->threads) {
+        pthread_join(q->batch_thread, NULL);
+        pthread_join(q->gen_thread, NULL);
+        q->threads = 0;
+    } else if (s->opt.synchronous) {
+        tm__serve_pump(s);
+    }
+}
+
+void tm__serve_stop(serve_server *s) {
+    serve_sched *q = s->sched;
+    if (q) {
+        tm__serve_halt(s);
+        pthread_mutex_destroy(&q->lock);
+        pthread_cond_destroy(&q->work);
+        pthread_cond_destroy(&q->changed);
+        free(q);
+        s->sched = NULL;
+    }
+    for (int i = 0; i < s->n_models; i++) tm__serve_model_free(&s->models[i]);
+    tm__serve_metrics_free(s->metrics);
+    s->metrics = NULL;
+}
