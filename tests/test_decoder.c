@@ -326,6 +326,61 @@ static void test_prompts(const char *path) {
     tm_model_free(m);
 }
 
+/* Decoders of one model share their plans: a second and a third decoder, stepped in turn
+ * with the first (separate sessions and caches), make no plan, and each one's logits equal
+ * what the first decoder gave for the same tokens; a decoder with other options makes its
+ * own. The model frees the shared plans (the decoders are freed first and last). */
+static void test_shared_plans(const char *path) {
+    tm_model *m = NULL;
+    tm_error err = {0};
+    if (tm_model_load(path, NULL, &m, &err) != TM_OK) {
+        CHECK(0, "%s: %s", path, err.message);
+        return;
+    }
+    enum { N = 3, STEPS = 6 };
+    tm_decoder *d[N] = {0};
+    tm_tensor *first[STEPS] = {0};
+    for (int k = 0; k < N; k++)
+        CHECK(tm_decoder_create(m, NULL, &d[k], &err) == TM_OK, "%s: %s", path, err.message);
+    tm_plan_stats before = {.size = sizeof before}, after = {.size = sizeof after};
+    for (int k = 0; k < N && d[k]; k++) {
+        if (k == 1) tm_model_plan_stats(m, &before);
+        for (int step = 0; step < STEPS; step++) {
+            int64_t at = step ? 4 + step - 1 : 0, n = step ? 1 : 4;
+            CHECK(tm_decoder_append(d[k], tokens + at, n, &err) == TM_OK, "%s decoder %d: %s", path,
+                  k, err.message);
+            const tm_tensor *lg = tm_decoder_logits(d[k]);
+            if (k == 0) first[step] = tm_tensor_clone(lg, NULL);
+            else CHECK(norm_err(lg, first[step]) == 0.0, "%s: decoder %d step %d differs from the "
+                       "first's", path, k, step);
+        }
+    }
+    tm_model_plan_stats(m, &after);
+    CHECK(after.plans == before.plans && after.generic_plans == before.generic_plans,
+          "%s: later decoders made plans (%zu -> %zu, generic %zu -> %zu)", path, before.plans,
+          after.plans, before.generic_plans, after.generic_plans);
+    CHECK(d[0] && d[1] && d[0]->decode.plan && d[0]->decode.plan == d[1]->decode.plan,
+          "%s: the decode steps' plan is not shared", path);
+    /* Freed in the middle, the others go on with the plans. */
+    tm_decoder_free(d[0]);
+    d[0] = NULL;
+    CHECK(d[1] && tm_decoder_append(d[1], tokens + 9, 1, &err) == TM_OK, "%s: %s", path, err.message);
+    tm_decoder_options o;
+    tm_decoder_options_default(&o);
+    o.last_logits_only = 1;
+    tm_decoder *other = NULL;
+    CHECK(tm_decoder_create(m, &o, &other, &err) == TM_OK, "%s: %s", path, err.message);
+    CHECK(other && tm_decoder_append(other, tokens, 4, &err) == TM_OK, "%s: %s", path, err.message);
+    tm_plan_stats last = {.size = sizeof last};
+    tm_model_plan_stats(m, &last);
+    CHECK(last.plans == after.plans + 1, "%s: other options made %zu plans, not 1", path,
+          last.plans - after.plans);
+    tm_decoder_free(other);
+    for (int step = 0; step < STEPS; step++) tm_tensor_free(first[step]);
+    for (int k = 0; k < N; k++) tm_decoder_free(d[k]);
+    tm_model_free(m);
+}
+
 /* last_logits_only: prompts of several lengths and a decode step after each, the last
  * position's logits against the last row of a decoder that computes them all; the
  * prompt plan's logits output holds one row. */
@@ -452,6 +507,9 @@ int main(int argc, char **argv) {
     }
     snprintf(path, sizeof path, "%s/llama/decoder_model_merged.onnx", root);
     test_prompts(path);
+    test_shared_plans(path);
+    snprintf(path, sizeof path, "%s/gpt2/decoder_with_past_model.onnx", root);
+    test_shared_plans(path);
     static const struct { const char *file; double tol; } last_models[] = {
         {"llama/decoder_model_merged.onnx", 1e-5},
         {"llama/decoder_model_merged_q4.onnx", 1e-4},

@@ -21,8 +21,11 @@ enum { N_SHAPED = 8 };
 
 enum { KV_COPY = 0, KV_IN_PLACE = 1, KV_FRESH = 2 };
 
+typedef struct dec_shared dec_shared;
+
 typedef struct dec_plan {
     tm_plan *plan;
+    dec_shared *shared;   /* the model's entry that owns plan (NULL: none) */
     tm_session *session;
     int64_t past, seq;    /* a plan per shape: its sizes; -1 for the generic ones */
     uint8_t *mode;        /* per cache input: KV_IN_PLACE (the plan appends to the buffer),
@@ -82,18 +85,21 @@ static int present_index(const tm_model *m, const char *input) {
     return tm_model_output_index(m, name);
 }
 
-static void plan_clear(dec_plan *p) {
+static void shared_release(tm_model *m, dec_shared *e);
+
+static void plan_clear(tm_model *m, dec_plan *p) {
     tm_session_free(p->session);
-    tm_plan_free(p->plan);
+    if (p->shared) shared_release(m, p->shared);
+    else tm_plan_free(p->plan);
     free(p->mode);
     memset(p, 0, sizeof *p);
 }
 
 void tm_decoder_free(tm_decoder *d) {
     if (!d) return;
-    plan_clear(&d->decode);
-    plan_clear(&d->prefill);
-    for (int i = 0; i < d->n_shaped; i++) plan_clear(&d->shaped[i]);
+    plan_clear(d->m, &d->decode);
+    plan_clear(d->m, &d->prefill);
+    for (int i = 0; i < d->n_shaped; i++) plan_clear(d->m, &d->shaped[i]);
     for (int i = 0; d->buf && i < d->n_in; i++) free(d->buf[i]);
     free(d->buf);
     free(d->names);
@@ -340,9 +346,127 @@ static tm_status learn_kv(tm_decoder *d, dec_plan *dp, tm_error *err) {
     return TM_OK;
 }
 
-/* The generic plan of decode steps (n = 1, past = 2, 3, 4 ...) or of prompts (past 0,
- * n = 2, 3, 4 ...). */
-static tm_status make_generic(tm_decoder *d, int prompt, dec_plan *out, tm_error *err) {
+/* ---- Plans shared by a model's decoders ----------------------------------------------
+ * A plan is read-only once made (a run keeps its state in its session), so the decoders of
+ * one model share theirs: a server's requests, a generator's beams and a pipeline's calls
+ * each make a decoder, and only the first pays for the traces. An entry is keyed by what
+ * its plan was traced from: the kind and sizes, the decoder's options and the inputs given
+ * (an encoder's output, by dtype and shape). A generic plan the graph does not allow is
+ * remembered too (plan NULL, the reason kept), so that no later decoder traces it again.
+ * The model keeps at most MAX_SHARED entries: beyond that, the least recently used that no
+ * decoder holds is freed (tm__decoder_plans_free frees the rest with the model). */
+enum { MAX_SHARED = 32 };
+
+struct dec_shared {
+    char *key;
+    tm_plan *plan;        /* NULL: the graph did not allow it (why) */
+    char *why;
+    int refs;             /* decoders holding plan */
+    dec_shared *next;     /* most recently used first */
+};
+
+static void shared_free(dec_shared *e) {
+    tm_plan_free(e->plan);
+    free(e->key);
+    free(e->why);
+    free(e);
+}
+
+void tm__decoder_plans_free(tm_model *m) {
+    for (dec_shared *e = m->dec_plans, *next; e; e = next) {
+        next = e->next;
+        shared_free(e);
+    }
+    m->dec_plans = NULL;
+    m->n_dec_plans = 0;
+}
+
+static void shared_release(tm_model *m, dec_shared *e) {
+    pthread_mutex_lock(&m->cache_lock);
+    e->refs--;
+    pthread_mutex_unlock(&m->cache_lock);
+}
+
+/* The key of a plan of kind ('d' generic decode, 'p' generic prompt, 's' one shape) at
+ * (past, n) for decoder d, or NULL (out of memory). */
+static char *shared_key(const tm_decoder *d, char kind, int64_t past, int64_t n) {
+    char *key = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&key, &len);
+    if (!f) return NULL;
+    fprintf(f, "%c %lld %lld %d %d %lld", kind, (long long)past, (long long)n, d->in_place,
+            d->last_only, (long long)d->enc_len);
+    for (int i = 0; i < d->n_in; i++) {
+        if (!d->given[i]) continue;
+        const tm_tensor *t = d->given[i];
+        fprintf(f, " %d:%d", i, (int)t->dtype);
+        for (int k = 0; k < t->rank; k++) fprintf(f, ",%lld", (long long)t->dims[k]);
+    }
+    if (fclose(f) != 0) {
+        free(key);
+        return NULL;
+    }
+    return key;
+}
+
+/* The model's entry of key, moved first and held (refs + 1 when it has a plan), or NULL.
+ * Under the model's lock. */
+static dec_shared *shared_find(tm_model *m, const char *key) {
+    for (dec_shared **pp = &m->dec_plans; *pp; pp = &(*pp)->next) {
+        dec_shared *e = *pp;
+        if (strcmp(e->key, key)) continue;
+        *pp = e->next;
+        e->next = m->dec_plans;
+        m->dec_plans = e;
+        if (e->plan) e->refs++;
+        return e;
+    }
+    return NULL;
+}
+
+/* Adds an entry (key and plan owned by it from here; plan NULL with why: a failure), held
+ * once when it has a plan; or, when another thread added the same key meanwhile, frees
+ * these and returns that one, held. NULL: out of memory (key and plan freed). */
+static dec_shared *shared_add(tm_model *m, char *key, tm_plan *plan, const char *why) {
+    pthread_mutex_lock(&m->cache_lock);
+    dec_shared *e = shared_find(m, key);
+    if (e) {
+        pthread_mutex_unlock(&m->cache_lock);
+        free(key);
+        tm_plan_free(plan);
+        return e;
+    }
+    e = calloc(1, sizeof *e);
+    if (!e || (why && !(e->why = strdup(why)))) {
+        pthread_mutex_unlock(&m->cache_lock);
+        free(e);
+        free(key);
+        tm_plan_free(plan);
+        return NULL;
+    }
+    e->key = key;
+    e->plan = plan;
+    e->refs = plan ? 1 : 0;
+    e->next = m->dec_plans;
+    m->dec_plans = e;
+    m->n_dec_plans++;
+    while (m->n_dec_plans > MAX_SHARED) {   /* the least recently used that nobody holds */
+        dec_shared **victim = NULL;
+        for (dec_shared **pp = &m->dec_plans; *pp; pp = &(*pp)->next)
+            if ((*pp)->refs == 0 && *pp != e) victim = pp;
+        if (!victim) break;
+        dec_shared *v = *victim;
+        *victim = v->next;
+        shared_free(v);
+        m->n_dec_plans--;
+    }
+    pthread_mutex_unlock(&m->cache_lock);
+    return e;
+}
+
+/* Traces the generic plan of decode steps (n = 1, past = 2, 3, 4 ...) or of prompts (past
+ * 0, n = 2, 3, 4 ...) into *plan. */
+static tm_status trace_generic(tm_decoder *d, int prompt, tm_plan **plan, tm_error *err) {
     tm_xval *x[3] = {0};
     tm_status st = TM_OK;
     for (int j = 0; j < 3 && st == TM_OK; j++) {
@@ -363,19 +487,14 @@ static tm_status make_generic(tm_decoder *d, int prompt, dec_plan *out, tm_error
     /* The static branch value is the samples' own. */
     if (d->branch >= 0) sv[0] = x[0][d->branch].t;
     if (st == TM_OK)
-        st = tm__plan_generalize(d->m, d->n_in, d->names, x, &po, NULL, pin, pax, &out->plan, err);
+        st = tm__plan_generalize(d->m, d->n_in, d->names, x, &po, NULL, pin, pax, plan, err);
     for (int j = 0; j < 3; j++) free_xvals(x[j], d->n_in);
-    if (st == TM_OK) st = learn_kv(d, out, err);
-    if (st == TM_OK) st = tm_session_create(out->plan, &out->session, err);
-    /* Decode steps up to the capacity then bind without allocating. */
-    if (st == TM_OK && !prompt) st = reserve_steps(d, out->session, err);
-    if (st != TM_OK) plan_clear(out);
-    out->past = out->seq = -1;
     return st;
 }
 
-static tm_status make_shaped(tm_decoder *d, int64_t past, int64_t n, dec_plan *out,
-                             tm_error *err) {
+/* Traces the plan of one shape (past, n) into *plan. */
+static tm_status trace_shaped(tm_decoder *d, int64_t past, int64_t n, tm_plan **plan,
+                              tm_error *err) {
     tm_xval *x = model_layout_inputs(d, past, n);
     if (!x) return tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
     const tm_tensor **t = calloc((size_t)d->n_in + 1, sizeof *t);
@@ -386,12 +505,64 @@ static tm_status make_shaped(tm_decoder *d, int64_t past, int64_t n, dec_plan *o
     const tm_tensor *sv[1];
     plan_options(d, &po, sn, sv);
     if (d->branch >= 0) sv[0] = x[d->branch].t;
-    if (st == TM_OK) st = tm_plan_create(d->m, d->n_in, d->names, t, &po, &out->plan, err);
+    if (st == TM_OK) st = tm_plan_create(d->m, d->n_in, d->names, t, &po, plan, err);
     free(t);
     free_xvals(x, d->n_in);
+    return st;
+}
+
+/* out's plan of kind at (past, n): the model's shared one, or traced now and shared
+ * (*made = 1). A generic plan the graph did not allow, now or before, is
+ * TM_ERR_UNSUPPORTED with the reason. */
+static tm_status obtain_plan(tm_decoder *d, char kind, int64_t past, int64_t n, dec_plan *out,
+                             int *made, tm_error *err) {
+    *made = 0;
+    char *key = shared_key(d, kind, past, n);
+    if (!key) return tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
+    pthread_mutex_lock(&d->m->cache_lock);
+    dec_shared *e = shared_find(d->m, key);
+    pthread_mutex_unlock(&d->m->cache_lock);
+    if (!e) {
+        tm_plan *plan = NULL;
+        tm_status st = kind == 's' ? trace_shaped(d, past, n, &plan, err)
+                                   : trace_generic(d, kind == 'p', &plan, err);
+        if (st == TM_ERR_NO_MEMORY || (st != TM_OK && kind == 's')) {
+            free(key);
+            return st;
+        }
+        *made = 1;
+        e = shared_add(d->m, key, st == TM_OK ? plan : NULL,
+                       st == TM_OK ? NULL : err && err->message[0] ? err->message : "no generic plan");
+        if (!e) return tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
+    } else {
+        free(key);
+    }
+    if (!e->plan)
+        return tm__fail(err, TM_ERR_UNSUPPORTED, "%s", e->why);
+    out->plan = e->plan;
+    out->shared = e;
+    return TM_OK;
+}
+
+/* The generic plan of decode steps or of prompts, with the decoder's session. */
+static tm_status make_generic(tm_decoder *d, int prompt, dec_plan *out, int *made,
+                              tm_error *err) {
+    tm_status st = obtain_plan(d, prompt ? 'p' : 'd', 0, 0, out, made, err);
     if (st == TM_OK) st = learn_kv(d, out, err);
     if (st == TM_OK) st = tm_session_create(out->plan, &out->session, err);
-    if (st != TM_OK) plan_clear(out);
+    /* Decode steps up to the capacity then bind without allocating. */
+    if (st == TM_OK && !prompt) st = reserve_steps(d, out->session, err);
+    if (st != TM_OK) plan_clear(d->m, out);
+    out->past = out->seq = -1;
+    return st;
+}
+
+static tm_status make_shaped(tm_decoder *d, int64_t past, int64_t n, dec_plan *out, int *made,
+                             tm_error *err) {
+    tm_status st = obtain_plan(d, 's', past, n, out, made, err);
+    if (st == TM_OK) st = learn_kv(d, out, err);
+    if (st == TM_OK) st = tm_session_create(out->plan, &out->session, err);
+    if (st != TM_OK) plan_clear(d->m, out);
     out->past = past;
     out->seq = n;
     return st;
@@ -411,7 +582,8 @@ static tm_status plan_for(tm_decoder *d, int64_t past, int64_t n, dec_plan **out
         if (!d->decode.plan && d->decode.past != -2) {
             tm_error e2;
             memset(&e2, 0, sizeof e2);
-            if (make_generic(d, 0, &d->decode, &e2) != TM_OK) {
+            int made = 0;
+            if (make_generic(d, 0, &d->decode, &made, &e2) != TM_OK) {
                 if (e2.code == TM_ERR_NO_MEMORY) {
                     tm__error_copy(err, &e2);
                     return e2.code;
@@ -419,8 +591,8 @@ static tm_status plan_for(tm_decoder *d, int64_t past, int64_t n, dec_plan **out
                 if (getenv("TM_GENERIC_DEBUG"))
                     fprintf(stderr, "transmuter: decoder: no generic decode plan: %s\n", e2.message);
                 d->decode.past = -2;   /* the graph does not allow it: plans per shape */
-                count(d->m, &d->m->n_generic_failed);
-            } else {
+                if (made) count(d->m, &d->m->n_generic_failed);
+            } else if (made) {
                 count(d->m, &d->m->n_generic);
             }
         }
@@ -438,7 +610,8 @@ static tm_status plan_for(tm_decoder *d, int64_t past, int64_t n, dec_plan **out
         if (!d->prefill.plan && d->prefill.past != -2) {
             tm_error e2;
             memset(&e2, 0, sizeof e2);
-            if (make_generic(d, 1, &d->prefill, &e2) != TM_OK) {
+            int made = 0;
+            if (make_generic(d, 1, &d->prefill, &made, &e2) != TM_OK) {
                 if (e2.code == TM_ERR_NO_MEMORY) {
                     tm__error_copy(err, &e2);
                     return e2.code;
@@ -446,8 +619,8 @@ static tm_status plan_for(tm_decoder *d, int64_t past, int64_t n, dec_plan **out
                 if (getenv("TM_GENERIC_DEBUG"))
                     fprintf(stderr, "transmuter: decoder: no generic prompt plan: %s\n", e2.message);
                 d->prefill.past = -2;
-                count(d->m, &d->m->n_generic_failed);
-            } else {
+                if (made) count(d->m, &d->m->n_generic_failed);
+            } else if (made) {
                 count(d->m, &d->m->n_generic);
             }
         }
@@ -466,10 +639,11 @@ static tm_status plan_for(tm_decoder *d, int64_t past, int64_t n, dec_plan **out
     else {
         slot = &d->shaped[d->next_shaped];
         d->next_shaped = (d->next_shaped + 1) % N_SHAPED;
-        plan_clear(slot);
+        plan_clear(d->m, slot);
     }
-    tm_status st = make_shaped(d, past, n, slot, err);
-    if (st == TM_OK) count(d->m, &d->m->n_plans);
+    int made = 0;
+    tm_status st = make_shaped(d, past, n, slot, &made, err);
+    if (st == TM_OK && made) count(d->m, &d->m->n_plans);
     if (st != TM_OK) {
         /* Keep the table dense: the failed slot is the last or is refilled later. */
         slot->past = slot->seq = -3;
@@ -780,9 +954,9 @@ tm_status tm_decoder_set_input(tm_decoder *d, const char *name, const tm_tensor 
             free(d->buf[k]);
             d->buf[k] = nb;
         }
-        plan_clear(&d->decode);
-        plan_clear(&d->prefill);
-        for (int k = 0; k < d->n_shaped; k++) plan_clear(&d->shaped[k]);
+        plan_clear(d->m, &d->decode);
+        plan_clear(d->m, &d->prefill);
+        for (int k = 0; k < d->n_shaped; k++) plan_clear(d->m, &d->shaped[k]);
         d->n_shaped = 0;
         d->next_shaped = 0;
         d->layout_known = 0;

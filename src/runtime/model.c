@@ -199,6 +199,7 @@ void tm__plan_cache_clear(tm_model *m);
 void tm_model_free(tm_model *m) {
     if (!m) return;
     tm__plan_cache_clear(m);
+    tm__decoder_plans_free(m);
     tm__params_free(m);
     tm__pack_cache_free(m->packed);   /* after the plans, which borrow its tensors */
     pthread_mutex_destroy(&m->cache_lock);

@@ -56,7 +56,12 @@ struct tm_model {
     tm_param_table param_table;
     tm_fold_cache *fold_cache;     /* packed weights shared by plans and runs; NULL: none */
     struct tm_pack_cache *packed;  /* weights packed by plan-time passes (pack_cache.h) */
+    struct dec_shared *dec_plans;  /* plans shared by the model's decoders (decoder.c) */
+    size_t n_dec_plans;
 };
+
+/* Frees the plans the model's decoders shared (decoder.c); at the model's end. */
+void tm__decoder_plans_free(tm_model *m);
 
 /* ---- Parameters (params.c) ---------------------------------------------------------- */
 
