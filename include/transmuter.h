@@ -344,8 +344,9 @@ tm_status tm_model_run(tm_model *model, int n_inputs, const char *const *names,
  * plan for every past length (tm_model_run's generic plans), prompts of 2 or more tokens
  * another. The attention mask is all ones and positions count from 0. A cache the plan
  * cannot keep in place (not concatenated on the length axis of (batch, heads, length,
- * width) and read by the fused attention) is fed back by a copy. Not thread-safe: one
- * decoder per thread (a model serves many). */
+ * width) and read by the fused attention) is fed back by a copy. The decoders of a model
+ * share their plans (each traced once; a decoder has its own sessions and caches). Not
+ * thread-safe: one decoder per thread (a model serves many). */
 typedef struct tm_decoder tm_decoder;
 typedef struct tm_decoder_options {
     size_t size;                 /* sizeof(tm_decoder_options): fields are only appended */
