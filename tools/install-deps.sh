@@ -8,6 +8,7 @@
 # sox, libsox-fmt-base: tests/audio.sh writes FLAC and OGG clips with it and checks our
 # decoding and resampling against its own; tests/vad.sh makes a 48 kHz stereo copy and long
 # files with it.
+# time: /usr/bin/time measures the peak memory of tests/vad.sh's long files.
 # espeak-ng: speaks the sentences of the VAD test clips (tests/gen/vad_clips.py; the clips
 # are committed, so only making them anew needs it).
 # libpcre2-dev: the tokenizers' Split regexes (PCRE2 with JIT and Unicode properties).
@@ -17,7 +18,7 @@ set -e
 need=""
 for p in build-essential valgrind libcurl4-openssl-dev python3 python3-onnx \
     libpcre2-dev libutf8proc-dev libjpeg62-turbo-dev libpng-dev libtiff-dev libwebp-dev libopenjp2-7-dev \
-    libsndfile1-dev sox libsox-fmt-base espeak-ng; do
+    libsndfile1-dev sox libsox-fmt-base espeak-ng time; do
     dpkg -s "$p" >/dev/null 2>&1 || need="$need $p"
 done
 [ -z "$need" ] && exit 0
