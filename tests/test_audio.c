@@ -3,8 +3,9 @@
  * sum in long double, the resampler's counts and values, hand-made WAV files (stereo mix,
  * 16-bit scaling, truncation, no samples), configs refused by name, and extractor outputs
  * that can be worked out by hand (silence, a constant); truncations and byte flips of a
- * small WAV give a result or an error, never a crash. transformers.js's arrays are compared
- * in tests/audio.sh. */
+ * small WAV give a result or an error, never a crash; the block-by-block reader gives the
+ * whole-file reader's samples at every rate and read size. transformers.js's arrays are
+ * compared in tests/audio.sh. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdint.h>
@@ -144,6 +145,79 @@ static void test_wav(void) {
     CHECK(s == TM_ERR_IO && strstr(err.message, path), "a missing file: %d %s", s, err.message);
 }
 
+/* The stream reads what tm__audio_load reads, sample for sample, in reads of any size. */
+static void test_stream(void) {
+    enum { FRAMES = 20011 };
+    static const int rates[] = {8000, 11025, 16000, 22050, 44100, 48000};
+    static const size_t caps[] = {1, 7, 4095, 4097, 100000};
+    int16_t *pcm = malloc(2 * FRAMES * sizeof *pcm);
+    float *got = malloc(2 * 3 * FRAMES * sizeof *got);
+    uint64_t state = 7;
+    for (size_t i = 0; i < 2 * FRAMES; i++) {
+        state ^= state << 13, state ^= state >> 7, state ^= state << 17;
+        pcm[i] = (int16_t)(state >> 48);
+    }
+    char path[128];
+    tm_error err;
+    for (int channels = 1; channels <= 2; channels++)
+        for (size_t ri = 0; ri < sizeof rates / sizeof rates[0]; ri++) {
+            snprintf(path, sizeof path, "%s/stream%d_%d.wav", dir, channels, rates[ri]);
+            write_wav(path, channels, rates[ri], pcm, FRAMES, FRAMES * 2 * (uint32_t)channels, FRAMES * 2 * (size_t)channels);
+            float *want = NULL;
+            size_t n = 0;
+            if (tm__audio_load(path, 16000, &want, &n, NULL, &err) != TM_OK) {
+                CHECK(0, "%s: %s", path, err.message);
+                continue;
+            }
+            for (size_t ci = 0; ci < sizeof caps / sizeof caps[0]; ci++) {
+                tm__audio_stream *st = NULL;
+                tm__audio_info info;
+                size_t total = 0, k = 1;
+                tm_status s = tm__audio_stream_open(path, TM__MIX_TJS, &st, &info, &err);
+                if (!s) s = tm__audio_stream_set_rate(st, 16000, &err);
+                CHECK(!s && info.rate_in == rates[ri] && info.channels_in == channels && info.samples_in == FRAMES &&
+                      tm__audio_stream_length(st) == (int64_t)n, "stream of %s: %s", path, err.message);
+                while (!s && k && total < 3 * FRAMES) {
+                    size_t cap = caps[ci] < 3 * FRAMES - total ? caps[ci] : 3 * FRAMES - total;
+                    s = tm__audio_stream_read(st, got + total, cap, &k, &err);
+                    total += k;
+                }
+                CHECK(!s && total == n && !memcmp(got, want, n * sizeof *got),
+                      "%s read %zu at a time: %zu samples of %zu, %s", path, caps[ci], total, n, s ? err.message : "differ");
+                tm__audio_stream_close(st);
+            }
+            free(want);
+        }
+    /* Silero's mix: the channels' mean in float32 */
+    tm__audio_stream *st = NULL;
+    size_t k = 0;
+    snprintf(path, sizeof path, "%s/stream2_16000.wav", dir);
+    tm_status s = tm__audio_stream_open(path, TM__MIX_MEAN, &st, NULL, &err);
+    if (!s) s = tm__audio_stream_read(st, got, FRAMES, &k, &err);
+    int same = !s && k == FRAMES;
+    for (size_t i = 0; same && i < FRAMES; i++)
+        same = got[i] == ((float)(pcm[2 * i] / 32768.0) + (float)(pcm[2 * i + 1] / 32768.0)) / 2.0f;
+    CHECK(same, "mean of two channels: %s", s ? err.message : "differs");
+    tm__audio_stream_close(st);
+    /* a WAV of no frames opens and reads nothing; a truncated one is refused naming it */
+    snprintf(path, sizeof path, "%s/stream_empty.wav", dir);
+    write_wav(path, 1, 16000, pcm, 0, 0, 0);
+    st = NULL;
+    s = tm__audio_stream_open(path, TM__MIX_MEAN, &st, NULL, &err);
+    if (!s) s = tm__audio_stream_read(st, got, 10, &k, &err);
+    CHECK(!s && k == 0, "an empty WAV streams nothing: %s", err.message);
+    tm__audio_stream_close(st);
+    snprintf(path, sizeof path, "%s/stream_cut.wav", dir);
+    write_wav(path, 1, 16000, pcm, FRAMES, FRAMES * 2, FRAMES);
+    st = NULL;
+    s = tm__audio_stream_open(path, TM__MIX_MEAN, &st, NULL, &err);
+    CHECK(s == TM_ERR_PARSE && !st && strstr(err.message, path) && strstr(err.message, "truncated"),
+          "a truncated WAV: %d %s", s, err.message);
+    tm__audio_stream_close(NULL);
+    free(pcm);
+    free(got);
+}
+
 static tm__audio_fe *open_fe(const char *json, tm_status want, const char *message) {
     tm_json *c = tm_json_parse(json, strlen(json));
     tm__audio_fe *fe = NULL;
@@ -280,6 +354,7 @@ int main(void) {
     test_fft();
     test_resample();
     test_wav();
+    test_stream();
     test_extractors();
     test_damaged_wavs();
     char cmd[128];

@@ -413,6 +413,40 @@ static tm_val conv_depthwise_stride2(tm_ctx *c, const tm_val *in, tm_val *extra)
     (void)extra;
     return conv(c, in[0], weights(c, 4, DW5, 21), weights(c, 1, B12, 22), 12, 2, 2);
 }
+/* Convolutions with few output positions (conv_packed_small): Silero VAD's 1-D STFT and
+ * encoder layers, 2-D ones with 4 and 1 positions, a grouped one, two depth blocks. */
+static tm_val conv1d(tm_ctx *c, tm_val x, tm_val w, tm_val b, int stride, int pad, int dilation) {
+    tm_args a;
+    memset(&a, 0, sizeof a);
+    a.i[0] = 1;
+    a.i[1] = 1;
+    a.i[2] = stride;
+    a.i[3] = a.i[4] = pad;
+    a.i[5] = dilation;
+    tm_val in[3] = {x, w, b};
+    return tm_prim(c, TM_P_CONV, in, b == TM_NONE ? 2 : 3, &a);
+}
+static const int64_t STFT[3] = {258, 1, 256}, ENC[3] = {128, 129, 3}, B128[1] = {128}, DEEP[3] = {16, 200, 3};
+static tm_val conv_stft(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    (void)extra;
+    return conv1d(c, in[0], weights(c, 3, STFT, 41), TM_NONE, 128, 0, 1);
+}
+static tm_val conv_encoder(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    (void)extra;
+    return un(c, TM_P_RELU, conv1d(c, in[0], weights(c, 3, ENC, 42), weights(c, 1, B128, 43), 1, 1, 1));
+}
+static tm_val conv_deep(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    (void)extra;
+    return conv1d(c, in[0], weights(c, 3, DEEP, 44), TM_NONE, 2, 1, 2);
+}
+static tm_val conv_2x2_out(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    (void)extra;
+    return conv(c, in[0], weights(c, 4, K3, 45), weights(c, 1, B24, 46), 1, 2, 1);
+}
+static tm_val conv_grouped_1x1_out(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    (void)extra;
+    return un(c, TM_P_SIGMOID, conv(c, in[0], weights(c, 4, (const int64_t[4]){24, 6, 3, 3}, 47), TM_NONE, 2, 1, 0));
+}
 static const int64_t G2[4] = {24, 6, 3, 3};
 static tm_val conv_grouped(tm_ctx *c, const tm_val *in, tm_val *extra) {
     (void)extra;
@@ -679,6 +713,17 @@ static const pattern patterns[] = {
     {"depthwise 5x5, stride 2", 1, {4}, {{2, 12, 21, 23}}, conv_depthwise_stride2,
      TM_P_CONV_PACKED, 1},
     {"grouped 3x3 conv + sigmoid", 1, {4}, {{1, 12, 11, 30}}, conv_grouped, TM_P_CONV_PACKED, 1},
+    {"1-D conv, 4 outputs of stride 128 (few positions)", 1, {3}, {{1, 1, 640}}, conv_stft,
+     TM_P_CONV_PACKED, 1},
+    {"1-D conv + bias + relu, 4 outputs", 1, {3}, {{1, 129, 4}}, conv_encoder, TM_P_CONV_PACKED, 1},
+    {"1-D conv, dilated, two depth blocks, 3 outputs, batch 2", 1, {3}, {{2, 200, 6}}, conv_deep,
+     TM_P_CONV_PACKED, 1},
+    {"3x3 conv stride 2 + bias, 2 x 2 outputs, batch 2", 1, {4}, {{2, 12, 4, 4}}, conv_2x2_out,
+     TM_P_CONV_PACKED, 1},
+    {"grouped 3x3 conv + sigmoid, one output", 1, {4}, {{1, 12, 3, 3}}, conv_grouped_1x1_out,
+     TM_P_CONV_PACKED, 1},
+    {"pointwise conv + batch norm + hardswish + residual, one position", 2, {4, 4},
+     {{2, 8, 1, 1}, {2, 20, 1, 1}}, conv_pointwise_bn, TM_P_CONV_PACKED, 1},
     {"conv output read twice", 1, {4}, {{1, 12, 9, 9}}, conv_shared, TM_P_TANH, 1},
     {"conv weight not constant", 2, {4, 4}, {{1, 12, 9, 9}, {24, 12, 3, 3}}, conv_variable_w,
      TM_P_CONV, 0},

@@ -6,7 +6,11 @@
 # libjpeg62-turbo-dev, libpng-dev, libtiff-dev, libwebp-dev, libopenjp2-7-dev: ImageDecoder.
 # libsndfile1-dev: audio files in (WAV, FLAC, OGG/Vorbis) for the audio tasks.
 # sox, libsox-fmt-base: tests/audio.sh writes FLAC and OGG clips with it and checks our
-# decoding and resampling against its own.
+# decoding and resampling against its own; tests/vad.sh makes a 48 kHz stereo copy and long
+# files with it.
+# time: /usr/bin/time measures the peak memory of tests/vad.sh's long files.
+# espeak-ng: speaks the sentences of the VAD test clips (tests/gen/vad_clips.py; the clips
+# are committed, so only making them anew needs it).
 # libpcre2-dev: the tokenizers' Split regexes (PCRE2 with JIT and Unicode properties).
 # libutf8proc-dev: Unicode normalization forms and character classes of the tokenizers.
 # python3-onnx: onnx.checker on the models the writer saves (tests/write_ort.sh), and the
@@ -19,7 +23,7 @@ need=""
 for p in build-essential valgrind libcurl4-openssl-dev python3 python3-onnx \
     python3-dev python3-numpy python3-distributed \
     libpcre2-dev libutf8proc-dev libjpeg62-turbo-dev libpng-dev libtiff-dev libwebp-dev libopenjp2-7-dev \
-    libsndfile1-dev sox libsox-fmt-base libmicrohttpd-dev; do
+    libsndfile1-dev sox libsox-fmt-base libmicrohttpd-dev espeak-ng time; do
     dpkg -s "$p" >/dev/null 2>&1 || need="$need $p"
 done
 [ -z "$need" ] && exit 0

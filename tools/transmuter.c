@@ -29,6 +29,7 @@ int tm__cmd_classify(int argc, char **argv);   /* tools/cmd_pipeline.c */
 int tm__cmd_audio_features(int argc, char **argv);   /* tools/cmd_audio.c */
 int tm__cmd_image_features(int argc, char **argv);   /* tools/cmd_image.c */
 int tm__cmd_serve(int argc, char **argv);      /* tools/cmd_serve.c */
+int tm__cmd_vad(int argc, char **argv);        /* tools/cmd_vad.c */
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -72,6 +73,9 @@ static void usage(FILE *f) {
             "                 image and image processor outputs as .npy; see --help)\n"
             "  transmuter serve MODEL... [--host H] [--port N] [--api-key K]   (HTTP: OpenAI,\n"
             "                 TEI and Open Inference Protocol routes; see --help)\n"
+            "  transmuter vad AUDIO... [--model FILE] [--threshold T] [--min-speech-ms N]\n"
+            "                 [--min-silence-ms N] [--speech-pad-ms N] [--json]   (speech\n"
+            "                 segments by Silero VAD v5; see --help)\n"
             "MODEL is a file or hf://OWNER/REPO/PATH[@REVISION], fetched into the Hugging Face\n"
             "cache with a progress bar (--quiet: none) and used from there afterwards.\n"
             "Inputs are read from DIR/NAME.npy or DIR/NAME.pb, outputs written as NAME.npy;\n"
@@ -1170,6 +1174,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "audio-features")) return tm__cmd_audio_features(argc - 2, argv + 2);
     if (!strcmp(argv[1], "image-features")) return tm__cmd_image_features(argc - 2, argv + 2);
     if (!strcmp(argv[1], "serve")) return tm__cmd_serve(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "vad")) return tm__cmd_vad(argc - 2, argv + 2);
     if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
         printf("transmuter %s\n", tm_version());
         return 0;

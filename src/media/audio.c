@@ -92,15 +92,15 @@ static int data_chunk_short(SNDFILE *f, long long *claimed, long long *present) 
     return 0;
 }
 
-/* A sound file through libsndfile, mono at its own rate. */
-static tm_status load_sound(const char *path, float **samples, size_t *n, tm__audio_info *info,
-                            tm_error *err) {
+/* Opens a sound file with libsndfile and checks what its header says: errors name the
+ * file (missing, unreadable, truncated data chunk, no channels or rate). Zero frames is
+ * left to the caller. */
+static tm_status open_sound(const char *path, SNDFILE **out, SF_INFO *sfi, tm_error *err) {
     FILE *probe = fopen(path, "rb");
     if (!probe) return tm__fail(err, TM_ERR_IO, "cannot open audio file '%s': %s", path, strerror(errno));
     fclose(probe);
-    SF_INFO sfi;
-    memset(&sfi, 0, sizeof sfi);
-    SNDFILE *f = sf_open(path, SFM_READ, &sfi);
+    memset(sfi, 0, sizeof *sfi);
+    SNDFILE *f = sf_open(path, SFM_READ, sfi);
     if (!f) {
         int code = sf_error(NULL);
         const char *why = sf_strerror(NULL);
@@ -112,9 +112,43 @@ static tm_status load_sound(const char *path, float **samples, size_t *n, tm__au
     if (data_chunk_short(f, &claimed, &present))
         s = tm__fail(err, TM_ERR_PARSE, "%s: truncated or corrupt: its data chunk says %lld bytes, the file holds %lld",
                      path, claimed, present);
-    else if (sfi.channels < 1 || sfi.samplerate <= 0)
-        s = tm__fail(err, TM_ERR_PARSE, "%s: %d channels at %d Hz", path, sfi.channels, sfi.samplerate);
-    else if (sfi.frames <= 0)
+    else if (sfi->channels < 1 || sfi->samplerate <= 0)
+        s = tm__fail(err, TM_ERR_PARSE, "%s: %d channels at %d Hz", path, sfi->channels, sfi->samplerate);
+    if (s) {
+        sf_close(f);
+        return s;
+    }
+    *out = f;
+    return TM_OK;
+}
+
+static tm_status short_read(tm_error *err, const char *path, SNDFILE *f, long long want, long long got) {
+    return tm__fail(err, TM_ERR_PARSE, "%s: truncated or corrupt: its header says %lld frames, %lld could be read%s%s",
+                    path, want, got, sf_error(f) ? ": " : "", sf_error(f) ? sf_strerror(f) : "");
+}
+
+/* One frame of ch channels (doubles from libsndfile) to one mono sample. */
+static float mix_frame(const double *frame, size_t ch, tm__audio_mix mix) {
+    if (mix == TM__MIX_MEAN) {   /* the channels' mean in float32, as torch's mean(dim=0) */
+        float sum = 0.0f;
+        for (size_t c = 0; c < ch; c++) sum += (float)frame[c];
+        return sum / (float)ch;
+    }
+    if (ch == 2) {   /* load_audio's stereo mix, on the float32 channel data */
+        double l = (float)frame[0], r = (float)frame[1];
+        return (float)(sqrt(2.0) * (l + r) / 2);
+    }
+    return (float)frame[0];
+}
+
+/* A sound file through libsndfile, mono at its own rate. */
+static tm_status load_sound(const char *path, float **samples, size_t *n, tm__audio_info *info,
+                            tm_error *err) {
+    SF_INFO sfi;
+    SNDFILE *f = NULL;
+    tm_status s = open_sound(path, &f, &sfi, err);
+    if (s) return s;
+    if (sfi.frames <= 0)
         s = tm__fail(err, TM_ERR_INVALID_ARGUMENT, "%s: the clip has no samples (zero length)", path);
     else if ((uint64_t)sfi.frames > (uint64_t)(SIZE_MAX / sizeof(double) / (size_t)sfi.channels / 2))
         s = tm__fail(err, TM_ERR_NO_MEMORY, "%s: %lld frames is too long", path, (long long)sfi.frames);
@@ -125,20 +159,9 @@ static tm_status load_sound(const char *path, float **samples, size_t *n, tm__au
     if (!s) {
         /* doubles: 16-bit PCM comes as s / 32768 exactly (libsndfile's normalisation) */
         sf_count_t got = sf_readf_double(f, raw, (sf_count_t)frames);
-        if (got != (sf_count_t)frames)
-            s = tm__fail(err, TM_ERR_PARSE, "%s: truncated or corrupt: its header says %zu frames, %lld could be read%s%s",
-                         path, frames, (long long)(got > 0 ? got : 0), sf_error(f) ? ": " : "",
-                         sf_error(f) ? sf_strerror(f) : "");
+        if (got != (sf_count_t)frames) s = short_read(err, path, f, (long long)frames, got > 0 ? (long long)got : 0);
     }
-    for (size_t i = 0; !s && i < frames; i++) {
-        if (ch == 2) {
-            /* load_audio's stereo mix, on the float32 channel data */
-            double l = (float)raw[2 * i], r = (float)raw[2 * i + 1];
-            mono[i] = (float)(sqrt(2.0) * (l + r) / 2);
-        } else {
-            mono[i] = (float)raw[i * ch];
-        }
-    }
+    for (size_t i = 0; !s && i < frames; i++) mono[i] = mix_frame(raw + i * ch, ch, TM__MIX_TJS);
     sf_close(f);
     free(raw);
     if (s) {
@@ -184,4 +207,172 @@ tm_status tm__audio_load(const char *path, int rate, float **samples, size_t *n,
     *samples = x;
     *n = m;
     return TM_OK;
+}
+
+/* ---- Reading block by block ----------------------------------------------------------- */
+
+struct tm__audio_stream {
+    char *path;
+    SNDFILE *file;              /* NULL for a .npy, read whole into `whole` */
+    float *whole;
+    size_t whole_at;
+    size_t channels;
+    tm__audio_mix mix;
+    int64_t frames_in;          /* what the header says */
+    int64_t read_in;            /* frames read from the file so far */
+    int rate_in, rate_out;
+    int started;
+    int64_t n_out, done_out;    /* samples out in all, and given so far */
+    double *raw;                /* (STREAM_BLOCK, channels) */
+    float *window;              /* mono input samples [window_start, window_start + window_len) */
+    int64_t window_start;
+    size_t window_len;
+};
+
+enum { STREAM_BLOCK = 4096 };
+
+tm_status tm__audio_stream_open(const char *path, tm__audio_mix mix, tm__audio_stream **out,
+                                tm__audio_info *info, tm_error *err) {
+    if (!path || !out) return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "tm__audio_stream_open: bad argument");
+    tm__audio_stream *st = calloc(1, sizeof *st);
+    if (!st || !(st->path = strdup(path))) {
+        free(st);
+        return tm__fail(err, TM_ERR_NO_MEMORY, "out of memory opening %s", path);
+    }
+    st->mix = mix;
+    tm_status s;
+    if (ends_with(path, ".npy")) {
+        size_t n = 0;
+        s = load_npy(path, &st->whole, &n, err);
+        st->frames_in = (int64_t)n;
+        st->channels = 1;
+        st->rate_in = 0;   /* taken as already at the rate asked for */
+    } else {
+        SF_INFO sfi;
+        s = open_sound(path, &st->file, &sfi, err);
+        if (!s) {
+            st->frames_in = sfi.frames;
+            st->channels = (size_t)sfi.channels;
+            st->rate_in = sfi.samplerate;
+            st->raw = malloc((size_t)STREAM_BLOCK * st->channels * sizeof *st->raw);
+            st->window = malloc((size_t)(STREAM_BLOCK + 2) * sizeof *st->window);
+            if (!st->raw || !st->window) s = tm__fail(err, TM_ERR_NO_MEMORY, "out of memory opening %s", path);
+        }
+    }
+    if (s) {
+        tm__audio_stream_close(st);
+        return s;
+    }
+    st->rate_out = st->rate_in;
+    st->n_out = st->frames_in;
+    if (info) {
+        info->rate_in = st->rate_in;
+        info->channels_in = (int)st->channels;
+        info->samples_in = st->frames_in;
+    }
+    *out = st;
+    return TM_OK;
+}
+
+tm_status tm__audio_stream_set_rate(tm__audio_stream *st, int rate, tm_error *err) {
+    if (!st || rate <= 0 || st->started)
+        return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "tm__audio_stream_set_rate: bad argument");
+    if (!st->file) {   /* a .npy waveform is at whatever rate it is read at */
+        st->rate_in = st->rate_out = rate;
+        return TM_OK;
+    }
+    double count = floor((double)st->frames_in * rate / st->rate_in + 0.5);   /* as resample_linear */
+    if (count > 9007199254740992.0)
+        return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "%s: %lld frames at %d Hz are too many at %d Hz", st->path,
+                        (long long)st->frames_in, st->rate_in, rate);
+    st->rate_out = rate;
+    st->n_out = (int64_t)count;
+    return TM_OK;
+}
+
+int64_t tm__audio_stream_length(const tm__audio_stream *st) {
+    return st ? st->n_out : 0;
+}
+
+/* Appends the next block of the file, mixed to mono, to the window; *got frames (0 at the
+ * end). Reading fewer frames than the header says is an error naming the file. */
+static tm_status read_block(tm__audio_stream *st, size_t *got, tm_error *err) {
+    *got = 0;
+    int64_t left = st->frames_in - st->read_in;
+    if (left <= 0) return TM_OK;
+    sf_count_t want = left < STREAM_BLOCK ? (sf_count_t)left : STREAM_BLOCK;
+    sf_count_t n = sf_readf_double(st->file, st->raw, want);
+    if (n < want) return short_read(err, st->path, st->file, (long long)st->frames_in,
+                                    (long long)st->read_in + (n > 0 ? (long long)n : 0));
+    for (sf_count_t i = 0; i < n; i++)
+        st->window[st->window_len + (size_t)i] = mix_frame(st->raw + (size_t)i * st->channels, st->channels, st->mix);
+    st->window_len += (size_t)n;
+    st->read_in += n;
+    *got = (size_t)n;
+    return TM_OK;
+}
+
+/* Drops the window's samples before input index keep (their outputs are done). */
+static void window_drop(tm__audio_stream *st, int64_t keep) {
+    if (keep <= st->window_start) return;
+    size_t drop = (size_t)(keep - st->window_start);
+    if (drop > st->window_len) drop = st->window_len;
+    memmove(st->window, st->window + drop, (st->window_len - drop) * sizeof *st->window);
+    st->window_len -= drop;
+    st->window_start += (int64_t)drop;
+}
+
+tm_status tm__audio_stream_read(tm__audio_stream *st, float *out, size_t cap, size_t *n, tm_error *err) {
+    if (!st || !n || (cap && !out)) return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "tm__audio_stream_read: bad argument");
+    st->started = 1;
+    size_t k = 0;
+    if (!st->file) {   /* .npy */
+        size_t left = (size_t)st->frames_in - st->whole_at;
+        k = left < cap ? left : cap;
+        if (k) memcpy(out, st->whole + st->whole_at, k * sizeof *out);
+        st->whole_at += k;
+        *n = k;
+        return TM_OK;
+    }
+    while (k < cap && st->done_out < st->n_out) {
+        /* Output i reads x[j] and x[j + 1] (the last input where j + 1 runs past the end):
+         * the same doubles as tm__audio_resample_linear, so the same floats. */
+        int64_t i = st->done_out, j, next;
+        double t = 0.0;
+        if (st->rate_in == st->rate_out) j = next = i;
+        else {
+            t = (double)i * st->rate_in / st->rate_out;
+            j = (int64_t)floor(t);
+            if (j >= st->frames_in) j = st->frames_in - 1;
+            next = j + 1 < st->frames_in ? j + 1 : st->frames_in - 1;
+        }
+        if (next >= st->window_start + (int64_t)st->window_len) {
+            window_drop(st, j);
+            size_t got = 0;
+            tm_status s = read_block(st, &got, err);
+            if (s) return s;
+            if (!got) return short_read(err, st->path, st->file, (long long)st->frames_in, (long long)st->read_in);
+            continue;
+        }
+        float xj = st->window[j - st->window_start];
+        if (st->rate_in == st->rate_out) out[k] = xj;
+        else {
+            float xk = st->window[next - st->window_start];
+            out[k] = (float)((double)xj + ((double)xk - (double)xj) * (t - (double)j));
+        }
+        k++;
+        st->done_out++;
+    }
+    *n = k;
+    return TM_OK;
+}
+
+void tm__audio_stream_close(tm__audio_stream *st) {
+    if (!st) return;
+    if (st->file) sf_close(st->file);
+    free(st->whole);
+    free(st->raw);
+    free(st->window);
+    free(st->path);
+    free(st);
 }

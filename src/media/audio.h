@@ -1,6 +1,7 @@
 /* Audio in: a sound file (WAV, FLAC, OGG/Vorbis, ... through libsndfile) or a .npy waveform
  * read as one mono float32 signal at a given rate, decoded and resampled as transformers.js's
- * reference inputs were. Not a player, not a writer, and no streaming: the clip is read whole. */
+ * reference inputs were: whole, or block by block with flat memory (tm__audio_stream). Not a
+ * player and not a writer. */
 #ifndef TM_MEDIA_AUDIO_H
 #define TM_MEDIA_AUDIO_H
 
@@ -34,5 +35,32 @@ tm_status tm__audio_load(const char *path, int rate, float **samples, size_t *n,
  * *out is malloc'ed (*n_out of them, at least one element allocated). */
 tm_status tm__audio_resample_linear(const float *x, size_t n_in, int rate_in, int rate_out,
                                     float **out, size_t *n_out, tm_error *err);
+
+/* How channels become one: transformers.js's load_audio (two channels sqrt(2) * (L + R) / 2,
+ * other counts the first channel: what tm__audio_load does), or their mean in float32, as
+ * Silero's read_audio does (torch's mean over channels). */
+typedef enum tm__audio_mix {
+    TM__MIX_TJS = 0,
+    TM__MIX_MEAN = 1
+} tm__audio_mix;
+
+/* A file read block by block: memory stays flat whatever its length (a block of 4096
+ * frames). The same checks and errors as tm__audio_load at open (except that a file of zero
+ * frames opens, and reads nothing), the same resampling (tm__audio_resample_linear's
+ * doubles, sample for sample) once tm__audio_stream_set_rate asked for a rate; without it
+ * the file's own rate. A .npy is read whole at open and taken as at the rate asked for.
+ * A file that ends before its header says is an error naming it, at the read that finds
+ * it. Not thread-safe. */
+typedef struct tm__audio_stream tm__audio_stream;
+tm_status tm__audio_stream_open(const char *path, tm__audio_mix mix, tm__audio_stream **out,
+                                tm__audio_info *info, tm_error *err);
+/* Before the first read. */
+tm_status tm__audio_stream_set_rate(tm__audio_stream *st, int rate, tm_error *err);
+/* Samples the stream gives in all, at its output rate. */
+int64_t tm__audio_stream_length(const tm__audio_stream *st);
+/* Up to cap samples into out; *n is 0 at the end. */
+tm_status tm__audio_stream_read(tm__audio_stream *st, float *out, size_t cap, size_t *n,
+                                tm_error *err);
+void tm__audio_stream_close(tm__audio_stream *st);
 
 #endif

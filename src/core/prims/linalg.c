@@ -1441,6 +1441,13 @@ static tm_status conv_packed_geom(const tm_args *a, int rank_x, const int64_t *d
 }
 
 static size_t conv_gemm_scratch(const conv_geom *g, int64_t depth);
+
+/* Outputs of at most this many positions take conv_packed_small; its scratch: the image's
+ * columns, (K_g, positions). */
+#define SMALL_OUT 8
+static size_t conv_small_scratch(const conv_geom *g) {
+    return (size_t)(g->in_channels / g->group * g->kernel_size * g->out_size) * sizeof(float) + 64;
+}
 static int64_t depthwise_work_floats(const conv_geom *g);
 
 /* CP_SHUFFLE's scratch: the row offsets, then a (rows x 64) buffer per slice. */
@@ -1819,6 +1826,10 @@ static size_t conv_gemm_scratch(const conv_geom *g, int64_t depth) {
     }
     if (path == CONV_PATH_PACK)
         bytes += (size_t)CONV_GEMM_SLICES * (size_t)min_i64(k_g, depth) * 64 * sizeof(float);
+    if (g->out_size <= SMALL_OUT) {   /* conv_packed_small's columns instead */
+        size_t small = conv_small_scratch(g);
+        if (small > bytes) bytes = small;
+    }
     return bytes;
 }
 
@@ -2021,6 +2032,144 @@ static void pad_slice(void *arg, int ith, int nth) {
         conv_pad_planes(j->g, j->x + c0 * j->g->in_size, c1 - c0, j->dst + c0 * hp * wp);
 }
 
+/* ---- Few output positions ---------------------------------------------------------------
+ * A convolution whose output has at most SMALL_OUT positions (Silero VAD's, run per 32 ms
+ * chunk, has 4, 2 and 1; a classifier head's 1): the GEMM paths above fill panels nr (32)
+ * positions wide, so most of every tile's work would be on zero columns. Here the image's
+ * columns for all positions are gathered once, (K_g, n), and each row tile of the packed
+ * weights is multiplied by them with its mr rows in the vector lanes. The sum over k runs
+ * in the tile kernels' order: one product per step of k, block by block of depth, each
+ * block's sum added to the rows after the first. */
+
+/* cols (k_g, n): row q is input channel q / K at kernel offset q % K, for every position. */
+static void conv_small_columns(const conv_geom *g, const float *x, int64_t k_g, float *cols) {
+    int64_t n = g->out_size;
+    if (g->n == 1) {
+        int64_t ks = g->kernel[0], in = g->in[0];
+        for (int64_t q = 0; q < k_g; q++) {
+            const float *plane = x + q / ks * in;
+            int64_t first = q % ks * g->dilation[0] - g->pad_begin[0];
+            for (int64_t t = 0; t < n; t++) {
+                int64_t at = first + t * g->stride[0];
+                cols[q * n + t] = at >= 0 && at < in ? plane[at] : 0.0f;
+            }
+        }
+        return;
+    }
+    for (int64_t q = 0; q < k_g; q++) {
+        const float *plane = x + q / g->kernel_size * g->in_size;
+        int64_t offset[TM_MAX_RANK], o[TM_MAX_RANK] = {0};
+        unravel(g->n, g->kernel, q % g->kernel_size, offset);
+        for (int64_t t = 0; t < n; t++) {
+            int64_t src = conv_source(g, 0, o, offset);
+            cols[q * n + t] = src >= 0 ? plane[src] : 0.0f;
+            next_index(g->n, g->out, o);
+        }
+    }
+}
+
+/* acc (n, MR) = the row tile a (kcb steps of MR floats) times cols (kcb, n); MR a constant
+ * so that the compiler keeps a row tile in vector registers. One rounding a step, as the
+ * tile kernels' FMAs (ISO C mode contracts nothing by itself). */
+#ifdef __FMA__
+#define SMALL_FMA(a, b, c) fmaf(a, b, c)
+#else
+#define SMALL_FMA(a, b, c) ((a) * (b) + (c))
+#endif
+#define CONV_SMALL_TILE(MR)                                                                    \
+    static void conv_small_tile_##MR(int64_t kcb, const float *restrict a,                   \
+                                     const float *restrict cols, int64_t n,                   \
+                                     float *restrict out) {                                   \
+        float c[SMALL_OUT][MR] = {{0.0f}};                                                    \
+        for (int64_t k = 0; k < kcb; k++) {                                                   \
+            const float *ak = a + k * MR, *bk = cols + k * n;                                 \
+            for (int64_t t = 0; t < n; t++) {                                                 \
+                float b = bk[t];                                                              \
+                for (int r = 0; r < MR; r++) c[t][r] = SMALL_FMA(ak[r], b, c[t][r]);          \
+            }                                                                                 \
+        }                                                                                     \
+        for (int64_t t = 0; t < n; t++)                                                       \
+            for (int r = 0; r < MR; r++) out[t * MR + r] = c[t][r];                           \
+    }
+CONV_SMALL_TILE(6)
+CONV_SMALL_TILE(12)
+CONV_SMALL_TILE(16)
+
+static void conv_small_tile_any(int mr, int64_t kcb, const float *a, const float *cols, int64_t n,
+                                float *acc) {
+    for (int64_t i = 0; i < n * mr; i++) acc[i] = 0.0f;
+    for (int64_t k = 0; k < kcb; k++)
+        for (int64_t t = 0; t < n; t++)
+            for (int r = 0; r < mr; r++)
+                acc[t * mr + r] = SMALL_FMA(a[k * mr + r], cols[k * n + t], acc[t * mr + r]);
+}
+
+typedef struct conv_small_job {
+    const conv_packed_call *cp;
+    int mr;
+    int64_t b, grp, m_g, k_g, tiles;
+    const float *cols;
+} conv_small_job;
+
+static void conv_small_slice(void *arg, int ith, int nth) {
+    const conv_small_job *job = arg;
+    const conv_packed_call *cp = job->cp;
+    const conv_geom *g = cp->g;
+    int mr = job->mr;
+    int64_t n = g->out_size, height = (job->m_g + mr - 1) / mr * mr;
+    const float *w = cp->w + (size_t)job->grp * tm_sgemm_packed_floats(job->m_g, job->k_g, cp->panel);
+    int64_t first = job->b * g->out_channels + job->grp * job->m_g;
+    float acc[SMALL_OUT * 16], sum[SMALL_OUT * 16];
+    for (int64_t tile = job->tiles * ith / nth; tile < job->tiles * (ith + 1) / nth; tile++) {
+        int64_t i = tile * mr;
+        for (int64_t pc = 0; pc < job->k_g; pc += cp->depth) {
+            int64_t kcb = min_i64(cp->depth, job->k_g - pc);
+            const float *a = w + pc * height + i / mr * kcb * mr, *cols = job->cols + pc * n;
+            float *into = pc == 0 ? sum : acc;
+            if (mr == 12) conv_small_tile_12(kcb, a, cols, n, into);
+            else if (mr == 6) conv_small_tile_6(kcb, a, cols, n, into);
+            else if (mr == 16) conv_small_tile_16(kcb, a, cols, n, into);
+            else conv_small_tile_any(mr, kcb, a, cols, n, into);
+            if (pc)
+                for (int64_t e = 0; e < n * mr; e++) sum[e] += acc[e];
+        }
+        int rows = (int)min_i64(mr, job->m_g - i);
+        for (int r = 0; r < rows; r++) {
+            int64_t row = first + i + r;
+            float *y = cp->y + row * n;
+            for (int64_t t = 0; t < n; t++) y[t] = sum[t * mr + r];
+            finish_row(cp, y, cp->bias ? cp->bias[job->grp * job->m_g + i + r] : 0.0f,
+                       cp->residual ? cp->residual + row * n : NULL, y, n);
+        }
+    }
+}
+
+/* Whether conv_packed_small takes this convolution (its scratch then fits). */
+static int conv_small_ok(const conv_packed_call *cp, const tm__sgemm_arch *ar) {
+    const conv_geom *g = cp->g;
+    return g->out_size <= SMALL_OUT && ar->mr <= 16 && cp->scratch_bytes >= conv_small_scratch(g);
+}
+
+static void conv_packed_small(const conv_packed_call *cp, const tm__sgemm_arch *ar) {
+    const conv_geom *g = cp->g;
+    conv_small_job job = {cp, ar->mr, 0, 0, g->out_channels / g->group,
+                          g->in_channels / g->group * g->kernel_size, 0, NULL};
+    job.tiles = (job.m_g + ar->mr - 1) / ar->mr;
+    float *cols = (float *)(((uintptr_t)cp->scratch + 63) & ~(uintptr_t)63);
+    job.cols = cols;
+    int slices = (int)min_i64(job.tiles, CONV_GEMM_SLICES);
+    if (tm_pool_threads(cp->pool) == 1 ||
+        2.0 * (double)job.m_g * (double)g->out_size * (double)job.k_g < CONV_PARALLEL_MIN_FLOPS)
+        slices = 1;
+    for (job.b = 0; job.b < g->batch; job.b++)
+        for (job.grp = 0; job.grp < g->group; job.grp++) {
+            conv_small_columns(g, cp->x + (job.b * g->in_channels + job.grp * (g->in_channels / g->group)) *
+                                              g->in_size, job.k_g, cols);
+            if (slices <= 1) conv_small_slice(&job, 0, 1);
+            else tm_pool_run_n(cp->pool, slices, conv_small_slice, &job);
+        }
+}
+
 static void conv_packed_gemm(const conv_packed_call *cp, const tm__sgemm_arch *ar) {
     const conv_geom *g = cp->g;
     conv_gemm_job job;
@@ -2204,6 +2353,7 @@ tm_status tm__kernel_conv_packed(const tm_kcall *kc) {
     (void)k_g;
     if (kc->scratch_bytes < conv_gemm_scratch(&g, cp.depth))
         return tm__fail(kc->err, TM_ERR_RUNTIME, "internal: conv_packed scratch too small");
-    conv_packed_gemm(&cp, ar);
+    if (conv_small_ok(&cp, ar)) conv_packed_small(&cp, ar);
+    else conv_packed_gemm(&cp, ar);
     return TM_OK;
 }
