@@ -443,6 +443,12 @@ typedef struct tm_generation_config {
     const char *const *stop_strings;
     int n_stop_strings;
     void *owned_;                 /* private: the lists of tm_generation_config_from_json */
+    /* Tokens never generated (suppress_tokens) and tokens not generated at the first new
+     * position (begin_suppress_tokens), as generation_config.json lists them (Whisper's). */
+    const int32_t *suppress_tokens;
+    int n_suppress_tokens;
+    const int32_t *begin_suppress_tokens;
+    int n_begin_suppress_tokens;
 } tm_generation_config;
 
 /* transformers' GenerationConfig defaults: max_length 20, greedy, temperature 1, top_k 50,
@@ -453,9 +459,9 @@ void tm_generation_config_default(tm_generation_config *cfg);
  * eos/bos/pad/decoder_start token ids and generation keys) and then generation_config.json
  * (generation_json, may be NULL), each key overriding what was there; keys not given keep
  * cfg's values (call tm_generation_config_default first). Lists (eos_token_id as a number
- * or a list, bad_words_ids, stop_strings) are copied into memory that cfg owns from then
- * on: tm_generation_config_clear releases it. early_stopping takes true, false or
- * "never". A malformed text or a key of the wrong type is TM_ERR_PARSE naming the file and
+ * or a list, bad_words_ids, stop_strings, suppress_tokens, begin_suppress_tokens) are
+ * copied into memory that cfg owns from then on: tm_generation_config_clear releases it.
+ * early_stopping takes true, false or "never". A malformed text or a key of the wrong type is TM_ERR_PARSE naming the file and
  * key; cfg is then unchanged. */
 tm_status tm_generation_config_from_json(tm_generation_config *cfg, const char *config_json,
                                          const char *generation_json, tm_error *err);

@@ -1,7 +1,7 @@
 /* tm_generator (src/pipelines/): the logits processors and warpers on stored logits
  * against transformers' (tests/data/generation/logits_refs.json, made by
- * tests/gen/logits_refs.mjs), greedy generation against transformers.js's text pipelines
- * on the tiny repositories of tests/data/pipelines (gpt2-gen, llama-chat fp32 and q4,
+ * tests/gen/logits_refs.mjs; Whisper's suppressions and timestamp rules among them),
+ * greedy generation against transformers.js's text pipelines on the tiny repositories of tests/data/pipelines (gpt2-gen, llama-chat fp32 and q4,
  * t5-text2text: every text-generation case that has an output), beam search against
  * tests/data/generation/beams.jsonl, seeded sampling reproducible, the generation config
  * read from JSON, streaming, and errors. */
@@ -11,6 +11,7 @@
 #include <string.h>
 #include "transmuter.h"
 #include "../src/pipelines/generation.h"
+#include "../src/train/dataset.h"
 #include "../src/hub/json.h"
 #include "check.h"
 
@@ -71,6 +72,15 @@ static int apply_step(const tm_json *st, float *s, int64_t V, const int32_t *ids
     else if (!strcmp(op, "top_p")) tm__logits_top_p(s, V, num(st, "p"), 1, order);
     else if (!strcmp(op, "min_p")) tm__logits_min_p(s, V, num(st, "p"), 1, order);
     else if (!strcmp(op, "typical_p")) tm__logits_typical(s, V, num(st, "p"), 1, order, scratch);
+    else if (!strcmp(op, "suppress") || !strcmp(op, "begin_suppress")) {
+        int n_list = 0;
+        int32_t *list = int_list(tm_json_get(st, "ids"), &n_list);
+        if (op[0] == 's') tm__logits_suppress(s, V, list, n_list);
+        else tm__logits_begin_suppress(s, V, (int64_t)n, (int64_t)num(st, "begin"), list, n_list);
+        free(list);
+    } else if (!strcmp(op, "whisper_timestamps"))
+        tm__logits_whisper_timestamps(s, V, ids, n, (size_t)num(st, "begin"), (int32_t)num(st, "no_timestamps"),
+                                      (int32_t)num(st, "eos"));
     else known = 0;
     free(eos);
     return known;
@@ -505,6 +515,17 @@ static void test_config(void) {
           c.num_beams == 1, "t5: decoder_start_token_id 0, eos 1; task_specific_params not read (%s)", err.message);
     free(config);
     free(gen);
+    config = slurp(PIPES "/whisper-asr/config.json");
+    gen = slurp(PIPES "/whisper-asr/generation_config.json");
+    tm_generation_config_clear(&c);
+    tm_generation_config_default(&c);
+    st = tm_generation_config_from_json(&c, config, gen, &err);
+    CHECK(st == TM_OK && c.n_suppress_tokens == 88 && c.suppress_tokens[0] == 1 && c.suppress_tokens[87] == 50362 &&
+          c.n_begin_suppress_tokens == 2 && c.begin_suppress_tokens[0] == 220 &&
+          c.begin_suppress_tokens[1] == 50257 && c.max_length == 448 && c.decoder_start_token_id == 50258,
+          "whisper: suppress_tokens and begin_suppress_tokens read (%s)", err.message);
+    free(config);
+    free(gen);
     const char *js = "{\"do_sample\": true, \"temperature\": 0.7, \"top_k\": 0, \"top_p\": 0.9, \"min_p\": 0.05,"
                      " \"typical_p\": 0.8, \"seed\": 42, \"num_beams\": 4, \"num_return_sequences\": 2,"
                      " \"early_stopping\": \"never\", \"length_penalty\": 0.5, \"bad_words_ids\": [[1, 2], [7]],"
@@ -522,7 +543,8 @@ static void test_config(void) {
     tm_generation_config before = c;
     const char *bad[] = {"{\"max_new_tokens\": \"ten\"}", "{\"eos_token_id\": [1, -3]}", "{\"do_sample\": 1}",
                          "{\"bad_words_ids\": [1, 2]}", "{\"early_stopping\": \"sometimes\"}", "[1, 2]",
-                         "{\"top_k\": 1.5}", "{\"num_beams\": 0}", "{not json"};
+                         "{\"top_k\": 1.5}", "{\"num_beams\": 0}", "{not json", "{\"suppress_tokens\": [1, -1]}",
+                         "{\"begin_suppress_tokens\": 220}"};
     for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
         memset(&err, 0, sizeof err);
         st = tm_generation_config_from_json(&c, NULL, bad[k], &err);
@@ -707,10 +729,11 @@ static void test_errors(repo *gpt2) {
     CHECK(tm_generator_create(NULL, NULL, NULL, &g, &err) == TM_ERR_INVALID_ARGUMENT && !g, "NULL model");
     struct { const char *what; void (*set)(tm_generation_config *); } bad[] = {
         {"temperature", NULL}, {"num_return_sequences", NULL}, {"do_sample", NULL}, {"top_p", NULL},
-        {"stop strings", NULL}, {"repetition_penalty", NULL}, {"num_beams", NULL}};
+        {"stop strings", NULL}, {"repetition_penalty", NULL}, {"num_beams", NULL}, {"begin_suppress_tokens", NULL}};
     for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
         tm_generation_config_default(&c);
         const char *stops[] = {"x"};
+        const int32_t negative[] = {-2};
         switch (k) {
         case 0: c.do_sample = 1; c.temperature = 0; break;
         case 1: c.num_beams = 2; c.num_return_sequences = 3; break;
@@ -719,6 +742,7 @@ static void test_errors(repo *gpt2) {
         case 4: c.stop_strings = stops; c.n_stop_strings = 1; break;
         case 5: c.repetition_penalty = 0; break;
         case 6: c.num_beams = 0; break;
+        case 7: c.begin_suppress_tokens = negative; c.n_begin_suppress_tokens = 1; break;
         }
         memset(&err, 0, sizeof err);
         g = NULL;
