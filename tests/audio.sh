@@ -2,9 +2,9 @@
 # The audio tasks against transformers.js 4.3.2 (tests/data/pipelines, copied from the
 # project's shared references): every call of audio-cls.cases.jsonl (audio-classification,
 # AST), wav2vec2-ctc.cases.jsonl (CTC speech recognition) and whisper-asr.cases.jsonl
-# (Whisper: language and task, max_new_tokens, timestamps, a 45 s clip in chunks) replayed
-# through `transmuter pipeline TASK REPO --call` (labels and texts exact, scores and
-# timestamps within 1e-4); the processors'
+# (Whisper: language and task, max_new_tokens, timestamps, a 45 s clip in chunks, and
+# whisper-asr.more.jsonl's further calls) replayed through `transmuter pipeline TASK REPO
+# --call` (labels and texts exact, scores and timestamps within 1e-4); the processors'
 # outputs (`transmuter audio-features`) against its feature extractors' (log-mel within 1e-4,
 # waveform values within 1e-5, masks exact); the decoded and resampled waveforms against
 # the ones it was fed; the CLI's positional and batch forms; errors (a truncated, empty,
@@ -35,6 +35,18 @@ for repo in ('audio-cls', 'wav2vec2-ctc', 'whisper-asr'):
         ok(f'{repo}.cases.jsonl:{n} ({case["id"]})',
            f'no JSON (exit {r.returncode}): {r.stderr.strip()[:200]}' if got is None
            else diff(case['output'], got, f'{repo} scores'))
+
+# Whisper's further calls (tests/gen/whisper_refs.mjs): defaults up to the length limit,
+# the seek loop of timestamps without max_new_tokens, language names and tokens, chunking
+# with the default stride, many short chunks, a clip over 30 s whole, a batch.
+for n, line in enumerate(open(f'{data}/whisper-asr.more.jsonl', encoding='utf-8'), 1):
+    case = json.loads(line)
+    paths = [f'{data}/{p}' for p in case['inputs']] if 'inputs' in case else f'{data}/{case["input"]}'
+    r, got = run_json(['pipeline', case['task'], f'{data}/whisper-asr', '--call',
+                       json.dumps({'inputs': [paths], 'options': case['options']})])
+    ok(f'whisper-asr.more.jsonl:{n} ({json.dumps(case["options"])})',
+       f'no JSON (exit {r.returncode}): {r.stderr.strip()[:200]}' if got is None
+       else diff(case['output'], got, 'whisper-asr scores'))
 
 # The same calls on the waveforms transformers.js was fed (.npy input: no decoding).
 for (repo, n), case in cases.items():

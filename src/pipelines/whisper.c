@@ -341,12 +341,8 @@ static tm_tensor *segment(const tm_tensor *features, int64_t from, int64_t to, i
     return t;
 }
 
-/* Where the next pass starts, as _generate_with_seek reads a pass's new tokens gen[0..n):
- * after the last pair of timestamps (its first one's time; the tokens after it are
- * dropped: *keep), or past the whole segment when the pass ends on a single timestamp or
- * has no pair. A pair at 0.00 would not move (transformers.js loops forever there): the
- * whole segment is taken then. */
-static int64_t seek_offset(const int32_t *gen, size_t n, int32_t first_ts, int64_t segment_frames, size_t *keep) {
+int64_t tm__whisper_seek_offset(const int32_t *gen, size_t n, int32_t first_ts, int64_t segment_frames,
+                                size_t *keep) {
     size_t last_pair = 0;
     for (size_t i = 0; i + 1 < n; i++)
         if (gen[i] >= first_ts && gen[i + 1] >= first_ts) last_pair = i + 1;
@@ -402,7 +398,7 @@ static tm_status generate_seeking(tm_pipeline *p, const asr_opts *o, const tm_te
             free(pass);
             break;
         }
-        int64_t offset = seek_offset(gen, n_gen, first_ts, end - seek, &keep);
+        int64_t offset = tm__whisper_seek_offset(gen, n_gen, first_ts, end - seek, &keep);
         for (size_t i = 0; i < keep; i++)
             if (gen[i] >= first_ts) {
                 int64_t moved = gen[i] + seek / 2;

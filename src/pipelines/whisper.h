@@ -22,6 +22,16 @@ void tm__whisper_free(struct tm__whisper *w);
 tm_status tm__whisper_call(tm_pipeline *p, const tm_json *inputs, const tm_json *options, tm__buf *out,
                            tm_error *err);
 
+/* The seek loop's step (exposed for tests): where the next pass starts, in feature frames
+ * from this pass's start, as _generate_with_seek reads a pass's new tokens gen[0..n) (EOS
+ * removed): after the last pair of timestamps (the first one's time, 2 frames a step; the
+ * tokens after that timestamp are dropped: *keep), or past the whole segment
+ * (segment_frames) when the pass ends on a single timestamp after text or has no pair. A
+ * pair at 0.00 would not move (transformers.js loops forever there): the whole segment is
+ * taken then. first_ts: the first timestamp token. */
+int64_t tm__whisper_seek_offset(const int32_t *gen, size_t n, int32_t first_ts, int64_t segment_frames,
+                                size_t *keep);
+
 /* A language as transformers.js's whisper_language_to_code takes it: a name ("French",
  * "castilian"), a code ("fr") or the token ("<|fr|>"), any case. NULL when unknown. */
 const char *tm__whisper_language_code(const char *language);
