@@ -1,6 +1,7 @@
 /* Audio in: a sound file (WAV, FLAC, OGG/Vorbis, ... through libsndfile) or a .npy waveform
  * read as one mono float32 signal at a given rate, decoded and resampled as transformers.js's
- * reference inputs were. Not a player, not a writer, and no streaming: the clip is read whole. */
+ * reference inputs were: whole, or window by window (long clips in chunks). Not a player,
+ * not a writer. */
 #ifndef TM_MEDIA_AUDIO_H
 #define TM_MEDIA_AUDIO_H
 
@@ -26,6 +27,21 @@ typedef struct tm__audio_info {
  * passed on). info may be NULL. On error *samples and *n are untouched. */
 tm_status tm__audio_load(const char *path, int rate, float **samples, size_t *n,
                          tm__audio_info *info, tm_error *err);
+
+/* A clip read in windows: the same samples as tm__audio_load's, without holding them all.
+ * PCM, float and companded files (WAV, AIFF, ...) and FLAC are read window by window
+ * (their seeks are exact); lossy ones (OGG/Vorbis, Opus, MP3) and .npy waveforms are read
+ * whole when opened. Opening checks what tm__audio_load checks before reading (a missing,
+ * unreadable or empty file, a data chunk longer than the file); a window that cannot be
+ * read whole is TM_ERR_PARSE ("truncated or corrupt"). info may be NULL. */
+typedef struct tm__audio_stream tm__audio_stream;
+tm_status tm__audio_stream_open(const char *path, int rate, tm__audio_stream **out, tm__audio_info *info,
+                                tm_error *err);
+/* The clip's samples at the rate asked for. */
+size_t tm__audio_stream_length(const tm__audio_stream *st);
+/* Samples [from, from + n) at that rate into out (n floats). */
+tm_status tm__audio_stream_read(tm__audio_stream *st, size_t from, size_t n, float *out, tm_error *err);
+void tm__audio_stream_close(tm__audio_stream *st);
 
 /* Linear interpolation from rate_in to rate_out, the method of the transformers.js
  * references (no anti-alias filter): n_out = round(n_in * rate_out / rate_in); output i

@@ -162,6 +162,10 @@ const char *tm__audio_fe_type(const tm__audio_fe *fe) { return fe->type; }
 
 double tm__audio_fe_chunk_length(const tm__audio_fe *fe) { return fe->chunk_length; }
 
+size_t tm__audio_fe_max_samples(const tm__audio_fe *fe) {
+    return fe->kind == FE_WHISPER ? (size_t)fe->n_samples : 0;
+}
+
 static tm_status open_spectrogram(tm__audio_fe *fe, const char *source, tm_error *err) {
     int periodic = fe->kind == FE_WHISPER;
     fe->n_bins = fe->fft_length / 2 + 1;

@@ -438,11 +438,28 @@ static void chunks_free(tm__asr_chunk *c, size_t n) {
     free(c);
 }
 
+/* Samples [from, to) of the clip, as many as the extractor reads, into *buf (grown). */
+static tm_status read_window(const tm_pipeline *p, tm__audio_stream *clip, size_t from, size_t to, float **buf,
+                             size_t *cap, size_t *n, tm_error *err) {
+    size_t most = tm__audio_fe_max_samples(p->audio_fe);
+    *n = most && to - from > most ? most : to - from;
+    if (*n > *cap) {
+        float *b = realloc(*buf, *n * sizeof *b);
+        if (!b) return tm__fail(err, TM_ERR_NO_MEMORY, "out of memory reading %zu samples", *n);
+        *buf = b, *cap = *n;
+    }
+    return tm__audio_stream_read(clip, from, *n, *buf, err);
+}
+
 /* The clip in chunks as _call_whisper cuts it: windows of chunk_length_s every
  * chunk_length_s - 2 * stride_length_s (positions in samples as doubles, cut to whole
- * samples), each transcribed; the strides in seconds. Without chunk_length_s, one chunk. */
-static tm_status transcribe_clip(tm_pipeline *p, const asr_opts *o, const float *x, size_t n, tm__asr_chunk **out,
+ * samples), each read from the file and transcribed in turn (an hour-long file is never
+ * held whole); the strides in seconds. Without chunk_length_s, one chunk (of which the
+ * extractor reads the first 30 s). */
+static tm_status transcribe_clip(tm_pipeline *p, const asr_opts *o, tm__audio_stream *clip, tm__asr_chunk **out,
                                  size_t *n_out, tm_error *err) {
+    size_t n = tm__audio_stream_length(clip), cap = 0, len = 0;
+    float *x = NULL;
     double rate = tm__audio_fe_rate(p->audio_fe);
     double window = o->chunk_length_s > 0 ? rate * o->chunk_length_s : (double)n;
     double stride = o->chunk_length_s > 0 ? rate * o->stride_length_s : 0, jump = window - 2 * stride;
@@ -465,11 +482,13 @@ static tm_status transcribe_clip(tm_pipeline *p, const asr_opts *o, const float 
         chunks = c;
         c = &chunks[count];
         *c = (tm__asr_chunk){NULL, 0, {(double)(to - from) / rate, offset == 0 ? 0 : stride / rate, is_last ? 0 : stride / rate}};
-        s = transcribe_chunk(p, o, x + from, to - from, c, err);
+        s = read_window(p, clip, from, to, &x, &cap, &len, err);
+        if (!s) s = transcribe_chunk(p, o, x, len, c, err);
         count++;
         if (s || is_last) break;
         offset += jump;
     }
+    free(x);
     if (s) {
         chunks_free(chunks, count);
         return s;
@@ -496,13 +515,12 @@ tm_status tm__whisper_call(tm_pipeline *p, const tm_json *inputs, const tm_json 
     int32_t timestamp_begin = p->whisper->timestamp_begin >= 0 ? p->whisper->timestamp_begin : INT32_MAX;
     if (batched) tm__put(out, "[");
     for (size_t i = 0; !s && i < n; i++) {
-        float *x = NULL;
-        size_t len = 0;
+        tm__audio_stream *clip = NULL;
         tm__asr_chunk *chunks = NULL;
         size_t n_chunks = 0;
-        s = tm__audio_load(paths[i], tm__audio_fe_rate(p->audio_fe), &x, &len, NULL, err);
-        if (!s) s = transcribe_clip(p, &o, x, len, &chunks, &n_chunks, err);
-        free(x);
+        s = tm__audio_stream_open(paths[i], tm__audio_fe_rate(p->audio_fe), &clip, NULL, err);
+        if (!s) s = transcribe_clip(p, &o, clip, &chunks, &n_chunks, err);
+        tm__audio_stream_close(clip);
         if (!s && i) tm__put(out, ",");
         if (!s)
             s = tm__whisper_decode_asr(p, chunks, n_chunks, o.timestamps, o.force_full, time_precision,
