@@ -952,7 +952,14 @@ int64_t tm_tokenizer_model_max_length(const tm_tokenizer *tok);
  *       through libsndfile) or a .npy float32 waveform at preprocessor_config.json's
  *       sampling_rate; top_k (5; null: all). Gives [{"label", "score"}, ...] per clip
  *   automatic-speech-recognition         [path | [paths]] on a CTC model (wav2vec2, hubert,
- *       unispeech): {"text": ...} per clip; Whisper is refused (not supported yet)
+ *       unispeech) or Whisper (onnx/encoder_model + onnx/decoder_model_merged):
+ *       {"text": ...} per clip. Whisper's options: language (a name, code or <|xx|>
+ *       token; en by default), task (transcribe or translate), return_timestamps (true:
+ *       also "chunks": [{"timestamp": [start, end], "text"}], null for a time not seen;
+ *       "word" is refused), chunk_length_s and stride_length_s (long clips in overlapping
+ *       chunks, read from the file one at a time), force_full_sequences, and the
+ *       generation options (max_new_tokens, num_beams, ...; no default max_new_tokens:
+ *       generation_config.json's max_length)
  *   Audio tasks read preprocessor_config.json (Wav2Vec2FeatureExtractor, ASTFeatureExtractor,
  *   WhisperFeatureExtractor) and need tokenizer.json only for speech recognition; files
  *   are mixed to mono and linearly resampled as transformers.js's references were.
