@@ -3,7 +3,7 @@
  * tests/gen/logits_refs.mjs; Whisper's suppressions and timestamp rules among them),
  * greedy generation against transformers.js's text pipelines on the tiny repositories of tests/data/pipelines (gpt2-gen, llama-chat fp32 and q4,
  * t5-text2text: every text-generation case that has an output), beam search against
- * tests/data/generation/beams.jsonl, seeded sampling reproducible, the generation config
+ * tests/data/generation/beams.jsonl (whisper-asr's among them, with its suppressions), seeded sampling reproducible, the generation config
  * read from JSON, streaming, and errors. */
 #include <math.h>
 #include <stdio.h>
@@ -13,6 +13,7 @@
 #include "../src/pipelines/generation.h"
 #include "../src/train/dataset.h"
 #include "../src/hub/json.h"
+#include "../src/io/npy.h"
 #include "check.h"
 
 #define PIPES "tests/data/pipelines"
@@ -408,6 +409,24 @@ static void test_cases(const char *name) {
     repo_close(&r);
 }
 
+/* Whisper's encoder on stored input_features (PIPES/rel, a .npy); its output given to g. */
+static tm_status run_audio_encoder(repo *r, tm_generator *g, const char *rel, tm_error *err) {
+    char path[512];
+    snprintf(path, sizeof path, PIPES "/%s", rel);
+    tm_tensor *features = NULL;
+    tm_status st = tm_npy_read(path, &features, err);
+    int n_out = tm_model_n_outputs(r->enc);
+    tm_tensor **out = calloc((size_t)n_out, sizeof *out);
+    const char *name = "input_features";
+    const tm_tensor *in = features;
+    if (st == TM_OK) st = tm_model_run(r->enc, 1, &name, &in, out, NULL, err);
+    if (st == TM_OK) st = tm_generator_set_input(g, "encoder_hidden_states", out[0], err);
+    for (int k = 0; k < n_out; k++) tm_tensor_free(out[k]);
+    free(out);
+    tm_tensor_free(features);
+    return st;
+}
+
 /* ---- Beam search against tests/data/generation/beams.jsonl ---- */
 
 static void test_beams(void) {
@@ -429,7 +448,8 @@ static void test_beams(void) {
         tm_error err = {0};
         snprintf(path, sizeof path, PIPES "/%s/%s", rname, file);
         tm_status st = tm_model_load(path, NULL, &r.dec, &err);
-        if (st == TM_OK && tm_json_get(c, "encoder_ids")) {
+        const char *features = tm_json_get_string(c, "encoder_features");
+        if (st == TM_OK && (tm_json_get(c, "encoder_ids") || features)) {
             snprintf(path, sizeof path, PIPES "/%s/onnx/encoder_model.onnx", rname);
             st = tm_model_load(path, NULL, &r.enc, &err);
         }
@@ -439,6 +459,11 @@ static void test_beams(void) {
         int32_t *eos = int_list(tm_json_get(o, "eos"), &n_eos);
         int32_t *prompt = int_list(tm_json_get(c, "prompt"), &n_prompt);
         int32_t *enc_ids = int_list(tm_json_get(c, "encoder_ids"), &n_enc);
+        int n_suppress = 0, n_begin = 0;
+        int32_t *suppress = int_list(tm_json_get(o, "suppress_tokens"), &n_suppress);
+        int32_t *begin = int_list(tm_json_get(o, "begin_suppress_tokens"), &n_begin);
+        cfg.suppress_tokens = suppress, cfg.n_suppress_tokens = n_suppress;
+        cfg.begin_suppress_tokens = begin, cfg.n_begin_suppress_tokens = n_begin;
         cfg.eos_token_ids = eos;
         cfg.n_eos_token_ids = n_eos;
         cfg.num_beams = (int)num(o, "num_beams");
@@ -453,7 +478,8 @@ static void test_beams(void) {
         if (es && es->type == TM_JSON_STRING) cfg.early_stopping = TM_EARLY_STOPPING_NEVER;
         tm_generator *g = NULL;
         if (st == TM_OK) st = tm_generator_create(r.dec, &cfg, NULL, &g, &err);
-        if (st == TM_OK && r.enc) st = run_encoder(&r, g, enc_ids, (size_t)n_enc, &err);
+        if (st == TM_OK && features) st = run_audio_encoder(&r, g, features, &err);
+        else if (st == TM_OK && r.enc) st = run_encoder(&r, g, enc_ids, (size_t)n_enc, &err);
         if (st == TM_OK) st = tm_generator_append(g, prompt, (size_t)n_prompt, &err);
         if (st == TM_OK) st = tm_generator_generate(g, NULL, NULL, &err);
         CHECK(st == TM_OK, "beams %d (%s): %s", n_cases, rname, err.message);
@@ -482,11 +508,13 @@ static void test_beams(void) {
         free(eos);
         free(prompt);
         free(enc_ids);
+        free(suppress);
+        free(begin);
         tm_model_free(r.dec);
         tm_model_free(r.enc);
         tm_json_free(c);
     }
-    CHECK(n_cases >= 7, "beams.jsonl has %d cases", n_cases);
+    CHECK(n_cases >= 9, "beams.jsonl has %d cases", n_cases);
     free(all);
 }
 
