@@ -173,6 +173,8 @@ r, got = run_json(['pipeline', 'automatic-speech-recognition', english, speech, 
 ok('Whisper: an English-only model runs without language and task', None if got and 'text' in got else r.stderr[:200])
 no_ts = whisper_variant('whisper-no-ts', lambda g: g.pop('no_timestamps_token_id'))
 whisper_error('timestamps without no_timestamps_token_id', {'return_timestamps': True}, 'needs the generation config\'s no_timestamps_token_id', no_ts)
+no_german = whisper_variant('whisper-no-de', lambda g: g['lang_to_id'].pop('<|de|>'))
+whisper_error('a language missing from lang_to_id', {'language': 'german'}, 'language "german": the model has no <|de|>', no_german)
 moonshine = f'{tmp}/moonshine'
 os.makedirs(moonshine)
 json.dump({'model_type': 'moonshine'}, open(f'{moonshine}/config.json', 'w'))

@@ -227,7 +227,7 @@ static tm_status init_tokens(const tm_pipeline *p, const char *language, const c
         int32_t lang = lookup_id(w->lang_to_id, token), task_id = lookup_id(w->task_to_id, task ? task : "transcribe");
         if (lang < 0)
             return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "%s: language \"%s\": the model has no %s in its "
-                            "generation config's lang_to_id", p->repo->source, language, token);
+                            "generation config's lang_to_id", p->repo->source, language ? language : "en", token);
         if (task_id < 0)
             return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "%s: task \"%s\" is not in the generation config's "
                             "task_to_id (Whisper's are transcribe and translate)", p->repo->source,
