@@ -72,6 +72,12 @@ r = subprocess.run([tm, 'pipeline', 'automatic-speech-recognition', W, speech], 
 ok('automatic-speech-recognition readable', None if r.returncode == 0 and
    cases[('wav2vec2-ctc', 1)]['output']['text'] in r.stdout else r.stdout[:200] + r.stderr[:200])
 
+r = subprocess.run([tm, 'pipeline', 'automatic-speech-recognition', f'{data}/whisper-asr', speech, '--options',
+                    json.dumps(cases[('whisper-asr', 9)]['options'])], capture_output=True, text=True)
+ok('Whisper readable: the text, then one line per chunk', None if r.returncode == 0 and
+   r.stdout.startswith('text:  Programm') and '\n    timestamp: 3.12, null  text:  Programm' in r.stdout
+   else r.stdout[:200] + r.stderr[:200])
+
 # ---- processors and decoding ---------------------------------------------------------------
 def max_diff(got, want):
     return float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64)))) if want.size else 0.0

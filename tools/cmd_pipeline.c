@@ -112,9 +112,21 @@ static void print_readable(const tm_json *v, int depth) {
         return;
     }
     if (v->type == TM_JSON_OBJECT) {
+        int line_open = 1;
         for (int i = 0; i < v->n; i++) {
             const tm_json *x = &v->items[i];
-            printf("%s%s: ", i ? "  " : "", v->keys[i]);
+            if (x->type == TM_JSON_ARRAY && x->n && x->items[0].type == TM_JSON_OBJECT) {
+                /* speech recognition's chunks: one indented line each */
+                printf("%s%s:\n", i ? "  " : "", v->keys[i]);
+                for (int j = 0; j < x->n; j++) {
+                    printf("    ");
+                    print_readable(&x->items[j], depth + 1);
+                }
+                line_open = 0;
+                continue;
+            }
+            printf("%s%s: ", i && line_open ? "  " : "", v->keys[i]);
+            line_open = 1;
             if (x->type == TM_JSON_STRING) printf("%s", x->string);
             else if (x->type == TM_JSON_NUMBER) printf("%.6g", x->number);
             else if (x->type == TM_JSON_OBJECT && tm_json_get(x, "_type")) {
@@ -130,11 +142,12 @@ static void print_readable(const tm_json *v, int depth) {
             } else if (x->type == TM_JSON_ARRAY) {
                 for (int j = 0; j < x->n; j++) {
                     if (x->items[j].type == TM_JSON_STRING) printf("%s%s", j ? ", " : "", x->items[j].string);
+                    else if (x->items[j].type == TM_JSON_NULL) printf("%snull", j ? ", " : "");
                     else printf("%s%.6g", j ? ", " : "", x->items[j].number);
                 }
             }
         }
-        printf("\n");
+        if (line_open) printf("\n");
         return;
     }
     if (v->type == TM_JSON_STRING) printf("%s\n", v->string);
