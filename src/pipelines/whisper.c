@@ -296,7 +296,8 @@ static tm_status encode(tm_pipeline *p, const tm_tensor *features, tm_generator 
     if (!out) return tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
     const char *name = "input_features";
     tm_status s = tm_model_run(p->encoder, 1, &name, &features, out, NULL, err);
-    if (!s) s = tm_generator_set_input(g, "encoder_hidden_states", out[tm_model_output_index(p->encoder, "last_hidden_state")], err);
+    int hidden = tm_model_output_index(p->encoder, "last_hidden_state");   /* checked at creation */
+    if (!s) s = tm_generator_set_input(g, "encoder_hidden_states", out[hidden], err);
     for (int k = 0; k < n_out; k++) tm_tensor_free(out[k]);
     free(out);
     return s;
@@ -481,7 +482,8 @@ static tm_status transcribe_clip(tm_pipeline *p, const asr_opts *o, tm__audio_st
         }
         chunks = c;
         c = &chunks[count];
-        *c = (tm__asr_chunk){NULL, 0, {(double)(to - from) / rate, offset == 0 ? 0 : stride / rate, is_last ? 0 : stride / rate}};
+        double left = offset == 0 ? 0 : stride, right = is_last ? 0 : stride;
+        *c = (tm__asr_chunk){NULL, 0, {(double)(to - from) / rate, left / rate, right / rate}};
         s = read_window(p, clip, from, to, &x, &cap, &len, err);
         if (!s) s = transcribe_chunk(p, o, x, len, c, err);
         count++;
