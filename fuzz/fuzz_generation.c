@@ -1,7 +1,7 @@
 /* libFuzzer target: the generation config's JSON reader (tm_generation_config_from_json) on
  * arbitrary bytes as generation_config.json, then every logits processor and warper
- * (src/pipelines/logits.c) with the parameters it read on a row of 64 scores made from the
- * input, and a draw. Asserts: an error carries a message and leaves the config unchanged;
+ * (src/pipelines/logits.c, Whisper's suppressions and timestamp rules included) with the
+ * parameters it read on a row of 64 scores made from the input, and a draw. Asserts: an error carries a message and leaves the config unchanged;
  * a config's lists hold what they claim (every item is read, so ASan sees a short array);
  * the draw and the greedy choice are tokens of the row. Not the generator's model runs
  * (tests/test_generator.c). */
@@ -38,6 +38,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     for (int64_t k = 0; k < n_bad; k++) sum += c.bad_words_ids[k];
     for (int k = 0; k < c.n_stop_strings; k++) sum += (int64_t)strlen(c.stop_strings[k]);
+    for (int k = 0; k < c.n_suppress_tokens; k++) sum += c.suppress_tokens[k];
+    for (int k = 0; k < c.n_begin_suppress_tokens; k++) sum += c.begin_suppress_tokens[k];
     (void)sum;
 
     float s[V], scratch[V];
@@ -56,6 +58,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     tm__logits_min_length(s, V, (int64_t)n, c.min_length, c.eos_token_ids, c.n_eos_token_ids);
     tm__logits_forced_bos(s, V, (int64_t)n, c.forced_bos_token_id);
     tm__logits_forced_eos(s, V, (int64_t)n, c.max_length, c.eos_token_ids, c.n_eos_token_ids);
+    tm__logits_suppress(s, V, c.suppress_tokens, c.n_suppress_tokens);
+    tm__logits_begin_suppress(s, V, (int64_t)n, (int64_t)(size % 8), c.begin_suppress_tokens, c.n_begin_suppress_tokens);
+    /* Whisper's timestamp rules with forced_bos_token_id as <|notimestamps|> */
+    tm__logits_whisper_timestamps(s, V, ids, n, size % 8, c.forced_bos_token_id,
+                                  c.n_eos_token_ids ? c.eos_token_ids[0] : V);
     if (c.temperature > 0 && isfinite(c.temperature)) tm__logits_temperature(s, V, c.temperature);
     if (c.top_k > 0) tm__logits_top_k(s, V, c.top_k, 1, scratch);
     if (c.top_p > 0 && c.top_p <= 1) tm__logits_top_p(s, V, c.top_p, 1, order);

@@ -444,6 +444,12 @@ typedef struct tm_generation_config {
     const char *const *stop_strings;
     int n_stop_strings;
     void *owned_;                 /* private: the lists of tm_generation_config_from_json */
+    /* Tokens never generated (suppress_tokens) and tokens not generated at the first new
+     * position (begin_suppress_tokens), as generation_config.json lists them (Whisper's). */
+    const int32_t *suppress_tokens;
+    int n_suppress_tokens;
+    const int32_t *begin_suppress_tokens;
+    int n_begin_suppress_tokens;
 } tm_generation_config;
 
 /* transformers' GenerationConfig defaults: max_length 20, greedy, temperature 1, top_k 50,
@@ -454,9 +460,9 @@ void tm_generation_config_default(tm_generation_config *cfg);
  * eos/bos/pad/decoder_start token ids and generation keys) and then generation_config.json
  * (generation_json, may be NULL), each key overriding what was there; keys not given keep
  * cfg's values (call tm_generation_config_default first). Lists (eos_token_id as a number
- * or a list, bad_words_ids, stop_strings) are copied into memory that cfg owns from then
- * on: tm_generation_config_clear releases it. early_stopping takes true, false or
- * "never". A malformed text or a key of the wrong type is TM_ERR_PARSE naming the file and
+ * or a list, bad_words_ids, stop_strings, suppress_tokens, begin_suppress_tokens) are
+ * copied into memory that cfg owns from then on: tm_generation_config_clear releases it.
+ * early_stopping takes true, false or "never". A malformed text or a key of the wrong type is TM_ERR_PARSE naming the file and
  * key; cfg is then unchanged. */
 tm_status tm_generation_config_from_json(tm_generation_config *cfg, const char *config_json,
                                          const char *generation_json, tm_error *err);
@@ -947,7 +953,14 @@ int64_t tm_tokenizer_model_max_length(const tm_tokenizer *tok);
  *       through libsndfile) or a .npy float32 waveform at preprocessor_config.json's
  *       sampling_rate; top_k (5; null: all). Gives [{"label", "score"}, ...] per clip
  *   automatic-speech-recognition         [path | [paths]] on a CTC model (wav2vec2, hubert,
- *       unispeech): {"text": ...} per clip; Whisper is refused (not supported yet)
+ *       unispeech) or Whisper (onnx/encoder_model + onnx/decoder_model_merged):
+ *       {"text": ...} per clip. Whisper's options: language (a name, code or <|xx|>
+ *       token; en by default), task (transcribe or translate), return_timestamps (true:
+ *       also "chunks": [{"timestamp": [start, end], "text"}], null for a time not seen;
+ *       "word" is refused), chunk_length_s and stride_length_s (long clips in overlapping
+ *       chunks, read from the file one at a time), force_full_sequences, and the
+ *       generation options (max_new_tokens, num_beams, ...; no default max_new_tokens:
+ *       generation_config.json's max_length)
  *   Audio tasks read preprocessor_config.json (Wav2Vec2FeatureExtractor, ASTFeatureExtractor,
  *   WhisperFeatureExtractor) and need tokenizer.json only for speech recognition; files
  *   are mixed to mono and linearly resampled as transformers.js's references were.

@@ -1,12 +1,16 @@
 #!/bin/sh
 # The audio tasks against transformers.js 4.3.2 (tests/data/pipelines, copied from the
 # project's shared references): every call of audio-cls.cases.jsonl (audio-classification,
-# AST) and wav2vec2-ctc.cases.jsonl (CTC speech recognition) replayed through `transmuter
-# pipeline TASK REPO --call` (labels and texts exact, scores within 1e-4); the processors'
+# AST), wav2vec2-ctc.cases.jsonl (CTC speech recognition) and whisper-asr.cases.jsonl
+# (Whisper: language and task, max_new_tokens, timestamps, a 45 s clip in chunks, and
+# whisper-asr.more.jsonl's further calls) replayed through `transmuter pipeline TASK REPO
+# --call` (labels and texts exact, scores and timestamps within 1e-4); the processors'
 # outputs (`transmuter audio-features`) against its feature extractors' (log-mel within 1e-4,
 # waveform values within 1e-5, masks exact); the decoded and resampled waveforms against
 # the ones it was fed; the CLI's positional and batch forms; errors (a truncated, empty,
-# missing or unreadable file, a bad .npy, a Whisper or non-CTC repo for speech recognition);
+# missing or unreadable file, a bad .npy, a Moonshine or AST repo for speech recognition,
+# Whisper's bad options: an unknown language, a task the model lacks, word timestamps, bad
+# chunk lengths, a language for an English-only model, timestamps without their token);
 # and, where `sox` is installed, decoding against sox's (WAV, FLAC, OGG). Prints the largest
 # differences seen. Usage: tests/audio.sh TRANSMUTER
 TM=${1:-build/transmuter}
@@ -22,7 +26,7 @@ ok, note, diff, run_json = checks.ok, checks.note, checks.diff, checks.run_json
 
 # ---- transformers.js's calls -------------------------------------------------------------
 cases = {}
-for repo in ('audio-cls', 'wav2vec2-ctc'):
+for repo in ('audio-cls', 'wav2vec2-ctc', 'whisper-asr'):
     for n, line in enumerate(open(f'{data}/{repo}.cases.jsonl', encoding='utf-8'), 1):
         case = json.loads(line)
         cases[(repo, n)] = case
@@ -31,6 +35,18 @@ for repo in ('audio-cls', 'wav2vec2-ctc'):
         ok(f'{repo}.cases.jsonl:{n} ({case["id"]})',
            f'no JSON (exit {r.returncode}): {r.stderr.strip()[:200]}' if got is None
            else diff(case['output'], got, f'{repo} scores'))
+
+# Whisper's further calls (tests/gen/whisper_refs.mjs): defaults up to the length limit,
+# the seek loop of timestamps without max_new_tokens, language names and tokens, chunking
+# with the default stride, many short chunks, a clip over 30 s whole, a batch.
+for n, line in enumerate(open(f'{data}/whisper-asr.more.jsonl', encoding='utf-8'), 1):
+    case = json.loads(line)
+    paths = [f'{data}/{p}' for p in case['inputs']] if 'inputs' in case else f'{data}/{case["input"]}'
+    r, got = run_json(['pipeline', case['task'], f'{data}/whisper-asr', '--call',
+                       json.dumps({'inputs': [paths], 'options': case['options']})])
+    ok(f'whisper-asr.more.jsonl:{n} ({json.dumps(case["options"])})',
+       f'no JSON (exit {r.returncode}): {r.stderr.strip()[:200]}' if got is None
+       else diff(case['output'], got, 'whisper-asr scores'))
 
 # The same calls on the waveforms transformers.js was fed (.npy input: no decoding).
 for (repo, n), case in cases.items():
@@ -55,6 +71,12 @@ ok('automatic-speech-recognition batch of two',
 r = subprocess.run([tm, 'pipeline', 'automatic-speech-recognition', W, speech], capture_output=True, text=True)
 ok('automatic-speech-recognition readable', None if r.returncode == 0 and
    cases[('wav2vec2-ctc', 1)]['output']['text'] in r.stdout else r.stdout[:200] + r.stderr[:200])
+
+r = subprocess.run([tm, 'pipeline', 'automatic-speech-recognition', f'{data}/whisper-asr', speech, '--options',
+                    json.dumps(cases[('whisper-asr', 9)]['options'])], capture_output=True, text=True)
+ok('Whisper readable: the text, then one line per chunk', None if r.returncode == 0 and
+   r.stdout.startswith('text:  Programm') and '\n    timestamp: 3.12, null  text:  Programm' in r.stdout
+   else r.stdout[:200] + r.stderr[:200])
 
 # ---- processors and decoding ---------------------------------------------------------------
 def max_diff(got, want):
@@ -122,8 +144,48 @@ expect_error('an int64 .npy', ['pipeline', 'audio-classification', A, f'{tmp}/in
 expect_error('an empty .npy', ['pipeline', 'audio-classification', A, f'{tmp}/empty.npy'], 'the waveform has no samples')
 expect_error('a 3-d .npy', ['pipeline', 'audio-classification', A, f'{tmp}/image.npy'], 'of shape (N) or (1, N)')
 expect_error('--json error', ['pipeline', 'audio-classification', A, f'{tmp}/empty.wav', '--json'], '{"error":')
-expect_error('Whisper speech recognition', ['pipeline', 'automatic-speech-recognition', f'{data}/whisper-asr', speech],
-             'with a whisper model (generation) is not supported yet')
+WH = f'{data}/whisper-asr'
+def whisper_error(name, options, want, repo=WH):
+    expect_error(f'Whisper: {name}', ['pipeline', 'automatic-speech-recognition', repo, speech, '--options',
+                                      json.dumps(options)], want)
+whisper_error('an unknown language', {'language': 'klingon'}, 'Language "klingon" is not supported. Must be one of: ["english",')
+whisper_error('an unknown language code', {'language': 'XX'}, 'Language "xx" is not supported. Must be one of: ["en",')
+whisper_error('a task the model lacks', {'task': 'summarize'}, 'task "summarize" is not in the generation config')
+whisper_error('word timestamps', {'return_timestamps': 'word'}, 'return_timestamps "word"')
+whisper_error('return_timestamps a number', {'return_timestamps': 1}, 'return_timestamps must be true, false')
+whisper_error('a chunk no longer than its stride', {'chunk_length_s': 10, 'stride_length_s': 10},
+              '`chunk_length_s` must be larger than `stride_length_s`')
+whisper_error('strides that leave no step', {'chunk_length_s': 10, 'stride_length_s': 6}, 'more than twice stride_length_s')
+whisper_error('chunk_length_s as text', {'chunk_length_s': '30'}, 'chunk_length_s must be a number of seconds')
+whisper_error('a negative stride', {'chunk_length_s': 30, 'stride_length_s': -1}, 'stride_length_s must be a number')
+whisper_error('max_new_tokens as text', {'max_new_tokens': 'ten'}, "key 'max_new_tokens'")
+whisper_error('force_full_sequences without an ending timestamp', {'return_timestamps': True, 'max_new_tokens': 12,
+              'force_full_sequences': True}, 'Whisper did not predict an ending timestamp')
+# repositories whose generation config lacks what an option needs
+def whisper_variant(name, change):
+    d = f'{tmp}/{name}'
+    os.makedirs(d)
+    for f in os.listdir(WH):
+        if f != 'generation_config.json':
+            os.symlink(os.path.abspath(f'{WH}/{f}'), f'{d}/{f}')
+    g = json.load(open(f'{WH}/generation_config.json'))
+    change(g)
+    json.dump(g, open(f'{d}/generation_config.json', 'w'))
+    return d
+english = whisper_variant('whisper-en', lambda g: g.update(is_multilingual=False))
+whisper_error('a language for an English-only model', {'language': 'en'},
+              'Cannot specify `task` or `language` for an English-only model', english)
+r, got = run_json(['pipeline', 'automatic-speech-recognition', english, speech, '--options', '{"max_new_tokens":3}', '--json'])
+ok('Whisper: an English-only model runs without language and task', None if got and 'text' in got else r.stderr[:200])
+no_ts = whisper_variant('whisper-no-ts', lambda g: g.pop('no_timestamps_token_id'))
+whisper_error('timestamps without no_timestamps_token_id', {'return_timestamps': True}, 'needs the generation config\'s no_timestamps_token_id', no_ts)
+no_german = whisper_variant('whisper-no-de', lambda g: g['lang_to_id'].pop('<|de|>'))
+whisper_error('a language missing from lang_to_id', {'language': 'german'}, 'language "german": the model has no <|de|>', no_german)
+moonshine = f'{tmp}/moonshine'
+os.makedirs(moonshine)
+json.dump({'model_type': 'moonshine'}, open(f'{moonshine}/config.json', 'w'))
+expect_error('Moonshine speech recognition', ['pipeline', 'automatic-speech-recognition', moonshine, speech],
+             'with a moonshine model is not supported yet')
 expect_error('speech recognition on an AST repo', ['pipeline', 'automatic-speech-recognition', A, speech],
              "does not support model type 'audio-spectrogram-transformer'")
 expect_error('audio-classification without preprocessor_config.json',

@@ -1,7 +1,8 @@
 /* Tests of audio in (src/media/audio.c, fft.c) and the audio feature extractors
  * (src/pipelines/audio_features.c) at the level of their functions: the DFT against a plain
  * sum in long double, the resampler's counts and values, hand-made WAV files (stereo mix,
- * 16-bit scaling, truncation, no samples), configs refused by name, and extractor outputs
+ * 16-bit scaling, truncation, no samples), streams read in windows against the whole clip
+ * (WAV, FLAC, OGG, resampled or not), configs refused by name, and extractor outputs
  * that can be worked out by hand (silence, a constant); truncations and byte flips of a
  * small WAV give a result or an error, never a crash; the block-by-block reader gives the
  * whole-file reader's samples at every rate and read size. transformers.js's arrays are
@@ -18,6 +19,7 @@
 #include "../src/media/audio.h"
 #include "../src/media/fft.h"
 #include "../src/pipelines/audio_features.h"
+#include <sndfile.h>
 
 #include "check.h"
 
@@ -218,6 +220,77 @@ static void test_stream(void) {
     free(got);
 }
 
+/* A file written by libsndfile (FLAC, OGG): 0 when this libsndfile cannot write it. */
+static int write_sndfile(const char *path, int format, int channels, int rate, const int16_t *pcm, size_t frames) {
+    SF_INFO info = {.samplerate = rate, .channels = channels, .format = format};
+    SNDFILE *f = sf_open(path, SFM_WRITE, &info);
+    if (!f) return 0;
+    sf_count_t put = sf_writef_short(f, pcm, (sf_count_t)frames);
+    sf_close(f);
+    return put == (sf_count_t)frames;
+}
+
+/* Windows of a clip are the very samples of the whole clip, at the file's rate and
+ * resampled, mono and stereo, read in place (WAV, FLAC) or whole at opening (OGG, .npy). */
+static void test_windows(void) {
+    enum { FRAMES = 9001 };
+    int16_t *pcm = malloc(2 * FRAMES * sizeof *pcm);
+    uint64_t state = 7;
+    for (size_t i = 0; i < 2 * FRAMES; i++) {
+        state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+        pcm[i] = (int16_t)(state >> 48);
+    }
+    struct { const char *name; int format, channels, rate; } files[] = {
+        {"s44k.wav", 0, 2, 44100}, {"m8k.wav", 0, 1, 8000}, {"m16k.wav", 0, 1, 16000},
+        {"s22k.flac", SF_FORMAT_FLAC | SF_FORMAT_PCM_16, 2, 22050}, {"m48k.ogg", SF_FORMAT_OGG | SF_FORMAT_VORBIS, 1, 48000},
+    };
+    for (size_t f = 0; f < sizeof files / sizeof *files; f++) {
+        char path[160];
+        snprintf(path, sizeof path, "%s/%s", dir, files[f].name);
+        uint32_t bytes = (uint32_t)(FRAMES * files[f].channels * 2);
+        if (!files[f].format) write_wav(path, files[f].channels, files[f].rate, pcm, FRAMES, bytes, bytes);
+        else if (!write_sndfile(path, files[f].format, files[f].channels, files[f].rate, pcm, FRAMES)) {
+            printf("skip: this libsndfile cannot write %s\n", files[f].name);
+            continue;
+        }
+        float *whole = NULL;
+        size_t n = 0;
+        tm_error err = {0};
+        tm__audio_window *st = NULL;
+        tm_status s = tm__audio_load(path, 16000, &whole, &n, NULL, &err);
+        if (!s) s = tm__audio_window_open(path, 16000, &st, NULL, &err);
+        CHECK(s == TM_OK && tm__audio_window_length(st) == n, "%s: %s", files[f].name, err.message);
+        /* windows forwards, backwards, overlapping, one sample, the very end */
+        size_t windows[][2] = {{0, n / 3}, {n / 4, n / 2}, {n - 1, 1}, {10, 1}, {n / 2, n - n / 2}, {0, n}, {123, 0}};
+        float *part = malloc((n + 1) * sizeof *part);
+        for (size_t w = 0; !s && w < sizeof windows / sizeof *windows; w++) {
+            s = tm__audio_window_read(st, windows[w][0], windows[w][1], part, &err);
+            CHECK(s == TM_OK && !memcmp(part, whole + windows[w][0], windows[w][1] * sizeof *part),
+                  "%s: samples %zu + %zu as the whole clip's (%s)", files[f].name, windows[w][0], windows[w][1],
+                  s ? err.message : "");
+        }
+        CHECK(st && tm__audio_window_read(st, n - 10, 11, part, &err) == TM_ERR_INVALID_ARGUMENT,
+              "%s: a window past the end is refused", files[f].name);
+        free(part);
+        free(whole);
+        tm__audio_window_close(st);
+    }
+    /* a file cut after opening: the window that cannot be read says so */
+    char path[160];
+    snprintf(path, sizeof path, "%s/cut_later.wav", dir);
+    write_wav(path, 1, 16000, pcm, FRAMES, 2 * FRAMES, 2 * FRAMES);
+    tm__audio_window *st = NULL;
+    tm_error err = {0};
+    CHECK(tm__audio_window_open(path, 16000, &st, NULL, &err) == TM_OK, "open %s: %s", path, err.message);
+    CHECK(truncate(path, 44 + 2 * 1000) == 0, "truncate %s", path);
+    float part[100];
+    tm_status s = st ? tm__audio_window_read(st, 5000, 100, part, &err) : TM_ERR_IO;
+    CHECK(s == TM_ERR_PARSE && strstr(err.message, "truncated or corrupt"), "a window past a cut: %d %s", s,
+          err.message);
+    tm__audio_window_close(st);
+    free(pcm);
+}
+
 static tm__audio_fe *open_fe(const char *json, tm_status want, const char *message) {
     tm_json *c = tm_json_parse(json, strlen(json));
     tm__audio_fe *fe = NULL;
@@ -355,6 +428,7 @@ int main(void) {
     test_resample();
     test_wav();
     test_stream();
+    test_windows();
     test_extractors();
     test_damaged_wavs();
     char cmd[128];

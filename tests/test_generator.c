@@ -1,9 +1,9 @@
 /* tm_generator (src/pipelines/): the logits processors and warpers on stored logits
  * against transformers' (tests/data/generation/logits_refs.json, made by
- * tests/gen/logits_refs.mjs), greedy generation against transformers.js's text pipelines
- * on the tiny repositories of tests/data/pipelines (gpt2-gen, llama-chat fp32 and q4,
+ * tests/gen/logits_refs.mjs; Whisper's suppressions and timestamp rules among them),
+ * greedy generation against transformers.js's text pipelines on the tiny repositories of tests/data/pipelines (gpt2-gen, llama-chat fp32 and q4,
  * t5-text2text: every text-generation case that has an output), beam search against
- * tests/data/generation/beams.jsonl, seeded sampling reproducible, the generation config
+ * tests/data/generation/beams.jsonl (whisper-asr's among them, with its suppressions), seeded sampling reproducible, the generation config
  * read from JSON, streaming, and errors. */
 #include <math.h>
 #include <stdio.h>
@@ -11,7 +11,9 @@
 #include <string.h>
 #include "transmuter.h"
 #include "../src/pipelines/generation.h"
+#include "../src/train/dataset.h"
 #include "../src/hub/json.h"
+#include "../src/io/npy.h"
 #include "check.h"
 
 #define PIPES "tests/data/pipelines"
@@ -71,6 +73,15 @@ static int apply_step(const tm_json *st, float *s, int64_t V, const int32_t *ids
     else if (!strcmp(op, "top_p")) tm__logits_top_p(s, V, num(st, "p"), 1, order);
     else if (!strcmp(op, "min_p")) tm__logits_min_p(s, V, num(st, "p"), 1, order);
     else if (!strcmp(op, "typical_p")) tm__logits_typical(s, V, num(st, "p"), 1, order, scratch);
+    else if (!strcmp(op, "suppress") || !strcmp(op, "begin_suppress")) {
+        int n_list = 0;
+        int32_t *list = int_list(tm_json_get(st, "ids"), &n_list);
+        if (op[0] == 's') tm__logits_suppress(s, V, list, n_list);
+        else tm__logits_begin_suppress(s, V, (int64_t)n, (int64_t)num(st, "begin"), list, n_list);
+        free(list);
+    } else if (!strcmp(op, "whisper_timestamps"))
+        tm__logits_whisper_timestamps(s, V, ids, n, (size_t)num(st, "begin"), (int32_t)num(st, "no_timestamps"),
+                                      (int32_t)num(st, "eos"));
     else known = 0;
     free(eos);
     return known;
@@ -398,6 +409,24 @@ static void test_cases(const char *name) {
     repo_close(&r);
 }
 
+/* Whisper's encoder on stored input_features (PIPES/rel, a .npy); its output given to g. */
+static tm_status run_audio_encoder(repo *r, tm_generator *g, const char *rel, tm_error *err) {
+    char path[512];
+    snprintf(path, sizeof path, PIPES "/%s", rel);
+    tm_tensor *features = NULL;
+    tm_status st = tm_npy_read(path, &features, err);
+    int n_out = tm_model_n_outputs(r->enc);
+    tm_tensor **out = calloc((size_t)n_out, sizeof *out);
+    const char *name = "input_features";
+    const tm_tensor *in = features;
+    if (st == TM_OK) st = tm_model_run(r->enc, 1, &name, &in, out, NULL, err);
+    if (st == TM_OK) st = tm_generator_set_input(g, "encoder_hidden_states", out[0], err);
+    for (int k = 0; k < n_out; k++) tm_tensor_free(out[k]);
+    free(out);
+    tm_tensor_free(features);
+    return st;
+}
+
 /* ---- Beam search against tests/data/generation/beams.jsonl ---- */
 
 static void test_beams(void) {
@@ -419,7 +448,8 @@ static void test_beams(void) {
         tm_error err = {0};
         snprintf(path, sizeof path, PIPES "/%s/%s", rname, file);
         tm_status st = tm_model_load(path, NULL, &r.dec, &err);
-        if (st == TM_OK && tm_json_get(c, "encoder_ids")) {
+        const char *features = tm_json_get_string(c, "encoder_features");
+        if (st == TM_OK && (tm_json_get(c, "encoder_ids") || features)) {
             snprintf(path, sizeof path, PIPES "/%s/onnx/encoder_model.onnx", rname);
             st = tm_model_load(path, NULL, &r.enc, &err);
         }
@@ -429,6 +459,11 @@ static void test_beams(void) {
         int32_t *eos = int_list(tm_json_get(o, "eos"), &n_eos);
         int32_t *prompt = int_list(tm_json_get(c, "prompt"), &n_prompt);
         int32_t *enc_ids = int_list(tm_json_get(c, "encoder_ids"), &n_enc);
+        int n_suppress = 0, n_begin = 0;
+        int32_t *suppress = int_list(tm_json_get(o, "suppress_tokens"), &n_suppress);
+        int32_t *begin = int_list(tm_json_get(o, "begin_suppress_tokens"), &n_begin);
+        cfg.suppress_tokens = suppress, cfg.n_suppress_tokens = n_suppress;
+        cfg.begin_suppress_tokens = begin, cfg.n_begin_suppress_tokens = n_begin;
         cfg.eos_token_ids = eos;
         cfg.n_eos_token_ids = n_eos;
         cfg.num_beams = (int)num(o, "num_beams");
@@ -443,7 +478,8 @@ static void test_beams(void) {
         if (es && es->type == TM_JSON_STRING) cfg.early_stopping = TM_EARLY_STOPPING_NEVER;
         tm_generator *g = NULL;
         if (st == TM_OK) st = tm_generator_create(r.dec, &cfg, NULL, &g, &err);
-        if (st == TM_OK && r.enc) st = run_encoder(&r, g, enc_ids, (size_t)n_enc, &err);
+        if (st == TM_OK && features) st = run_audio_encoder(&r, g, features, &err);
+        else if (st == TM_OK && r.enc) st = run_encoder(&r, g, enc_ids, (size_t)n_enc, &err);
         if (st == TM_OK) st = tm_generator_append(g, prompt, (size_t)n_prompt, &err);
         if (st == TM_OK) st = tm_generator_generate(g, NULL, NULL, &err);
         CHECK(st == TM_OK, "beams %d (%s): %s", n_cases, rname, err.message);
@@ -472,11 +508,13 @@ static void test_beams(void) {
         free(eos);
         free(prompt);
         free(enc_ids);
+        free(suppress);
+        free(begin);
         tm_model_free(r.dec);
         tm_model_free(r.enc);
         tm_json_free(c);
     }
-    CHECK(n_cases >= 7, "beams.jsonl has %d cases", n_cases);
+    CHECK(n_cases >= 9, "beams.jsonl has %d cases", n_cases);
     free(all);
 }
 
@@ -505,6 +543,17 @@ static void test_config(void) {
           c.num_beams == 1, "t5: decoder_start_token_id 0, eos 1; task_specific_params not read (%s)", err.message);
     free(config);
     free(gen);
+    config = slurp(PIPES "/whisper-asr/config.json");
+    gen = slurp(PIPES "/whisper-asr/generation_config.json");
+    tm_generation_config_clear(&c);
+    tm_generation_config_default(&c);
+    st = tm_generation_config_from_json(&c, config, gen, &err);
+    CHECK(st == TM_OK && c.n_suppress_tokens == 88 && c.suppress_tokens[0] == 1 && c.suppress_tokens[87] == 50362 &&
+          c.n_begin_suppress_tokens == 2 && c.begin_suppress_tokens[0] == 220 &&
+          c.begin_suppress_tokens[1] == 50257 && c.max_length == 448 && c.decoder_start_token_id == 50258,
+          "whisper: suppress_tokens and begin_suppress_tokens read (%s)", err.message);
+    free(config);
+    free(gen);
     const char *js = "{\"do_sample\": true, \"temperature\": 0.7, \"top_k\": 0, \"top_p\": 0.9, \"min_p\": 0.05,"
                      " \"typical_p\": 0.8, \"seed\": 42, \"num_beams\": 4, \"num_return_sequences\": 2,"
                      " \"early_stopping\": \"never\", \"length_penalty\": 0.5, \"bad_words_ids\": [[1, 2], [7]],"
@@ -522,7 +571,8 @@ static void test_config(void) {
     tm_generation_config before = c;
     const char *bad[] = {"{\"max_new_tokens\": \"ten\"}", "{\"eos_token_id\": [1, -3]}", "{\"do_sample\": 1}",
                          "{\"bad_words_ids\": [1, 2]}", "{\"early_stopping\": \"sometimes\"}", "[1, 2]",
-                         "{\"top_k\": 1.5}", "{\"num_beams\": 0}", "{not json"};
+                         "{\"top_k\": 1.5}", "{\"num_beams\": 0}", "{not json", "{\"suppress_tokens\": [1, -1]}",
+                         "{\"begin_suppress_tokens\": 220}"};
     for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
         memset(&err, 0, sizeof err);
         st = tm_generation_config_from_json(&c, NULL, bad[k], &err);
@@ -707,10 +757,11 @@ static void test_errors(repo *gpt2) {
     CHECK(tm_generator_create(NULL, NULL, NULL, &g, &err) == TM_ERR_INVALID_ARGUMENT && !g, "NULL model");
     struct { const char *what; void (*set)(tm_generation_config *); } bad[] = {
         {"temperature", NULL}, {"num_return_sequences", NULL}, {"do_sample", NULL}, {"top_p", NULL},
-        {"stop strings", NULL}, {"repetition_penalty", NULL}, {"num_beams", NULL}};
+        {"stop strings", NULL}, {"repetition_penalty", NULL}, {"num_beams", NULL}, {"begin_suppress_tokens", NULL}};
     for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
         tm_generation_config_default(&c);
         const char *stops[] = {"x"};
+        const int32_t negative[] = {-2};
         switch (k) {
         case 0: c.do_sample = 1; c.temperature = 0; break;
         case 1: c.num_beams = 2; c.num_return_sequences = 3; break;
@@ -719,6 +770,7 @@ static void test_errors(repo *gpt2) {
         case 4: c.stop_strings = stops; c.n_stop_strings = 1; break;
         case 5: c.repetition_penalty = 0; break;
         case 6: c.num_beams = 0; break;
+        case 7: c.begin_suppress_tokens = negative; c.n_begin_suppress_tokens = 1; break;
         }
         memset(&err, 0, sizeof err);
         g = NULL;

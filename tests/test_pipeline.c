@@ -2,12 +2,15 @@
  * not reach: the API's argument checks and error messages, repositories the task cannot
  * use (a generation task without a decoder or an encoder), sentence-transformers' modules
  * read into "auto" pooling, the generation tasks' options and shapes (bad options, several
- * returned sequences), and outputs left untouched on error. Runs on tests/data/pipelines. */
+ * returned sequences), outputs left untouched on error, and Whisper's pieces its random
+ * model never reaches (_decode_asr on hand-made sequences against transformers.js's, the
+ * seek loop's step, language names). Runs on tests/data/pipelines. */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include "../include/transmuter.h"
+#include "../src/pipelines/whisper.h"
 #include "check.h"
 
 #define DATA "tests/data/pipelines/"
@@ -373,7 +376,111 @@ static void test_generation_repos(void) {
     remove_generation_repo(dir);
 }
 
+/* ---- Whisper's pieces that its random model never reaches ---- */
+
+/* _decode_asr on hand-made sequences against transformers.js's
+ * (whisper-asr.decode_asr.jsonl, made by tests/gen/whisper_refs.mjs). */
+static void test_whisper_decode_asr(tm_pipeline *p) {
+    uint8_t *text = NULL;
+    size_t size = 0;
+    CHECK(read_all(DATA "whisper-asr.decode_asr.jsonl", &text, &size), "read whisper-asr.decode_asr.jsonl");
+    int n_cases = 0;
+    for (char *line = (char *)text, *end; p && text && line < (char *)text + size; line = end + 1) {
+        end = strchr(line, '\n');
+        if (!end) end = (char *)text + size;
+        tm_json *c = tm_json_parse(line, (size_t)(end - line));
+        const tm_json *chunks = tm_json_get(c, "chunks");
+        const char *name = tm_json_get_string(c, "name"), *want = tm_json_get_string(c, "output");
+        if (!chunks || !name || !want) {
+            tm_json_free(c);
+            continue;
+        }
+        tm__asr_chunk in[8] = {{0}};
+        for (int k = 0; k < chunks->n && k < 8; k++) {
+            const tm_json *tokens = tm_json_get(&chunks->items[k], "tokens"), *stride = tm_json_get(&chunks->items[k], "stride");
+            in[k].tokens = malloc(((size_t)tokens->n + 1) * sizeof *in[k].tokens);
+            for (int t = 0; t < tokens->n; t++) in[k].tokens[t] = (int32_t)tokens->items[t].number;
+            in[k].n = (size_t)tokens->n;
+            for (int j = 0; j < 3; j++) in[k].stride[j] = stride->items[j].number;
+        }
+        tm__buf out = {0};
+        tm_error err = {0};
+        int timestamps = tm_json_get(c, "return_timestamps")->number != 0;
+        tm_status s = tm__whisper_decode_asr(p, in, (size_t)chunks->n, timestamps, 0, 0.02, 50364, &out, &err);
+        CHECK(s == TM_OK && out.s && !strcmp(out.s, want), "_decode_asr, %s: %s (want %s)", name,
+              s ? err.message : out.s, want);
+        n_cases++;
+        free(out.s);
+        for (int k = 0; k < 8; k++) free(in[k].tokens);
+        tm_json_free(c);
+    }
+    CHECK(n_cases >= 14, "whisper-asr.decode_asr.jsonl: %d cases", n_cases);
+    free(text);
+    /* force_full_sequences: a last segment without its closing timestamp is an error */
+    int32_t open_end[] = {50374, 1001, 1002};
+    tm__asr_chunk one = {open_end, 3, {5, 0, 0}};
+    tm__buf out = {0};
+    tm_error err = {0};
+    tm_status s = p ? tm__whisper_decode_asr(p, &one, 1, 1, 1, 0.02, 50364, &out, &err) : TM_ERR_INVALID_ARGUMENT;
+    CHECK(s == TM_ERR_INVALID_ARGUMENT && contains(err.message, "did not predict an ending timestamp"),
+          "force_full_sequences without a closing timestamp: %s", err.message);
+    free(out.s);
+}
+
+/* The seek loop's step on hand-made passes (timestamps from 100, a 3000-frame segment). */
+static void test_whisper_seek(void) {
+    struct { int32_t gen[8]; size_t n; int64_t offset; size_t keep; const char *what; } cases[] = {
+        {{100, 5, 6}, 3, 3000, 3, "no pair: the whole segment"},
+        {{100, 5, 150, 151, 7}, 5, 100, 3, "a pair then text: up to the pair's first time, the rest dropped"},
+        {{100, 5, 150, 151, 7, 160}, 6, 3000, 6, "ending on a single timestamp: the whole segment"},
+        {{100, 5, 120, 121, 6, 140, 141, 8}, 8, 80, 6, "two pairs: the last one"},
+        {{100, 100, 5}, 3, 3000, 3, "a pair at 0.00 (no move): the whole segment"},
+        {{5, 6}, 2, 3000, 2, "text only"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        size_t keep = 0;
+        int64_t offset = tm__whisper_seek_offset(cases[k].gen, cases[k].n, 100, 3000, &keep);
+        CHECK(offset == cases[k].offset && keep == cases[k].keep, "seek, %s: offset %lld keep %zu (want %lld, %zu)",
+              cases[k].what, (long long)offset, keep, (long long)cases[k].offset, cases[k].keep);
+    }
+}
+
+/* The languages transformers.js accepts, and the C API's errors for Whisper's options. */
+static void test_whisper(void) {
+    const char *forms[][2] = {{"French", "fr"}, {"<|de|>", "de"}, {"castilian", "es"}, {"EN", "en"},
+                              {"haitian creole", "ht"}, {"haw", "haw"}, {"<|haw|>", NULL}, {"xx", NULL}, {"", NULL}};
+    for (size_t k = 0; k < sizeof forms / sizeof *forms; k++) {
+        const char *code = tm__whisper_language_code(forms[k][0]);
+        CHECK(forms[k][1] ? code && !strcmp(code, forms[k][1]) : !code, "language '%s' -> %s", forms[k][0],
+              code ? code : "NULL");
+    }
+    CHECK(!strcmp(tm__whisper_language_name("ja"), "japanese") && !tm__whisper_language_name("english"),
+          "language names by code");
+    test_whisper_seek();
+    tm_pipeline *p = create("automatic-speech-recognition", DATA "whisper-asr");
+    CHECK(p && !strcmp(tm_pipeline_model_file(p), "onnx/decoder_model_merged.onnx"), "Whisper loads its decoder");
+    test_whisper_decode_asr(p);
+    const char *clip = "[\"" DATA "media/speech_en_16k.wav\"]";
+    call_fails(p, clip, "{\"language\": \"klingon\"}", "Language \"klingon\" is not supported");
+    call_fails(p, clip, "{\"task\": \"summarize\"}", "task \"summarize\"");
+    call_fails(p, clip, "{\"return_timestamps\": \"word\"}", "return_timestamps \"word\"");
+    call_fails(p, clip, "{\"chunk_length_s\": 10, \"stride_length_s\": 5}", "more than twice stride_length_s");
+    call_fails(p, clip, "{\"max_new_tokens\": 0}", "max_new_tokens must be 1 or more");
+    call_fails(p, "[3]", NULL, "a path to a sound file");
+    char *out = call(p, "[[\"" DATA "media/silence_16k.wav\", \"" DATA "media/noise_16k.wav\"]]",
+                     "{\"max_new_tokens\": 2, \"return_timestamps\": true}");
+    CHECK(out && out[0] == '[' && contains(out, "\"chunks\":[{\"timestamp\":["), "a batch with timestamps: %s",
+          out ? out : "");
+    free(out);
+    /* beam search runs (transformers.js 4.3 has none: its num_beams is greedy, so no reference) */
+    out = call(p, clip, "{\"num_beams\": 2, \"max_new_tokens\": 4}");
+    CHECK(out && contains(out, "{\"text\":"), "num_beams 2: %s", out ? out : "");
+    free(out);
+    tm_pipeline_free(p);
+}
+
 int main(void) {
+    test_whisper();
     test_creation_errors();
     test_generation_repos();
     test_generation();

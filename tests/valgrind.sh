@@ -50,7 +50,13 @@ vg speech-recognition pipeline automatic-speech-recognition $P/wav2vec2-ctc $P/m
 vg audio-features-whisper audio-features $P/media/chirp_22k05.wav --processor $P/whisper-asr --out "$out/o7"
 head -c 3000 $P/media/speech_en_16k.wav > "$out/cut.wav"
 vg audio-truncated pipeline audio-classification $P/audio-cls "$out/cut.wav"
-vg audio-whisper-refused pipeline automatic-speech-recognition $P/whisper-asr "$out/cut.wav"
+vg audio-whisper-truncated pipeline automatic-speech-recognition $P/whisper-asr "$out/cut.wav"
+vg whisper-chunks-timestamps pipeline automatic-speech-recognition $P/whisper-asr $P/media/long_45s_16k.wav \
+    --options '{"chunk_length_s": 30, "stride_length_s": 5, "return_timestamps": true, "max_new_tokens": 3}'
+vg whisper-seek-resampled pipeline automatic-speech-recognition $P/whisper-asr $P/media/speech_fr_8k.wav \
+    --options '{"language": "fr", "return_timestamps": true, "max_length": 8}'
+vg whisper-bad-language pipeline automatic-speech-recognition $P/whisper-asr $P/media/silence_16k.wav \
+    --options '{"language": "klingon"}'
 rm -rf "$out"
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -112,9 +112,21 @@ static void print_readable(const tm_json *v, int depth) {
         return;
     }
     if (v->type == TM_JSON_OBJECT) {
+        int line_open = 1;
         for (int i = 0; i < v->n; i++) {
             const tm_json *x = &v->items[i];
-            printf("%s%s: ", i ? "  " : "", v->keys[i]);
+            if (x->type == TM_JSON_ARRAY && x->n && x->items[0].type == TM_JSON_OBJECT) {
+                /* speech recognition's chunks: one indented line each */
+                printf("%s%s:\n", i ? "  " : "", v->keys[i]);
+                for (int j = 0; j < x->n; j++) {
+                    printf("    ");
+                    print_readable(&x->items[j], depth + 1);
+                }
+                line_open = 0;
+                continue;
+            }
+            printf("%s%s: ", i && line_open ? "  " : "", v->keys[i]);
+            line_open = 1;
             if (x->type == TM_JSON_STRING) printf("%s", x->string);
             else if (x->type == TM_JSON_NUMBER) printf("%.6g", x->number);
             else if (x->type == TM_JSON_OBJECT && tm_json_get(x, "_type")) {
@@ -130,11 +142,12 @@ static void print_readable(const tm_json *v, int depth) {
             } else if (x->type == TM_JSON_ARRAY) {
                 for (int j = 0; j < x->n; j++) {
                     if (x->items[j].type == TM_JSON_STRING) printf("%s%s", j ? ", " : "", x->items[j].string);
+                    else if (x->items[j].type == TM_JSON_NULL) printf("%snull", j ? ", " : "");
                     else printf("%s%.6g", j ? ", " : "", x->items[j].number);
                 }
             }
         }
-        printf("\n");
+        if (line_open) printf("\n");
         return;
     }
     if (v->type == TM_JSON_STRING) printf("%s\n", v->string);
@@ -213,14 +226,15 @@ static void pipeline_usage(FILE *f) {
             "       transmuter pipeline TASK REPO --call JSON\n"
             "Runs a task as transformers.js's pipeline() does, on REPO: a folder or\n"
             "hf://OWNER/REPO[@REVISION] (config.json, tokenizer.json, onnx/model*.onnx;\n"
-            "text2text-generation, summarization and translation: onnx/encoder_model*.onnx and\n"
-            "onnx/decoder_model_merged*.onnx).\n"
+            "text2text-generation, summarization, translation and Whisper speech recognition:\n"
+            "onnx/encoder_model*.onnx and onnx/decoder_model_merged*.onnx).\n"
             "TASK: %s.\n"
             "INPUT: texts (several make one batch); zero-shot-classification: TEXT LABEL...;\n"
             "question-answering: QUESTION CONTEXT; a chat for text-generation goes in --call\n"
             "(e.g. {\"inputs\": [[{\"role\": \"user\", \"content\": \"Hi\"}]]}); audio-classification\n"
             "and automatic-speech-recognition: sound files (WAV, FLAC, OGG, ...) or .npy float32\n"
-            "waveforms (preprocessor_config.json instead of a tokenizer for audio-classification);\n"
+            "waveforms (preprocessor_config.json instead of a tokenizer for audio-classification;\n"
+            "Whisper: options language, task, return_timestamps, chunk_length_s, stride_length_s);\n"
             "image-classification, object-detection and depth-estimation: image files (PNG, JPEG,\n"
             "WebP; object-detection one per call); zero-shot-image-classification: IMAGE LABEL...\n"
             "(options hypothesis_template; top_k, threshold, percentage as transformers.js).\n"

@@ -376,3 +376,201 @@ void tm__audio_stream_close(tm__audio_stream *st) {
     free(st->path);
     free(st);
 }
+
+/* Math.round(n_in * rate_out / rate_in): the samples at the new rate. */
+static double window_count(size_t n_in, int rate_in, int rate_out) {
+    return floor((double)n_in * rate_out / rate_in + 0.5);
+}
+
+/* The input sample output i starts from: floor(i * rate_in / rate_out), at most n_in - 1. */
+static size_t window_source(size_t i, size_t n_in, int rate_in, int rate_out) {
+    size_t j = (size_t)floor((double)i * rate_in / rate_out);
+    return j < n_in ? j : n_in - 1;
+}
+
+/* Outputs [from, from + n) of the linear interpolation into y; x holds input samples
+ * [x_first, ...] of n_in, as many as those outputs read. */
+static void window_interpolate(const float *x, size_t x_first, size_t n_in, int rate_in, int rate_out, size_t from,
+                        size_t n, float *y) {
+    for (size_t i = from; i < from + n; i++) {
+        double t = (double)i * rate_in / rate_out;
+        size_t j = window_source(i, n_in, rate_in, rate_out);
+        size_t k = j + 1 < n_in ? j + 1 : n_in - 1;
+        double a = x[j - x_first], b = x[k - x_first];
+        y[i - from] = (float)(a + (b - a) * (t - (double)j));
+    }
+}
+
+/* ---- Windows: a clip read at any position (Whisper's chunks) ----------------------- */
+
+struct tm__audio_window {
+    char *path;
+    int rate;                     /* the rate asked for */
+    tm__audio_info info;          /* the file's rate, channels and frames */
+    size_t length;                /* samples at `rate` */
+    SNDFILE *file;                /* read window by window; NULL: `whole` holds the clip */
+    size_t at;                    /* the file's position, in frames */
+    float *whole;                 /* mono at the file's rate (a .npy; lossy or unseekable files) */
+    double *raw;                  /* a window's frames as libsndfile gives them */
+    float *mono;                  /* a window mixed to mono */
+    size_t cap;                   /* frames raw and mono hold */
+};
+
+void tm__audio_window_close(tm__audio_window *st) {
+    if (!st) return;
+    if (st->file) sf_close(st->file);
+    free(st->path);
+    free(st->whole);
+    free(st->raw);
+    free(st->mono);
+    free(st);
+}
+
+size_t tm__audio_window_length(const tm__audio_window *st) { return st->length; }
+
+/* Room for `frames` frames in the window buffers. */
+static tm_status window_room(tm__audio_window *st, size_t frames, tm_error *err) {
+    if (frames <= st->cap) return TM_OK;
+    size_t ch = (size_t)st->info.channels_in;
+    if (frames > SIZE_MAX / sizeof(double) / ch / 2)
+        return tm__fail(err, TM_ERR_NO_MEMORY, "%s: %zu frames is too long", st->path, frames);
+    double *raw = realloc(st->raw, frames * ch * sizeof *raw);
+    if (raw) st->raw = raw;
+    float *mono = realloc(st->mono, frames * sizeof *mono);
+    if (mono) st->mono = mono;
+    if (!raw || !mono) return tm__fail(err, TM_ERR_NO_MEMORY, "out of memory reading %s", st->path);
+    st->cap = frames;
+    return TM_OK;
+}
+
+/* Frames [first, first + count) of the file mixed to mono into st->mono: two channels as
+ * load_audio's sqrt(2) * (L + R) / 2 on the float32 channel data, more keep the first. */
+static tm_status window_frames(tm__audio_window *st, size_t first, size_t count, tm_error *err) {
+    tm_status s = window_room(st, count, err);
+    if (s) return s;
+    size_t ch = (size_t)st->info.channels_in;
+    /* no seek where the file already is (a file that cannot seek is read once, from 0) */
+    sf_count_t got = first == st->at || sf_seek(st->file, (sf_count_t)first, SEEK_SET) == (sf_count_t)first
+                         ? sf_readf_double(st->file, st->raw, (sf_count_t)count) : -1;
+    st->at = got > 0 ? first + (size_t)got : (size_t)-1;
+    /* doubles: 16-bit PCM comes as s / 32768 exactly (libsndfile's normalisation) */
+    if (got != (sf_count_t)count)
+        return tm__fail(err, TM_ERR_PARSE, "%s: truncated or corrupt: its header says %lld frames, %lld could be read%s%s",
+                        st->path, (long long)st->info.samples_in, (long long)first + (got > 0 ? got : 0),
+                        sf_error(st->file) ? ": " : "", sf_error(st->file) ? sf_strerror(st->file) : "");
+    for (size_t i = 0; i < count; i++) {
+        if (ch == 2) {
+            double l = (float)st->raw[2 * i], r = (float)st->raw[2 * i + 1];
+            st->mono[i] = (float)(sqrt(2.0) * (l + r) / 2);
+        } else {
+            st->mono[i] = (float)st->raw[i * ch];
+        }
+    }
+    return TM_OK;
+}
+
+/* Formats whose seeks land on the very samples a read from the start gives: PCM, float
+ * and companded data in any container, and FLAC. Lossy ones (Vorbis, Opus, MP3) are read
+ * whole once instead. */
+static int window_exact_seeks(const SF_INFO *sfi) {
+    int sub = sfi->format & SF_FORMAT_SUBMASK;
+    return sfi->seekable && (sub == SF_FORMAT_PCM_S8 || sub == SF_FORMAT_PCM_U8 || sub == SF_FORMAT_PCM_16 ||
+                             sub == SF_FORMAT_PCM_24 || sub == SF_FORMAT_PCM_32 || sub == SF_FORMAT_FLOAT ||
+                             sub == SF_FORMAT_DOUBLE || sub == SF_FORMAT_ULAW || sub == SF_FORMAT_ALAW);
+}
+
+/* A sound file through libsndfile: its header checked; read whole now unless its seeks
+ * are exact. */
+static tm_status window_open(tm__audio_window *st, tm_error *err) {
+    FILE *probe = fopen(st->path, "rb");
+    if (!probe) return tm__fail(err, TM_ERR_IO, "cannot open audio file '%s': %s", st->path, strerror(errno));
+    fclose(probe);
+    SF_INFO sfi;
+    memset(&sfi, 0, sizeof sfi);
+    st->file = sf_open(st->path, SFM_READ, &sfi);
+    if (!st->file) {
+        int code = sf_error(NULL);
+        const char *why = sf_strerror(NULL);
+        return tm__fail(err, code == SF_ERR_UNRECOGNISED_FORMAT ? TM_ERR_UNSUPPORTED : TM_ERR_PARSE,
+                        "%s: not an audio file we can read (WAV, FLAC, OGG, AIFF, ...): %s", st->path, why);
+    }
+    long long claimed = 0, present = 0;
+    if (data_chunk_short(st->file, &claimed, &present))
+        return tm__fail(err, TM_ERR_PARSE, "%s: truncated or corrupt: its data chunk says %lld bytes, the file holds %lld",
+                        st->path, claimed, present);
+    if (sfi.channels < 1 || sfi.samplerate <= 0)
+        return tm__fail(err, TM_ERR_PARSE, "%s: %d channels at %d Hz", st->path, sfi.channels, sfi.samplerate);
+    if (sfi.frames <= 0)
+        return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "%s: the clip has no samples (zero length)", st->path);
+    st->info = (tm__audio_info){sfi.samplerate, sfi.channels, (int64_t)sfi.frames};
+    if (window_exact_seeks(&sfi)) return TM_OK;
+    tm_status s = window_frames(st, 0, (size_t)sfi.frames, err);
+    if (s) return s;
+    st->whole = st->mono;   /* the window buffers become the clip */
+    st->mono = NULL;
+    free(st->raw);
+    st->raw = NULL;
+    st->cap = 0;
+    sf_close(st->file);
+    st->file = NULL;
+    return TM_OK;
+}
+
+tm_status tm__audio_window_open(const char *path, int rate, tm__audio_window **out, tm__audio_info *info,
+                                tm_error *err) {
+    if (!path || !out || rate <= 0) return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "tm__audio_window_open: bad argument");
+    tm__audio_window *st = calloc(1, sizeof *st);
+    if (st) st->path = strdup(path);
+    if (!st || !st->path) {
+        tm__audio_window_close(st);
+        return tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
+    }
+    st->rate = rate;
+    tm_status s;
+    if (ends_with(path, ".npy")) {
+        size_t n = 0;
+        s = load_npy(path, &st->whole, &n, err);
+        st->info = (tm__audio_info){rate, 1, (int64_t)n};
+    } else {
+        s = window_open(st, err);
+    }
+    size_t frames = (size_t)st->info.samples_in;
+    double count = s ? 0 : window_count(frames, st->info.rate_in, rate);
+    if (!s && count > 2147483648.0)
+        s = tm__fail(err, TM_ERR_INVALID_ARGUMENT, "%s: %zu samples at %d Hz are %.0f at %d Hz: too long", path, frames,
+                     st->info.rate_in, count, rate);
+    else if (!s && count < 1)
+        s = tm__fail(err, TM_ERR_INVALID_ARGUMENT, "%s: no samples left at %d Hz", path, rate);
+    if (s) {
+        tm__audio_window_close(st);
+        return s;
+    }
+    st->length = st->info.rate_in == rate ? frames : (size_t)count;
+    if (info) *info = st->info;
+    *out = st;
+    return TM_OK;
+}
+
+tm_status tm__audio_window_read(tm__audio_window *st, size_t from, size_t n, float *out, tm_error *err) {
+    if (from > st->length || n > st->length - from)
+        return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "%s: samples %zu to %zu of %zu", st->path, from, from + n,
+                        st->length);
+    if (n == 0) return TM_OK;
+    size_t frames = (size_t)st->info.samples_in, first = from, last = from + n - 1;
+    int same_rate = st->info.rate_in == st->rate;
+    if (!same_rate) {
+        /* the input samples those outputs interpolate between */
+        first = window_source(from, frames, st->info.rate_in, st->rate);
+        size_t j = window_source(from + n - 1, frames, st->info.rate_in, st->rate);
+        last = j + 1 < frames ? j + 1 : frames - 1;
+    }
+    const float *x = st->whole + (st->whole ? first : 0);
+    if (!st->whole) {
+        tm_status s = window_frames(st, first, last - first + 1, err);
+        if (s) return s;
+        x = st->mono;
+    }
+    if (same_rate) memcpy(out, x, n * sizeof *out);
+    else window_interpolate(x, first, frames, st->info.rate_in, st->rate, from, n, out);
+    return TM_OK;
+}

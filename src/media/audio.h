@@ -63,4 +63,20 @@ tm_status tm__audio_stream_read(tm__audio_stream *st, float *out, size_t cap, si
                                 tm_error *err);
 void tm__audio_stream_close(tm__audio_stream *st);
 
+/* A clip read in windows at any position (Whisper's chunks with their strides; for one
+ * pass from start to end, tm__audio_stream): the same samples as tm__audio_load's, without holding them all.
+ * PCM, float and companded files (WAV, AIFF, ...) and FLAC are read window by window
+ * (their seeks are exact); lossy ones (OGG/Vorbis, Opus, MP3) and .npy waveforms are read
+ * whole when opened. Opening checks what tm__audio_load checks before reading (a missing,
+ * unreadable or empty file, a data chunk longer than the file); a window that cannot be
+ * read whole is TM_ERR_PARSE ("truncated or corrupt"). info may be NULL. */
+typedef struct tm__audio_window tm__audio_window;
+tm_status tm__audio_window_open(const char *path, int rate, tm__audio_window **out, tm__audio_info *info,
+                                tm_error *err);
+/* The clip's samples at the rate asked for. */
+size_t tm__audio_window_length(const tm__audio_window *st);
+/* Samples [from, from + n) at that rate into out (n floats). */
+tm_status tm__audio_window_read(tm__audio_window *st, size_t from, size_t n, float *out, tm_error *err);
+void tm__audio_window_close(tm__audio_window *st);
+
 #endif

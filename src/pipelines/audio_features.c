@@ -22,6 +22,7 @@ struct tm__audio_fe {
      * hop_length, n_samples, nb_max_frames. */
     int n_mels, max_length, n_fft, hop, n_samples, max_frames;
     double mean, std;
+    double chunk_length;   /* Whisper: the window's seconds (timestamps' precision) */
     /* The spectrogram's parts: window (frame_length), the FFT's length and mel filters
      * (n_mels, n_bins) as the float32 tensor transformers.js multiplies with. */
     double *window;
@@ -159,6 +160,12 @@ int tm__audio_fe_rate(const tm__audio_fe *fe) { return fe->sampling_rate; }
 
 const char *tm__audio_fe_type(const tm__audio_fe *fe) { return fe->type; }
 
+double tm__audio_fe_chunk_length(const tm__audio_fe *fe) { return fe->chunk_length; }
+
+size_t tm__audio_fe_max_samples(const tm__audio_fe *fe) {
+    return fe->kind == FE_WHISPER ? (size_t)fe->n_samples : 0;
+}
+
 static tm_status open_spectrogram(tm__audio_fe *fe, const char *source, tm_error *err) {
     int periodic = fe->kind == FE_WHISPER;
     fe->n_bins = fe->fft_length / 2 + 1;
@@ -194,6 +201,10 @@ tm_status tm__audio_fe_open(const tm_json *c, const char *source, tm__audio_fe *
         if (!s) s = count(c, "hop_length", 160, 1 << 16, &fe->hop, source, err);
         if (!s) s = count(c, "n_samples", 480000, 1 << 26, &fe->n_samples, source, err);
         if (!s) s = count(c, "nb_max_frames", 3000, 1 << 20, &fe->max_frames, source, err);
+        if (!s) s = num(c, "chunk_length", 30, &fe->chunk_length, source, err);
+        if (!s && !(fe->chunk_length > 0 && fe->chunk_length < 1e6))
+            s = tm__fail(err, TM_ERR_PARSE, "%s: preprocessor_config.json's chunk_length is %g (seconds: above 0)",
+                         source, fe->chunk_length);
         fe->frame_length = fe->fft_length = fe->n_fft;
         if (!s && fe->n_fft < 2)
             s = tm__fail(err, TM_ERR_PARSE, "%s: preprocessor_config.json's n_fft is %d", source, fe->n_fft);

@@ -21,6 +21,12 @@ void tm__audio_fe_free(tm__audio_fe *fe);
 int tm__audio_fe_rate(const tm__audio_fe *fe);
 /* feature_extractor_type, e.g. "ASTFeatureExtractor". */
 const char *tm__audio_fe_type(const tm__audio_fe *fe);
+/* WhisperFeatureExtractor's chunk_length: the seconds of its window (30 when absent); 0
+ * for the other extractors. */
+double tm__audio_fe_chunk_length(const tm__audio_fe *fe);
+/* The most samples of a clip the extractor reads (Whisper's n_samples: the rest is cut
+ * off); 0 when it reads them all. */
+size_t tm__audio_fe_max_samples(const tm__audio_fe *fe);
 
 /* The extractor's outputs for one mono waveform x (n samples at tm__audio_fe_rate), each
  * a new tensor with a batch dimension of 1, in this order: input_values (Wav2Vec2: (1, n);

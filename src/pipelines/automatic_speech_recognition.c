@@ -1,12 +1,14 @@
-/* automatic-speech-recognition for CTC models (wav2vec2, HuBERT, UniSpeech): the argmax
- * token of each frame's logits, decoded by the repo's tokenizer with special tokens
- * skipped (its CTC decoder collapses repeats and turns the word delimiter into a space),
- * trimmed: {"text": ...} per clip, as transformers.js's _call_wav2vec2. Whisper and the
- * other encoder-decoders need generation and are refused by name, not yet run. */
+/* automatic-speech-recognition, as transformers.js's pipeline picks its method by model
+ * type: CTC models (wav2vec2, HuBERT, UniSpeech) here, the argmax token of each frame's
+ * logits decoded by the repo's tokenizer with special tokens skipped (its CTC decoder
+ * collapses repeats and turns the word delimiter into a space), trimmed: {"text": ...} per
+ * clip, as _call_wav2vec2; Whisper (an encoder-decoder that generates) in whisper.c.
+ * Moonshine and the other generating models are refused by name. */
 #include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 #include "pipelines.h"
+#include "whisper.h"
 #include "../core/status.h"
 
 static const char *const ctc_types[] = {"wav2vec2", "wav2vec2-bert", "unispeech", "unispeech-sat", "hubert"};
@@ -17,21 +19,29 @@ static int is_ctc(const char *model_type) {
     return 0;
 }
 
-/* Before any ONNX file is looked for: the model type decides the method. */
+static int is_whisper(const tm_pipeline *p) {
+    const char *type = p->repo->model_type;
+    return !strcmp(type, "whisper") || !strcmp(type, "lite-whisper");
+}
+
+/* Before any ONNX file is looked for: the model type decides the method (and, for Whisper,
+ * that an encoder and a decoder are loaded). */
 static tm_status prepare(tm_pipeline *p, tm_error *err) {
     const char *type = p->repo->model_type;
-    if (!strcmp(type, "whisper") || !strcmp(type, "lite-whisper") || !strcmp(type, "moonshine"))
+    if (!strcmp(type, "moonshine"))
         return tm__fail(err, TM_ERR_UNSUPPORTED,
-                        "%s: automatic-speech-recognition with a %s model (generation) is not supported yet; "
+                        "%s: automatic-speech-recognition with a %s model is not supported yet; Whisper and "
                         "CTC models (wav2vec2, hubert, unispeech) are", p->repo->source, type);
-    if (!is_ctc(type))
+    if (!is_ctc(type) && !is_whisper(p))
         return tm__fail(err, TM_ERR_UNSUPPORTED,
-                        "%s: automatic-speech-recognition does not support model type '%s' (CTC models: "
-                        "wav2vec2, wav2vec2-bert, unispeech, unispeech-sat, hubert)", p->repo->source, type);
+                        "%s: automatic-speech-recognition does not support model type '%s' (whisper, and CTC "
+                        "models: wav2vec2, wav2vec2-bert, unispeech, unispeech-sat, hubert)", p->repo->source, type);
+    p->encoder_decoder = is_whisper(p);
     return tm__audio_prepare(p, err);
 }
 
 static tm_status check(tm_pipeline *p, tm_error *err) {
+    if (is_whisper(p)) return tm__whisper_check(p, err);
     if (!p->tok)
         return tm__fail(err, TM_ERR_NOT_FOUND, "%s: no tokenizer.json (%s needs a tokenizer)", p->repo->source,
                         p->task->name);
@@ -73,6 +83,7 @@ static tm_status put_clip(tm_pipeline *p, const tm_tensor *logits, tm__buf *out,
 
 static tm_status call(tm_pipeline *p, const tm_json *inputs, const tm_json *options, tm__buf *out,
                       tm_error *err) {
+    if (is_whisper(p)) return tm__whisper_call(p, inputs, options, out, err);
     const char **paths = NULL;
     size_t n = 0;
     int batched = 0;

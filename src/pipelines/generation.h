@@ -8,7 +8,10 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "transmuter.h"
-#include "../train/dataset.h"
+
+/* The fine-tuning shuffle's PRNG (src/train/dataset.h, which generator.c and logits.c
+ * include): declared here without the dataset's names, which the pipelines' clash with. */
+typedef struct tm__rng tm__rng;
 
 /* ---- Processors (transformers' LogitsProcessor classes; scores float32 as there) ---- */
 
@@ -35,6 +38,21 @@ void tm__logits_forced_bos(float *scores, int64_t vocab, int64_t length, int32_t
 void tm__logits_forced_eos(float *scores, int64_t vocab, int64_t length, int64_t max_length,
                            const int32_t *eos, int n_eos);
 
+/* SuppressTokensLogitsProcessor: the ids' scores become -inf. */
+void tm__logits_suppress(float *scores, int64_t vocab, const int32_t *ids, int n);
+/* SuppressTokensAtBeginLogitsProcessor: the same at length == begin only. */
+void tm__logits_begin_suppress(float *scores, int64_t vocab, int64_t length, int64_t begin, const int32_t *ids,
+                               int n);
+/* transformers.js's WhisperTimeStampLogitsProcessor on a row of ids[0..n): <|notimestamps|>
+ * never; at n == begin (the first new position) only timestamps (ids from
+ * no_timestamps + 1); later, timestamps come in pairs (after two, text; after one text
+ * then one timestamp, no text below eos), and when the timestamps' total probability
+ * (log_softmax in float32, summed in double) beats every text token's, only timestamps.
+ * Its max_initial_timestamp_index sits in a branch that never runs (the first position
+ * `continue`s before it), so it has no parameter here. */
+void tm__logits_whisper_timestamps(float *scores, int64_t vocab, const int32_t *ids, size_t n, size_t begin,
+                                   int32_t no_timestamps, int32_t eos);
+
 /* ---- Warpers (sampling; Python transformers' semantics) ---- */
 
 void tm__logits_temperature(float *scores, int64_t vocab, double temperature);
@@ -51,6 +69,13 @@ void tm__logits_min_p(float *scores, int64_t vocab, double min_p, int64_t min_ke
 /* TypicalLogitsWarper. scratch: vocab floats. */
 void tm__logits_typical(float *scores, int64_t vocab, double mass, int64_t min_keep,
                         int32_t *order, float *scratch);
+
+/* A processor of the caller's (a task's), run on each row after the configured ones, as
+ * transformers.js's logits_processor argument of generate(): ids[0..n) are the row's
+ * sequence so far. */
+typedef void (*tm__logits_fn)(void *user, float *scores, int64_t vocab, const int32_t *ids, size_t n);
+/* Sets it (fn NULL: none); user is passed back and must outlive the generator's steps. */
+void tm__generator_set_processor(tm_generator *g, tm__logits_fn fn, void *user);
 
 /* log_softmax in double, rounded to float. */
 void tm__log_softmax(float *scores, int64_t vocab);

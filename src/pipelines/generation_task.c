@@ -45,7 +45,7 @@ tm_status tm__gen_check(tm_pipeline *p, tm_error *err) {
     if (!s) s = read_text(p, "generation_config.json", 1, &p->generation_text, err);
     if (s) return s;
     tm_generation_config c;
-    s = tm__gen_config(p, NULL, &c, err);
+    s = tm__gen_config(p, NULL, 256, &c, err);
     if (s) return s;
     tm_generation_config_clear(&c);
     tm_decoder *d = NULL;
@@ -55,18 +55,18 @@ tm_status tm__gen_check(tm_pipeline *p, tm_error *err) {
         return tm__fail(err, TM_ERR_UNSUPPORTED, "%s: %s needs a decoder with a KV cache (%s)", p->onnx_file,
                         p->task->name, e.message);
     tm_decoder_free(d);
-    if (p->task->encoder_decoder && tm_model_output_index(p->encoder, "last_hidden_state") < 0)
+    if (p->encoder && tm_model_output_index(p->encoder, "last_hidden_state") < 0)
         return tm__fail(err, TM_ERR_UNSUPPORTED, "%s: the encoder has no output 'last_hidden_state'",
                         p->repo->source);
     return TM_OK;
 }
 
-tm_status tm__gen_config(const tm_pipeline *p, const tm_json *options, tm_generation_config *cfg,
-                         tm_error *err) {
+tm_status tm__gen_config(const tm_pipeline *p, const tm_json *options, int64_t max_new_tokens,
+                         tm_generation_config *cfg, tm_error *err) {
     tm_generation_config_default(cfg);
     tm_status s = tm_generation_config_from_json(cfg, p->config_text, p->generation_text, err);
     if (s) return s;
-    cfg->max_new_tokens = 256;
+    if (max_new_tokens > 0) cfg->max_new_tokens = max_new_tokens;
     if (!options || options->type != TM_JSON_OBJECT) return TM_OK;
     tm__buf b = {0};
     tm__put_json(&b, options);

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "generation.h"
+#include "../train/dataset.h"
 #include "../core/status.h"
 #include "../core/dtype.h"
 #include "../hub/json.h"
@@ -20,6 +21,7 @@ typedef struct gen_lists {
     int32_t *bad_ids, *bad_lengths;
     char **stops;
     int n_stops;
+    int32_t *suppress, *begin_suppress;
 } gen_lists;
 
 static void lists_free(gen_lists *l) {
@@ -27,6 +29,8 @@ static void lists_free(gen_lists *l) {
     free(l->eos);
     free(l->bad_ids);
     free(l->bad_lengths);
+    free(l->suppress);
+    free(l->begin_suppress);
     for (int k = 0; l->stops && k < l->n_stops; k++) free(l->stops[k]);
     free(l->stops);
     free(l);
@@ -42,12 +46,19 @@ static int lists_copy(tm_generation_config *dst, const tm_generation_config *src
     l->bad_ids = malloc((n_bad_ids + 1) * sizeof *l->bad_ids);
     l->bad_lengths = malloc(((size_t)src->n_bad_words + 1) * sizeof *l->bad_lengths);
     l->stops = calloc((size_t)src->n_stop_strings + 1, sizeof *l->stops);
-    if (!l->eos || !l->bad_ids || !l->bad_lengths || !l->stops) {
+    l->suppress = malloc(((size_t)src->n_suppress_tokens + 1) * sizeof *l->suppress);
+    l->begin_suppress = malloc(((size_t)src->n_begin_suppress_tokens + 1) * sizeof *l->begin_suppress);
+    if (!l->eos || !l->bad_ids || !l->bad_lengths || !l->stops || !l->suppress || !l->begin_suppress) {
         lists_free(l);
         return -1;
     }
     if (src->n_eos_token_ids) memcpy(l->eos, src->eos_token_ids, (size_t)src->n_eos_token_ids * sizeof *l->eos);
     if (n_bad_ids) memcpy(l->bad_ids, src->bad_words_ids, n_bad_ids * sizeof *l->bad_ids);
+    if (src->n_suppress_tokens)
+        memcpy(l->suppress, src->suppress_tokens, (size_t)src->n_suppress_tokens * sizeof *l->suppress);
+    if (src->n_begin_suppress_tokens)
+        memcpy(l->begin_suppress, src->begin_suppress_tokens,
+               (size_t)src->n_begin_suppress_tokens * sizeof *l->begin_suppress);
     for (int b = 0; b < src->n_bad_words; b++)
         l->bad_lengths[b] = src->bad_words_lengths[b] > 0 ? src->bad_words_lengths[b] : 0;
     for (int k = 0; k < src->n_stop_strings; k++) {
@@ -63,6 +74,8 @@ static int lists_copy(tm_generation_config *dst, const tm_generation_config *src
     dst->bad_words_ids = l->bad_ids;
     dst->bad_words_lengths = l->bad_lengths;
     dst->stop_strings = (const char *const *)l->stops;
+    dst->suppress_tokens = l->suppress;
+    dst->begin_suppress_tokens = l->begin_suppress;
     *out = l;
     return 0;
 }
@@ -98,6 +111,8 @@ void tm_generation_config_clear(tm_generation_config *c) {
     c->n_bad_words = 0;
     c->stop_strings = NULL;
     c->n_stop_strings = 0;
+    c->suppress_tokens = c->begin_suppress_tokens = NULL;
+    c->n_suppress_tokens = c->n_begin_suppress_tokens = 0;
 }
 
 static int json_int(const tm_json *v, int64_t *out) {
@@ -111,6 +126,22 @@ static int json_id(const tm_json *v, int32_t *out) {
     int64_t x;
     if (!json_int(v, &x) || x < -1 || x > INT32_MAX) return 0;
     *out = (int32_t)x;
+    return 1;
+}
+
+/* A JSON list of token ids (each 0 or more) as a malloc'ed array: 1, 0 when v is not such
+ * a list, -1 when out of memory. */
+static int id_list(const tm_json *v, int32_t **out, int *n) {
+    if (v->type != TM_JSON_ARRAY) return 0;
+    int32_t *ids = malloc(((size_t)v->n + 1) * sizeof *ids);
+    if (!ids) return -1;
+    for (int j = 0; j < v->n; j++)
+        if (!json_id(&v->items[j], &ids[j]) || ids[j] < 0) {
+            free(ids);
+            return 0;
+        }
+    *out = ids;
+    *n = v->n;
     return 1;
 }
 
@@ -231,6 +262,26 @@ static tm_status apply_json(tm_generation_config *c, gen_lists *scratch, const c
             c->bad_words_ids = ids;
             c->bad_words_lengths = lens;
             c->n_bad_words = v->n;
+        } else if (!strcmp(key, "suppress_tokens") || !strcmp(key, "begin_suppress_tokens")) {
+            int32_t *ids = NULL;
+            int n = 0, got = id_list(v, &ids, &n);
+            if (got < 0) {
+                st = tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
+                break;
+            }
+            if (!got) {
+                bad = key;
+            } else if (key[0] == 's') {
+                free(scratch->suppress);
+                scratch->suppress = ids;
+                c->suppress_tokens = ids;
+                c->n_suppress_tokens = n;
+            } else {
+                free(scratch->begin_suppress);
+                scratch->begin_suppress = ids;
+                c->begin_suppress_tokens = ids;
+                c->n_begin_suppress_tokens = n;
+            }
         } else if (!strcmp(key, "stop_strings")) {
             int n = v->type == TM_JSON_ARRAY ? v->n : 1;
             for (int j = 0; j < n && !bad; j++)
@@ -311,6 +362,9 @@ struct tm_generator {
     int n_cand;
     uint8_t *taken;
     tm__beam_hyps hyps;
+    /* the caller's processor, after the configured ones (tm__generator_set_processor) */
+    tm__logits_fn extra;
+    void *extra_user;
     /* results once done (beams) */
     int n_results;
     int32_t **res;
@@ -367,10 +421,17 @@ static tm_status check_config(const tm_generation_config *c, const tm_tokenizer 
     if (c->top_k < 0) BAD("top_k must be 0 (off) or more, not %lld", (long long)c->top_k);
     if (!(c->repetition_penalty > 0)) BAD("repetition_penalty must be above 0, not %g", c->repetition_penalty);
     if (c->no_repeat_ngram_size < 0) BAD("no_repeat_ngram_size must be 0 (off) or more");
-    if (c->n_eos_token_ids < 0 || c->n_bad_words < 0 || c->n_stop_strings < 0) BAD("a list has a negative length");
+    if (c->n_eos_token_ids < 0 || c->n_bad_words < 0 || c->n_stop_strings < 0 || c->n_suppress_tokens < 0 ||
+        c->n_begin_suppress_tokens < 0)
+        BAD("a list has a negative length");
     if ((c->n_eos_token_ids && !c->eos_token_ids) || (c->n_bad_words && (!c->bad_words_ids || !c->bad_words_lengths)) ||
-        (c->n_stop_strings && !c->stop_strings))
+        (c->n_stop_strings && !c->stop_strings) || (c->n_suppress_tokens && !c->suppress_tokens) ||
+        (c->n_begin_suppress_tokens && !c->begin_suppress_tokens))
         BAD("a list of the generation config has a length but no items");
+    for (int k = 0; k < c->n_suppress_tokens; k++)
+        if (c->suppress_tokens[k] < 0) BAD("suppress_tokens: id %d is negative", c->suppress_tokens[k]);
+    for (int k = 0; k < c->n_begin_suppress_tokens; k++)
+        if (c->begin_suppress_tokens[k] < 0) BAD("begin_suppress_tokens: id %d is negative", c->begin_suppress_tokens[k]);
     for (int k = 0; k < c->n_eos_token_ids; k++)
         if (c->eos_token_ids[k] < 0) BAD("eos_token_id %d is negative", c->eos_token_ids[k]);
     if (c->n_stop_strings && !tok) BAD("stop strings need a tokenizer (tm_generator_create's tok)");
@@ -437,6 +498,11 @@ tm_status tm_generator_create(tm_model *model, const tm_generation_config *cfg,
     g->hyps.early_stopping = c.early_stopping;
     *out = g;
     return TM_OK;
+}
+
+void tm__generator_set_processor(tm_generator *g, tm__logits_fn fn, void *user) {
+    g->extra = fn;
+    g->extra_user = user;
 }
 
 tm_status tm_generator_set_input(tm_generator *g, const char *name, const tm_tensor *value,
@@ -541,6 +607,14 @@ static void process(tm_generator *g, float *s, const int32_t *ids, size_t n) {
                               c->n_eos_token_ids);
     if (c->forced_bos_token_id >= 0) tm__logits_forced_bos(s, V, (int64_t)n, c->forced_bos_token_id);
     if (c->forced_eos_token_id >= 0) tm__logits_forced_eos(s, V, (int64_t)n, g->max_len, &c->forced_eos_token_id, 1);
+    if (c->n_suppress_tokens) tm__logits_suppress(s, V, c->suppress_tokens, c->n_suppress_tokens);
+    if (c->n_begin_suppress_tokens) {
+        /* the first new position; after a one-token prompt with a forced BOS, the one after it */
+        int64_t begin = g->prompt_len > 1 || c->forced_bos_token_id < 0 ? (int64_t)g->prompt_len
+                                                                         : (int64_t)g->prompt_len + 1;
+        tm__logits_begin_suppress(s, V, (int64_t)n, begin, c->begin_suppress_tokens, c->n_begin_suppress_tokens);
+    }
+    if (g->extra) g->extra(g->extra_user, s, V, ids, n);
 }
 
 /* The sampling warpers, in transformers' order (each only when it changes something). */

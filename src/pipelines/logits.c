@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "generation.h"
+#include "../train/dataset.h"
 
 static int is_eos(int32_t id, const int32_t *eos, int n_eos) {
     for (int k = 0; k < n_eos; k++)
@@ -70,6 +71,56 @@ void tm__logits_forced_eos(float *scores, int64_t vocab, int64_t length, int64_t
     for (int64_t v = 0; v < vocab; v++) scores[v] = -INFINITY;
     for (int k = 0; k < n_eos; k++)
         if (eos[k] >= 0 && eos[k] < vocab) scores[eos[k]] = 0;
+}
+
+void tm__logits_suppress(float *scores, int64_t vocab, const int32_t *ids, int n) {
+    for (int k = 0; k < n; k++)
+        if (ids[k] >= 0 && ids[k] < vocab) scores[ids[k]] = -INFINITY;
+}
+
+void tm__logits_begin_suppress(float *scores, int64_t vocab, int64_t length, int64_t begin, const int32_t *ids,
+                               int n) {
+    if (length == begin) tm__logits_suppress(scores, vocab, ids, n);
+}
+
+static void fill_inf(float *scores, int64_t from, int64_t to) {
+    for (int64_t v = from < 0 ? 0 : from; v < to; v++) scores[v] = -INFINITY;
+}
+
+/* Whether the timestamps' summed probability beats each text token's: log_softmax as
+ * transformers.js's maths.log_softmax on a Float32Array (max, a double sum of exps, each
+ * result rounded to float32), the timestamps' exps rounded to float32 and summed in double. */
+static int timestamps_win(const float *scores, int64_t vocab, int64_t first) {
+    double mx = scores[0], sum = 0;
+    for (int64_t v = 1; v < vocab; v++)
+        if (scores[v] > mx) mx = scores[v];
+    for (int64_t v = 0; v < vocab; v++) sum += exp((double)scores[v] - mx);
+    double log_sum = log(sum), total = 0;
+    float best_text = -INFINITY;
+    for (int64_t v = 0; v < vocab; v++) {
+        float lp = (float)((double)scores[v] - mx - log_sum);
+        if (v >= first) total += (float)exp((double)lp);
+        else if (v == 0 || lp > best_text) best_text = lp;
+    }
+    return log(total) > (double)best_text;
+}
+
+void tm__logits_whisper_timestamps(float *scores, int64_t vocab, const int32_t *ids, size_t n, size_t begin,
+                                   int32_t no_timestamps, int32_t eos) {
+    int64_t first = (int64_t)no_timestamps + 1;   /* the first timestamp token */
+    if (no_timestamps < 0 || first >= vocab) return;
+    scores[no_timestamps] = -INFINITY;
+    if (n == begin) {
+        fill_inf(scores, 0, first);
+        return;
+    }
+    const int32_t *seq = ids + (begin < n ? begin : n);
+    size_t len = begin < n ? n - begin : 0;
+    int last_ts = len >= 1 && seq[len - 1] >= first;
+    int penultimate_ts = len < 2 || seq[len - 2] >= first;
+    if (last_ts && penultimate_ts) fill_inf(scores, first, vocab);
+    else if (last_ts) fill_inf(scores, 0, eos < vocab ? eos : vocab);
+    if (timestamps_win(scores, vocab, first)) fill_inf(scores, 0, first);
 }
 
 void tm__logits_temperature(float *scores, int64_t vocab, double temperature) {

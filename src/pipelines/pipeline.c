@@ -10,6 +10,7 @@
 #include "../hub/hub.h"
 #include "audio_features.h"
 #include "image_processor.h"
+#include "whisper.h"
 
 /* The task table: one entry per file of src/pipelines/ that defines a task. */
 static const tm__task *const tasks[] = {
@@ -111,7 +112,7 @@ static tm_status load_model(tm_pipeline *p, const tm_json *load, tm_error *err) 
     if (!s) s = tm__opt_int(load, "threads", 0, 0, &threads, err);
     if (!s && !strcmp(dtype, "auto")) dtype = "fp32";
     if (s) return s;
-    if (!p->task->encoder_decoder) return load_onnx(p, dtype, name, subfolder, threads, &p->model, &p->onnx_file, err);
+    if (!p->encoder_decoder) return load_onnx(p, dtype, name, subfolder, threads, &p->model, &p->onnx_file, err);
     /* an encoder-decoder: the encoder first, then the merged decoder (onnx_file) */
     char *encoder_file = NULL;
     s = load_onnx(p, dtype, "encoder_model", subfolder, threads, &p->encoder, &encoder_file, err);
@@ -139,6 +140,7 @@ tm_status tm_pipeline_create(const char *task, const char *repo, const char *loa
     if (!s) {
         p->task = t;
         p->pad_id = -1;
+        p->encoder_decoder = t->encoder_decoder;
         s = tm__repo_open(repo, &p->repo, err);
     }
     if (!s && t->prepare) s = t->prepare(p, err);
@@ -233,5 +235,6 @@ void tm_pipeline_free(tm_pipeline *p) {
     free(p->special_ids);
     tm__audio_fe_free(p->audio_fe);
     tm__image_proc_free(p->image_proc);
+    tm__whisper_free(p->whisper);
     free(p);
 }

@@ -72,6 +72,11 @@ struct tm_pipeline {
      * tm_generation_config starts from. */
     tm_model *encoder;
     char *config_text, *generation_text;
+    /* 1: loads SUBFOLDER/encoder_model and SUBFOLDER/decoder_model_merged (the task's
+     * encoder_decoder, or its prepare's choice: Whisper for speech recognition). */
+    int encoder_decoder;
+    /* Speech recognition with Whisper: the repository's settings (whisper.c). */
+    struct tm__whisper *whisper;
     /* Audio tasks: preprocessor_config.json's feature extractor (the tokenizer is then
      * optional: tok NULL without tokenizer.json). */
     struct tm__audio_fe *audio_fe;
@@ -98,7 +103,8 @@ struct tm__task {
     tm__takes takes;
     /* Called on the opened repository before the tokenizer and the model are loaded
      * (NULL: nothing): the audio tasks read preprocessor_config.json there and refuse
-     * model types they cannot run before looking for ONNX files. */
+     * model types they cannot run before looking for ONNX files (speech recognition also
+     * sets p->encoder_decoder for Whisper). */
     tm_status (*prepare)(tm_pipeline *p, tm_error *err);
 };
 
@@ -162,11 +168,12 @@ void tm__softmax_f32(const float *x, size_t n, double *out);
 tm_status tm__gen_check(tm_pipeline *p, tm_error *err);
 
 /* The generation config of one call, as transformers.js builds it: config.json, then
- * generation_config.json, then the pipeline's max_new_tokens (256), then the call's
- * options (generation keys; others such as return_full_text are the task's). A bad option
- * is TM_ERR_INVALID_ARGUMENT naming it; cfg is then cleared. */
-tm_status tm__gen_config(const tm_pipeline *p, const tm_json *options, tm_generation_config *cfg,
-                         tm_error *err);
+ * generation_config.json, then the pipeline's max_new_tokens (the text tasks' 256; 0 or
+ * less: none, as speech recognition), then the call's options (generation keys; others
+ * such as return_full_text are the task's). A bad option is TM_ERR_INVALID_ARGUMENT naming
+ * it; cfg is then cleared. */
+tm_status tm__gen_config(const tm_pipeline *p, const tm_json *options, int64_t max_new_tokens,
+                         tm_generation_config *cfg, tm_error *err);
 
 /* The prompt's ids: text encoded with or without the special tokens, then cut to
  * model_max_length after they are added (transformers.js 4.3 truncates so: a long t5

@@ -37,7 +37,7 @@ static tm_status call(tm_pipeline *p, const tm_json *inputs, const tm_json *opti
     tm_status s = tm__strings(&inputs->items[0], "texts", &texts, &n, &batched, err);
     if (s) return s;
     tm_generation_config cfg;
-    s = tm__gen_config(p, options, &cfg, err);
+    s = tm__gen_config(p, options, 256, &cfg, err);
     if (s) {
         free(texts);
         return s;

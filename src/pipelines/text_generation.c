@@ -165,7 +165,7 @@ static tm_status generate_one(tm_pipeline *p, const tm_json *input, const tm_jso
     free(rendered);
     tm_generation_config cfg;
     int cfg_made = 0;
-    if (!s) s = tm__gen_config(p, options, &cfg, err);
+    if (!s) s = tm__gen_config(p, options, 256, &cfg, err);
     cfg_made = !s;
     char **texts = NULL, *prompt = NULL;
     int k = 0;
@@ -229,7 +229,7 @@ static tm_status call(tm_pipeline *p, const tm_json *inputs, const tm_json *opti
     if (chat) full_text = 0; /* the prompt is the messages: the reply is appended to them */
     /* validate the options before the first input runs */
     tm_generation_config cfg;
-    if ((s = tm__gen_config(p, options, &cfg, err))) return s;
+    if ((s = tm__gen_config(p, options, 256, &cfg, err))) return s;
     tm_generation_config_clear(&cfg);
     if (!batched) return generate_one(p, in, options, add_special, full_text, out, err);
     tm__put(out, "[");

@@ -5,7 +5,8 @@
 // without a cache (every step runs each beam's whole sequence). transformers.js 4.3.2 has
 // no beam search (its BeamSearchSampler keeps the top tokens of one sequence), so Python
 // is the reference. Writes tests/data/generation/beams.jsonl: per case the model file,
-// the prompt's ids (t5: the encoder's), the options, and the returned sequences (ids) and
+// the prompt's ids (t5: the encoder's; whisper: the decoder's prompt, the encoder's
+// input_features from a stored .npy), the options, and the returned sequences (ids) and
 // scores, best first.
 //
 // Scores are kept in float32 as torch keeps them (Math.fround after every operation);
@@ -38,6 +39,11 @@ async function decoder_logits(kind, sess, seq, enc) {
         for (let l = 0; l < 2; l++)
             for (const w of ['decoder', 'encoder'])
                 for (const kv of ['key', 'value']) feeds[`past_key_values.${l}.${w}.${kv}`] = empty(4, 8);
+    } else if (kind === 'whisper') {
+        feeds.encoder_hidden_states = enc.hidden;
+        for (let l = 0; l < 2; l++)
+            for (const w of ['decoder', 'encoder'])
+                for (const kv of ['key', 'value']) feeds[`past_key_values.${l}.${w}.${kv}`] = empty(2, 16);
     } else {
         feeds.attention_mask = i64(seq.map(() => 1));
         feeds.position_ids = i64(seq.map((_, i) => i));
@@ -76,6 +82,16 @@ function apply_processors(s, ids, o, prompt_len) {
     }
     if (o.min_new_tokens > 0 && ids.length - prompt_len < o.min_new_tokens)
         for (const e of o.eos) s[e] = -Infinity;
+    for (const t of o.suppress_tokens ?? []) s[t] = -Infinity;
+    if (ids.length === prompt_len) for (const t of o.begin_suppress_tokens ?? []) s[t] = -Infinity;
+}
+
+// A float32 .npy (version 1.0, C order) as an ONNX Runtime tensor.
+function npy(file) {
+    const b = fs.readFileSync(file), header_len = b.readUInt16LE(8), header = b.toString('latin1', 10, 10 + header_len);
+    const dims = header.match(/'shape': \(([^)]*)\)/)[1].split(',').filter((x) => x.trim()).map(Number);
+    const data = new Float32Array(b.buffer.slice(b.byteOffset + 10 + header_len, b.byteOffset + b.length));
+    return new ort.Tensor('float32', data, dims);
 }
 
 class BeamHypotheses {
@@ -149,6 +165,7 @@ async function beam_search(kind, sess, prompt, o, enc) {
     return best.map(([score, hyp]) => ({ ids: hyp.length < max_out && eos.length ? [...hyp, eos[0]] : hyp, score }));
 }
 
+const whisper_suppress = JSON.parse(fs.readFileSync(path.join(pipes, 'whisper-asr', 'generation_config.json'))).suppress_tokens;
 const cases = [
     { repo: 'gpt2-gen', file: 'onnx/decoder_model_merged.onnx', kind: 'gpt2', prompt: [464, 2068, 7586, 21831],
       options: { num_beams: 3, max_new_tokens: 10, eos: [50256] } },
@@ -165,6 +182,15 @@ const cases = [
     { repo: 't5-text2text', file: 'onnx/decoder_model_merged.onnx', kind: 't5', prompt: [0],
       encoder_ids: [13959, 1566, 12, 2968, 10, 37, 629, 19, 1627, 5, 1],
       options: { num_beams: 4, max_new_tokens: 10, eos: [1], num_return_sequences: 2 } },
+    // Whisper: its generation_config.json's suppressions; no timestamps (transformers.js's
+    // timestamp processor is not Python's).
+    { repo: 'whisper-asr', file: 'onnx/decoder_model_merged.onnx', kind: 'whisper', prompt: [50258, 50259, 50359, 50363],
+      encoder_features: 'whisper-asr.features/processor.stereo_48k.input_features.npy',
+      options: { num_beams: 3, max_new_tokens: 8, eos: [50257], suppress_tokens: whisper_suppress, begin_suppress_tokens: [220, 50257] } },
+    { repo: 'whisper-asr', file: 'onnx/decoder_model_merged.onnx', kind: 'whisper', prompt: [50258, 50265, 50358, 50363],
+      encoder_features: 'whisper-asr.features/processor.stereo_48k.input_features.npy',
+      options: { num_beams: 4, max_new_tokens: 6, eos: [50257], num_return_sequences: 2, length_penalty: 0.8,
+                 suppress_tokens: whisper_suppress, begin_suppress_tokens: [220, 50257] } },
 ];
 
 const lines = [];
@@ -175,6 +201,10 @@ for (const c of cases) {
         const es = await ort.InferenceSession.create(path.join(pipes, c.repo, 'onnx/encoder_model.onnx'));
         const out = await es.run({ input_ids: i64(c.encoder_ids), attention_mask: i64(c.encoder_ids.map(() => 1)) });
         enc = { ids: c.encoder_ids, hidden: out.last_hidden_state };
+    } else if (c.kind === 'whisper') {
+        const es = await ort.InferenceSession.create(path.join(pipes, c.repo, 'onnx/encoder_model.onnx'));
+        const out = await es.run({ input_features: npy(path.join(pipes, c.encoder_features)) });
+        enc = { hidden: out.last_hidden_state };
     }
     const results = await beam_search(c.kind, sess, c.prompt, c.options, enc);
     lines.push(JSON.stringify({ ...c, kind: undefined, expected: results }));

@@ -4,7 +4,7 @@
 //
 // The processors are @huggingface/transformers 4.3.2's own classes (RepetitionPenalty,
 // NoRepeatNGram, NoBadWords, MinLength, MinNewTokensLength, ForcedBOS, ForcedEOS,
-// Temperature). Where transformers.js differs from Python transformers, Python is the
+// Temperature, SuppressTokens, SuppressTokensAtBegin, WhisperTimeStamp). Where transformers.js differs from Python transformers, Python is the
 // reference and is ported here line by line (float32 arithmetic kept with Math.fround):
 //   - TopKLogitsWarper and TopPLogitsWarper exist in transformers.js 4.3.2 but have no
 //     _call (sampling there draws from its own top-k); MinPLogitsWarper and
@@ -128,6 +128,12 @@ const steps = {
     forced_bos: (o, ids, s) => apply_js(new T.ForcedBOSTokenLogitsProcessor(o.bos), ids, s),
     forced_eos: (o, ids, s) => apply_js(new T.ForcedEOSTokenLogitsProcessor(o.max_length, o.eos), ids, s),
     temperature: (o, ids, s) => apply_js(new T.TemperatureLogitsWarper(o.temperature), ids, s),
+    suppress: (o, ids, s) => apply_js(new T.SuppressTokensLogitsProcessor(o.ids), ids, s),
+    begin_suppress: (o, ids, s) => apply_js(new T.SuppressTokensAtBeginLogitsProcessor(o.ids, o.begin), ids, s),
+    // init_tokens of length `begin`: the processor's first position
+    whisper_timestamps: (o, ids, s) => apply_js(new T.WhisperTimeStampLogitsProcessor(
+        { eos_token_id: o.eos, no_timestamps_token_id: o.no_timestamps, max_initial_timestamp_index: 1 },
+        ids.slice(0, o.begin)), ids, s),
     top_k: (o, ids, s) => top_k(s, o.k),
     top_p: (o, ids, s) => top_p(s, o.p),
     min_p: (o, ids, s) => min_p(s, o.p),
@@ -163,6 +169,23 @@ const cases = [
     ['chain_sampling', ids, [{ op: 'repetition_penalty', penalty: 1.5 }, { op: 'temperature', temperature: 0.8 },
         { op: 'top_k', k: 10 }, { op: 'top_p', p: 0.9 }, { op: 'min_p', p: 0.05 }]],
     ['chain_typical', ids, [{ op: 'temperature', temperature: 1.3 }, { op: 'top_k', k: 20 }, { op: 'typical_p', p: 0.7 }]],
+    ['suppress', ids, [{ op: 'suppress', ids: [0, 5, 9, 31, 40] }]],
+    ['begin_suppress_first', ids, [{ op: 'begin_suppress', ids: [9, 2], begin: 9 }]],
+    ['begin_suppress_later', ids, [{ op: 'begin_suppress', ids: [9, 2], begin: 4 }]],
+    // Whisper's timestamps: eos 20, <|notimestamps|> 23, timestamps 24-31; a prompt of 3.
+    ['timestamps_first', [1, 2, 3], [{ op: 'whisper_timestamps', begin: 3, eos: 20, no_timestamps: 23 }]],
+    ['timestamps_after_text', [1, 2, 3, 24, 7, 8], [{ op: 'whisper_timestamps', begin: 3, eos: 20, no_timestamps: 23 }]],
+    ['timestamps_after_one', [1, 2, 3, 24, 7, 26], [{ op: 'whisper_timestamps', begin: 3, eos: 20, no_timestamps: 23 }]],
+    ['timestamps_after_pair', [1, 2, 3, 24, 7, 26, 27], [{ op: 'whisper_timestamps', begin: 3, eos: 20, no_timestamps: 23 }]],
+    ['timestamps_one_new', [1, 2, 3, 25], [{ op: 'whisper_timestamps', begin: 3, eos: 20, no_timestamps: 23 }]],
+    ['timestamps_win', [1, 2, 3, 24, 7], [{ op: 'suppress', ids: [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14] },
+        { op: 'whisper_timestamps', begin: 3, eos: 20, no_timestamps: 23 }]],
+    ['timestamps_text_wins', [1, 2, 3, 24, 7, 8], [{ op: 'suppress', ids: [25, 26, 27, 28, 29, 30, 31] },
+        { op: 'whisper_timestamps', begin: 3, eos: 20, no_timestamps: 23 }]],
+    ['timestamps_after_one_eos', [1, 2, 3, 24, 7, 24], [{ op: 'suppress', ids: [25, 26, 27, 28, 29, 30, 31] },
+        { op: 'whisper_timestamps', begin: 3, eos: 20, no_timestamps: 23 }]],
+    ['chain_whisper', [1, 2, 3], [{ op: 'suppress', ids: [4, 6, 22] }, { op: 'begin_suppress', ids: [20, 5], begin: 3 },
+        { op: 'whisper_timestamps', begin: 3, eos: 20, no_timestamps: 23 }]],
 ];
 const out = [];
 cases.forEach(([name, input_ids, chain], k) => {
