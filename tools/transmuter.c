@@ -28,6 +28,7 @@ int tm__cmd_embed(int argc, char **argv);      /* tools/cmd_pipeline.c */
 int tm__cmd_classify(int argc, char **argv);   /* tools/cmd_pipeline.c */
 int tm__cmd_audio_features(int argc, char **argv);   /* tools/cmd_audio.c */
 int tm__cmd_image_features(int argc, char **argv);   /* tools/cmd_image.c */
+int tm__cmd_ocr(int argc, char **argv);        /* tools/cmd_ocr.c */
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -69,6 +70,8 @@ static void usage(FILE *f) {
             "                 waveform and feature extractor outputs as .npy; see --help)\n"
             "  transmuter image-features IMAGE --out DIR [--processor CONFIG]   (decoded\n"
             "                 image and image processor outputs as .npy; see --help)\n"
+            "  transmuter ocr IMAGE... [--models DIR] [--json]   (the text of images: PaddleOCR's\n"
+            "                 PP-OCRv4 models, see --help)\n"
             "MODEL is a file or hf://OWNER/REPO/PATH[@REVISION], fetched into the Hugging Face\n"
             "cache with a progress bar (--quiet: none) and used from there afterwards.\n"
             "Inputs are read from DIR/NAME.npy or DIR/NAME.pb, outputs written as NAME.npy;\n"
@@ -1166,6 +1169,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "classify")) return tm__cmd_classify(argc - 2, argv + 2);
     if (!strcmp(argv[1], "audio-features")) return tm__cmd_audio_features(argc - 2, argv + 2);
     if (!strcmp(argv[1], "image-features")) return tm__cmd_image_features(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "ocr")) return tm__cmd_ocr(argc - 2, argv + 2);
     if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
         printf("transmuter %s\n", tm_version());
         return 0;
