@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 """Renders the OCR test images with ImageMagick's `convert`: Latin and Chinese lines in
-several fonts and sizes, colours, small rotations and one upside-down image, a page of many
-lines, and the bench's 1280 x 960 page. Writes DIR/NAME.png and DIR/cases.json, the text
-each image holds. Not a test itself: tests/ocr.sh, bench/ocr_check.mjs and bench/ocr_bench.py
+several fonts and sizes, colours, noise and blur, small rotations and one upside-down line,
+two columns, a page of many lines (also as a JPEG of quality 60), and with --bench-page the
+bench's 1280 x 960 page. Writes DIR/NAME.png (or .jpg) and DIR/cases.json, the text each
+image holds. Not a test itself: tests/ocr.sh, bench/ocr/check.mjs and bench/ocr/bench.mjs
 read what it writes.
 
 usage: ocr_images.py DIR [--dictionary ppocr_keys_v1.txt] [--only NAME,...] [--bench-page]
@@ -124,6 +125,8 @@ def draw(path, size, background, items, extra):
     if extra and extra[0] == "-rotate":
         # turn about the centre on the background colour, then cut back to the same size
         args += ["-background", background] + extra + ["-gravity", "center", "-extent", "%dx%d" % size, "+repage"]
+    elif extra and extra[0] == "-quality":
+        args += extra
     elif extra:
         args += ["-seed", "7"] + extra
     args += ["-depth", "8", "-strip", "-define", "png:exclude-chunks=date,time", path]
@@ -147,6 +150,9 @@ def main():
         sys.exit("missing fonts (run tools/install-deps.sh): " + " ".join(missing))
     cases = list(CASES)
     cases.append(page_case("page", (896, 416), PAGE_LINES, 56, 64))
+    # the same page through lossy JPEG (quality 60): ringing around the strokes
+    name, size, background, items, _, _, _ = page_case("page-jpeg", (896, 416), PAGE_LINES, 56, 64)
+    cases.append((name, size, background, items, ["-quality", "60"], False, 0.08))
     if bench_page:
         cases.append(page_case("bench-page", (1280, 960), bench_page_lines(), 40, 38))
     known = None
@@ -162,7 +168,7 @@ def main():
             bad = [c for c in item[5] if known is not None and c not in known]
             if bad:
                 sys.exit("%s: characters not in the dictionary: %s" % (name, "".join(bad)))
-        path = os.path.join(out, name + ".png")
+        path = os.path.join(out, name + (".jpg" if "-quality" in extra else ".png"))
         draw(path, size, background, items, extra)
         # the reading order: rows by baseline, left to right
         ordered = sorted(items, key=lambda it: (it[4], it[3]))
