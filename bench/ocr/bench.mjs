@@ -71,7 +71,9 @@ const e = (lines) => cer(page.lines, lines);
 const pct = (x) => `${((100 * x.edits) / x.length).toFixed(2)}%`;
 const med = (xs, k) => median(xs.map((x) => x[k]));
 const ow = med(o, 'ms'), tw = med(t, 'ms'), oc = med(o, 'cpu_ms'), tc = med(t, 'cpu_ms');
-const body = `## Speed (\`make bench-ocr\`)
+const title = threads ? `## Speed on ${threads} thread${threads === '1' ? '' : 's'} (\`make bench-ocr OCRBENCH_ARGS="--threads ${threads}"\`)`
+  : '## Speed (`make bench-ocr`)';
+const body = `${title}
 
 OCR of the rendered 1280 x 960 page (${page.lines.length} lines, Latin and Chinese), one
 process each, same model files, ${rounds} rounds alternating which goes first, after a
@@ -91,5 +93,5 @@ after ${loadAfter.replace(/.*load average /, '')}. Reference: ${JSON.stringify(r
 Every round, wall ms (ours / theirs): ${o.map((x, i) => `${x.ms.toFixed(0)}/${t[i].ms.toFixed(0)}`).join(', ')}.
 `;
 console.log(body);
-if (args.includes('--write')) console.log('written to', writeSection('speed', body));
+if (args.includes('--write')) console.log('written to', writeSection(threads ? `speed-${threads}` : 'speed', body));
 fs.rmSync(dir, { recursive: true, force: true });
