@@ -11,6 +11,10 @@
 # FUZZ_MAX_LEN=N caps the input length (libFuzzer's -max_len; default: its own, the longest
 # seed or 4096): the encoders' cost grows with the text, so a cap trades long inputs for
 # inputs per second. Two instances may run at once on different targets (one ledger).
+# FUZZ_TIMEOUT=S: seconds one input may take before it counts as a hang (default 10). It is
+# wall time: on a machine loaded far beyond its cores a niced fuzzer can wait longer than
+# that for the CPU (this happened: inputs that run in 0.7-1.4 s alone were written out as
+# timeouts at load 12), so give more there.
 BUILD=${1:-build-fuzz}
 GOAL=${2:-10000000}
 [ $# -gt 2 ] && shift 2 && TARGETS="$*"
@@ -40,7 +44,7 @@ for t in $TARGETS; do
     ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1:max_allocation_size_mb=256 \
     LSAN_OPTIONS=suppressions=fuzz/lsan.supp \
     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-        "$BUILD/fuzz_$t" -runs="$left" -timeout=10 -rss_limit_mb=2048 ${dict:+-dict="$dict"} \
+        "$BUILD/fuzz_$t" -runs="$left" -timeout="${FUZZ_TIMEOUT:-10}" -rss_limit_mb=2048 ${dict:+-dict="$dict"} \
             -artifact_prefix="$BUILD/crashes/$t/" -print_final_stats=1 ${FUZZ_MAX_LEN:+-max_len=$FUZZ_MAX_LEN} \
             "$BUILD/corpus/$t" "$BUILD/seeds/$t" tests/data/fuzz-regressions/$t > "$log" 2>&1
     rc=$?
