@@ -263,6 +263,11 @@ typedef struct tm_plan_options {
      * norm and the LM head run on one row), and the output has 1 there. */
     int n_last_row;
     const char *const *last_row_names;
+    /* tm_model_run: 1 runs this call's kernels on the calling thread alone, leaving the
+     * model's thread pool to other calls, so that independent runs on threads of the
+     * caller's go side by side (a batch's groups, requests) without more threads than
+     * cores; 0 (default): the model's threads. The plan is the same either way. */
+    int one_thread;
 } tm_plan_options;
 
 void tm_plan_options_default(tm_plan_options *opts);

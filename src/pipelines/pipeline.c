@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "pipelines.h"
 #include "../core/status.h"
 #include "../hub/hub.h"
@@ -112,6 +113,8 @@ static tm_status load_model(tm_pipeline *p, const tm_json *load, tm_error *err) 
     if (!s) s = tm__opt_int(load, "threads", 0, 0, &threads, err);
     if (!s && !strcmp(dtype, "auto")) dtype = "fp32";
     if (s) return s;
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    p->threads = threads > 0 ? (int)threads : online > 0 ? (int)online : 1;
     if (!p->encoder_decoder) return load_onnx(p, dtype, name, subfolder, threads, &p->model, &p->onnx_file, err);
     /* an encoder-decoder: the encoder first, then the merged decoder (onnx_file) */
     char *encoder_file = NULL;

@@ -61,6 +61,8 @@ struct tm_pipeline {
     tm_model *model;
     tm_tokenizer *tok;
     char *onnx_file;             /* the ONNX file loaded, relative to the repo */
+    int threads;                 /* the model's threads (the load option; 0 resolved to the
+                                    cores online) */
     int32_t pad_id;              /* -1: none */
     int pad_left;                /* tokenizer_config's padding_side == "left" */
     int64_t model_max_length;    /* -1: none (Infinity in transformers.js) */
@@ -228,6 +230,13 @@ tm_status tm__run_model(tm_pipeline *p, int n_in, const char *const *in_names,
  * converted), each a new tensor. A missing output is TM_ERR_NOT_FOUND naming it. */
 tm_status tm__batch_run(tm_pipeline *p, const tm__batch *b, int n_out, const char *const *names,
                         tm_tensor **out, tm_error *err);
+/* tm__run_model and tm__batch_run with one_thread 1: the kernels on the calling thread
+ * alone (tm_plan_options.one_thread), for runs side by side on threads of the caller's. */
+tm_status tm__run_model_on(tm_pipeline *p, int one_thread, int n_in, const char *const *in_names,
+                           const tm_tensor *const *in, int n_out, const char *const *names,
+                           tm_tensor **out, tm_error *err);
+tm_status tm__batch_run_on(tm_pipeline *p, const tm__batch *b, int one_thread, int n_out,
+                           const char *const *names, tm_tensor **out, tm_error *err);
 
 /* A float32 copy of a model output of any float type; `name` names it in errors. */
 tm_status tm__to_f32(const tm_tensor *t, const char *name, tm_tensor **out, tm_error *err);

@@ -152,6 +152,12 @@ tm_status tm__repo_json(tm_pipeline *p, const char *rel, const char *why, tm_jso
 tm_status tm__run_model(tm_pipeline *p, int n_in, const char *const *in_names,
                         const tm_tensor *const *in, int n_out, const char *const *names, tm_tensor **out,
                         tm_error *err) {
+    return tm__run_model_on(p, 0, n_in, in_names, in, n_out, names, out, err);
+}
+
+tm_status tm__run_model_on(tm_pipeline *p, int one_thread, int n_in, const char *const *in_names,
+                           const tm_tensor *const *in, int n_out, const char *const *names,
+                           tm_tensor **out, tm_error *err) {
     int idx[8];
     if (n_out > 8) return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "too many outputs");
     for (int i = 0; i < n_out; i++) {
@@ -162,7 +168,10 @@ tm_status tm__run_model(tm_pipeline *p, int n_in, const char *const *in_names,
     int n_all = tm_model_n_outputs(p->model);
     tm_tensor **all = calloc((size_t)(n_all > 0 ? n_all : 1), sizeof *all);
     if (!all) return tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
-    tm_status s = tm_model_run(p->model, n_in, in_names, in, all, NULL, err);
+    tm_plan_options po;
+    tm_plan_options_default(&po);
+    po.one_thread = one_thread;
+    tm_status s = tm_model_run(p->model, n_in, in_names, in, all, &po, err);
     tm_tensor *got[8] = {0};
     for (int i = 0; !s && i < n_out; i++) {
         if (!all[idx[i]]) s = tm__fail(err, TM_ERR_NOT_FOUND, "model output '%s' is not a tensor", names[i]);
@@ -180,6 +189,11 @@ tm_status tm__run_model(tm_pipeline *p, int n_in, const char *const *in_names,
 
 tm_status tm__batch_run(tm_pipeline *p, const tm__batch *b, int n_out, const char *const *names,
                         tm_tensor **out, tm_error *err) {
+    return tm__batch_run_on(p, b, 0, n_out, names, out, err);
+}
+
+tm_status tm__batch_run_on(tm_pipeline *p, const tm__batch *b, int one_thread, int n_out,
+                           const char *const *names, tm_tensor **out, tm_error *err) {
     int64_t dims[2] = {b->B, b->T};
     const char *in_names[3] = {"input_ids", "attention_mask", "token_type_ids"};
     int64_t *bufs[3] = {b->ids, b->mask, b->types};
@@ -210,7 +224,7 @@ tm_status tm__batch_run(tm_pipeline *p, const tm__batch *b, int n_out, const cha
         use_names[n_in] = in_names[i];
         use[n_in++] = in[i];
     }
-    if (!s) s = tm__run_model(p, n_in, use_names, use, n_out, names, out, err);
+    if (!s) s = tm__run_model_on(p, one_thread, n_in, use_names, use, n_out, names, out, err);
     for (int i = 0; i < 3; i++) tm_tensor_free(in[i]);
     return s;
 }

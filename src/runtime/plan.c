@@ -1363,7 +1363,8 @@ static tm_status run_kernels(tm_session *s, tm_error *err) {
         kerr.message[0] = 0;
         tm_kcall call = {pk->prim, s->args ? &s->args[k] : &pk->args, s->kin[k], pk->nin,
                          s->kout[k], pk->nout, s->scratch, s->scratch_cap, &kerr,
-                         p->model->opts.threads, p->model->pool, run_seed};
+                         s->one_thread ? 1 : p->model->opts.threads,
+                         s->one_thread ? NULL : p->model->pool, run_seed};
         double t0 = s->profile ? profile_now_s() : 0;
         tm_status st = tm_prims[pk->prim].kernel(&call);
         if (s->profile) s->profile[k] += profile_now_s() - t0;
@@ -1635,6 +1636,7 @@ static tm_status exec_tail(tm_session *s, tm_plan *tail, tm_error *err) {
         if (tail->values[i].kind == PV_ALIAS && tail->values[root_of(tail, i)].kind == PV_INPUT)
             ts->tensors[i].data = ts->tensors[root_of(tail, i)].data;
     s->last_tail = ts;
+    ts->one_thread = s->one_thread;
     return exec(ts, err);
 }
 
@@ -2105,7 +2107,11 @@ tm_status tm_model_run(tm_model *m, int n, const char *const *names,
     m->n_runs++;
     pthread_mutex_unlock(&m->cache_lock);
     if (!s) st = tm_session_create(e->plan, &s, err);
-    if (st == TM_OK) st = tm_session_run(s, n, names, inputs, outputs, err);
+    if (st == TM_OK) {
+        s->one_thread = opts && opts->size >= offsetof(tm_plan_options, one_thread) + sizeof(int) &&
+                        opts->one_thread;
+        st = tm_session_run(s, n, names, inputs, outputs, err);
+    }
     pthread_mutex_lock(&m->cache_lock);
     e->in_use--;
     if (s) {

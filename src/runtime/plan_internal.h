@@ -97,6 +97,7 @@ typedef struct tail_session {
 
 struct tm_session {
     tm_plan *plan;
+    int one_thread;       /* this run's kernels on the calling thread (tm_plan_options) */
     void *arena;
     void *scratch;
     tm_tensor *tensors;   /* one per plan value */
