@@ -1,7 +1,7 @@
 /* Tests of tm__image_resize with TM__RESAMPLE_LANCZOS against transformers.js's
  * RawImage.resize(w, h, {resample: 1}) in node (sharp's lanczos3 resize): the sha256 of every
  * output in tests/data/lanczos/refs.txt (tests/gen/lanczos_refs.mjs), media images and
- * synthetic ones. The processor end to end is tests/lanczos.sh. */
+ * synthetic ones. A processor with resample 1 is checked end to end by tests/vision.sh. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
