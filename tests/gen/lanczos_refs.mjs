@@ -42,11 +42,14 @@ async function add(name, im, w, h) {
 }
 
 // sizes relative to (w, h): down by small and large factors (libvips's box shrink starts at
-// 4x with its gap of 2), up, one axis each way, and a square
+// 4x with its gap of 2), up (by 5-6x for the small ones), one axis each way, and a square
 function targets(w, h) {
     const t = [[Math.round(w / 2), Math.round(h / 2)], [Math.round(w * 0.7) + 1, Math.round(h * 0.45)],
         [Math.max(1, Math.round(w / 5.3)), Math.max(1, Math.round(h / 9.1))], [Math.round(w * 1.9) + 1, Math.round(h * 2.3)],
-        [Math.round(w * 1.5), Math.round(h / 3)], [Math.round(w / 3) + 1, h * 3 - 1], [224, 224], [w, h + 1], [w + 7, h]];
+        [Math.round(w * 1.5), Math.round(h / 3)], [Math.round(w / 3) + 1, h * 3 - 1], [224, 224], [w, h + 1], [w + 7, h],
+        [Math.max(1, Math.round(w / 17.3)), Math.max(1, Math.round(h / 41))], [w - 1, h - 1],
+        [Math.round(w / 3.999), Math.round(h / 4.001)], [Math.max(1, Math.round(w / 8)), Math.max(1, Math.round(h / 2.5))]];
+    if (w * h <= 50000) t.push([w * 6 + 5, h * 5 + 3]);
     return t.filter(([a, b]) => a >= 1 && b >= 1 && !(a === w && b === h));
 }
 
