@@ -7,11 +7,12 @@
 # its pixels, its scaling exact on transformers.js's own depths); image-feature-extraction's
 # logits against the recorded classifications; the image processors'
 # pixel_values (`transmuter image-features`) against transformers.js's, bit for bit (their
-# sha256, shapes and sizes in vision.pixel_values.json: the arrays themselves are 2-4 MB each);
+# sha256, shapes and sizes in vision.pixel_values.json: the arrays themselves are 2-4 MB each),
+# and those of a ViTImageProcessor with resample 1 (lanczos, tests/data/lanczos/processor.txt);
 # decoding (channels as sharp reports them; EXIF orientation; 16-bit, gray + alpha and
 # palette PNGs written here); the CLI's positional and batch forms; and errors (truncated PNG
 # and JPEG, an empty file, a zero-width PNG, a missing file, another format, an unknown
-# processor type, lanczos, two images for object-detection, a repo without a processor).
+# processor type, two images for object-detection, a repo without a processor).
 # Prints the largest differences seen. Usage: tests/vision.sh TRANSMUTER
 TM=${1:-build/transmuter}
 exec /usr/bin/python3 - "$TM" tests/data/pipelines <<'PY'
@@ -100,6 +101,19 @@ for repo, images in refs.items():
             mask = np.load(f'{out}/pixel_mask.npy') if os.path.exists(f'{out}/pixel_mask.npy') else None
             ok('detr-det pixel_mask: int64 ones (1, 64, 64)', None if mask is not None and mask.dtype == np.int64
                and mask.shape == (1, 64, 64) and np.all(mask == 1) else 'missing or wrong')
+
+# ---- resample 1 (lanczos, sharp's resize): a ViTImageProcessor's pixel_values bit for bit ----
+for line in open('tests/data/lanczos/processor.txt'):
+    image, shape, digest = line.split()[:3]
+    name = f'lanczos pixel_values of {image}'
+    out = f'{tmp}/lanczos-{image}'
+    r = subprocess.run([tm, 'image-features', f'{data}/media/{image}', '--processor', 'tests/data/lanczos/vit-lanczos',
+                        '--out', out], capture_output=True, text=True)
+    if r.returncode != 0:
+        ok(name, r.stderr.strip()[:200]); continue
+    got = np.load(f'{out}/pixel_values.npy')
+    same = 'x'.join(map(str, got.shape)) == shape and hashlib.sha256(got.astype('<f4').tobytes()).hexdigest() == digest
+    ok(name, None if same else f'differs: {got.dtype}{got.shape}, min {got.min()}, max {got.max()}')
 
 # ---- decoding --------------------------------------------------------------------------------
 def decode(path):
@@ -258,8 +272,6 @@ expect_error('image-feature-extraction pool without pooler_output', ['pipeline',
              '--options', '{"pool":true}'], "no pooled output")
 expect_error('an unknown image processor', ['pipeline', 'image-classification', repo_with('sam', {'image_processor_type': 'SamImageProcessor'}),
              img('rgb_37x211.png')], "image processor 'SamImageProcessor' is not supported")
-expect_error('lanczos resampling', ['pipeline', 'image-classification', repo_with('lanczos', {'resample': 1}), img('rgb_37x211.png')],
-             'resample 1 (lanczos')
 expect_error('image-features: unknown processor', ['image-features', img('rgb_37x211.png'), '--processor', f'{tmp}/sam', '--out', tmp],
              "'SamImageProcessor' is not supported")
 

@@ -1,7 +1,7 @@
 /* Images for the vision pipelines: PNG (libpng), JPEG (libjpeg-turbo, default islow IDCT
  * and fancy upsampling, as libvips uses it) and WebP (libwebp) files to 8-bit pixels with
- * their channels kept, and libvips's affine resize and sharp's crop as transformers.js runs
- * them in node. The ONNX ImageDecoder operator decodes these three formats here too (without
+ * their channels kept, and libvips's affine resize, sharp's lanczos resize and its crop as
+ * transformers.js runs them in node. The ONNX ImageDecoder operator decodes these three formats here too (without
  * the EXIF step, alpha then dropped); its other formats and PIL conversions are its own. */
 #if !__has_include(<jpeglib.h>) || !__has_include(<png.h>) || !__has_include(<webp/decode.h>)
 #error "images need libjpeg62-turbo-dev, libpng-dev and libwebp-dev: run tools/install-deps.sh"
@@ -342,11 +342,11 @@ static void catmull_weights(int t, int c[4]) {
 /* Rounds a 12-bit fixed-point value (floor division for negative ones, as >> does). */
 static int fixed_round(int v) { return (v + (INTERPOLATE_SCALE >> 1)) >> INTERPOLATE_SHIFT; }
 
-tm_status tm__image_resize(const tm__image *in, int64_t w, int64_t h, tm__resample method,
-                           tm__image *out, tm_error *err) {
-    if (w <= 0 || h <= 0 || h > MAX_PIXELS / w)
-        return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "resize to %lld x %lld: out of range", (long long)w,
-                        (long long)h);
+/* vips_affine by diag(sx, sy) into a w x h image. idx is the input displacement (0 for
+ * transformers.js's own affine, 0.5 for the upsizing step of vips_resize); copy_edges picks
+ * the border: copies of the edge pixels (extend "copy") or black (extend "background"). */
+static tm_status affine(const tm__image *in, int64_t w, int64_t h, double sx, double sy, double idx,
+                        int copy_edges, tm__resample method, tm__image *out, tm_error *err) {
     const int C = in->channels;
     const int window = method == TM__RESAMPLE_BICUBIC ? 4 : method == TM__RESAMPLE_BILINEAR ? 2 : 1;
     const int offset = window / 2 - 1 > 0 ? window / 2 - 1 : 0;
@@ -359,15 +359,26 @@ tm_status tm__image_resize(const tm__image *in, int64_t w, int64_t h, tm__resamp
         free(e);
         return s;
     }
-    for (int64_t y = 0; y < in->h; y++)
-        memcpy(e + ((y + border) * EW + border) * C, in->px + y * in->w * C, (size_t)(in->w * C));
+    if (copy_edges) {
+        for (int64_t y = 0; y < EH; y++)
+            for (int64_t x = 0; x < EW; x++) {
+                int64_t ix = x - border, iy = y - border;
+                ix = ix < 0 ? 0 : ix >= in->w ? in->w - 1 : ix;
+                iy = iy < 0 ? 0 : iy >= in->h ? in->h - 1 : iy;
+                memcpy(e + (y * EW + x) * C, in->px + (iy * in->w + ix) * C, (size_t)C);
+            }
+    } else {
+        for (int64_t y = 0; y < in->h; y++)
+            memcpy(e + ((y + border) * EW + border) * C, in->px + y * in->w * C, (size_t)(in->w * C));
+    }
     /* the inverse of diag(sx, sy) as libvips computes it: 1 / det times the other entry */
-    const double sx = (double)w / (double)in->w, sy = (double)h / (double)in->h;
     const double inv = 1.0 / (sx * sy), ia = inv * sy, id = inv * sx;
+    /* the embedding displaces the input by one pixel more than idx */
+    const double shift = idx - 1.0;
     const int64_t lo = offset, hi_x = offset + in->w, hi_y = offset + in->h;
     for (int64_t y = 0; y < h; y++) {
-        double ix = 0.0 + 1.0 + offset;
-        const double iy = id * (double)y + 1.0 + offset;
+        double ix = 0.0 - shift + offset;
+        const double iy = id * (double)y - shift + offset;
         uint8_t *q = o.px + y * w * C;
         for (int64_t x = 0; x < w; x++, ix += ia, q += C) {
             const double fx = floor(ix), fy = floor(iy);
@@ -410,6 +421,209 @@ tm_status tm__image_resize(const tm__image *in, int64_t w, int64_t h, tm__resamp
     free(e);
     *out = o;
     return TM_OK;
+}
+
+/* ---- Resampling: sharp's resize (vips_resize, kernel lanczos3) on uchar images ----------
+ *
+ * sharp premultiplies alpha (kept in uchar: the products are truncated), then vips_resize
+ * reduces each axis that shrinks, vertical first: a box average by an integer factor while
+ * the factor is at least twice the "gap" of 2 (rounding up the size, edge pixels repeated),
+ * then a lanczos3 convolution of 2 * rint(3 * factor) + 1 taps whose weights, per 1/64th of
+ * a pixel, are normalised in double and truncated to 12-bit fixed point. An axis that grows
+ * goes through vips_affine with the Catmull-Rom interpolator, edges repeated and the input
+ * displaced by half a pixel; the other axis is then sampled at scale 1 with that same
+ * displacement. Alpha is divided back out and truncated. */
+
+#define REDUCE_GAP 2.0
+#define LANCZOS_PI 3.14159265358979323846
+
+static double sinc(double x) {
+    if (x == 0.0) return 1.0;
+    x = x * LANCZOS_PI;
+    return sin(x) / x;
+}
+
+static double lanczos3(double x) { return x >= -3 && x <= 3 ? sinc(x) * sinc(x / 3) : 0.0; }
+
+/* The 65 masks of n taps (x = 0, 1/64 .. 1) in 12-bit fixed point. After the box shrink the
+ * residual factor is under 2 * REDUCE_GAP, so n <= 2 * 12 + 1. */
+#define MAX_TAPS 25
+static void lanczos_masks(int n, double shrink, short *masks) {
+    double c[MAX_TAPS];
+    for (int t = 0; t <= TRANSFORM_SCALE; t++) {
+        const double x = (float)t / TRANSFORM_SCALE, half = x + n / 2.0 - 1;
+        double sum = 0.0;
+        for (int i = 0; i < n; i++) sum += c[i] = lanczos3((i - half) / shrink);
+        for (int i = 0; i < n; i++) c[i] /= sum;
+        for (int i = 0; i < n; i++) masks[t * n + i] = (short)(c[i] * INTERPOLATE_SCALE);
+    }
+}
+
+/* One axis of the image as lines of samples: sample k of line j at px[j * line + k * step],
+ * each sample `width` bytes wide (the channels, or a whole row for the vertical axis). */
+typedef struct axis_view {
+    int64_t lines, length;      /* lines across the axis, samples along it */
+    int64_t line, step, width;  /* strides in bytes */
+} axis_view;
+
+static axis_view view_of(const tm__image *im, int vertical) {
+    const int64_t C = im->channels;
+    if (vertical) return (axis_view){1, im->h, 0, im->w * C, im->w * C};
+    return (axis_view){im->h, im->w, im->w * C, C, C};
+}
+
+static int64_t clamp_index(int64_t i, int64_t n) { return i < 0 ? 0 : i >= n ? n - 1 : i; }
+
+/* vips_shrinkh/v with ceil: the mean of each k samples, sizes rounded up. */
+static tm_status box_shrink(const tm__image *in, int vertical, int k, tm__image *out, tm_error *err) {
+    const int64_t n = vertical ? in->h : in->w, m = (n + k - 1) / k;
+    tm__image o = {0};
+    tm_status s = image_alloc(&o, vertical ? in->w : m, vertical ? m : in->h, in->channels, "resize", err);
+    if (s) return s;
+    const axis_view a = view_of(in, vertical), b = view_of(&o, vertical);
+    const uint32_t multiplier = (uint32_t)((1LL << 32) / (256 * k));
+    for (int64_t j = 0; j < a.lines; j++)
+        for (int64_t x = 0; x < m; x++)
+            for (int64_t z = 0; z < a.width; z++) {
+                uint32_t sum = (uint32_t)(k / 2);
+                for (int i = 0; i < k; i++) sum += in->px[j * a.line + clamp_index(x * k + i, n) * a.step + z];
+                o.px[j * b.line + x * b.step + z] = (uint8_t)((sum * multiplier) >> 24);
+            }
+    *out = o;
+    return TM_OK;
+}
+
+/* vips_reduceh/v by `shrink` (>= 1) with gap 2, into a new image. */
+static tm_status reduce(const tm__image *in, int vertical, double shrink, tm__image *out, tm_error *err) {
+    const int64_t n_in = vertical ? in->h : in->w;
+    const int64_t size = (int64_t)((double)n_in / shrink + 0.5);
+    double extra = (double)size * shrink - (double)n_in, residual = shrink;
+    const int k = (int)fmax(1.0, floor((double)n_in / (double)size / REDUCE_GAP));
+    tm__image shrunk = {0};
+    const tm__image *src = in;
+    if (k > 1) {
+        tm_status s = box_shrink(in, vertical, k, &shrunk, err);
+        if (s) return s;
+        src = &shrunk;
+        residual /= k;
+        extra /= k;
+    }
+    tm__image o = {0};
+    tm_status s;
+    if (residual == 1.0) {
+        if (src == &shrunk) {
+            *out = shrunk;
+            return TM_OK;
+        }
+        s = image_alloc(&o, in->w, in->h, in->channels, "resize", err);
+        if (!s) memcpy(o.px, in->px, (size_t)(in->w * in->h * in->channels));
+        if (!s) *out = o;
+        return s;
+    }
+    const int taps = 2 * (int)rint(3 * residual) + 1;
+    if (taps > MAX_TAPS) {
+        tm__image_clear(&shrunk);
+        return tm__fail(err, TM_ERR_RUNTIME, "resize: reduce factor %g too large", residual);
+    }
+    short *masks = malloc(sizeof(short) * (size_t)taps * (TRANSFORM_SCALE + 1));
+    s = masks ? image_alloc(&o, vertical ? src->w : size, vertical ? size : src->h, src->channels, "resize", err)
+              : tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
+    if (s) {
+        free(masks);
+        tm__image_clear(&shrunk);
+        return s;
+    }
+    lanczos_masks(taps, residual, masks);
+    const double offset = (1 + extra) / 2.0 - 1;
+    const int pad = (int)ceil(taps / 2.0) - 1;
+    const int64_t n = vertical ? src->h : src->w;
+    const axis_view a = view_of(src, vertical), b = view_of(&o, vertical);
+    for (int64_t j = 0; j < a.lines; j++) {
+        double X = 0.5 * residual - 0.5 - offset;
+        for (int64_t x = 0; x < size; x++, X += residual) {
+            const int64_t first = (int64_t)(int)X - pad;
+            const int t = (((int)(X * TRANSFORM_SCALE * 2) & (TRANSFORM_SCALE * 2 - 1)) + 1) >> 1;
+            const short *c = masks + t * taps;
+            for (int64_t z = 0; z < a.width; z++) {
+                int sum = INTERPOLATE_SCALE >> 1;
+                for (int i = 0; i < taps; i++)
+                    sum += c[i] * src->px[j * a.line + clamp_index(first + i, n) * a.step + z];
+                sum >>= INTERPOLATE_SHIFT;
+                o.px[j * b.line + x * b.step + z] = (uint8_t)(sum < 0 ? 0 : sum > 255 ? 255 : sum);
+            }
+        }
+    }
+    free(masks);
+    tm__image_clear(&shrunk);
+    *out = o;
+    return TM_OK;
+}
+
+/* sharp's premultiply().cast(uchar) and, after, unpremultiply().cast(uchar); the last
+ * channel is alpha. */
+static void premultiply(tm__image *im, int undo) {
+    const int C = im->channels;
+    for (int64_t i = 0; i < im->w * im->h; i++) {
+        uint8_t *p = im->px + i * C;
+        const uint8_t alpha = p[C - 1];
+        const float factor = undo ? (alpha == 0 ? 0.0f : (float)(255.0 / alpha)) : (float)((float)alpha / 255.0);
+        for (int z = 0; z < C - 1; z++) {
+            const float v = factor * (float)p[z];
+            p[z] = (uint8_t)(v >= 255.0f ? 255.0f : v);
+        }
+    }
+}
+
+static tm_status lanczos_resize(const tm__image *in, int64_t w, int64_t h, tm__image *out, tm_error *err) {
+    tm__image cur = {0};
+    tm_status s = image_alloc(&cur, in->w, in->h, in->channels, "resize", err);
+    if (s) return s;
+    memcpy(cur.px, in->px, (size_t)(in->w * in->h * in->channels));
+    const int alpha = in->channels == 2 || in->channels == 4;
+    const double hshrink = (double)in->w / (double)w, vshrink = (double)in->h / (double)h;
+    if (hshrink == 1.0 && vshrink == 1.0) {
+        *out = cur;
+        return TM_OK;
+    }
+    if (alpha) premultiply(&cur, 0);
+    double hscale = 1.0 / hshrink, vscale = 1.0 / vshrink;
+    hscale = fmax(hscale, 1.0 / (double)in->w);
+    vscale = fmax(vscale, 1.0 / (double)in->h);
+    for (int vertical = 1; vertical >= 0; vertical--) {
+        const double scale = vertical ? vscale : hscale;
+        if (scale >= 1.0) continue;
+        tm__image next;
+        s = reduce(&cur, vertical, 1.0 / scale, &next, err);
+        tm__image_clear(&cur);
+        if (s) return s;
+        cur = next;
+    }
+    if (hscale > 1.0 || vscale > 1.0) {
+        const double sx = hscale > 1.0 ? hscale : 1.0, sy = vscale > 1.0 ? vscale : 1.0;
+        const int64_t ow = (int64_t)floor((double)cur.w * sx + 0.5), oh = (int64_t)floor((double)cur.h * sy + 0.5);
+        tm__image next;
+        s = affine(&cur, ow, oh, sx, sy, 0.5, 1, TM__RESAMPLE_BICUBIC, &next, err);
+        tm__image_clear(&cur);
+        if (s) return s;
+        cur = next;
+    }
+    if (alpha) premultiply(&cur, 1);
+    if (cur.w != w || cur.h != h) {
+        tm__image_clear(&cur);
+        return tm__fail(err, TM_ERR_RUNTIME, "lanczos resize to %lld x %lld made %lld x %lld", (long long)w,
+                        (long long)h, (long long)cur.w, (long long)cur.h);
+    }
+    *out = cur;
+    return TM_OK;
+}
+
+tm_status tm__image_resize(const tm__image *in, int64_t w, int64_t h, tm__resample method,
+                           tm__image *out, tm_error *err) {
+    if (w <= 0 || h <= 0 || h > MAX_PIXELS / w)
+        return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "resize to %lld x %lld: out of range", (long long)w,
+                        (long long)h);
+    if (method == TM__RESAMPLE_LANCZOS) return lanczos_resize(in, w, h, out, err);
+    return affine(in, w, h, (double)w / (double)in->w, (double)h / (double)in->h, 0.0, 0, method, out, err);
 }
 
 tm_status tm__image_center_crop(const tm__image *in, int64_t w, int64_t h, tm__image *out, tm_error *err) {

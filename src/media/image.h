@@ -37,10 +37,12 @@ typedef enum tm__resample {
     TM__RESAMPLE_NEAREST,
     TM__RESAMPLE_BILINEAR,
     TM__RESAMPLE_BICUBIC,
+    TM__RESAMPLE_LANCZOS,
 } tm__resample;
 
-/* RawImage.resize(w, h) in node: libvips's affine transform by (w / in.w, h / in.h) with
- * its uchar interpolators (fixed point, 12 bits), black beyond the edges. *out is new. */
+/* RawImage.resize(w, h) in node. Nearest, bilinear, bicubic: libvips's affine transform by
+ * (w / in.w, h / in.h) with its uchar interpolators (fixed point, 12 bits), black beyond the
+ * edges. Lanczos: sharp's resize (vips_resize, lanczos3; see image.c). *out is new. */
 tm_status tm__image_resize(const tm__image *in, int64_t w, int64_t h, tm__resample method,
                            tm__image *out, tm_error *err);
 

@@ -123,8 +123,7 @@ static tm_status read_config(tm__image_proc *p, const tm_json *c, const char *sr
     if (resample == 0) p->resample = TM__RESAMPLE_NEAREST;
     else if (resample == 2 || resample == 4 || resample == 5) p->resample = TM__RESAMPLE_BILINEAR;
     else if (resample == 3) p->resample = TM__RESAMPLE_BICUBIC;
-    else if (resample == 1)
-        return tm__fail(err, TM_ERR_UNSUPPORTED, "%s: resample 1 (lanczos, sharp's resize) is not supported yet", src);
+    else if (resample == 1) p->resample = TM__RESAMPLE_LANCZOS;
     else return tm__fail(err, TM_ERR_PARSE, "%s: resample %lld is not a PIL filter number", src, (long long)resample);
     p->rescale_factor = 1.0 / 255;
     v = defined(c, "rescale_factor");
