@@ -203,9 +203,9 @@ static void *group_worker(void *arg) {
  * of one run over it is padding. The attention mask keeps a text's tokens from seeing
  * padding, and its positions start at 0 either way, so each row's result is the one the
  * whole padded batch gives it. With the model on several threads the groups run side by
- * side, one per thread, each run's kernels on its own thread (small groups split across
- * threads gain less than whole groups on each: on the bench, MiniLM on 2 cores, ...): a
- * row's result does not depend on which thread ran it. Fills pooled (B, H) and *hidden. */
+ * side, one per thread, each run's kernels on its own thread (a group of 4 short texts is
+ * too little work to split across threads well); a row's result does not depend on which
+ * thread ran it. Fills pooled (B, H) and *hidden. */
 static tm_status run_grouped(tm_pipeline *p, const tm__batch *b, const char *name, const char *how,
                              float **pooled, int64_t *hidden, tm_error *err) {
     int64_t B = b->B, T = b->T;
