@@ -459,6 +459,62 @@ static void panel(const tm__nbits_packed *h, const uint8_t *data, int64_t g0, in
     }
 }
 
+/* ---- Int8 activations (tm_nbits_matmul_int8) -----------------------------------------
+ * One vpdpbusd per octet half and row: a lane's four nibbles times four of the row's
+ * int8 values broadcast; two accumulators a row (low and high nibbles) so that the
+ * chains overlap; per block exact, then finished as gemv8_portable (nbits.c) does. */
+
+static inline __attribute__((always_inline)) void gemv8_group(const tm__nbits_packed *h,
+                                                              const uint8_t *rec,
+                                                              const tm__nbits_q8 *q, int rows,
+                                                              float *y, int64_t ldy, int cols) {
+    const __m512i nib = _mm512_set1_epi8(0x0f);
+    const int64_t octets = h->block / 8;
+    __m512 out[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < rows; r++) out[r] = _mm512_setzero_ps();
+    for (int64_t blk = 0; blk < h->blocks; blk++, rec += h->record) {
+        __m512i lo_acc[4], hi_acc[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < rows; r++) lo_acc[r] = hi_acc[r] = _mm512_setzero_si512();
+        int64_t k0 = blk * h->block;
+        for (int64_t o = 0; o < octets; o++) {
+            __m512i v = _mm512_loadu_si512(rec + 64 * o);
+            __m512i lo = _mm512_and_si512(v, nib), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
+#pragma GCC unroll 4
+            for (int r = 0; r < rows; r++) {
+                const int8_t *d = q[r].q + k0 + 8 * o;
+                lo_acc[r] = dpbusd(lo_acc[r], lo, bcast4(d));
+                hi_acc[r] = dpbusd(hi_acc[r], hi, bcast4(d + 4));
+            }
+        }
+        __m512 z = zero_points(h, rec), s = _mm512_loadu_ps(rec + tm__nbits_scales_at(h->block));
+#pragma GCC unroll 4
+        for (int r = 0; r < rows; r++) {
+            __m512 t = _mm512_cvtepi32_ps(_mm512_add_epi32(lo_acc[r], hi_acc[r]));
+            t = _mm512_fnmadd_ps(z, _mm512_set1_ps(q[r].sum[blk]), t);
+            out[r] = _mm512_fmadd_ps(t, _mm512_mul_ps(s, _mm512_set1_ps(q[r].sa[blk])), out[r]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < rows; r++) _mm512_mask_storeu_ps(y + r * ldy, lanes(cols), out[r]);
+}
+
+static void gemv8(const tm__nbits_packed *h, const uint8_t *data, const tm__nbits_q8 *q, int rows,
+                  int64_t g0, int64_t g1, float *y, int64_t ldy) {
+    for (int64_t g = g0; g < g1; g++) {
+        const uint8_t *rec = data + g * h->blocks * h->record;
+        float *yg = y + g * TM_NBITS_GROUP;
+        int cols = group_cols(h, g);
+        switch (rows) {
+        case 1: gemv8_group(h, rec, q, 1, yg, ldy, cols); break;
+        case 2: gemv8_group(h, rec, q, 2, yg, ldy, cols); break;
+        case 3: gemv8_group(h, rec, q, 3, yg, ldy, cols); break;
+        default: gemv8_group(h, rec, q, 4, yg, ldy, cols); break;
+        }
+    }
+}
+
 static const tm__nbits_arch avx512 = {"avx512-vnni", split, gemv, panel};
 
 /* Every call of tm_nbits_matmul comes here before its threads start, so the prefetch
@@ -471,8 +527,11 @@ const tm__nbits_arch *tm__nbits_arch_avx512(void) {
                : 0;
 }
 
+tm__nbits_gemv8_fn tm__nbits_gemv8_avx512(void) { return tm__nbits_arch_avx512() ? gemv8 : 0; }
+
 #else
 
 const tm__nbits_arch *tm__nbits_arch_avx512(void) { return 0; }
+tm__nbits_gemv8_fn tm__nbits_gemv8_avx512(void) { return 0; }
 
 #endif
