@@ -454,7 +454,7 @@ void tm_nbits_dequantize(const tm_nbits_weights *wt, float *w, tm_pool *pool) {
 /* ---- Int8 activations (accuracy_level 4) ---------------------------------------------
  * Each row quantized once per call to int8 per block (tm__nbits_quantize_row8), then
  * the integer GEMV of the ISA (nbits_avx512.c, nbits_avx2.c, or the C below) over every
- * row, PASS_ROWS rows per pass over a few groups, whose weights stay in L1 from one pass
+ * row, TM_NBITS_PASS8 rows per pass over a few groups, whose weights stay in L1 from one pass
  * to the next. One int8 product per weight and row where the exact path takes three. */
 
 /* Below this largest |a| a block quantizes to zeros: 127 / max|a| would overflow. */
@@ -564,12 +564,12 @@ static void quantize_slice(void *arg, int ith, int nth) {
 
 static void gemv8_slice(void *arg, int ith, int nth) {
     gemv8_job *jb = arg;
-    int64_t g0, g1 = 0, most = jb->m > PASS_ROWS ? 2 : jb->h->groups;
+    int64_t g0, g1 = 0, most = jb->m > TM_NBITS_PASS8 ? 2 : jb->h->groups;
     while ((g0 = tm__claim_share(jb->share, nth, ith, 2, 2, &g1)) >= 0)
         for (int64_t s0 = g0; s0 < g1; s0 += most) {
             int64_t s1 = min64(g1, s0 + most);
-            for (int64_t r = 0; r < jb->m; r += PASS_ROWS)
-                jb->gemv(jb->h, jb->data, jb->q + r, (int)min64(PASS_ROWS, jb->m - r), s0, s1,
+            for (int64_t r = 0; r < jb->m; r += TM_NBITS_PASS8)
+                jb->gemv(jb->h, jb->data, jb->q + r, (int)min64(TM_NBITS_PASS8, jb->m - r), s0, s1,
                          jb->y + r * jb->h->n, jb->h->n);
             tm_sgemm_epilogue_apply(jb->ep, jb->y, jb->h->n, 0, jb->m, s0 * TM_NBITS_GROUP,
                                     min64(s1 * TM_NBITS_GROUP, jb->h->n));

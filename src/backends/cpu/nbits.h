@@ -146,7 +146,9 @@ size_t tm__nbits_q8_bytes(int64_t k_pad, int64_t blocks);
 void tm__nbits_quantize_row8(const float *a, int64_t k, int64_t block, int64_t blocks, void *p,
                              tm__nbits_q8 *q);
 
-/* rows (1..4) quantized rows times the columns of groups [g0, g1): y[r * ldy + n]. */
+/* rows (1..TM_NBITS_PASS8) quantized rows times the columns of groups [g0, g1):
+ * y[r * ldy + n]. */
+#define TM_NBITS_PASS8 8
 typedef void (*tm__nbits_gemv8_fn)(const tm__nbits_packed *h, const uint8_t *data,
                                    const tm__nbits_q8 *rows, int nrows, int64_t g0, int64_t g1,
                                    float *y, int64_t ldy);

@@ -86,12 +86,15 @@ static void gemv8(const tm__nbits_packed *h, const uint8_t *data, const tm__nbit
         const uint8_t *rec = data + g * h->blocks * h->record;
         int64_t left = h->n - g * TM_NBITS_GROUP;
         int cols = (int)(left < TM_NBITS_GROUP ? left : TM_NBITS_GROUP);
-        float *yg = y + g * TM_NBITS_GROUP;
-        switch (rows) {
-        case 1: gemv8_group(h, rec, q, 1, yg, ldy, cols); break;
-        case 2: gemv8_group(h, rec, q, 2, yg, ldy, cols); break;
-        case 3: gemv8_group(h, rec, q, 3, yg, ldy, cols); break;
-        default: gemv8_group(h, rec, q, 4, yg, ldy, cols); break;
+        /* Four rows at a time: sixteen registers hold no more accumulators. */
+        for (int r0 = 0; r0 < rows; r0 += 4) {
+            float *yg = y + r0 * ldy + g * TM_NBITS_GROUP;
+            switch (rows - r0) {
+            case 1: gemv8_group(h, rec, q + r0, 1, yg, ldy, cols); break;
+            case 2: gemv8_group(h, rec, q + r0, 2, yg, ldy, cols); break;
+            case 3: gemv8_group(h, rec, q + r0, 3, yg, ldy, cols); break;
+            default: gemv8_group(h, rec, q + r0, 4, yg, ldy, cols); break;
+            }
         }
     }
 }

@@ -461,8 +461,9 @@ static void panel(const tm__nbits_packed *h, const uint8_t *data, int64_t g0, in
 
 /* ---- Int8 activations (tm_nbits_matmul_int8) -----------------------------------------
  * One vpdpbusd per octet half and row: a lane's four nibbles times four of the row's
- * int8 values broadcast; two accumulators a row (low and high nibbles) so that the
- * chains overlap; per block exact, then finished as gemv8_portable (nbits.c) does. */
+ * int8 values broadcast; up to 8 rows per pass, so that each octet's nibbles, split once,
+ * serve 16 products, and one accumulator a row (8 chains overlap); per block exact, then
+ * finished as gemv8_portable (nbits.c) does. */
 
 static inline __attribute__((always_inline)) void gemv8_group(const tm__nbits_packed *h,
                                                               const uint8_t *rec,
@@ -470,33 +471,32 @@ static inline __attribute__((always_inline)) void gemv8_group(const tm__nbits_pa
                                                               float *y, int64_t ldy, int cols) {
     const __m512i nib = _mm512_set1_epi8(0x0f);
     const int64_t octets = h->block / 8;
-    __m512 out[4];
-#pragma GCC unroll 4
+    __m512 out[8];
+#pragma GCC unroll 8
     for (int r = 0; r < rows; r++) out[r] = _mm512_setzero_ps();
     for (int64_t blk = 0; blk < h->blocks; blk++, rec += h->record) {
-        __m512i lo_acc[4], hi_acc[4];
-#pragma GCC unroll 4
-        for (int r = 0; r < rows; r++) lo_acc[r] = hi_acc[r] = _mm512_setzero_si512();
+        __m512i acc[8];
+#pragma GCC unroll 8
+        for (int r = 0; r < rows; r++) acc[r] = _mm512_setzero_si512();
         int64_t k0 = blk * h->block;
         for (int64_t o = 0; o < octets; o++) {
             __m512i v = _mm512_loadu_si512(rec + 64 * o);
             __m512i lo = _mm512_and_si512(v, nib), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
             for (int r = 0; r < rows; r++) {
                 const int8_t *d = q[r].q + k0 + 8 * o;
-                lo_acc[r] = dpbusd(lo_acc[r], lo, bcast4(d));
-                hi_acc[r] = dpbusd(hi_acc[r], hi, bcast4(d + 4));
+                acc[r] = dpbusd(dpbusd(acc[r], lo, bcast4(d)), hi, bcast4(d + 4));
             }
         }
         __m512 z = zero_points(h, rec), s = _mm512_loadu_ps(rec + tm__nbits_scales_at(h->block));
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int r = 0; r < rows; r++) {
-            __m512 t = _mm512_cvtepi32_ps(_mm512_add_epi32(lo_acc[r], hi_acc[r]));
+            __m512 t = _mm512_cvtepi32_ps(acc[r]);
             t = _mm512_fnmadd_ps(z, _mm512_set1_ps(q[r].sum[blk]), t);
             out[r] = _mm512_fmadd_ps(t, _mm512_mul_ps(s, _mm512_set1_ps(q[r].sa[blk])), out[r]);
         }
     }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int r = 0; r < rows; r++) _mm512_mask_storeu_ps(y + r * ldy, lanes(cols), out[r]);
 }
 
@@ -510,7 +510,11 @@ static void gemv8(const tm__nbits_packed *h, const uint8_t *data, const tm__nbit
         case 1: gemv8_group(h, rec, q, 1, yg, ldy, cols); break;
         case 2: gemv8_group(h, rec, q, 2, yg, ldy, cols); break;
         case 3: gemv8_group(h, rec, q, 3, yg, ldy, cols); break;
-        default: gemv8_group(h, rec, q, 4, yg, ldy, cols); break;
+        case 4: gemv8_group(h, rec, q, 4, yg, ldy, cols); break;
+        case 5: gemv8_group(h, rec, q, 5, yg, ldy, cols); break;
+        case 6: gemv8_group(h, rec, q, 6, yg, ldy, cols); break;
+        case 7: gemv8_group(h, rec, q, 7, yg, ldy, cols); break;
+        default: gemv8_group(h, rec, q, 8, yg, ldy, cols); break;
         }
     }
 }
