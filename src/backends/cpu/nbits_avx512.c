@@ -500,12 +500,61 @@ static inline __attribute__((always_inline)) void gemv8_group(const tm__nbits_pa
     for (int r = 0; r < rows; r++) _mm512_mask_storeu_ps(y + r * ldy, lanes(cols), out[r]);
 }
 
+/* Two neighbouring groups for 8 rows: each broadcast serves two products. The 16 running
+ * sums live on the stack (32 registers hold the accumulators, not them too); each
+ * (row, column) is summed in the same order as gemv8_group, so the bits are the same. */
+static void gemv8_pair8(const tm__nbits_packed *h, const uint8_t *ra, const tm__nbits_q8 *q,
+                        float *y, int64_t ldy, int cols_b) {
+    const __m512i nib = _mm512_set1_epi8(0x0f);
+    const int64_t octets = h->block / 8;
+    const uint8_t *rb = ra + h->blocks * h->record;
+    __m512 out[2][8];
+    for (int r = 0; r < 8; r++) out[0][r] = out[1][r] = _mm512_setzero_ps();
+    for (int64_t blk = 0; blk < h->blocks; blk++, ra += h->record, rb += h->record) {
+        __m512i acc[8], bcc[8];
+#pragma GCC unroll 8
+        for (int r = 0; r < 8; r++) acc[r] = bcc[r] = _mm512_setzero_si512();
+        int64_t k0 = blk * h->block;
+        for (int64_t o = 0; o < octets; o++) {
+            __m512i v = _mm512_loadu_si512(ra + 64 * o), w = _mm512_loadu_si512(rb + 64 * o);
+            __m512i lo = _mm512_and_si512(v, nib), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
+            __m512i lob = _mm512_and_si512(w, nib), hib = _mm512_and_si512(_mm512_srli_epi16(w, 4), nib);
+#pragma GCC unroll 8
+            for (int r = 0; r < 8; r++) {
+                const int8_t *d = q[r].q + k0 + 8 * o;
+                __m512i x = bcast4(d), x4 = bcast4(d + 4);
+                acc[r] = dpbusd(dpbusd(acc[r], lo, x), hi, x4);
+                bcc[r] = dpbusd(dpbusd(bcc[r], lob, x), hib, x4);
+            }
+        }
+        __m512 za = zero_points(h, ra), sa = _mm512_loadu_ps(ra + tm__nbits_scales_at(h->block));
+        __m512 zb = zero_points(h, rb), sb = _mm512_loadu_ps(rb + tm__nbits_scales_at(h->block));
+#pragma GCC unroll 8
+        for (int r = 0; r < 8; r++) {
+            __m512 sum = _mm512_set1_ps(q[r].sum[blk]), rs = _mm512_set1_ps(q[r].sa[blk]);
+            __m512 t = _mm512_fnmadd_ps(za, sum, _mm512_cvtepi32_ps(acc[r]));
+            out[0][r] = _mm512_fmadd_ps(t, _mm512_mul_ps(sa, rs), out[0][r]);
+            __m512 u = _mm512_fnmadd_ps(zb, sum, _mm512_cvtepi32_ps(bcc[r]));
+            out[1][r] = _mm512_fmadd_ps(u, _mm512_mul_ps(sb, rs), out[1][r]);
+        }
+    }
+    for (int r = 0; r < 8; r++) {
+        _mm512_storeu_ps(y + r * ldy, out[0][r]);
+        _mm512_mask_storeu_ps(y + r * ldy + TM_NBITS_GROUP, lanes(cols_b), out[1][r]);
+    }
+}
+
 static void gemv8(const tm__nbits_packed *h, const uint8_t *data, const tm__nbits_q8 *q, int rows,
                   int64_t g0, int64_t g1, float *y, int64_t ldy) {
     for (int64_t g = g0; g < g1; g++) {
         const uint8_t *rec = data + g * h->blocks * h->record;
         float *yg = y + g * TM_NBITS_GROUP;
         int cols = group_cols(h, g);
+        if (rows == 8 && g + 1 < g1) {
+            gemv8_pair8(h, rec, q, yg, ldy, group_cols(h, g + 1));
+            g++;
+            continue;
+        }
         switch (rows) {
         case 1: gemv8_group(h, rec, q, 1, yg, ldy, cols); break;
         case 2: gemv8_group(h, rec, q, 2, yg, ldy, cols); break;
