@@ -501,25 +501,42 @@ void tm__nbits_quantize_row8(const float *a, int64_t k, int64_t block, int64_t b
 }
 
 /* Portable tm__nbits_gemv8_fn: per block the exact integer sum, then as the vector kernels
- * finish it (fused multiply-adds), so that every path gives the same bits. */
+ * finish it (fused multiply-adds), so that every path gives the same bits. A record's
+ * nibbles are unpacked once for all rows, 64 values of a column at a time. */
 static void gemv8_portable(const tm__nbits_packed *h, const uint8_t *data, const tm__nbits_q8 *q,
                            int rows, int64_t g0, int64_t g1, float *y, int64_t ldy) {
-    for (int64_t g = g0; g < g1; g++)
-        for (int c = 0; c < TM_NBITS_GROUP && g * TM_NBITS_GROUP + c < h->n; c++)
-            for (int r = 0; r < rows; r++) {
-                float out = 0.0f;
-                for (int64_t blk = 0; blk < h->blocks; blk++) {
-                    const uint8_t *rec = data + (g * h->blocks + blk) * h->record;
-                    const int8_t *qa = q[r].q + blk * h->block;
-                    float scale, zp;
-                    record_params(h, rec, c, &scale, &zp);
-                    int32_t acc = 0;
-                    for (int64_t i = 0; i < h->block; i++) acc += (int32_t)nibble(rec, c, i) * qa[i];
-                    float t = fmaf(-zp, q[r].sum[blk], (float)acc);
-                    out = fmaf(t, scale * q[r].sa[blk], out);
+    uint8_t wq[TM_NBITS_GROUP][64];   /* each column's next (up to) 64 values */
+    for (int64_t g = g0; g < g1; g++) {
+        int cols = (int)min64(TM_NBITS_GROUP, h->n - g * TM_NBITS_GROUP);
+        float out[TM_NBITS_PASS8][TM_NBITS_GROUP] = {{0}};
+        for (int64_t blk = 0; blk < h->blocks; blk++) {
+            const uint8_t *rec = data + (g * h->blocks + blk) * h->record;
+            int32_t acc[TM_NBITS_PASS8][TM_NBITS_GROUP] = {{0}};
+            int64_t chunk = min64(h->block, 64);   /* blocks are powers of two */
+            for (int64_t i0 = 0; i0 < h->block; i0 += chunk) {
+                for (int c = 0; c < cols; c++)
+                    for (int64_t i = 0; i < chunk; i++) wq[c][i] = (uint8_t)nibble(rec, c, i0 + i);
+                for (int r = 0; r < rows; r++) {
+                    const int8_t *qa = q[r].q + blk * h->block + i0;
+                    for (int c = 0; c < cols; c++) {
+                        int32_t s = 0;
+                        for (int64_t i = 0; i < chunk; i++) s += wq[c][i] * qa[i];
+                        acc[r][c] += s;
+                    }
                 }
-                y[r * ldy + g * TM_NBITS_GROUP + c] = out;
             }
+            for (int c = 0; c < cols; c++) {
+                float scale, zp;
+                record_params(h, rec, c, &scale, &zp);
+                for (int r = 0; r < rows; r++) {
+                    float t = fmaf(-zp, q[r].sum[blk], (float)acc[r][c]);
+                    out[r][c] = fmaf(t, scale * q[r].sa[blk], out[r][c]);
+                }
+            }
+        }
+        for (int r = 0; r < rows; r++)
+            memcpy(y + r * ldy + g * TM_NBITS_GROUP, out[r], sizeof(float) * (size_t)cols);
+    }
 }
 
 static tm__nbits_gemv8_fn pick8(const char **name) {
