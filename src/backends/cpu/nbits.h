@@ -1,5 +1,6 @@
 /* 4-bit block-quantized matrix multiply for MATMUL_NBITS (f32 activations, results as
- * accurate as f32 sums: MatMulNBits' accuracy_level 0). The weights are repacked once
+ * accurate as f32 sums: MatMulNBits' accuracy_level 0; or, tm_nbits_matmul_int8, the
+ * activations quantized to int8 per block: accuracy_level 4). The weights are repacked once
  * (plan time, tm_nbits_pack) into one sequential stream, still 4-bit: per group of 16
  * columns and per block, their nibbles interleaved column by column, then their scales
  * and zero points. A few rows: a GEMV in integers (AVX-512 VNNI) on each row split
