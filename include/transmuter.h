@@ -131,6 +131,13 @@ typedef struct tm_load_options {
      * a plan is made, and multiplies in f32 like a float model (its speed, and 8x the
      * weights' memory per plan): for comparisons. */
     int dequantize_nbits;
+    /* com.microsoft MatMulNBits on 4-bit weights: 0 (default) follows each node's
+     * accuracy_level: 4 quantizes the activations to int8 per row and per block and
+     * multiplies in integers (as ONNX Runtime does for it; faster over many rows, a
+     * little less accurate), anything else keeps f32 accuracy. 1 takes the int8 path for
+     * every such node (exports that leave accuracy_level 0); -1 for none. The environment
+     * variable TM_NBITS_INT8=1 (or 0) stands for 1 (or -1) where this is 0. */
+    int nbits_int8;
 } tm_load_options;
 
 void tm_load_options_default(tm_load_options *opts);

@@ -367,7 +367,7 @@ done:
 static void usage_to(FILE *f) {
     fprintf(f, "usage: transmuter generate MODEL --prompt-ids 1,2,3 --max-new N [--threads N]\n"
                "                           [--eager] [--copy-cache] [--json] [--compute-type f32]\n"
-               "                           [--dequantize-nbits[-once]]\n"
+               "                           [--dequantize-nbits[-once]] [--[no-]nbits-int8]\n"
                "       transmuter generate REPO_FOLDER --prompt TEXT ... (see its --help)\n"
                "Greedy decoding with a decoder export (decoder_model_merged.onnx, or\n"
                "decoder_with_past_model.onnx): the prompt's ids, then --max-new tokens, printed\n"
@@ -399,6 +399,8 @@ static int generate_ids(int argc, char **argv) {
             return 0;
         }
         else if (!strcmp(argv[i], "--dequantize-nbits")) lo.dequantize_nbits = 1;
+        else if (!strcmp(argv[i], "--nbits-int8")) lo.nbits_int8 = 1;
+        else if (!strcmp(argv[i], "--no-nbits-int8")) lo.nbits_int8 = -1;
         else if (!strcmp(argv[i], "--dequantize-nbits-once")) lo.dequantize_nbits = 2;
         else if (!strcmp(argv[i], "--compute-type") && i + 1 < argc) {
             const char *t = argv[++i];

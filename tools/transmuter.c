@@ -39,17 +39,18 @@ static void usage(FILE *f) {
             "  transmuter run MODEL --inputs DIR --out DIR [--eager] [--static NAME ...]\n"
             "                 [--quiet]\n"
             "                 [--threads N] [--compute-type f32] [--dump DIR]\n"
-            "                 [--dequantize-nbits[-once]]\n"
+            "                 [--dequantize-nbits[-once]] [--[no-]nbits-int8]\n"
             "  transmuter test-onnx DIR... [--mode eager|plan|both] [--expected-failures FILE]\n"
             "                 [--quiet]\n"
             "  transmuter compare OUT_DIR REF_DIR [--rtol R] [--atol A]\n"
             "  transmuter bench MODEL --inputs DIR [--static NAME ...] [--threads N]\n"
             "                 [--repeat N] [--warmup W] [--out DIR] [--dequantize-nbits[-once]]\n"
+            "                 [--[no-]nbits-int8]\n"
             "                 [--serve]\n"
             "                 (one JSON line; --serve: then one per 'run N' line on stdin)\n"
             "  transmuter ls hf://OWNER/REPO[@REVISION]   (.onnx files: sizes, variants)\n"
             "  transmuter generate MODEL --prompt-ids 1,2,3 --max-new N [--eager] [--threads N]\n"
-            "                 [--copy-cache] [--json] [--dequantize-nbits[-once]]\n"
+            "                 [--copy-cache] [--json] [--dequantize-nbits[-once]] [--[no-]nbits-int8]\n"
             "                 (greedy decoding with a decoder export; ids to stdout)\n"
             "  transmuter generate REPO_FOLDER --prompt TEXT | --chat MESSAGES.json [--max-new N]\n"
             "                 [--do-sample] [--temperature T] [--top-k K] [--top-p P] [--seed S]\n"
@@ -245,6 +246,8 @@ static int cmd_run(int argc, char **argv) {
         }
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--dequantize-nbits")) lo.dequantize_nbits = 1;
+        else if (!strcmp(argv[i], "--nbits-int8")) lo.nbits_int8 = 1;
+        else if (!strcmp(argv[i], "--no-nbits-int8")) lo.nbits_int8 = -1;
         else if (!strcmp(argv[i], "--dequantize-nbits-once")) lo.dequantize_nbits = 2;
         else if (!strcmp(argv[i], "--compute-type") && i + 1 < argc) {
             const char *t = argv[++i];
@@ -967,6 +970,7 @@ static int cmp_double(const void *a, const void *b) {
 static int cmd_bench(int argc, char **argv) {
     const char *model_path = NULL, *in_dir = NULL, *out_dir = NULL;
     int threads = 0, repeat = 20, warmup = 3, n_static = 0, dequantize_nbits = 0, serve = 0;
+    int nbits_int8 = 0;
     const char *static_names[64];
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--inputs") && i + 1 < argc) in_dir = argv[++i];
@@ -976,6 +980,8 @@ static int cmd_bench(int argc, char **argv) {
         else if (!strcmp(argv[i], "--repeat") && i + 1 < argc) repeat = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--warmup") && i + 1 < argc) warmup = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--dequantize-nbits")) dequantize_nbits = 1;
+        else if (!strcmp(argv[i], "--nbits-int8")) nbits_int8 = 1;
+        else if (!strcmp(argv[i], "--no-nbits-int8")) nbits_int8 = -1;
         else if (!strcmp(argv[i], "--dequantize-nbits-once")) dequantize_nbits = 2;
         else if (!strcmp(argv[i], "--static") && i + 1 < argc && n_static < 64) static_names[n_static++] = argv[++i];
         else if (argv[i][0] != '-' && !model_path) model_path = argv[i];
@@ -992,6 +998,7 @@ static int cmd_bench(int argc, char **argv) {
     tm_load_options_default(&lo);
     lo.threads = threads;
     lo.dequantize_nbits = dequantize_nbits;
+    lo.nbits_int8 = nbits_int8;
     tm_error err = {0};
     tm_model *m = NULL;
     double t0 = now_ms();

@@ -172,6 +172,7 @@ struct tm_ctx {
     const uint8_t *track_params;
     tm_fold_cache *fold_cache; /* the model's shared folds, or NULL (fold per trace) */
     int dequantize_nbits; /* tm_load_options.dequantize_nbits */
+    int nbits_int8;       /* tm_load_options.nbits_int8, TM_NBITS_INT8 resolved */
     struct tm_pack_cache *pack_cache; /* trace: the model's packed weights, shared by its plans */
     /* Trace with fold_log set: every small fold (constant inputs, run at once) is also
      * logged in folds[], apart from the recorded nodes (passes never see it), so that a

@@ -131,6 +131,8 @@ static tm_status finish_load(tm_onnx_model *om, const char *src, const tm_load_o
         m->opts.allocator = &m->allocator_copy;
     }
     if (!m->opts.plan_cache_limit) m->opts.plan_cache_limit = 16;
+    const char *int8 = getenv("TM_NBITS_INT8");
+    if (!m->opts.nbits_int8 && int8 && *int8) m->opts.nbits_int8 = atoi(int8) ? 1 : -1;
     pthread_mutex_init(&m->cache_lock, NULL);
     /* Started once per model, shared by its sessions; without it kernels run on the
      * caller's thread, so a failure here only costs speed. */
@@ -439,6 +441,7 @@ tm_status tm__run_eager_x(tm_model *m, int n, const char *const *names, const tm
     c.compute_type = m->opts.compute_type;
     c.fold_cache = m->fold_cache;
     c.dequantize_nbits = m->opts.dequantize_nbits;
+    c.nbits_int8 = m->opts.nbits_int8;
     c.pool = m->pool;
     c.params = tm__params_table(m);
     tm_oval *ovals = calloc((size_t)g->n_inputs + 1, sizeof *ovals);

@@ -587,6 +587,7 @@ static tm_status create(tm_model *m, int n, const char *const *names, const tm_x
     c.params = tm__params_table(m);
     c.fold_cache = m->fold_cache;
     c.dequantize_nbits = m->opts.dequantize_nbits;
+    c.nbits_int8 = m->opts.nbits_int8;
     c.pack_cache = m->packed;   /* weights packed by the passes, shared by the model's plans */
     c.fold_log = gt != NULL;
     c.kv_in_place = opts && opts->size >= offsetof(tm_plan_options, kv_in_place) + sizeof(int) &&
@@ -1408,6 +1409,7 @@ static tm_status run_eager_tail(tm_session *s, tm_error *err) {
     c.params = tm__params_table(m);
     c.fold_cache = m->fold_cache;
     c.dequantize_nbits = m->opts.dequantize_nbits;
+    c.nbits_int8 = m->opts.nbits_int8;
     tm_live live = {0};
     tm_oval *outs = calloc((size_t)g->n_outputs + 1, sizeof *outs);
     live.names = calloc((size_t)p->n_live + 1, sizeof *live.names);
@@ -1483,6 +1485,7 @@ static tm_status create_tail(tm_plan *parent, const tm_session *ps, tm_plan **ou
     c.params = tm__params_table(m);
     c.fold_cache = m->fold_cache;
     c.dequantize_nbits = m->opts.dequantize_nbits;
+    c.nbits_int8 = m->opts.nbits_int8;
     c.pack_cache = m->packed;   /* weights packed by the passes, shared by the model's plans */
     tm_status st = TM_OK;
     if (!p->input_pv || !p->input_dtype || !p->input_rank || !p->input_dims ||

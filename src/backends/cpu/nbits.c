@@ -7,6 +7,8 @@
  * into the packed-B layout of the f32 GEMM (gemm.h), which multiplies every row by them,
  * so each weight is dequantized once per call. Portable C stands in for the AVX-512
  * kernels elsewhere (a float GEMV); the reference lives in core/prims/quant.c. */
+#include <float.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "claim.h"
@@ -447,4 +449,163 @@ static void dequant_slice(void *arg, int ith, int nth) {
 void tm_nbits_dequantize(const tm_nbits_weights *wt, float *w, tm_pool *pool) {
     dequant_job jb = {wt, w};
     run(pool, threads_for((wt->n + 15) / 16, wt->n, wt->k, pool), dequant_slice, &jb);
+}
+
+/* ---- Int8 activations (accuracy_level 4) ---------------------------------------------
+ * Each row quantized once per call to int8 per block (tm__nbits_quantize_row8), then
+ * the integer GEMV of the ISA (nbits_avx512.c, nbits_avx2.c, or the C below) over every
+ * row, TM_NBITS_PASS8 rows per pass over a few groups, whose weights stay in L1 from one pass
+ * to the next. One int8 product per weight and row where the exact path takes three. */
+
+/* Below this largest |a| a block quantizes to zeros: 127 / max|a| would overflow. */
+#define Q8_TINY 0x1p-100f
+
+size_t tm__nbits_q8_bytes(int64_t k_pad, int64_t blocks) {
+    return (size_t)(round_up(k_pad, 64) + round_up(2 * (int64_t)sizeof(float) * blocks, 64));
+}
+
+void tm__nbits_quantize_row8(const float *a, int64_t k, int64_t block, int64_t blocks, void *p,
+                             tm__nbits_q8 *q) {
+    int64_t k_pad = blocks * block;
+    int8_t *d = p;
+    float *sa = (float *)(d + round_up(k_pad, 64)), *sum = sa + blocks;
+    q->q = d;
+    q->sa = sa;
+    q->sum = sum;
+    for (int64_t b = 0; b < blocks; b++) {
+        int64_t k0 = b * block, kc = min64(block, k - k0);
+        float top = 0.0f;
+        int bad = 0;
+        for (int64_t i = 0; i < kc; i++) {
+            float x = fabsf(a[k0 + i]);
+            bad |= !(x <= FLT_MAX);
+            top = x > top ? x : top;
+        }
+        memset(d + k0, 0, (size_t)block);
+        sum[b] = 0.0f;
+        if (bad || top < Q8_TINY) {
+            sa[b] = bad ? NAN : 0.0f;
+            continue;
+        }
+        sa[b] = top / 127.0f;
+        float inv = 127.0f / top;
+        int32_t s = 0;
+        for (int64_t i = 0; i < kc; i++) {
+            float v = nearbyintf(a[k0 + i] * inv);   /* to nearest even, as cvtps2dq */
+            v = v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v;
+            d[k0 + i] = (int8_t)v;
+            s += (int32_t)v;
+        }
+        sum[b] = (float)s;
+    }
+}
+
+/* Portable tm__nbits_gemv8_fn: per block the exact integer sum, then as the vector kernels
+ * finish it (fused multiply-adds), so that every path gives the same bits. A record's
+ * nibbles are unpacked once for all rows, 64 values of a column at a time. */
+static void gemv8_portable(const tm__nbits_packed *h, const uint8_t *data, const tm__nbits_q8 *q,
+                           int rows, int64_t g0, int64_t g1, float *y, int64_t ldy) {
+    uint8_t wq[TM_NBITS_GROUP][64];   /* each column's next (up to) 64 values */
+    for (int64_t g = g0; g < g1; g++) {
+        int cols = (int)min64(TM_NBITS_GROUP, h->n - g * TM_NBITS_GROUP);
+        float out[TM_NBITS_PASS8][TM_NBITS_GROUP] = {{0}};
+        for (int64_t blk = 0; blk < h->blocks; blk++) {
+            const uint8_t *rec = data + (g * h->blocks + blk) * h->record;
+            int32_t acc[TM_NBITS_PASS8][TM_NBITS_GROUP] = {{0}};
+            int64_t chunk = min64(h->block, 64);   /* blocks are powers of two */
+            for (int64_t i0 = 0; i0 < h->block; i0 += chunk) {
+                for (int c = 0; c < cols; c++)
+                    for (int64_t i = 0; i < chunk; i++) wq[c][i] = (uint8_t)nibble(rec, c, i0 + i);
+                for (int r = 0; r < rows; r++) {
+                    const int8_t *qa = q[r].q + blk * h->block + i0;
+                    for (int c = 0; c < cols; c++) {
+                        int32_t s = 0;
+                        for (int64_t i = 0; i < chunk; i++) s += wq[c][i] * qa[i];
+                        acc[r][c] += s;
+                    }
+                }
+            }
+            for (int c = 0; c < cols; c++) {
+                float scale, zp;
+                record_params(h, rec, c, &scale, &zp);
+                for (int r = 0; r < rows; r++) {
+                    float t = fmaf(-zp, q[r].sum[blk], (float)acc[r][c]);
+                    out[r][c] = fmaf(t, scale * q[r].sa[blk], out[r][c]);
+                }
+            }
+        }
+        for (int r = 0; r < rows; r++)
+            memcpy(y + r * ldy + g * TM_NBITS_GROUP, out[r], sizeof(float) * (size_t)cols);
+    }
+}
+
+static tm__nbits_gemv8_fn pick8(const char **name) {
+    const char *isa = getenv("TM_KERNEL_ISA");
+    tm__nbits_gemv8_fn fn = NULL;
+    if (!tm_use_reference_kernels() && !(isa && !strcmp(isa, "scalar"))) {
+        if (!isa || !strcmp(isa, "avx512")) fn = tm__nbits_gemv8_avx512(), *name = "avx512-vnni";
+        if (!fn && (!isa || !strcmp(isa, "avx512") || !strcmp(isa, "avx2")))
+            fn = tm__nbits_gemv8_avx2(), *name = "avx2";
+    }
+    if (!fn) fn = gemv8_portable, *name = "portable";
+    return fn;
+}
+
+const char *tm_nbits_int8_kernel_name(void) {
+    const char *name;
+    pick8(&name);
+    return name;
+}
+
+typedef struct gemv8_job {
+    const tm__nbits_packed *h;
+    const uint8_t *data;
+    tm__nbits_gemv8_fn gemv;
+    int64_t m;
+    const float *a;
+    uint8_t *rows;           /* m buffers of tm__nbits_q8_bytes, 64-aligned */
+    tm__nbits_q8 *q;
+    float *y;
+    const tm_sgemm_epilogue *ep;
+    tm__share share[TM__SHARES_MAX];
+} gemv8_job;
+
+static void quantize_slice(void *arg, int ith, int nth) {
+    const gemv8_job *j = arg;
+    const tm__nbits_packed *h = j->h;
+    size_t bytes = tm__nbits_q8_bytes(h->blocks * h->block, h->blocks);
+    for (int64_t r = j->m * ith / nth; r < j->m * (ith + 1) / nth; r++)
+        tm__nbits_quantize_row8(j->a + r * h->k, h->k, h->block, h->blocks,
+                                j->rows + (size_t)r * bytes, j->q + r);
+}
+
+static void gemv8_slice(void *arg, int ith, int nth) {
+    gemv8_job *jb = arg;
+    int64_t g0, g1 = 0, most = jb->m > TM_NBITS_PASS8 ? 2 : jb->h->groups;
+    while ((g0 = tm__claim_share(jb->share, nth, ith, 2, 2, &g1)) >= 0)
+        for (int64_t s0 = g0; s0 < g1; s0 += most) {
+            int64_t s1 = min64(g1, s0 + most);
+            for (int64_t r = 0; r < jb->m; r += TM_NBITS_PASS8)
+                jb->gemv(jb->h, jb->data, jb->q + r, (int)min64(TM_NBITS_PASS8, jb->m - r), s0, s1,
+                         jb->y + r * jb->h->n, jb->h->n);
+            tm_sgemm_epilogue_apply(jb->ep, jb->y, jb->h->n, 0, jb->m, s0 * TM_NBITS_GROUP,
+                                    min64(s1 * TM_NBITS_GROUP, jb->h->n));
+        }
+}
+
+void tm_nbits_matmul_int8(const void *packed, int64_t m, const float *a, float *y, void *scratch,
+                          const tm_sgemm_epilogue *ep, tm_pool *pool) {
+    if (m <= 0) return;
+    const char *name;
+    tm__nbits_packed h;
+    memcpy(&h, packed, sizeof h);
+    uint8_t *buf = (uint8_t *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
+    size_t bytes = tm__nbits_q8_bytes(h.blocks * h.block, h.blocks);
+    gemv8_job jb = {&h, (const uint8_t *)packed + h.data_offset, pick8(&name), m, a, buf,
+                    (tm__nbits_q8 *)(buf + (size_t)m * bytes), y, ep, {{0}}};
+    run(pool, threads_for(m, h.n, h.k, pool), quantize_slice, &jb);
+    int nth = threads_for(h.groups, h.n, h.k, pool);
+    if (nth > TM__SHARES_MAX) nth = TM__SHARES_MAX;
+    tm__shares_init(jb.share, nth, h.groups, 2);
+    run(pool, nth, gemv8_slice, &jb);
 }

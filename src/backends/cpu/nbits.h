@@ -1,5 +1,6 @@
 /* 4-bit block-quantized matrix multiply for MATMUL_NBITS (f32 activations, results as
- * accurate as f32 sums: MatMulNBits' accuracy_level 0). The weights are repacked once
+ * accurate as f32 sums: MatMulNBits' accuracy_level 0; or, tm_nbits_matmul_int8, the
+ * activations quantized to int8 per block: accuracy_level 4). The weights are repacked once
  * (plan time, tm_nbits_pack) into one sequential stream, still 4-bit: per group of 16
  * columns and per block, their nibbles interleaved column by column, then their scales
  * and zero points. A few rows: a GEMV in integers (AVX-512 VNNI) on each row split
@@ -45,6 +46,19 @@ size_t tm_nbits_scratch(int64_t m, int64_t k, int64_t block);
  * row. */
 void tm_nbits_matmul(const void *packed, int64_t m, const float *a, float *y, void *scratch,
                      const tm_sgemm_epilogue *ep, tm_pool *pool);
+
+/* The same product with the activations quantized to int8 (MatMulNBits' accuracy_level
+ * 4, as ONNX Runtime's CompInt8): each row, per block of k, gets a scale sa = max|a| / 127
+ * and integers q = round-to-nearest-even(a * 127 / max|a|) in [-127, 127]; per block the
+ * integer dot product of q and the weights' nibbles is exact, less the zero point times
+ * the sum of q, times sa and the weights' scale, summed over blocks in f32. Every row
+ * count takes this path (AVX-512 VNNI, AVX2, or portable C: all give the same sums up to
+ * the order of f32 additions). Scratch: tm_nbits_scratch's. */
+void tm_nbits_matmul_int8(const void *packed, int64_t m, const float *a, float *y, void *scratch,
+                          const tm_sgemm_epilogue *ep, tm_pool *pool);
+
+/* Which kernels tm_nbits_matmul_int8 would use now: "avx512-vnni", "avx2" or "portable". */
+const char *tm_nbits_int8_kernel_name(void);
 
 /* The weights dequantized from their stored layout, w (k, n) row-major = (q - zero point)
  * * scale, split over the pool by columns: the per-run way (DEQUANTIZE_NBITS). */
@@ -117,6 +131,32 @@ typedef struct tm__nbits_arch {
     tm__nbits_gemv_fn gemv;
     tm__nbits_panel_fn panel;    /* for P a multiple of 16 */
 } tm__nbits_arch;
+
+/* One row quantized to int8 for tm_nbits_matmul_int8: per block b its scale sa[b]
+ * (NaN where the block holds a value that is not finite, 0 for a block whose largest |a|
+ * is below 2^-100, then q is 0 there) and sum[b], the sum of its q (exact in f32: at most
+ * 127 * block). q is k_pad bytes, zeros past k. */
+typedef struct tm__nbits_q8 {
+    const int8_t *q;
+    const float *sa, *sum;
+} tm__nbits_q8;
+
+/* Bytes of one quantized row (64-aligned buffer), and the quantization (portable C:
+ * every ISA path multiplies the same integers). */
+size_t tm__nbits_q8_bytes(int64_t k_pad, int64_t blocks);
+void tm__nbits_quantize_row8(const float *a, int64_t k, int64_t block, int64_t blocks, void *p,
+                             tm__nbits_q8 *q);
+
+/* rows (1..TM_NBITS_PASS8) quantized rows times the columns of groups [g0, g1):
+ * y[r * ldy + n]. */
+#define TM_NBITS_PASS8 8
+typedef void (*tm__nbits_gemv8_fn)(const tm__nbits_packed *h, const uint8_t *data,
+                                   const tm__nbits_q8 *rows, int nrows, int64_t g0, int64_t g1,
+                                   float *y, int64_t ldy);
+
+/* NULL where the compiler or the CPU lacks the instructions (AVX-512 BW and VNNI; AVX2). */
+tm__nbits_gemv8_fn tm__nbits_gemv8_avx512(void);
+tm__nbits_gemv8_fn tm__nbits_gemv8_avx2(void);
 
 /* NULL where the compiler or the CPU lacks AVX-512 with BW and VNNI. */
 const tm__nbits_arch *tm__nbits_arch_avx512(void);

@@ -459,6 +459,115 @@ static void panel(const tm__nbits_packed *h, const uint8_t *data, int64_t g0, in
     }
 }
 
+/* ---- Int8 activations (tm_nbits_matmul_int8) -----------------------------------------
+ * One vpdpbusd per octet half and row: a lane's four nibbles times four of the row's
+ * int8 values broadcast; up to 8 rows per pass, so that each octet's nibbles, split once,
+ * serve 16 products, and one accumulator a row (8 chains overlap); per block exact, then
+ * finished as gemv8_portable (nbits.c) does. */
+
+static inline __attribute__((always_inline)) void gemv8_group(const tm__nbits_packed *h,
+                                                              const uint8_t *rec,
+                                                              const tm__nbits_q8 *q, int rows,
+                                                              float *y, int64_t ldy, int cols) {
+    const __m512i nib = _mm512_set1_epi8(0x0f);
+    const int64_t octets = h->block / 8;
+    __m512 out[8];
+#pragma GCC unroll 8
+    for (int r = 0; r < rows; r++) out[r] = _mm512_setzero_ps();
+    for (int64_t blk = 0; blk < h->blocks; blk++, rec += h->record) {
+        __m512i acc[8];
+#pragma GCC unroll 8
+        for (int r = 0; r < rows; r++) acc[r] = _mm512_setzero_si512();
+        int64_t k0 = blk * h->block;
+        for (int64_t o = 0; o < octets; o++) {
+            __m512i v = _mm512_loadu_si512(rec + 64 * o);
+            __m512i lo = _mm512_and_si512(v, nib), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
+#pragma GCC unroll 8
+            for (int r = 0; r < rows; r++) {
+                const int8_t *d = q[r].q + k0 + 8 * o;
+                acc[r] = dpbusd(dpbusd(acc[r], lo, bcast4(d)), hi, bcast4(d + 4));
+            }
+        }
+        __m512 z = zero_points(h, rec), s = _mm512_loadu_ps(rec + tm__nbits_scales_at(h->block));
+#pragma GCC unroll 8
+        for (int r = 0; r < rows; r++) {
+            __m512 t = _mm512_cvtepi32_ps(acc[r]);
+            t = _mm512_fnmadd_ps(z, _mm512_set1_ps(q[r].sum[blk]), t);
+            out[r] = _mm512_fmadd_ps(t, _mm512_mul_ps(s, _mm512_set1_ps(q[r].sa[blk])), out[r]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < rows; r++) _mm512_mask_storeu_ps(y + r * ldy, lanes(cols), out[r]);
+}
+
+/* Two neighbouring groups for 8 rows: each broadcast serves two products. The 16 running
+ * sums live on the stack (32 registers hold the accumulators, not them too); each
+ * (row, column) is summed in the same order as gemv8_group, so the bits are the same. */
+static void gemv8_pair8(const tm__nbits_packed *h, const uint8_t *ra, const tm__nbits_q8 *q,
+                        float *y, int64_t ldy, int cols_b) {
+    const __m512i nib = _mm512_set1_epi8(0x0f);
+    const int64_t octets = h->block / 8;
+    const uint8_t *rb = ra + h->blocks * h->record;
+    __m512 out[2][8];
+    for (int r = 0; r < 8; r++) out[0][r] = out[1][r] = _mm512_setzero_ps();
+    for (int64_t blk = 0; blk < h->blocks; blk++, ra += h->record, rb += h->record) {
+        __m512i acc[8], bcc[8];
+#pragma GCC unroll 8
+        for (int r = 0; r < 8; r++) acc[r] = bcc[r] = _mm512_setzero_si512();
+        int64_t k0 = blk * h->block;
+        for (int64_t o = 0; o < octets; o++) {
+            __m512i v = _mm512_loadu_si512(ra + 64 * o), w = _mm512_loadu_si512(rb + 64 * o);
+            __m512i lo = _mm512_and_si512(v, nib), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
+            __m512i lob = _mm512_and_si512(w, nib), hib = _mm512_and_si512(_mm512_srli_epi16(w, 4), nib);
+#pragma GCC unroll 8
+            for (int r = 0; r < 8; r++) {
+                const int8_t *d = q[r].q + k0 + 8 * o;
+                __m512i x = bcast4(d), x4 = bcast4(d + 4);
+                acc[r] = dpbusd(dpbusd(acc[r], lo, x), hi, x4);
+                bcc[r] = dpbusd(dpbusd(bcc[r], lob, x), hib, x4);
+            }
+        }
+        __m512 za = zero_points(h, ra), sa = _mm512_loadu_ps(ra + tm__nbits_scales_at(h->block));
+        __m512 zb = zero_points(h, rb), sb = _mm512_loadu_ps(rb + tm__nbits_scales_at(h->block));
+#pragma GCC unroll 8
+        for (int r = 0; r < 8; r++) {
+            __m512 sum = _mm512_set1_ps(q[r].sum[blk]), rs = _mm512_set1_ps(q[r].sa[blk]);
+            __m512 t = _mm512_fnmadd_ps(za, sum, _mm512_cvtepi32_ps(acc[r]));
+            out[0][r] = _mm512_fmadd_ps(t, _mm512_mul_ps(sa, rs), out[0][r]);
+            __m512 u = _mm512_fnmadd_ps(zb, sum, _mm512_cvtepi32_ps(bcc[r]));
+            out[1][r] = _mm512_fmadd_ps(u, _mm512_mul_ps(sb, rs), out[1][r]);
+        }
+    }
+    for (int r = 0; r < 8; r++) {
+        _mm512_storeu_ps(y + r * ldy, out[0][r]);
+        _mm512_mask_storeu_ps(y + r * ldy + TM_NBITS_GROUP, lanes(cols_b), out[1][r]);
+    }
+}
+
+static void gemv8(const tm__nbits_packed *h, const uint8_t *data, const tm__nbits_q8 *q, int rows,
+                  int64_t g0, int64_t g1, float *y, int64_t ldy) {
+    for (int64_t g = g0; g < g1; g++) {
+        const uint8_t *rec = data + g * h->blocks * h->record;
+        float *yg = y + g * TM_NBITS_GROUP;
+        int cols = group_cols(h, g);
+        if (rows == 8 && g + 1 < g1) {
+            gemv8_pair8(h, rec, q, yg, ldy, group_cols(h, g + 1));
+            g++;
+            continue;
+        }
+        switch (rows) {
+        case 1: gemv8_group(h, rec, q, 1, yg, ldy, cols); break;
+        case 2: gemv8_group(h, rec, q, 2, yg, ldy, cols); break;
+        case 3: gemv8_group(h, rec, q, 3, yg, ldy, cols); break;
+        case 4: gemv8_group(h, rec, q, 4, yg, ldy, cols); break;
+        case 5: gemv8_group(h, rec, q, 5, yg, ldy, cols); break;
+        case 6: gemv8_group(h, rec, q, 6, yg, ldy, cols); break;
+        case 7: gemv8_group(h, rec, q, 7, yg, ldy, cols); break;
+        default: gemv8_group(h, rec, q, 8, yg, ldy, cols); break;
+        }
+    }
+}
+
 static const tm__nbits_arch avx512 = {"avx512-vnni", split, gemv, panel};
 
 /* Every call of tm_nbits_matmul comes here before its threads start, so the prefetch
@@ -471,8 +580,11 @@ const tm__nbits_arch *tm__nbits_arch_avx512(void) {
                : 0;
 }
 
+tm__nbits_gemv8_fn tm__nbits_gemv8_avx512(void) { return tm__nbits_arch_avx512() ? gemv8 : 0; }
+
 #else
 
 const tm__nbits_arch *tm__nbits_arch_avx512(void) { return 0; }
+tm__nbits_gemv8_fn tm__nbits_gemv8_avx512(void) { return 0; }
 
 #endif

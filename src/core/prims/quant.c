@@ -241,8 +241,9 @@ tm_status tm__kernel_matmul_nbits(const tm_kcall *k) {
                                 .activation_arg = &ch,
                                 .residual = with_residual ? k->in[k->nin - 1]->data : NULL,
                                 .ldr = N};
-        tm_nbits_matmul(P->data, M, A->data, Y->data, k->scratch,
-                        with_bias || with_residual || ch.n ? &ep : NULL, k->pool);
+        (k->a->i[6] == 2 ? tm_nbits_matmul_int8 : tm_nbits_matmul)(
+            P->data, M, A->data, Y->data, k->scratch, with_bias || with_residual || ch.n ? &ep : NULL,
+            k->pool);
         return TM_OK;
     }
     nbits_weights wt = weights_of(k, 1);

@@ -28,7 +28,11 @@ tm_status tm__grad_matmul_nbits(tm_ctx *c, const tm_grad_call *g) {
     tm_val in[5];
     in[0] = eye;
     for (int i = 1; i < g->nin; i++) in[i] = g->in[i];
-    tm_val wt = tm_prim(c, TM_P_MATMUL_NBITS, in, g->nin, g->a);   /* (K, N) = W^T */
+    /* W^T exactly: the identity through the f32-accuracy kernel, also where the forward
+     * product quantizes its activations to int8 (i[6] = 2). */
+    tm_args exact = *g->a;
+    if (exact.i[6] == 2) exact.i[6] = 1;
+    tm_val wt = tm_prim(c, TM_P_MATMUL_NBITS, in, g->nin, &exact);   /* (K, N) = W^T */
     static const int64_t swap[2] = {1, 0};
     tm_val w = tm_transpose(c, wt, swap);                            /* (N, K) */
     int r = tm_vrank(c, a);

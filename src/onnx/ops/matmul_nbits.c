@@ -2,7 +2,8 @@
  * bits, any power-of-two block size, optional zero points packed or not, optional g_idx,
  * optional bias). The MATMUL_NBITS primitive dequantizes inside its kernel, from the
  * weights repacked by NBITS_PACK where its fast kernels apply; with the load option
- * dequantize_nbits, DEQUANTIZE_NBITS makes f32 weights in every run for MATMUL instead. */
+ * dequantize_nbits, DEQUANTIZE_NBITS makes f32 weights in every run for MATMUL instead.
+ * accuracy_level 4 (or the load option nbits_int8) picks the int8-activation kernels. */
 #include <string.h>
 #include "../lower.h"
 
@@ -53,7 +54,10 @@ static tm_status lower_matmul_nbits(tm_lower *L) {
         tm_vdtype(c, in[2]) == TM_FLOAT && zp_ok) {
         in[1] = tm_prim(c, TM_P_NBITS_PACK, in + 1, n - 1, &a);
         n = 2;
-        a.i[6] = 1;
+        /* Int8 activations where the node asks for them (accuracy_level 4) or the load
+         * option nbits_int8 says so for every node. */
+        int64_t level = tm_attr_i(L, "accuracy_level", 0);
+        a.i[6] = c->nbits_int8 > 0 || (c->nbits_int8 == 0 && level == 4) ? 2 : 1;
     }
     tm_val y = tm_prim(c, TM_P_MATMUL_NBITS, in, n, &a);
     if (tm_lhas(L, 5)) y = tm_add(c, y, tm_lin(L, 5));
