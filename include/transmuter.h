@@ -521,6 +521,12 @@ typedef int (*tm_generator_stream_fn)(void *user, const char *text, size_t len, 
  * per token. Beam search streams the best sequence's text once, at the end. */
 tm_status tm_generator_generate(tm_generator *g, tm_generator_stream_fn stream, void *user,
                                 tm_error *err);
+/* How much of text[0..n), the decoded new tokens so far, is final while generation goes
+ * on: transformers' TextStreamer rule, which tm_generator_generate streams by — all of it
+ * after a newline or a CJK character, else up to its last space (a word may still grow;
+ * a broken byte sequence decodes to U+FFFD, which more bytes replace). For a caller that
+ * steps and decodes itself (a server's streams). */
+size_t tm_generator_stable_length(const char *text, size_t n);
 /* Sequences to read: 1 while running; num_return_sequences once done (beams: the best
  * first, as transformers orders them). */
 int tm_generator_n_sequences(const tm_generator *g);

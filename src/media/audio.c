@@ -482,24 +482,9 @@ static int window_exact_seeks(const SF_INFO *sfi) {
 /* A sound file through libsndfile: its header checked; read whole now unless its seeks
  * are exact. */
 static tm_status window_open(tm__audio_window *st, tm_error *err) {
-    FILE *probe = fopen(st->path, "rb");
-    if (!probe) return tm__fail(err, TM_ERR_IO, "cannot open audio file '%s': %s", st->path, strerror(errno));
-    fclose(probe);
     SF_INFO sfi;
-    memset(&sfi, 0, sizeof sfi);
-    st->file = sf_open(st->path, SFM_READ, &sfi);
-    if (!st->file) {
-        int code = sf_error(NULL);
-        const char *why = sf_strerror(NULL);
-        return tm__fail(err, code == SF_ERR_UNRECOGNISED_FORMAT ? TM_ERR_UNSUPPORTED : TM_ERR_PARSE,
-                        "%s: not an audio file we can read (WAV, FLAC, OGG, AIFF, ...): %s", st->path, why);
-    }
-    long long claimed = 0, present = 0;
-    if (data_chunk_short(st->file, &claimed, &present))
-        return tm__fail(err, TM_ERR_PARSE, "%s: truncated or corrupt: its data chunk says %lld bytes, the file holds %lld",
-                        st->path, claimed, present);
-    if (sfi.channels < 1 || sfi.samplerate <= 0)
-        return tm__fail(err, TM_ERR_PARSE, "%s: %d channels at %d Hz", st->path, sfi.channels, sfi.samplerate);
+    tm_status opened = open_sound(st->path, &st->file, &sfi, err);
+    if (opened) return opened;
     if (sfi.frames <= 0)
         return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "%s: the clip has no samples (zero length)", st->path);
     st->info = (tm__audio_info){sfi.samplerate, sfi.channels, (int64_t)sfi.frames};

@@ -872,8 +872,8 @@ static uint32_t last_char(const char *s, size_t n) {
 /* TextStreamer's rule: text that ends with a newline or a CJK character is final; else up
  * to its last space (a word may still grow, an incomplete byte sequence decodes to U+FFFD
  * that more bytes replace). */
-static size_t stable_end(const char *text, size_t n) {
-    if (n == 0) return 0;
+size_t tm_generator_stable_length(const char *text, size_t n) {
+    if (!text || n == 0) return 0;
     if (text[n - 1] == '\n' || is_cjk(last_char(text, n))) return n;
     for (size_t i = n; i > 0; i--)
         if (text[i - 1] == ' ') return i;
@@ -898,7 +898,7 @@ tm_status tm_generator_generate(tm_generator *g, tm_generator_stream_fn stream, 
         size_t n = 0;
         st = new_text(g, &text, &n, err);
         if (st != TM_OK) break;
-        size_t end = g->done ? n : stable_end(text, n);
+        size_t end = g->done ? n : tm_generator_stable_length(text, n);
         if (end > printed) {
             stopped = stream(user, text + printed, end - printed, t) != 0;
             printed = end;

@@ -247,38 +247,11 @@ int tm__serve_batch_run(serve_server *s, serve_batch_job *job, const serve_reque
 
 /* ---- Generation ---------------------------------------------------------------------------- */
 
-static int is_cjk(uint32_t c) {
-    return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) ||
-           (c >= 0x20000 && c <= 0x2A6DF) || (c >= 0x2A700 && c <= 0x2CEAF) ||
-           (c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F);
-}
-
-/* The code point that ends s[0..n), 0 if it is cut or there is none. */
-static uint32_t last_code_point(const char *s, size_t n) {
-    size_t i = n;
-    while (i > 0 && ((unsigned char)s[i - 1] & 0xC0) == 0x80) i--;
-    if (i == 0) return 0;
-    const unsigned char *p = (const unsigned char *)s + i - 1;
-    size_t len = n - (i - 1);
-    if (p[0] < 0x80) return len == 1 ? p[0] : 0;
-    if ((p[0] & 0xE0) == 0xC0 && len == 2) return (uint32_t)(p[0] & 0x1F) << 6 | (p[1] & 0x3F);
-    if ((p[0] & 0xF0) == 0xE0 && len == 3)
-        return (uint32_t)(p[0] & 0x0F) << 12 | (uint32_t)(p[1] & 0x3F) << 6 | (p[2] & 0x3F);
-    if ((p[0] & 0xF8) == 0xF0 && len == 4)
-        return (uint32_t)(p[0] & 0x07) << 18 | (uint32_t)(p[1] & 0x3F) << 12 |
-               (uint32_t)(p[2] & 0x3F) << 6 | (p[3] & 0x3F);
-    return 0;
-}
-
 /* How much of the decoded new text will not change with more tokens: the library's
  * streaming rule (whole up to a newline or CJK character, else up to the last space), less
  * what could still be the start of a stop string. */
 static size_t settled(const serve_gen_job *job, const char *text, size_t n) {
-    size_t end = 0;
-    if (n && (text[n - 1] == '\n' || is_cjk(last_code_point(text, n)))) end = n;
-    else
-        for (size_t i = n; i > 0 && !end; i--)
-            if (text[i - 1] == ' ') end = i;
+    size_t end = tm_generator_stable_length(text, n);
     size_t hold = 0;
     for (int k = 0; k < job->n_stops; k++) {
         size_t l = strlen(job->stops[k]);
