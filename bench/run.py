@@ -92,6 +92,9 @@ def ensure_model(path, recipe):
     if kind == "dequantize-graph":
         # The q4 export with its weights dequantized in the graph (bench/dequantize_graph.py).
         sh(["/usr/bin/python3", os.path.join(HERE, "dequantize_graph.py"), base, path])
+    elif kind == "accuracy-level":
+        # The q4 export with accuracy_level set on every MatMulNBits (bench/accuracy_level.py).
+        sh(["/usr/bin/python3", os.path.join(HERE, "accuracy_level.py"), base, path] + args)
     elif kind == "inflate":
         sh(["/usr/bin/python3", os.path.join(tools, "skeleton.py"), "inflate", base, path])
     else:
@@ -182,6 +185,14 @@ def case_list(skip_large):
     small_variants = [("fp32", small_fp32, ("inflate", os.path.join(sk, "llama-small", "decoder_model_merged.skeleton.onnx"), [])),
                       ("q4", os.path.join(small, "decoder_model_merged_q4.onnx"), ("q4", small_fp32, ["--block", "32", "--gbq", "--dedupe"])),
                       ("int8", os.path.join(small, "decoder_model_merged_quantized.onnx"), ("int8", small_fp32, ["--dedupe"]))]
+    # The q4 export at accuracy_level 4: int8 activations on both sides (ONNX Runtime's
+    # CompInt8, our int8 4-bit kernels); its prefill is where that matters.
+    small_q4 = small_variants[1]
+    small_q4_acc4 = os.path.join(small, "decoder_model_merged_q4_acc4.onnx")
+    cases.append(dict(name="llama-small-q4-acc4-prefill32", model=small_q4_acc4,
+                      recipe=("accuracy-level", small_q4[1], ["4"]), deps=[small_variants[0], small_q4],
+                      spec=dict(seq=32, past=0, vocab=32000), static=["use_cache_branch"], tol=1e-2,
+                      int8=True))
     for var, path, recipe in small_variants:
         for label, spec in decoder_shapes:
             cases.append(dict(name=f"llama-small-{var}-{label}", model=path, recipe=recipe,
