@@ -83,6 +83,24 @@ class TestSession(unittest.TestCase):
         got, = self.s.run(["last_hidden_state"], self.feed)
         np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
 
+    def test_nbits_int8(self):
+        """The tiny BERT's q4 export leaves accuracy_level unset: nbits_int8 = 1 takes the
+        int8-activation kernels (close to, not equal to, the f32 path), -1 equals the default."""
+        q4 = os.path.join(TINY, "bert", "model_q4.onnx")
+        runs = {}
+        for v in (0, 1, -1):
+            o = transmuter.SessionOptions()
+            o.nbits_int8 = v
+            s = transmuter.InferenceSession(q4, sess_options=o)
+            runs[v], = s.run(["last_hidden_state"], self.feed)
+        self.assertEqual(runs[-1].tobytes(), runs[0].tobytes())
+        self.assertNotEqual(runs[1].tobytes(), runs[0].tobytes())
+        np.testing.assert_allclose(runs[1], runs[0], rtol=5e-2, atol=5e-2)
+        o = transmuter.SessionOptions()
+        o.nbits_int8 = 2
+        with self.assertRaises(ValueError):
+            transmuter.InferenceSession(q4, sess_options=o)
+
     def test_from_bytes(self):
         with open(BERT, "rb") as f:
             s = transmuter.InferenceSession(f.read())

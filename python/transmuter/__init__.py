@@ -140,6 +140,9 @@ class SessionOptions:
         self.compute_type = None
         self.eager = False
         self.plan_cache_limit = 0
+        # 4-bit MatMulNBits: 0 follows each node's accuracy_level (4: int8 activations),
+        # 1 takes the int8 path everywhere, -1 nowhere (tm_load_options.nbits_int8)
+        self.nbits_int8 = 0
         self.log_severity_level = 2
 
 
@@ -156,7 +159,7 @@ def get_available_providers():
 
 
 def _load_model(source, threads=0, compute_type=None, trainable=False, trainable_names=None,
-                plan_cache_limit=0, base_dir=None):
+                plan_cache_limit=0, base_dir=None, nbits_int8=0):
     ct = 0
     if compute_type in ("float32", "f32", np.float32, FLOAT):
         ct = FLOAT
@@ -168,7 +171,7 @@ def _load_model(source, threads=0, compute_type=None, trainable=False, trainable
         source = os.fspath(source)
     return _c.Model(source, threads=threads, compute_type=ct, trainable=int(bool(trainable)),
                     trainable_names=trainable_names, plan_cache_limit=plan_cache_limit,
-                    base_dir=base_dir)
+                    base_dir=base_dir, nbits_int8=int(nbits_int8))
 
 
 class InferenceSession:
@@ -190,7 +193,8 @@ class InferenceSession:
         self._model = _load_model(path_or_bytes, threads=getattr(o, "intra_op_num_threads", 0) or 0,
                                   compute_type=getattr(o, "compute_type", None),
                                   plan_cache_limit=getattr(o, "plan_cache_limit", 0) or 0,
-                                  base_dir=kwargs.get("base_dir"))
+                                  base_dir=kwargs.get("base_dir"),
+                                  nbits_int8=getattr(o, "nbits_int8", 0) or 0)
         self._inputs = [NodeArg(*d) for d in self._model.inputs()]
         self._outputs = [NodeArg(*d) for d in self._model.outputs()]
         self._out_index = {a.name: i for i, a in enumerate(self._outputs)}

@@ -367,15 +367,20 @@ static void model_dealloc(ModelObject *o) {
 
 static int model_init(ModelObject *o, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"source", "threads", "compute_type", "trainable", "trainable_names",
-                             "plan_cache_limit", "dequantize_nbits", "base_dir", NULL};
+                             "plan_cache_limit", "dequantize_nbits", "base_dir", "nbits_int8", NULL};
     PyObject *source, *names = Py_None;
-    int threads = 0, compute_type = 0, trainable = 0, dequant = 0;
+    int threads = 0, compute_type = 0, trainable = 0, dequant = 0, nbits_int8 = 0;
     Py_ssize_t cache_limit = 0;
     const char *base_dir = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|iiiOniz", kwlist, &source, &threads,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|iiiOnizi", kwlist, &source, &threads,
                                      &compute_type, &trainable, &names, &cache_limit, &dequant,
-                                     &base_dir))
+                                     &base_dir, &nbits_int8))
         return -1;
+    if (nbits_int8 < -1 || nbits_int8 > 1) {
+        PyErr_Format(PyExc_ValueError, "nbits_int8 %d: 0 (each node's accuracy_level), 1 (all) or -1 (none)",
+                     nbits_int8);
+        return -1;
+    }
     if (o->m) {
         PyErr_SetString(PyExc_RuntimeError, "model already loaded");
         return -1;
@@ -387,6 +392,7 @@ static int model_init(ModelObject *o, PyObject *args, PyObject *kw) {
     lo.trainable = trainable;
     lo.plan_cache_limit = (size_t)cache_limit;
     lo.dequantize_nbits = dequant;
+    lo.nbits_int8 = nbits_int8;
     PyObject *nseq = NULL;
     const char **tn = NULL;
     if (names != Py_None) {
