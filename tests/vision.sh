@@ -12,8 +12,8 @@
 # decoding (channels as sharp reports them; EXIF orientation; 16-bit, gray + alpha and
 # palette PNGs written here); the CLI's positional and batch forms; and errors (truncated PNG
 # and JPEG, an empty file, a zero-width PNG, a missing file, another format, an unknown
-# processor type, two images for object-detection, a repo without a processor).
-# Prints the largest differences seen. Usage: tests/vision.sh TRANSMUTER
+# processor type, two images for object-detection, a repo without a processor); a 4000 x 3000
+# JPEG classified within 400 MB. Prints the largest differences seen. Usage: tests/vision.sh TRANSMUTER
 TM=${1:-build/transmuter}
 exec /usr/bin/python3 - "$TM" tests/data/pipelines <<'PY'
 import hashlib, json, os, shutil, struct, subprocess, sys, tempfile, zlib
@@ -274,6 +274,26 @@ expect_error('an unknown image processor', ['pipeline', 'image-classification', 
              img('rgb_37x211.png')], "image processor 'SamImageProcessor' is not supported")
 expect_error('image-features: unknown processor', ['image-features', img('rgb_37x211.png'), '--processor', f'{tmp}/sam', '--out', tmp],
              "'SamImageProcessor' is not supported")
+
+# A photo of the size users meet (4000 x 3000 JPEG, made here with ImageMagick when it is
+# installed): classified, with the decoded image, the resize and the model within 400 MB.
+if shutil.which('convert') and os.path.exists('/usr/bin/time'):
+    big = f'{tmp}/big_4000x3000.jpg'
+    subprocess.run(['convert', '-size', '4000x3000', 'gradient:red-blue', '-quality', '85', big], check=True)
+    r = subprocess.run(['/usr/bin/time', '-f', 'peak %M', tm, 'pipeline', 'image-classification', V, big, '--json'],
+                       capture_output=True, text=True)
+    peak = [l for l in r.stderr.splitlines() if l.startswith('peak ')]
+    kb = int(peak[-1].split()[1]) if peak else 0
+    try:
+        labels = json.loads(r.stdout)
+    except ValueError:
+        labels = None
+    ok('a 4000 x 3000 JPEG: classified within 400 MB',
+       None if r.returncode == 0 and isinstance(labels, list) and len(labels) == 5 and 0 < kb < 400 * 1024
+       else f'exit {r.returncode}, {kb // 1024} MB, {r.stderr.strip()[:120]}')
+    print(f'a 4000 x 3000 JPEG: peak RSS {kb // 1024} MB')
+else:
+    print('skip: a 4000 x 3000 JPEG needs ImageMagick (convert) and /usr/bin/time')
 
 # Truncated at many points and with header bytes flipped: every file decodes or fails with a
 # message naming it (never a crash).
