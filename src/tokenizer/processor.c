@@ -376,7 +376,11 @@ static tm_status load_template(template_proc *t, const tm_json *arr, const char 
         if (!id || !type_id || type_id->type != TM_JSON_NUMBER)
             return tm__tok_fail(err, path, where, "expected {\"Sequence\": {\"id\": \"A\", "
                                 "\"type_id\": 0}} or {\"SpecialToken\": {\"id\": ..., \"type_id\": ...}}");
-        p[i].type_id = (int32_t)type_id->number;
+        double tv = type_id->number;   /* a u32 in the Rust library: a whole number here */
+        if (!(tv >= 0 && tv <= 2147483647.0) || tv != (double)(int32_t)tv)
+            return tm__tok_fail(err, path, where, "type_id %g is not a whole number from 0 to "
+                                "2147483647", tv);
+        p[i].type_id = (int32_t)tv;
         if (seq) {
             if (strcmp(id, "A") && strcmp(id, "B"))
                 return tm__tok_fail(err, path, where, "a sequence id must be \"A\" or \"B\"");
