@@ -365,6 +365,29 @@ static void model_dealloc(ModelObject *o) {
     Py_TYPE(o)->tp_free((PyObject *)o);
 }
 
+/* The UTF-8 strings of a sequence of str, NULL-terminated (free() the array; the strings
+ * live as long as *keep, a reference to release after). NULL with an exception set. */
+static const char **str_list(PyObject *items, const char *what, PyObject **keep, Py_ssize_t *n) {
+    *keep = PySequence_Fast(items, what);
+    if (!*keep) return NULL;
+    *n = PySequence_Fast_GET_SIZE(*keep);
+    const char **out = calloc((size_t)*n + 1, sizeof *out);
+    if (!out) {
+        Py_CLEAR(*keep);
+        PyErr_NoMemory();
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < *n; i++) {
+        out[i] = PyUnicode_AsUTF8(PySequence_Fast_GET_ITEM(*keep, i));
+        if (!out[i]) {
+            free(out);
+            Py_CLEAR(*keep);
+            return NULL;
+        }
+    }
+    return out;
+}
+
 static int model_init(ModelObject *o, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"source", "threads", "compute_type", "trainable", "trainable_names",
                              "plan_cache_limit", "dequantize_nbits", "base_dir", "nbits_int8", NULL};
@@ -396,23 +419,9 @@ static int model_init(ModelObject *o, PyObject *args, PyObject *kw) {
     PyObject *nseq = NULL;
     const char **tn = NULL;
     if (names != Py_None) {
-        nseq = PySequence_Fast(names, "trainable_names must be a sequence of str");
-        if (!nseq) return -1;
-        Py_ssize_t n = PySequence_Fast_GET_SIZE(nseq);
-        tn = calloc((size_t)n + 1, sizeof *tn);
-        if (!tn) {
-            Py_DECREF(nseq);
-            PyErr_NoMemory();
-            return -1;
-        }
-        for (Py_ssize_t i = 0; i < n; i++) {
-            tn[i] = PyUnicode_AsUTF8(PySequence_Fast_GET_ITEM(nseq, i));
-            if (!tn[i]) {
-                free(tn);
-                Py_DECREF(nseq);
-                return -1;
-            }
-        }
+        Py_ssize_t n = 0;
+        tn = str_list(names, "trainable_names must be a sequence of str", &nseq, &n);
+        if (!tn) return -1;
         lo.n_trainable_names = (int)n;
         lo.trainable_names = tn;
     }
@@ -755,23 +764,9 @@ static int grad_plan_init(GradPlanObject *o, PyObject *args, PyObject *kw) {
     PyObject *pseq = NULL;
     const char **pn = NULL;
     if (params != Py_None) {
-        pseq = PySequence_Fast(params, "params must be a sequence of str");
-        if (!pseq) return -1;
-        Py_ssize_t n = PySequence_Fast_GET_SIZE(pseq);
-        pn = calloc((size_t)n + 1, sizeof *pn);
-        if (!pn) {
-            Py_DECREF(pseq);
-            PyErr_NoMemory();
-            return -1;
-        }
-        for (Py_ssize_t i = 0; i < n; i++) {
-            pn[i] = PyUnicode_AsUTF8(PySequence_Fast_GET_ITEM(pseq, i));
-            if (!pn[i]) {
-                free(pn);
-                Py_DECREF(pseq);
-                return -1;
-            }
-        }
+        Py_ssize_t n = 0;
+        pn = str_list(params, "params must be a sequence of str", &pseq, &n);
+        if (!pn) return -1;
         go.n_params = (int)n;
         go.params = pn;
     }
