@@ -243,11 +243,12 @@ typedef struct tm_plan_options {
     const tm_tensor *const *static_values;
     /* Decoders: each Concat(past, new) -> present of a KV cache (past a graph input of
      * (B, H, P, D), concatenated on P, read by the fused attention) keeps the cache in
-     * place: the plan takes that past input in the (B, P, H, D) layout, and its present
-     * output is the same buffer with the new rows written after the P there, (B, P + S, H,
-     * D) — so the buffer given for past must have room for P + S rows (batch 1; with
-     * batch B the rows of each batch are moved up, a copy). tm_plan_kv_input tells which
-     * inputs are so. Used by tm_decoder; a plan that keeps no cache is unchanged. */
+     * place: the plan takes that past input position-major, in the (P, B, H, D) layout
+     * ((B, P, H, D) for batch 1), and its present output is the same buffer with the new
+     * positions written after the P there, (P + S, B, H, D) — so the buffer given for
+     * past must have room for P + S positions, and nothing is moved, whatever the batch.
+     * tm_plan_kv_input tells which inputs are so. Used by tm_decoder; a plan that keeps
+     * no cache is unchanged. */
     int kv_in_place;
     /* A plan that serves many sizes (see tm_model_run): the sizes that vary grow together
      * along a line, each by one per step, from the given inputs' (which count as the first
@@ -283,7 +284,7 @@ void tm_plan_options_default(tm_plan_options *opts);
  * bound). */
 int tm_plan_serves_sizes(const tm_plan *plan, int64_t *min_size, int64_t *max_size);
 /* Whether graph input i of a plan made with kv_in_place is a KV cache it keeps in place
- * (taken in the (B, P, H, D) layout; its present output likewise). */
+ * (taken in the (P, B, H, D) layout; its present output likewise). */
 int tm_plan_kv_input(const tm_plan *plan, int i);
 
 /* Compiles a plan for the shapes and dtypes of `inputs` (their data is not read, except
@@ -368,6 +369,9 @@ typedef struct tm_decoder_options {
                                     alone, (1, 1, vocab), and a prompt's plan computes the
                                     final norm and LM head for that row only
                                     (tm_plan_options.last_row_names); 0 (default): all */
+    int64_t batch;               /* sequences stepped together (0 or 1: one); each row has
+                                    its own attention mask and positions (see
+                                    tm_decoder_append_batch) */
 } tm_decoder_options;
 void tm_decoder_options_default(tm_decoder_options *opts);
 tm_status tm_decoder_create(tm_model *model, const tm_decoder_options *opts, tm_decoder **out,
@@ -375,7 +379,18 @@ tm_status tm_decoder_create(tm_model *model, const tm_decoder_options *opts, tm_
 /* Runs the model on n tokens after the cache (a prompt, or one token a step); the cache
  * grows by n. On error the cache is as before. */
 tm_status tm_decoder_append(tm_decoder *d, const int64_t *tokens, int64_t n, tm_error *err);
-/* The logits of the last append, (1, n, vocab) — (1, 1, vocab) with last_logits_only —
+/* A decoder of B sequences (tm_decoder_options.batch): appends n positions to every row,
+ * tokens (B, n) row after row; mask (B, n), may be NULL (all 1): 0 marks padding, a
+ * position the row's later tokens do not attend to and that its position ids skip (as
+ * transformers counts them: the attended positions from 0, padding at 1) — prompts of
+ * different lengths padded on the left. The rows' caches grow together; padding no row
+ * attends to any more is dropped from the front once it is half the cache. Works for
+ * B = 1 too; tm_decoder_append is this with no mask, and only for B = 1. */
+tm_status tm_decoder_append_batch(tm_decoder *d, const int64_t *tokens, int64_t n,
+                                  const uint8_t *mask, tm_error *err);
+/* Sequences the decoder steps together (tm_decoder_options.batch, at least 1). */
+int64_t tm_decoder_batch(const tm_decoder *d);
+/* The logits of the last append, (B, n, vocab) — (B, 1, vocab) with last_logits_only —
  * in the decoder's memory: valid until the next append, reset or free; NULL before the
  * first. */
 const tm_tensor *tm_decoder_logits(const tm_decoder *d);

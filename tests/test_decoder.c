@@ -232,27 +232,27 @@ static void expect_refused(const char *path, const char *part) {
     tm_model_free(m);
 }
 
-/* KV_APPEND on its own: in another buffer (batches 1 and 3) and in place (batch 1, and
- * batch 3 where each batch's rows move up), against the concat it replaces. */
+/* KV_APPEND on its own: in another buffer and in place, batches 1 and 3 (position-major:
+ * nothing moves in place whatever the batch), against the concat it replaces. */
 static void test_kv_append_kernel(void) {
     for (int b_n = 1; b_n <= 3; b_n += 2)
         for (int same = 0; same <= 1; same++) {
             int64_t p_n = 5, s_n = 2, h_n = 3, d_n = 4, t_n = p_n + s_n;
-            int64_t cdims[4] = {b_n, p_n, h_n, d_n}, xdims[4] = {b_n, h_n, s_n, d_n};
-            int64_t ydims[4] = {b_n, t_n, h_n, d_n};
+            int64_t cdims[4] = {p_n, b_n, h_n, d_n}, xdims[4] = {b_n, h_n, s_n, d_n};
+            int64_t ydims[4] = {t_n, b_n, h_n, d_n};
             tm_tensor *cache = tm_tensor_new(TM_FLOAT, 4, cdims), *x = tm_tensor_new(TM_FLOAT, 4, xdims);
             tm_tensor *y = tm_tensor_new(TM_FLOAT, 4, ydims);
             float *cd = cache->data, *xd = x->data;
             for (int64_t e = 0; e < b_n * p_n * h_n * d_n; e++) cd[e] = (float)(e + 1);
             for (int64_t e = 0; e < b_n * h_n * s_n * d_n; e++) xd[e] = (float)(-e - 1);
-            /* The expected (B, T, H, D): past rows then new rows transposed. */
+            /* The expected (T, B, H, D): past positions then the new ones transposed. */
             float *want = calloc((size_t)(b_n * t_n * h_n * d_n), sizeof *want);
             for (int64_t b = 0; b < b_n; b++)
                 for (int64_t t = 0; t < t_n; t++)
                     for (int64_t h = 0; h < h_n; h++)
                         for (int64_t k = 0; k < d_n; k++)
-                            want[((b * t_n + t) * h_n + h) * d_n + k] =
-                                t < p_n ? cd[((b * p_n + t) * h_n + h) * d_n + k]
+                            want[((t * b_n + b) * h_n + h) * d_n + k] =
+                                t < p_n ? cd[((t * b_n + b) * h_n + h) * d_n + k]
                                         : xd[((b * h_n + h) * s_n + (t - p_n)) * d_n + k];
             tm_tensor *out = y;
             tm_tensor shared;

@@ -1,8 +1,12 @@
 /* tm_decoder: a decoder export stepped token by token with its KV cache kept in place.
  * The cache of each past input lives in one buffer of the decoder's with room to grow
- * (doubling when full); plans made with kv_in_place take it there as (B, P, H, D) and
- * write each step's new rows after the P (passes/kv_append.c), so a step copies no cache
- * and, once its plans exist, allocates nothing. The plans: one generic plan for every
+ * (doubling when full); plans made with kv_in_place take it there position-major, (P, B,
+ * H, D), and write each step's new positions after the P (passes/kv_append.c), so a step
+ * copies no cache and, once its plans exist, allocates nothing. A decoder of B sequences
+ * (tm_decoder_options.batch) steps them together: each row has its own attention mask
+ * (padding it did not attend to) and positions, and rows can be filled from a decoder of
+ * one sequence and freed between steps (tm__decoder_put_row, tm__decoder_free_row: the
+ * continuous batching of tm_batch). The plans: one generic plan for every
  * decode step of one token on a past of 2 or more, one for every prompt of 2 or more
  * tokens on an empty cache (generic.c; each made once from three traces), and plans per
  * shape for the rest (a one-token prompt, chunks appended to a cache), a few kept.
@@ -45,16 +49,22 @@ struct tm_decoder {
                            * it is by every later step (B, H, E, D) */
     tm_tensor **given;    /* per input: one the caller gives (tm_decoder_set_input), or NULL */
     int64_t enc_len;      /* E: the encoder's length (dim 1 of the input given), or -1 */
-    int *kv;              /* per cache input: the buffer's layout, (B, P, H, D) (1) or (B, H,
+    int *kv;              /* per cache input: the buffer's layout, (P, B, H, D) (1) or (B, H,
                            * P, D) (0), set by the first plan that reads it; -1 unknown */
     int64_t *heads, *width;   /* per cache input: H and D of (B, H, P, D) */
     size_t *elem;
     void **buf;           /* per cache input: capacity rows */
     tm_tensor *t;         /* per input: the tensor a run reads (dims set per step) */
     tm_tensor *t_branch;
-    int64_t *ids_buf, *mask_buf, *pos_buf;
+    int64_t *ids_buf, *mask_buf, *pos_buf;   /* a step's inputs, (B, n), (B, past + n) */
     int32_t *ids32, *mask32, *pos32;
     int64_t capacity, length;
+    int64_t batch;        /* B */
+    int padded;           /* some row has positions it does not attend to: the mask is
+                           * built per step from rowmask (else all ones) */
+    uint8_t *rowmask;     /* (B, capacity): 1 where row b attends to position t */
+    int64_t *seen;        /* per row: positions it attends to (the next position id) */
+    uint8_t *row_free;    /* per row: 1 when no sequence holds it (tm__decoder_free_row) */
     int in_place;         /* kv_in_place asked */
     int last_only;        /* last_logits_only asked */
     int layout_known;     /* the decode plan has told each cache's layout */
@@ -119,6 +129,9 @@ void tm_decoder_free(tm_decoder *d) {
     free(d->ids32);
     free(d->mask32);
     free(d->pos32);
+    free(d->rowmask);
+    free(d->seen);
+    free(d->row_free);
     free(d);
 }
 
@@ -153,43 +166,51 @@ static tm_status reserve(tm_decoder *d, int64_t need, tm_error *err) {
     if (need <= d->capacity) return TM_OK;
     int64_t cap = d->capacity ? d->capacity : 256;
     while (cap < need) cap *= 2;
+    int64_t B = d->batch;
     for (int i = 0; i < d->n_in; i++) {
         if (d->present_of[i] < 0 || d->fixed[i]) continue;
-        size_t row = (size_t)(d->heads[i] * d->width[i]) * d->elem[i];
-        void *nb = cache_alloc((size_t)cap * row);
+        size_t pos = (size_t)(B * d->heads[i] * d->width[i]) * d->elem[i];
+        void *nb = cache_alloc((size_t)cap * pos);
         if (!nb) return tm__fail(err, TM_ERR_NO_MEMORY, "cannot grow the KV cache to %lld "
                                  "positions", (long long)cap);
         if (d->buf[i] && d->length) {
             if (d->kv[i] == 0) {
                 /* (B, H, P, D) contiguous: each head's rows move to its new place. */
-                for (int64_t h = 0; h < d->heads[i]; h++)
-                    memcpy((char *)nb + (size_t)(h * d->length * d->width[i]) * d->elem[i],
-                           (char *)d->buf[i] + (size_t)(h * d->length * d->width[i]) * d->elem[i],
-                           (size_t)(d->length * d->width[i]) * d->elem[i]);
+                size_t run = (size_t)(d->length * d->width[i]) * d->elem[i];
+                for (int64_t h = 0; h < B * d->heads[i]; h++)
+                    memcpy((char *)nb + (size_t)h * run, (char *)d->buf[i] + (size_t)h * run, run);
             } else {
-                memcpy(nb, d->buf[i], (size_t)d->length * row);
+                memcpy(nb, d->buf[i], (size_t)d->length * pos);
             }
         }
         free(d->buf[i]);
         d->buf[i] = nb;
     }
-    int64_t *a = realloc(d->ids_buf, (size_t)cap * sizeof *a);
+    size_t cells = (size_t)(B * cap);
+    int64_t *a = realloc(d->ids_buf, cells * sizeof *a);
     if (a) d->ids_buf = a;
-    int64_t *b = a ? realloc(d->mask_buf, (size_t)cap * sizeof *b) : NULL;
+    int64_t *b = a ? realloc(d->mask_buf, cells * sizeof *b) : NULL;
     if (b) d->mask_buf = b;
-    int64_t *c = b ? realloc(d->pos_buf, (size_t)cap * sizeof *c) : NULL;
+    int64_t *c = b ? realloc(d->pos_buf, cells * sizeof *c) : NULL;
     if (c) d->pos_buf = c;
-    int32_t *a32 = c ? realloc(d->ids32, (size_t)cap * sizeof *a32) : NULL;
+    int32_t *a32 = c ? realloc(d->ids32, cells * sizeof *a32) : NULL;
     if (a32) d->ids32 = a32;
-    int32_t *b32 = a32 ? realloc(d->mask32, (size_t)cap * sizeof *b32) : NULL;
+    int32_t *b32 = a32 ? realloc(d->mask32, cells * sizeof *b32) : NULL;
     if (b32) d->mask32 = b32;
-    int32_t *c32 = b32 ? realloc(d->pos32, (size_t)cap * sizeof *c32) : NULL;
+    int32_t *c32 = b32 ? realloc(d->pos32, cells * sizeof *c32) : NULL;
     if (c32) d->pos32 = c32;
-    if (!c32) return tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
-    for (int64_t k = d->capacity; k < cap; k++) {
-        d->mask_buf[k] = 1;
-        d->mask32[k] = 1;
-    }
+    uint8_t *rm = c32 ? calloc(cells, 1) : NULL;
+    if (!rm) return tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
+    for (int64_t r = 0; d->rowmask && r < B; r++)
+        memcpy(rm + r * cap, d->rowmask + r * d->capacity, (size_t)d->length);
+    free(d->rowmask);
+    d->rowmask = rm;
+    /* Unpadded, the mask is all ones: (B, past + n) of them from the start. */
+    if (!d->padded)
+        for (size_t k = 0; k < cells; k++) {
+            d->mask_buf[k] = 1;
+            d->mask32[k] = 1;
+        }
     d->capacity = cap;
     if (d->decode.session) return reserve_steps(d, d->decode.session, err);
     return TM_OK;
@@ -221,18 +242,18 @@ static void set_dims(tm_tensor *t, tm_dtype dt, int rank, const int64_t *dims, v
 }
 
 /* The inputs of a step of n tokens on a past of length past, in the tensors d->t: the
- * cache views in the layout of `in_place` (1: (B, P, H, D)). */
+ * cache views in the layout of `in_place` (1: (P, B, H, D)). */
 static void bind_step(tm_decoder *d, int64_t past, int64_t n, int in_place, const uint8_t *mode) {
     for (int i = 0; i < d->n_in; i++) {
         tm_value_desc in;
         tm_model_input(d->m, i, &in);
         if (i == d->ids || i == d->mask || i == d->positions) {
             int64_t len = i == d->mask ? past + n : n;
-            int64_t dims[2] = {1, len};
+            int64_t dims[2] = {d->batch, len};
             int is32 = in.dtype == TM_INT32;
             void *data = i == d->ids ? (is32 ? (void *)d->ids32 : (void *)d->ids_buf)
                        : i == d->mask ? (is32 ? (void *)d->mask32 : (void *)d->mask_buf)
-                                      : (is32 ? (void *)(d->pos32 + past) : (void *)(d->pos_buf + past));
+                                      : (is32 ? (void *)d->pos32 : (void *)d->pos_buf);
             set_dims(&d->t[i], is32 ? TM_INT32 : TM_INT64, 2, dims, data);
         } else if (i == d->branch) {
             *(uint8_t *)d->t_branch->data = past > 0;
@@ -240,12 +261,12 @@ static void bind_step(tm_decoder *d, int64_t past, int64_t n, int in_place, cons
             d->t[i] = *d->given[i];
             d->t[i].owns_data = 0;
         } else if (d->present_of[i] >= 0 && d->fixed[i]) {
-            int64_t dims[4] = {1, d->heads[i], d->enc_len, d->width[i]};
+            int64_t dims[4] = {d->batch, d->heads[i], d->enc_len, d->width[i]};
             set_dims(&d->t[i], in.dtype, 4, dims, d->buf[i]);
         } else if (d->present_of[i] >= 0) {
-            int kv = in_place && mode[i] == KV_IN_PLACE;
-            int64_t dims[4] = {1, kv ? past : d->heads[i], kv ? d->heads[i] : past, d->width[i]};
-            set_dims(&d->t[i], in.dtype, 4, dims, d->buf[i]);
+            int64_t kv[4] = {past, d->batch, d->heads[i], d->width[i]};
+            int64_t plain[4] = {d->batch, d->heads[i], past, d->width[i]};
+            set_dims(&d->t[i], in.dtype, 4, in_place && mode[i] == KV_IN_PLACE ? kv : plain, d->buf[i]);
         }
     }
 }
@@ -288,10 +309,10 @@ static tm_xval *model_layout_inputs(tm_decoder *d, int64_t past, int64_t n) {
         } else if (d->given[i]) {
             x[i].t = tm_tensor_clone(d->given[i], NULL);
         } else if (d->present_of[i] >= 0) {
-            int64_t dims[4] = {1, d->heads[i], d->fixed[i] ? d->enc_len : past, d->width[i]};
+            int64_t dims[4] = {d->batch, d->heads[i], d->fixed[i] ? d->enc_len : past, d->width[i]};
             x[i].t = tm_tensor_alloc(in.dtype, 4, dims, NULL);
         } else {
-            int64_t dims[2] = {1, i == d->mask ? past + n : n};
+            int64_t dims[2] = {d->batch, i == d->mask ? past + n : n};
             x[i].t = tm_tensor_alloc(int32_input(d, i) ? TM_INT32 : TM_INT64, 2, dims, NULL);
         }
         if (!x[i].t) {
@@ -394,8 +415,8 @@ static char *shared_key(const tm_decoder *d, char kind, int64_t past, int64_t n)
     size_t len = 0;
     FILE *f = open_memstream(&key, &len);
     if (!f) return NULL;
-    fprintf(f, "%c %lld %lld %d %d %lld", kind, (long long)past, (long long)n, d->in_place,
-            d->last_only, (long long)d->enc_len);
+    fprintf(f, "%c %lld %lld %d %d %lld %lld", kind, (long long)past, (long long)n, d->in_place,
+            d->last_only, (long long)d->enc_len, (long long)d->batch);
     for (int i = 0; i < d->n_in; i++) {
         if (!d->given[i]) continue;
         const tm_tensor *t = d->given[i];
@@ -662,6 +683,12 @@ tm_status tm_decoder_create(tm_model *model, const tm_decoder_options *opts, tm_
     tm_decoder *d = calloc(1, sizeof *d);
     if (!d) return tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
     d->m = model;
+    if (o.batch < 0 || o.batch > 4096) {
+        free(d);
+        return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "tm_decoder_create: batch %lld is not "
+                        "between 1 and 4096", (long long)o.batch);
+    }
+    d->batch = o.batch ? o.batch : 1;
     d->in_place = o.kv_in_place != 0;
     d->last_only = o.last_logits_only != 0;
     d->n_in = tm_model_n_inputs(model);
@@ -682,12 +709,14 @@ tm_status tm_decoder_create(tm_model *model, const tm_decoder_options *opts, tm_
     d->t = calloc(n, sizeof *d->t);
     d->fixed = calloc(n, 1);
     d->given = calloc(n, sizeof *d->given);
+    d->seen = calloc((size_t)d->batch, sizeof *d->seen);
+    d->row_free = calloc((size_t)d->batch, 1);
     d->enc_len = -1;
     int64_t one = 1;
     d->t_branch = tm_tensor_alloc(TM_BOOL, 1, &one, NULL);
     tm_status st = TM_OK;
     if (!d->names || !d->present_of || !d->kv || !d->heads || !d->width || !d->elem ||
-        !d->buf || !d->t || !d->t_branch || !d->fixed || !d->given)
+        !d->buf || !d->t || !d->t_branch || !d->fixed || !d->given || !d->seen || !d->row_free)
         st = tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
     if (st == TM_OK && d->ids < 0)
         st = tm__fail(err, TM_ERR_UNSUPPORTED, "the model has no input 'input_ids': a decoder "
@@ -748,6 +777,14 @@ int64_t tm_decoder_length(const tm_decoder *d) { return d ? d->length : 0; }
 
 void tm_decoder_reset(tm_decoder *d) {
     if (!d) return;
+    if (d->padded)   /* the mask back to all ones */
+        for (int64_t k = 0; k < d->batch * d->capacity; k++) {
+            d->mask_buf[k] = 1;
+            d->mask32[k] = 1;
+        }
+    d->padded = 0;
+    memset(d->seen, 0, (size_t)d->batch * sizeof *d->seen);
+    memset(d->row_free, 0, (size_t)d->batch);
     d->length = 0;
     d->last_logits = NULL;
     d->pending = NULL;   /* that prompt's cache is dropped with it */
@@ -768,20 +805,20 @@ static tm_status take_presents(tm_decoder *d, dec_plan *p, int64_t past, int64_t
         if (d->fixed[i]) {
             /* An encoder's cache: taken once, from the prompt's plan, then read as it is. */
             if (p->mode[i] != KV_FRESH) continue;
-            size_t want = (size_t)(d->heads[i] * d->enc_len * d->width[i]) * d->elem[i];
+            size_t want = (size_t)(d->batch * d->heads[i] * d->enc_len * d->width[i]) * d->elem[i];
             if (!pr || pr->nbytes != want) {
                 tm_value_desc od;
                 tm_model_output(d->m, d->present_of[i], &od);
-                return tm__fail(err, TM_ERR_SHAPE, "output '%s' is not (1, %lld, %lld, %lld)",
-                                od.name, (long long)d->heads[i], (long long)d->enc_len,
-                                (long long)d->width[i]);
+                return tm__fail(err, TM_ERR_SHAPE, "output '%s' is not (%lld, %lld, %lld, %lld)",
+                                od.name, (long long)d->batch, (long long)d->heads[i],
+                                (long long)d->enc_len, (long long)d->width[i]);
             }
             memcpy(d->buf[i], pr->data, want);
             continue;
         }
-        int64_t h_n = d->heads[i], d_n = d->width[i], t_n = past + n;
+        int64_t b_n = d->batch, h_n = d->heads[i], d_n = d->width[i], t_n = past + n;
         size_t es = d->elem[i];
-        size_t want = (size_t)(h_n * t_n * d_n) * es;
+        size_t want = (size_t)(b_n * h_n * t_n * d_n) * es;
         if (!pr || pr->nbytes != want) {
             tm_value_desc od;
             tm_model_output(d->m, d->present_of[i], &od);
@@ -789,11 +826,11 @@ static tm_status take_presents(tm_decoder *d, dec_plan *p, int64_t past, int64_t
                             od.name, (long long)n);
         }
         if (d->kv[i] == 1) {
-            /* (B, H, T, D) into (B, T, H, D). */
-            for (int64_t h = 0; h < h_n; h++)
+            /* (B, H, T, D) into (T, B, H, D). */
+            for (int64_t bh = 0; bh < b_n * h_n; bh++)
                 for (int64_t t = 0; t < t_n; t++)
-                    memcpy((char *)d->buf[i] + (size_t)((t * h_n + h) * d_n) * es,
-                           (const char *)pr->data + (size_t)((h * t_n + t) * d_n) * es,
+                    memcpy((char *)d->buf[i] + (size_t)((t * b_n * h_n + bh) * d_n) * es,
+                           (const char *)pr->data + (size_t)((bh * t_n + t) * d_n) * es,
                            (size_t)d_n * es);
         } else {
             memcpy(d->buf[i], pr->data, want);
@@ -802,9 +839,98 @@ static tm_status take_presents(tm_decoder *d, dec_plan *p, int64_t past, int64_t
     return TM_OK;
 }
 
+/* Drops the first `lead` positions, which no row attends to, from the caches and masks. */
+static void drop_leading(tm_decoder *d, int64_t lead) {
+    int64_t B = d->batch, keep = d->length - lead;
+    for (int i = 0; i < d->n_in; i++) {
+        if (d->present_of[i] < 0 || d->fixed[i]) continue;
+        size_t es = d->elem[i], head = (size_t)d->width[i] * es;
+        char *b = d->buf[i];
+        if (d->kv[i] == 1) {
+            size_t pos = (size_t)(B * d->heads[i]) * head;
+            memmove(b, b + (size_t)lead * pos, (size_t)keep * pos);
+        } else {   /* (B, H, P, D) packed at the length: each head's rows */
+            for (int64_t bh = 0; bh < B * d->heads[i]; bh++)
+                memmove(b + (size_t)(bh * keep) * head, b + (size_t)(bh * d->length + lead) * head,
+                        (size_t)keep * head);
+        }
+    }
+    for (int64_t r = 0; r < B; r++)
+        memmove(d->rowmask + r * d->capacity, d->rowmask + r * d->capacity + lead, (size_t)keep);
+    d->length = keep;
+}
+
+/* A padded decoder's leading positions that no row attends to any more (rows that ended
+ * and were refilled leave them), dropped once they are half the cache: a copy of the rest,
+ * so each position is moved at most about once on average. */
+static void compact(tm_decoder *d) {
+    int64_t lead = d->length;
+    for (int64_t r = 0; r < d->batch && lead > 0; r++) {
+        const uint8_t *m = d->rowmask + r * d->capacity;
+        int64_t first = 0;
+        while (first < lead && !m[first]) first++;
+        lead = first;
+    }
+    if (lead > d->length - 2) lead = d->length - 2;
+    if (lead >= 32 && 2 * lead >= d->length) drop_leading(d, lead);
+}
+
+/* Fills the step's ids, positions and mask, (B, n) and (B, past + n), from tokens and the
+ * new positions' mask (NULL: all attended); rows that no sequence holds attend to their
+ * new position alone. The rows' counts are not advanced (done once the step has run). */
+static void fill_step(tm_decoder *d, const int64_t *tokens, int64_t n, const uint8_t *mask) {
+    int64_t B = d->batch, past = d->length, len = past + n;
+    for (int64_t k = 0; k < B * n; k++) {
+        d->ids_buf[k] = tokens[k];
+        d->ids32[k] = (int32_t)tokens[k];
+    }
+    for (int64_t r = 0; r < B; r++) {
+        uint8_t *rm = d->rowmask + r * d->capacity;
+        int64_t seen = d->row_free[r] ? 0 : d->seen[r];
+        if (d->row_free[r] && past > 0) rm[past - 1] = 0;
+        for (int64_t k = 0; k < n; k++) {
+            int on = d->row_free[r] ? k == n - 1 : !mask || mask[r * n + k];
+            rm[past + k] = (uint8_t)on;
+            /* transformers' positions: the attended ones counted from 0, padding at 1 */
+            int64_t p = on ? seen++ : 1;
+            d->pos_buf[r * n + k] = p;
+            d->pos32[r * n + k] = (int32_t)p;
+        }
+    }
+    if (!d->padded) return;
+    for (int64_t r = 0; r < B; r++) {
+        const uint8_t *rm = d->rowmask + r * d->capacity;
+        for (int64_t t = 0; t < len; t++) {
+            d->mask_buf[r * len + t] = rm[t];
+            d->mask32[r * len + t] = rm[t];
+        }
+    }
+}
+
+static tm_status append_rows(tm_decoder *d, const int64_t *tokens, int64_t n,
+                             const uint8_t *mask, tm_error *err);
+
 tm_status tm_decoder_append(tm_decoder *d, const int64_t *tokens, int64_t n, tm_error *err) {
     if (!d || (n && !tokens) || n < 1)
         return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "tm_decoder_append: no tokens");
+    if (d->batch != 1)
+        return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "tm_decoder_append: the decoder holds %lld "
+                        "sequences: tm_decoder_append_batch", (long long)d->batch);
+    return append_rows(d, tokens, n, NULL, err);
+}
+
+tm_status tm_decoder_append_batch(tm_decoder *d, const int64_t *tokens, int64_t n,
+                                  const uint8_t *mask, tm_error *err) {
+    if (!d || !tokens || n < 1)
+        return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "tm_decoder_append_batch: no tokens");
+    return append_rows(d, tokens, n, mask, err);
+}
+
+static tm_status append_rows(tm_decoder *d, const int64_t *tokens, int64_t n,
+                             const uint8_t *mask, tm_error *err) {
+    for (int64_t k = 0; mask && !d->padded && k < d->batch * n; k++)
+        if (!mask[k]) d->padded = 1;
+    if (d->padded && d->positions >= 0) compact(d);   /* else positions count the cache */
     int64_t past = d->length;
     tm_status st = TM_OK;
     dec_plan *p = NULL;
@@ -846,12 +972,7 @@ tm_status tm_decoder_append(tm_decoder *d, const int64_t *tokens, int64_t n, tm_
             if (st != TM_OK) return st;
         }
     }
-    memcpy(d->ids_buf, tokens, (size_t)n * sizeof *tokens);
-    for (int64_t k = 0; k < n; k++) {
-        d->ids32[k] = (int32_t)tokens[k];
-        d->pos_buf[past + k] = past + k;
-        d->pos32[past + k] = (int32_t)(past + k);
-    }
+    fill_step(d, tokens, n, mask);
     bind_step(d, past, n, d->in_place, p->mode);
     const tm_tensor *in_small[64];
     const tm_tensor **in = d->n_in <= 64 ? in_small : malloc((size_t)d->n_in * sizeof *in);
@@ -868,6 +989,11 @@ tm_status tm_decoder_append(tm_decoder *d, const int64_t *tokens, int64_t n, tm_
     }
     d->last_logits = tm_session_result(p->session, d->logits);
     d->length = past + n;
+    for (int64_t r = 0; r < d->batch; r++) {
+        const uint8_t *rm = d->rowmask + r * d->capacity;
+        if (d->row_free[r]) d->seen[r] = 0;
+        for (int64_t k = 0; k < n; k++) d->seen[r] += rm[past + k];
+    }
     count(d->m, &d->m->n_runs);
     if (p->past == -1) count(d->m, &d->m->n_generic_runs);
     return TM_OK;
@@ -899,6 +1025,9 @@ tm_status tm_decoder_copy_state(tm_decoder *dst, tm_decoder *src, tm_error *err)
     if (dst->m != src->m)
         return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "tm_decoder_copy_state: the decoders "
                         "run different models");
+    if (dst->batch != src->batch)
+        return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "tm_decoder_copy_state: the decoders "
+                        "hold %lld and %lld sequences", (long long)dst->batch, (long long)src->batch);
     if (dst->enc_len != src->enc_len)
         return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "tm_decoder_copy_state: the decoders "
                         "were given encoder inputs of different lengths (%lld and %lld)",
@@ -917,11 +1046,25 @@ tm_status tm_decoder_copy_state(tm_decoder *dst, tm_decoder *src, tm_error *err)
     if (st != TM_OK) return st;
     for (int i = 0; i < src->n_in; i++) {
         if (src->present_of[i] < 0) continue;
-        /* Both layouts hold the cache's rows from the buffer's start: (1, P, H, D), or
-         * (1, H, P, D) packed at the current length. */
+        /* Both layouts hold the cache's rows from the buffer's start: (P, B, H, D), or
+         * (B, H, P, D) packed at the current length. */
         int64_t len = src->fixed[i] ? src->enc_len : src->length;
-        memcpy(dst->buf[i], src->buf[i], (size_t)(len * src->heads[i] * src->width[i]) * src->elem[i]);
+        memcpy(dst->buf[i], src->buf[i],
+               (size_t)(len * src->batch * src->heads[i] * src->width[i]) * src->elem[i]);
     }
+    if (src->padded && !dst->padded) {
+        dst->padded = 1;
+    } else if (!src->padded && dst->padded) {
+        for (int64_t k = 0; k < dst->batch * dst->capacity; k++) {
+            dst->mask_buf[k] = 1;
+            dst->mask32[k] = 1;
+        }
+        dst->padded = 0;
+    }
+    for (int64_t r = 0; r < src->batch; r++)
+        memcpy(dst->rowmask + r * dst->capacity, src->rowmask + r * src->capacity, (size_t)src->length);
+    memcpy(dst->seen, src->seen, (size_t)src->batch * sizeof *dst->seen);
+    memcpy(dst->row_free, src->row_free, (size_t)src->batch);
     dst->length = src->length;
     dst->last_logits = NULL;
     return TM_OK;
@@ -969,4 +1112,80 @@ tm_status tm_decoder_set_input(tm_decoder *d, const char *name, const tm_tensor 
     tm_tensor_free(d->given[i]);
     d->given[i] = copy;
     return TM_OK;
+}
+
+int64_t tm_decoder_batch(const tm_decoder *d) { return d ? d->batch : 0; }
+
+/* ---- Rows filled and freed between steps (tm_batch's continuous batching) ------------ */
+
+tm_status tm__decoder_put_row(tm_decoder *d, int64_t row, tm_decoder *src, tm_error *err) {
+    if (!d || !src || row < 0 || row >= d->batch || src->batch != 1 || src->m != d->m)
+        return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "decoder row: a row of the batch and a "
+                        "decoder of one sequence of the same model are needed");
+    for (int i = 0; i < d->n_in; i++)
+        if (d->given[i] || src->given[i])
+            return tm__fail(err, TM_ERR_UNSUPPORTED, "decoder row: encoder inputs ('%s') are "
+                            "not carried between batches", d->names[i]);
+    if (src->length < 1)
+        return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "decoder row: the sequence is empty");
+    tm_status st = settle(src, err);
+    if (st == TM_OK) st = settle(d, err);
+    for (int i = 0; st == TM_OK && i < d->n_in; i++)
+        if (d->present_of[i] >= 0 && (d->kv[i] != 1 || src->kv[i] != 1))
+            st = tm__fail(err, TM_ERR_UNSUPPORTED, "decoder row: cache '%s' is not kept in "
+                          "place, which moving sequences between batches needs", d->names[i]);
+    /* No other row held: the batch starts again at this sequence's length. */
+    int others = 0;
+    for (int64_t r = 0; r < d->batch; r++) others |= r != row && !d->row_free[r];
+    if (!others) d->length = 0;
+    int64_t ls = src->length, L = d->length > ls ? d->length : ls;
+    if (st == TM_OK && d->positions < 0 && ((others && ls != d->length) || src->padded))
+        st = tm__fail(err, TM_ERR_UNSUPPORTED, "decoder row: the export takes no position_ids "
+                      "(it numbers positions by the cache's length), so a sequence of %lld "
+                      "positions cannot join a batch of %lld", (long long)ls, (long long)d->length);
+    if (st == TM_OK) st = reserve(d, L + 1, err);
+    if (st != TM_OK) return st;
+    int64_t B = d->batch, shift = L - d->length;
+    if (shift > 0) {   /* the other rows move up: their new first positions are padding */
+        for (int i = 0; i < d->n_in; i++) {
+            if (d->present_of[i] < 0) continue;
+            size_t pos = (size_t)(B * d->heads[i] * d->width[i]) * d->elem[i];
+            char *b = d->buf[i];
+            memmove(b + (size_t)shift * pos, b, (size_t)d->length * pos);
+            memset(b, 0, (size_t)shift * pos);
+        }
+        for (int64_t r = 0; r < B; r++) {
+            uint8_t *rm = d->rowmask + r * d->capacity;
+            memmove(rm + shift, rm, (size_t)d->length);
+            memset(rm, 0, (size_t)shift);
+        }
+        d->length = L;
+    }
+    int64_t at = L - ls;
+    for (int i = 0; i < d->n_in; i++) {
+        if (d->present_of[i] < 0) continue;
+        size_t row_bytes = (size_t)(d->heads[i] * d->width[i]) * d->elem[i];
+        char *b = d->buf[i];
+        for (int64_t t = 0; t < L; t++) {
+            char *dst = b + (size_t)(t * B + row) * row_bytes;
+            if (t < at) memset(dst, 0, row_bytes);   /* padding: never read, zeroed all the same */
+            else memcpy(dst, (const char *)src->buf[i] + (size_t)(t - at) * row_bytes, row_bytes);
+        }
+    }
+    uint8_t *rm = d->rowmask + row * d->capacity;
+    memset(rm, 0, (size_t)at);
+    memcpy(rm + at, src->rowmask, (size_t)ls);
+    d->seen[row] = src->seen[0];
+    d->row_free[row] = 0;
+    if (at > 0 || src->padded) d->padded = 1;
+    d->last_logits = NULL;
+    return TM_OK;
+}
+
+void tm__decoder_free_row(tm_decoder *d, int64_t row) {
+    if (!d || row < 0 || row >= d->batch) return;
+    memset(d->rowmask + row * d->capacity, 0, (size_t)d->length);
+    d->seen[row] = 0;
+    d->row_free[row] = 1;
+    d->padded = 1;
 }

@@ -565,8 +565,9 @@ tm_status tm__plan_generalize(tm_model *m, int n, const char *const *names,
                         "more needed");
     for (int j = 0; j < 2 && st == TM_OK; j++)
         st = tm__plan_trace(m, n, names, samples[j], opts, grad, &pl[j], &gt[j], err);
-    /* A KV cache the plan keeps in place is taken (B, P, H, D): its axes 1 and 2 swap. */
-    if (st == TM_OK && tm_plan_kv_input(pl[0], pin) && (pax == 1 || pax == 2)) pax = 3 - pax;
+    /* A KV cache the plan keeps in place is taken (P, B, H, D): axis 0 goes to 1, 1 to 2
+     * and 2 to 0. */
+    if (st == TM_OK && tm_plan_kv_input(pl[0], pin) && pax >= 0 && pax <= 2) pax = (pax + 1) % 3;
     if (st == TM_OK && !(dyn = find_dyn(gt, 2))) {
         snprintf(why, sizeof why, "the traces differ in their values");
         st = TM_ERR_UNSUPPORTED;

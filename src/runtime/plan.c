@@ -445,7 +445,7 @@ static tm_status optimize(tm_ctx *c, int n_outputs, const tm_oval *outs, const t
     return st;
 }
 
-/* The inputs passes/kv_append.c took in the (B, P, H, D) layout: the plan checks and
+/* The inputs passes/kv_append.c took in the (P, B, H, D) layout: the plan checks and
  * describes them so. */
 static tm_status apply_kv_layout(tm_plan *p, const tm_ctx *c, tm_error *err) {
     for (int i = 0; i < c->n_kv_bshd && i < p->n_graph_inputs; i++) {
@@ -453,8 +453,9 @@ static tm_status apply_kv_layout(tm_plan *p, const tm_ctx *c, tm_error *err) {
         if (!p->kv_input && !(p->kv_input = calloc((size_t)p->n_graph_inputs + 1, 1)))
             return tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
         p->kv_input[i] = 1;
-        int64_t h = p->input_dims[i][1];
-        p->input_dims[i][1] = p->input_dims[i][2];
+        int64_t b = p->input_dims[i][0], h = p->input_dims[i][1];
+        p->input_dims[i][0] = p->input_dims[i][2];
+        p->input_dims[i][1] = b;
         p->input_dims[i][2] = h;
     }
     return TM_OK;

@@ -23,8 +23,9 @@
 
 enum { SCALE_NONE = 0, SCALE_MUL = 1, SCALE_DIV = 2 };
 
-/* (B, H, S, D) of an operand in layout 0 (B, H, S, D) or 1 (B, S, H, D), and the
- * element strides of its head and sequence axes. */
+/* (B, H, S, D) of an operand in layout 0 (B, H, S, D), 1 (B, S, H, D) or 2 (S, B, H, D)
+ * (a KV cache kept in place for a batch: passes/kv_append.c), and the element strides of
+ * its batch, head and sequence axes. */
 typedef struct operand {
     int64_t b, h, s, d;
     int64_t batch_stride, head_stride, row_stride;
@@ -32,10 +33,19 @@ typedef struct operand {
 
 static operand operand_of(const int64_t *dims, int layout) {
     operand o;
+    o.d = dims[3];
+    if (layout == 2) {
+        o.s = dims[0];
+        o.b = dims[1];
+        o.h = dims[2];
+        o.batch_stride = o.h * o.d;
+        o.head_stride = o.d;
+        o.row_stride = o.b * o.h * o.d;
+        return o;
+    }
     o.b = dims[0];
     o.h = layout ? dims[2] : dims[1];
     o.s = layout ? dims[1] : dims[2];
-    o.d = dims[3];
     o.batch_stride = dims[1] * dims[2] * dims[3];
     o.head_stride = layout ? o.d : o.s * o.d;
     o.row_stride = layout ? o.h * o.d : o.d;
@@ -79,8 +89,9 @@ static tm_status read_geometry(const tm_args *a, int nin, const int64_t *const *
             return TM_ERR_SHAPE;
         }
     for (int i = 0; i < 4; i++)
-        if (a->i[i] != 0 && a->i[i] != 1) {
-            snprintf(why, cap, "attention: layout %lld is not 0 or 1", (long long)a->i[i]);
+        if (a->i[i] != 0 && a->i[i] != 1 && !(a->i[i] == 2 && (i == 1 || i == 2))) {
+            snprintf(why, cap, "attention: layout %lld of input %d is not 0 or 1 (2 for k "
+                     "and v)", (long long)a->i[i], i);
             return TM_ERR_INVALID_ARGUMENT;
         }
     g->q = operand_of(dims[0], (int)a->i[0]);

@@ -1368,11 +1368,11 @@ tm_status tm__shape_kv_append(tm_ctx *c, int prim, const tm_args *a, const tm_vi
     if (cache->rank != 4 || x->rank != 4 || cache->dtype != x->dtype || x->dtype == TM_STRING)
         return tm_ctx_fail(c, TM_ERR_SHAPE, "kv_append: needs a rank-4 cache and rank-4 new "
                            "rows of one dtype");
-    if (cache->dims[0] != x->dims[0] || cache->dims[2] != x->dims[1] ||
+    if (cache->dims[1] != x->dims[0] || cache->dims[2] != x->dims[1] ||
         cache->dims[3] != x->dims[3])
-        return tm_ctx_fail(c, TM_ERR_SHAPE, "kv_append: the cache (B, P, H, D) and the new "
+        return tm_ctx_fail(c, TM_ERR_SHAPE, "kv_append: the cache (P, B, H, D) and the new "
                            "rows (B, H, S, D) disagree");
-    int64_t dims[4] = {cache->dims[0], cache->dims[1] + x->dims[2], cache->dims[2], cache->dims[3]};
+    int64_t dims[4] = {cache->dims[0] + x->dims[2], cache->dims[1], cache->dims[2], cache->dims[3]};
     set_out(out, x->dtype, 4, dims);
     return TM_OK;
 }
@@ -1382,19 +1382,15 @@ tm_status tm__kernel_kv_append(const tm_kcall *k) {
     tm_tensor *y = k->out[0];
     size_t es = tm_dtype_elem_size(x->dtype);
     int64_t b_n = x->dims[0], h_n = x->dims[1], s_n = x->dims[2], d_n = x->dims[3];
-    int64_t p_n = cache->dims[1], t_n = y->dims[1];
-    size_t row = (size_t)(h_n * d_n) * es, head = (size_t)d_n * es;
-    /* Last batch first: in one buffer, batch b's rows move up from b P to b (P + S), and
-     * the rows of the batches before it are still below that. */
-    for (int64_t b = b_n - 1; b >= 0; b--) {
-        char *dst = (char *)y->data + (size_t)(b * t_n) * row;
-        const char *src = (const char *)cache->data + (size_t)(b * p_n) * row;
-        /* In place at batch 0 (a decoder's case) the first P rows are there already. */
-        if (dst != src) memmove(dst, src, (size_t)p_n * row);
-        for (int64_t h = 0; h < h_n; h++)
-            for (int64_t s = 0; s < s_n; s++)
-                memcpy(dst + (size_t)(p_n + s) * row + (size_t)h * head,
+    int64_t p_n = cache->dims[0];
+    size_t pos = (size_t)(b_n * h_n * d_n) * es, head = (size_t)d_n * es;
+    /* Position-major: the new positions go after the P, whatever the batch, and in place
+     * (a decoder's case) the first P are there already. */
+    if (y->data != cache->data) memmove(y->data, cache->data, (size_t)p_n * pos);
+    for (int64_t s = 0; s < s_n; s++)
+        for (int64_t b = 0; b < b_n; b++)
+            for (int64_t h = 0; h < h_n; h++)
+                memcpy((char *)y->data + (size_t)(p_n + s) * pos + (size_t)(b * h_n + h) * head,
                        (const char *)x->data + (size_t)(((b * h_n + h) * s_n) + s) * head, head);
-    }
     return TM_OK;
 }

@@ -1,11 +1,12 @@
 /* The KV cache kept in place (plans made with tm_plan_options.kv_in_place): a decoder's
  * Concat(past, new) on the length axis of (B, H, P, D), where past is a graph input and
  * the result is read only by fused ATTENTION kernels (as k or v) and as a graph output
- * (present), becomes KV_APPEND on a cache laid out (B, P, H, D): the past input is then
- * taken in that layout from a buffer with room to grow, and present is that same buffer
- * one step longer, so that a decode step writes its new rows and copies nothing. Not the
- * attention fusion (attention.c), which must run first: ATTENTION reads k and v in
- * either layout. */
+ * (present), becomes KV_APPEND on a cache laid out (P, B, H, D), position-major: the past
+ * input is then taken in that layout from a buffer with room to grow, and present is that
+ * same buffer one step longer, so that a decode step writes its new rows after the rest
+ * and copies nothing, for a batch of sequences as for one (with batch 1 the layout is
+ * (B, P, H, D) too). Not the attention fusion (attention.c), which must run first:
+ * ATTENTION reads k and v in any of these layouts (2: (S, B, H, D)). */
 #include <stdlib.h>
 #include <string.h>
 #include "../passes.h"
@@ -56,19 +57,21 @@ tm_status tm__pass_kv_append(tm_ctx *c, const tm_pass_roots *roots) {
             continue;
         int readers = 0;
         if (!attention_reads_only(c, live, n->out[0], &readers) || readers == 0) continue;
-        /* The input and the result take the (B, S, H, D) layout. */
-        int64_t h = past->dims[1];
-        past->dims[1] = past->dims[2];
-        past->dims[2] = h;
-        int64_t yh = y->dims[1];
-        y->dims[1] = y->dims[2];
+        /* The input and the result take the (S, B, H, D) layout. */
+        int64_t pb = past->dims[0], ph = past->dims[1];
+        past->dims[0] = past->dims[2];
+        past->dims[1] = pb;
+        past->dims[2] = ph;
+        int64_t yb = y->dims[0], yh = y->dims[1];
+        y->dims[0] = y->dims[2];
+        y->dims[1] = yb;
         y->dims[2] = yh;
         n->prim = TM_P_KV_APPEND;
         memset(&n->args, 0, sizeof n->args);
         for (int32_t r = 0; r < c->n_nodes; r++) {
             if (!live[r] || c->nodes[r].prim != TM_P_ATTENTION) continue;
             for (int j = 1; j <= 2; j++)
-                if (c->nodes[r].in[j] == n->out[0]) c->nodes[r].args.i[j] = 1;
+                if (c->nodes[r].in[j] == n->out[0]) c->nodes[r].args.i[j] = 2;
         }
         st = mark_input(c, past->input_index);
     }
