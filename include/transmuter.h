@@ -556,6 +556,48 @@ size_t tm_generator_prompt_length(const tm_generator *g);
 double tm_generator_score(const tm_generator *g, int i);
 void tm_generator_free(tm_generator *g);
 
+/* ---- Generators stepped together: continuous batching ------------------------------- */
+
+/* A batch runs the decode steps of up to max_rows generators of one decoder model as one
+ * run of the model per step (each generator in a row of a tm_decoder of max_rows
+ * sequences, with its own attention mask and positions): their weights are read once a
+ * step for all of them. Generators join between steps and leave when done, each keeping
+ * its own parameters (greedy or sampling, processors, stop strings, seed): what a server
+ * does with many requests. A generator's prompt runs on its own when it joins (the time to
+ * its first token), then its cache moves into a free row. Each generator's tokens equal
+ * what tm_generator_step gives it alone, up to float rounding (a batch's products sum in
+ * another order). Not thread-safe; the generators belong to the caller, and one in a
+ * batch is stepped only by it. Models whose export takes no position_ids (it numbers
+ * positions by the cache's length) take only generators of the batch's length; one such
+ * model is better served by tm_generator_step alone. */
+typedef struct tm_batch tm_batch;
+tm_status tm_batch_create(tm_model *decoder_model, int max_rows, tm_batch **out,
+                          tm_error *err);
+/* Adds g (one beam, made on the batch's model, not done, no encoder inputs): if it has not
+ * stepped, its first step runs now (*token, *done as tm_generator_step gives them; a
+ * generator done at once does not join: *row = -1); else its last token is the next
+ * step's input. *row: its row, 0 .. max_rows - 1, until it leaves. A full batch is
+ * TM_ERR_INVALID_ARGUMENT (tm_batch_count says how many rows are held). token, done may be
+ * NULL. */
+tm_status tm_batch_add(tm_batch *b, tm_generator *g, int *row, int32_t *token, int *done,
+                       tm_error *err);
+/* One step of every generator in the batch: one run of the model on their last tokens,
+ * then each chooses as tm_generator_step does. tokens and done (may be NULL) have
+ * max_rows entries, by row: the token chosen and whether the generator is now done (it
+ * has then left the batch: its row is free), or -1 and -1 for rows held by none. A batch
+ * with no generator does nothing. When the model's run fails no generator has advanced; a
+ * generator whose own choice fails leaves the batch (done 1) and its error is returned
+ * once the others have stepped. */
+tm_status tm_batch_step(tm_batch *b, int32_t *tokens, int *done, tm_error *err);
+/* The generator in row `row`, or NULL. */
+tm_generator *tm_batch_generator(const tm_batch *b, int row);
+/* Rows held. */
+int tm_batch_count(const tm_batch *b);
+/* The generator in row `row` leaves the batch now (a cancelled request); it is not freed,
+ * and having stepped in a batch it cannot step alone (tm_generator_step refuses). */
+void tm_batch_remove(tm_batch *b, int row);
+void tm_batch_free(tm_batch *b);
+
 /* ---- Saving models ------------------------------------------------------------------ */
 
 /* Where tm_model_save puts tensor data. Tensors in a separate file are listed in the .onnx

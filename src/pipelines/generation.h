@@ -77,6 +77,21 @@ typedef void (*tm__logits_fn)(void *user, float *scores, int64_t vocab, const in
 /* Sets it (fn NULL: none); user is passed back and must outlive the generator's steps. */
 void tm__generator_set_processor(tm_generator *g, tm__logits_fn fn, void *user);
 
+/* For tm_batch (batch.c), which runs the decode steps of several generators as one:
+ * whether g can join a batch of model m (one beam, that model); whether it has started
+ * (its prompt run) and ended; its decoder (which holds its cache after the prompt); the
+ * last token of its sequence (the next step's input); and its step once the batch has run:
+ * row `row` of logits (B, n, vocab) processed and a token chosen, as tm_generator_step. */
+int tm__generator_batchable(const tm_generator *g, const tm_model *m);
+int tm__generator_started(const tm_generator *g);
+int tm__generator_done(const tm_generator *g);
+tm_decoder *tm__generator_decoder(tm_generator *g);
+/* From now on g steps only in a batch (tm_generator_step refuses: its decoder is stale). */
+void tm__generator_set_batched(tm_generator *g);
+int32_t tm__generator_last_token(const tm_generator *g);
+tm_status tm__generator_take_logits(tm_generator *g, const tm_tensor *logits, int64_t row,
+                                    int32_t *token, int *done, tm_error *err);
+
 /* log_softmax in double, rounded to float. */
 void tm__log_softmax(float *scores, int64_t vocab);
 /* The first index of the largest score. */

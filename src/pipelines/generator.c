@@ -365,6 +365,7 @@ struct tm_generator {
     /* the caller's processor, after the configured ones (tm__generator_set_processor) */
     tm__logits_fn extra;
     void *extra_user;
+    int batched;                /* its steps have run in a tm_batch (its decoder is stale) */
     /* results once done (beams) */
     int n_results;
     int32_t **res;
@@ -560,9 +561,10 @@ static tm_status feed(tm_generator *g, int b, size_t from, tm_error *err) {
     return st;
 }
 
-/* The last position's logits of beam b's decoder, as float, into row `dst` of g->scores. */
-static tm_status read_logits(tm_generator *g, int b, int dst, float **row, tm_error *err) {
-    const tm_tensor *t = tm_decoder_logits(g->dec[b]);
+/* The last position's logits of batch row `batch_row` of t, (B, n, vocab), as float, into
+ * row `dst` of g->scores. */
+static tm_status logits_of(tm_generator *g, const tm_tensor *t, int64_t batch_row, int dst,
+                           float **row, tm_error *err) {
     int rank = t ? tm_tensor_rank(t) : 0;
     if (!t || rank < 1)
         return tm__fail(err, TM_ERR_SHAPE, "the decoder gave no logits");
@@ -584,12 +586,20 @@ static tm_status read_logits(tm_generator *g, int b, int dst, float **row, tm_er
                         (long long)g->vocab, (long long)vocab);
     }
     float *r = g->scores + (size_t)dst * (size_t)vocab;
-    size_t start = (size_t)(tm_tensor_numel(t) - vocab);
+    int64_t rows = tm_tensor_numel(t) / vocab, per = rank >= 3 ? rows / tm_tensor_dims(t)[0] : rows;
+    if (batch_row < 0 || (batch_row + 1) * per > rows)
+        return tm__fail(err, TM_ERR_SHAPE, "the logits hold no batch row %lld", (long long)batch_row);
+    size_t start = (size_t)(((batch_row + 1) * per - 1) * vocab);
     const void *p = tm_tensor_data_const(t);
     if (dt == TM_FLOAT) memcpy(r, (const float *)p + start, (size_t)vocab * sizeof *r);
     else for (int64_t v = 0; v < vocab; v++) r[v] = (float)tm_load_f64(p, dt, start + (size_t)v);
     *row = r;
     return TM_OK;
+}
+
+/* The last position's logits of beam b's decoder into row `dst` of g->scores. */
+static tm_status read_logits(tm_generator *g, int b, int dst, float **row, tm_error *err) {
+    return logits_of(g, tm_decoder_logits(g->dec[b]), 0, dst, row, err);
 }
 
 /* The processors of transformers' _get_logits_processor, in its order, on one row. */
@@ -666,13 +676,9 @@ static tm_status start(tm_generator *g, tm_error *err) {
     return TM_OK;
 }
 
-static tm_status step_single(tm_generator *g, int32_t *token, tm_error *err) {
+/* Greedy or sampling: processes the row s of scores and chooses the next token. */
+static tm_status choose(tm_generator *g, float *s, int32_t *token, tm_error *err) {
     tm_status st = TM_OK;
-    if (g->started) st = feed(g, 0, g->len - 1, err);
-    else st = start(g, err);
-    float *s = NULL;
-    if (st == TM_OK) st = read_logits(g, 0, 0, &s, err);
-    if (st != TM_OK) return st;
     if (grow(g, g->len + 1)) return tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
     process(g, s, g->seq[0], g->len);
     int64_t t;
@@ -695,6 +701,42 @@ static tm_status step_single(tm_generator *g, int32_t *token, tm_error *err) {
         free(text);
     }
     return TM_OK;
+}
+
+static tm_status step_single(tm_generator *g, int32_t *token, tm_error *err) {
+    tm_status st = TM_OK;
+    if (g->started) st = feed(g, 0, g->len - 1, err);
+    else st = start(g, err);
+    float *s = NULL;
+    if (st == TM_OK) st = read_logits(g, 0, 0, &s, err);
+    if (st != TM_OK) return st;
+    return choose(g, s, token, err);
+}
+
+/* ---- For tm_batch (batch.c): a generator whose decode steps another decoder runs ---- */
+
+int tm__generator_batchable(const tm_generator *g, const tm_model *m) {
+    return g && g->nb == 1 && g->m == m;
+}
+
+int tm__generator_started(const tm_generator *g) { return g->started; }
+
+int tm__generator_done(const tm_generator *g) { return g->done; }
+
+tm_decoder *tm__generator_decoder(tm_generator *g) { return g->dec[0]; }
+
+void tm__generator_set_batched(tm_generator *g) { g->batched = 1; }
+
+int32_t tm__generator_last_token(const tm_generator *g) { return g->len ? g->seq[0][g->len - 1] : -1; }
+
+tm_status tm__generator_take_logits(tm_generator *g, const tm_tensor *logits, int64_t row,
+                                    int32_t *token, int *done, tm_error *err) {
+    if (g->done) return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "generation has ended");
+    float *s = NULL;
+    tm_status st = logits_of(g, logits, row, 0, &s, err);
+    if (st == TM_OK) st = choose(g, s, token, err);
+    if (st == TM_OK && done) *done = g->done;
+    return st;
 }
 
 /* The n_cand best of nb * vocab scores, best first (ties: the lower index first). */
@@ -836,6 +878,9 @@ static tm_status step_beams(tm_generator *g, int32_t *token, tm_error *err) {
 tm_status tm_generator_step(tm_generator *g, int32_t *token, int *done, tm_error *err) {
     if (!g) return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "tm_generator_step: NULL generator");
     if (g->done) return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "tm_generator_step: generation has ended");
+    if (g->batched)
+        return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "tm_generator_step: the generator's steps "
+                        "run in a tm_batch (its cache is there)");
     int32_t t = -1;
     tm_status st = g->nb > 1 ? step_beams(g, &t, err) : step_single(g, &t, err);
     if (st != TM_OK) return st;
