@@ -237,6 +237,10 @@ $(VAD_NPM):
 $(BUILD)/pipe_bench: bench/pipe_bench.c $(BUILD)/libtransmuter.a
 	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(BUILD)/libtransmuter.a $(LDLIBS)
 
+# Generation streams stepped in turn against one tm_batch (bench/batch_bench.c).
+$(BUILD)/batch_bench: bench/batch_bench.c $(BUILD)/libtransmuter.a
+	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(BUILD)/libtransmuter.a $(LDLIBS)
+
 $(BUILD)/tok_bench: bench/tok_bench.c $(BUILD)/libtransmuter.a
 	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(BUILD)/libtransmuter.a $(LDLIBS)
 
