@@ -145,6 +145,27 @@ if not repos_given:
     cli('summarization positional', ['pipeline', 'summarization', T5,
         case_output_inputs('t5-text2text', 16)[0], '--options', '{"max_new_tokens":20}', '--json'], 0,
         case_output('t5-text2text', 16), True)
+    # A list of 20 prompts of 1 to 12 words (greedy and seeded sampling) is generated as
+    # a batch (tm_batch, 16 rows: the last 4 join as the first end): each text as the
+    # prompt alone gives it (llama-chat has position_ids, so the batch is padded).
+    L = f'{data}/llama-chat'
+    words = 'the quick brown fox jumps over a lazy dog while seven small cats watch it'.split()
+    prompts = [' '.join(words[i % 5:(i % 5) + 1 + (i * 7) % 12]) for i in range(20)]
+    for opts in ({'max_new_tokens': 9}, {'max_new_tokens': 7, 'do_sample': True, 'seed': 5, 'top_k': 10}):
+        o = json.dumps(opts)
+        r = subprocess.run([tm, 'pipeline', 'text-generation', L, '--call',
+                            json.dumps({'inputs': [prompts], 'options': opts})], capture_output=True, text=True)
+        batch = json.loads(r.stdout) if r.returncode == 0 else None
+        alone = []
+        for text in prompts:
+            a = subprocess.run([tm, 'pipeline', 'text-generation', L, '--call',
+                                json.dumps({'inputs': [text], 'options': opts})], capture_output=True, text=True)
+            alone.append(json.loads(a.stdout) if a.returncode == 0 else None)
+        if batch is not None and batch == alone:
+            passed += 1
+        else:
+            failed += 1
+            print(f'FAIL cli: a batch of 20 prompts {o}: not each prompt\'s own result: {r.stderr[:200]}')
     cli('text-generation without a decoder', ['pipeline', 'text-generation', S, 'x'], 1,
         'text-generation needs a decoder with a KV cache')
     cli('an error as JSON', ['pipeline', 'fill-mask', f'{data}/bert-mlm', 'no mask', '--json'], 1,

@@ -170,3 +170,66 @@ tm_status tm__gen_run(tm_pipeline *p, const tm_generation_config *cfg, const int
     *n_texts = k;
     return TM_OK;
 }
+
+/* The generators' sequences decoded, into texts (one per generator). */
+static tm_status decode_all(tm_pipeline *p, tm_generator **g, int count, char ***texts,
+                            int *n_texts, tm_error *err) {
+    tm_status s = TM_OK;
+    for (int i = 0; !s && i < count; i++) {
+        const int32_t *seq;
+        size_t len;
+        texts[i] = calloc(1, sizeof *texts[i]);
+        if (!texts[i]) s = tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
+        if (!s) s = tm_generator_sequence(g[i], 0, &seq, &len, err);
+        if (!s) s = tm_tokenizer_decode(p->tok, seq, len, 1, -1, &texts[i][0], NULL, err);
+        if (!s) n_texts[i] = 1;
+    }
+    return s;
+}
+
+tm_status tm__gen_run_many(tm_pipeline *p, const tm_generation_config *cfg,
+                           int32_t *const *ids, const size_t *n, int count, char ***texts,
+                           int *n_texts, tm_error *err) {
+    memset(texts, 0, (size_t)count * sizeof *texts);
+    memset(n_texts, 0, (size_t)count * sizeof *n_texts);
+    int together = count > 1 && !p->encoder && cfg->num_beams <= 1;
+    /* positions numbered by the cache's length: only prompts of one length share a batch */
+    for (int i = 1; together && i < count; i++)
+        together = n[i] == n[0] || tm_model_input_index(p->model, "position_ids") >= 0;
+    for (int i = 0; together && i < count; i++)
+        if (n[i] == 0) return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "%s: the prompt is empty "
+                                       "(no tokens): the model needs at least one", p->task->name);
+    tm_status s = TM_OK;
+    if (!together) {
+        for (int i = 0; !s && i < count; i++) s = tm__gen_run(p, cfg, ids[i], n[i], &texts[i], &n_texts[i], err);
+    } else {
+        int rows = count < TM__GEN_ROWS ? count : TM__GEN_ROWS;
+        tm_generator **g = calloc((size_t)count, sizeof *g);
+        tm_batch *b = NULL;
+        s = g ? tm_batch_create(p->model, rows, &b, err) : tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
+        int next = 0, left = count;
+        while (!s && left > 0) {
+            while (!s && next < count && tm_batch_count(b) < rows) {
+                int row, done;
+                s = tm_generator_create(p->model, cfg, p->tok, &g[next], err);
+                if (!s) s = tm_generator_append(g[next], ids[next], n[next], err);
+                if (!s) s = tm_batch_add(b, g[next], &row, NULL, &done, err);
+                if (!s && done) left--;
+                next++;
+            }
+            int done[TM__GEN_ROWS];
+            for (int r = 0; r < rows; r++) done[r] = -1;
+            if (!s && tm_batch_count(b)) s = tm_batch_step(b, NULL, done, err);
+            for (int r = 0; !s && r < rows; r++) left -= done[r] == 1;
+        }
+        if (!s) s = decode_all(p, g, count, texts, n_texts, err);
+        tm_batch_free(b);
+        for (int i = 0; g && i < count; i++) tm_generator_free(g[i]);
+        free(g);
+    }
+    if (s) {
+        for (int i = 0; i < count; i++) tm__gen_texts_free(texts[i], n_texts[i] ? n_texts[i] : 1);
+        memset(texts, 0, (size_t)count * sizeof *texts);
+    }
+    return s;
+}

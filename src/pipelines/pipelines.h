@@ -190,6 +190,15 @@ tm_status tm__gen_encode(const tm_pipeline *p, const char *text, int add_special
 tm_status tm__gen_run(tm_pipeline *p, const tm_generation_config *cfg, const int32_t *ids,
                       size_t n, char ***texts, int *n_texts, tm_error *err);
 void tm__gen_texts_free(char **texts, int n);
+/* tm__gen_run for count prompts of one call: a decoder-only model's greedy or sampled
+ * generations (one beam) step together in a tm_batch of up to TM__GEN_ROWS rows, joining
+ * as rows free up; the rest (beams, encoder-decoders, an export without position_ids given
+ * prompts of different lengths) run one after another. texts[i] / n_texts[i] as
+ * tm__gen_run's for prompt i; on error nothing is left to free. */
+enum { TM__GEN_ROWS = 16 };
+tm_status tm__gen_run_many(tm_pipeline *p, const tm_generation_config *cfg,
+                           int32_t *const *ids, const size_t *n, int count, char ***texts,
+                           int *n_texts, tm_error *err);
 
 /* ---- Text batches ------------------------------------------------------------------------- */
 

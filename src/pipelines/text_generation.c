@@ -5,7 +5,8 @@
  * TextGenerationPipeline: special tokens added only when tokenizer_config.json asks for
  * them, the prompt's decoded text cut from the result unless return_full_text, a chat
  * answered by an appended assistant message.
- * Inputs run one at a time (the generator is batch 1). Generation is generation_task.c's. */
+ * A list of inputs is generated together: their decode steps run as one batch
+ * (tm__gen_run_many, tm_batch). Generation is generation_task.c's. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -152,26 +153,25 @@ static size_t utf16_length(const char *s) {
     return units;
 }
 
-/* One input: its [{generated_text}, ...] (one per returned sequence). */
-static tm_status generate_one(tm_pipeline *p, const tm_json *input, const tm_json *options, int add_special,
-                              int full_text, tm__buf *out, tm_error *err) {
+/* One input's prompt ids (a chat rendered by the template first). */
+static tm_status prompt_ids(tm_pipeline *p, const tm_json *input, const tm_json *options,
+                            int add_special, int32_t **ids, size_t *n, tm_error *err) {
     int chat = input->type != TM_JSON_STRING;
     char *rendered = NULL;
     tm_status s = chat ? render_chat(p, input, options, &rendered, err) : TM_OK;
-    if (s) return s;
-    int32_t *ids = NULL;
-    size_t n = 0;
-    s = tm__gen_encode(p, chat ? rendered : input->string, chat ? 0 : add_special, &ids, &n, err);
+    if (!s) s = tm__gen_encode(p, chat ? rendered : input->string, chat ? 0 : add_special, ids, n, err);
     free(rendered);
-    tm_generation_config cfg;
-    int cfg_made = 0;
-    if (!s) s = tm__gen_config(p, options, 256, &cfg, err);
-    cfg_made = !s;
-    char **texts = NULL, *prompt = NULL;
-    int k = 0;
-    if (!s) s = tm__gen_run(p, &cfg, ids, n, &texts, &k, err);
+    return s;
+}
+
+/* One input's [{generated_text}, ...] (one per returned sequence) from its texts. */
+static tm_status put_result(tm_pipeline *p, const tm_json *input, const int32_t *ids, size_t n,
+                            char **texts, int k, int full_text, tm__buf *out, tm_error *err) {
+    int chat = input->type != TM_JSON_STRING;
+    char *prompt = NULL;
+    tm_status s = TM_OK;
     /* the prompt's decoded text is cut by its length in UTF-16 units, as String.slice */
-    if (!s && !full_text && n) s = tm_tokenizer_decode(p->tok, ids, n, 1, -1, &prompt, NULL, err);
+    if (!full_text && n) s = tm_tokenizer_decode(p->tok, ids, n, 1, -1, &prompt, NULL, err);
     size_t prompt_units = prompt ? utf16_length(prompt) : 0;
     if (!s) tm__put(out, "[");
     for (int i = 0; !s && i < k; i++) {
@@ -193,9 +193,42 @@ static tm_status generate_one(tm_pipeline *p, const tm_json *input, const tm_jso
     }
     if (!s) tm__put(out, "]");
     free(prompt);
-    tm__gen_texts_free(texts, k);
+    return s;
+}
+
+/* The inputs (count of them, one unless batched) generated together (tm__gen_run_many:
+ * a batch of sequences stepped as one) and their results, a list of them when batched. */
+static tm_status generate(tm_pipeline *p, const tm_json *inputs, int count, int batched,
+                          const tm_json *options, int add_special, int full_text, tm__buf *out,
+                          tm_error *err) {
+    int32_t **ids = calloc((size_t)count, sizeof *ids);
+    size_t *n = calloc((size_t)count, sizeof *n);
+    char ***texts = calloc((size_t)count, sizeof *texts);
+    int *k = calloc((size_t)count, sizeof *k);
+    tm_status s = ids && n && texts && k ? TM_OK : tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
+    for (int i = 0; !s && i < count; i++) s = prompt_ids(p, &inputs[i], options, add_special, &ids[i], &n[i], err);
+    tm_generation_config cfg;
+    int cfg_made = 0;
+    if (!s) s = tm__gen_config(p, options, 256, &cfg, err);
+    cfg_made = !s;
+    int ran = 0;
+    if (!s) s = tm__gen_run_many(p, &cfg, ids, n, count, texts, k, err);
+    ran = !s;
+    if (!s && batched) tm__put(out, "[");
+    for (int i = 0; !s && i < count; i++) {
+        if (i) tm__put(out, ",");
+        s = put_result(p, &inputs[i], ids[i], n[i], texts[i], k[i], full_text, out, err);
+    }
+    if (!s && batched) tm__put(out, "]");
+    for (int i = 0; i < count; i++) {
+        if (ran) tm__gen_texts_free(texts[i], k[i]);
+        if (ids) free(ids[i]);
+    }
     if (cfg_made) tm_generation_config_clear(&cfg);
     free(ids);
+    free(n);
+    free(texts);
+    free(k);
     return s;
 }
 
@@ -231,14 +264,8 @@ static tm_status call(tm_pipeline *p, const tm_json *inputs, const tm_json *opti
     tm_generation_config cfg;
     if ((s = tm__gen_config(p, options, 256, &cfg, err))) return s;
     tm_generation_config_clear(&cfg);
-    if (!batched) return generate_one(p, in, options, add_special, full_text, out, err);
-    tm__put(out, "[");
-    for (int i = 0; !s && i < in->n; i++) {
-        if (i) tm__put(out, ",");
-        s = generate_one(p, &in->items[i], options, add_special, full_text, out, err);
-    }
-    if (!s) tm__put(out, "]");
-    return s;
+    if (!batched) return generate(p, in, 1, 0, options, add_special, full_text, out, err);
+    return generate(p, in->items, in->n, 1, options, add_special, full_text, out, err);
 }
 
 const tm__task tm__task_text_generation = {"text-generation", NULL, tm__gen_check, call, 0, 0, NULL};
