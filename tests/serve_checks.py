@@ -260,6 +260,29 @@ def main():
     texts_c = ["".join(e["choices"][0]["delta"].get("content", "") for e in o[2]) for o in outs]
     check("4 concurrent chat streams all end with [DONE]", all(o[3] for o in outs))
     check("... each the greedy text of its length", all(long_ref.startswith(t) and t for t in texts_c), texts_c)
+    # ---- continuous batching: 6 concurrent completions of different prompts step together
+    prompts = ["Hello", "The quick brown fox", "Once upon a time there was", "1 2 3", "Why", "A B C D E F G"]
+    steps_before = metric(port, "transmuter_generation_batch_size_count") or 0
+    sum_before = metric(port, "transmuter_generation_batch_size_sum") or 0
+    got_c = [None] * len(prompts)
+
+    def complete(i):
+        st_i, _, c_i = request(port, "POST", "/v1/completions", {"model": "llama-chat", "prompt": prompts[i],
+                                                                 "max_tokens": 10 + i, "temperature": 0})
+        got_c[i] = c_i["choices"][0]["text"] if st_i == 200 else None
+
+    threads = [threading.Thread(target=complete, args=(i,)) for i in range(len(prompts))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    want_c = [library_generate("--prompt", p, "--max-new", str(10 + i)) for i, p in enumerate(prompts)]
+    check("6 concurrent completions of different prompts: each = generate --prompt alone", got_c == want_c,
+          (got_c, want_c))
+    steps = (metric(port, "transmuter_generation_batch_size_count") or 0) - steps_before
+    rows = (metric(port, "transmuter_generation_batch_size_sum") or 0) - sum_before
+    check("... stepped together: more sequences than steps (%d rows in %d steps)" % (rows, steps),
+          steps > 0 and rows > steps * 1.5)
 
     # ---- Open Inference Protocol v2 on the raw model
     case = "tests/data/tiny/bert/model.cases/default/inputs"

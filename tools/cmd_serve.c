@@ -14,8 +14,9 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: transmuter serve MODEL... [--host 127.0.0.1] [--port 8080] [--api-key KEY]\n"
-            "         [--max-batch 32] [--max-wait-ms 5] [--queue 256] [--max-body-mb 4]\n"
-            "         [--timeout-s 120] [--max-tokens 4096] [--grace-s 10] [--threads N]\n"
+            "         [--max-batch 32] [--max-wait-ms 5] [--gen-batch 16] [--queue 256]\n"
+            "         [--max-body-mb 4] [--timeout-s 120] [--max-tokens 4096] [--grace-s 10]\n"
+            "         [--threads N]\n"
             "MODEL: a repository folder or an .onnx file, named by its base name, or NAME=PATH.\n"
             "A repository's config.json decides what it serves: a causal LM /v1/completions\n"
             "(and /v1/chat/completions with a chat template), a sequence classifier /predict,\n"
@@ -23,7 +24,10 @@ static void usage(FILE *f) {
             "(/v2/models/NAME/infer). Also GET /v1/models, /health, /metrics, /v2/health/live,\n"
             "/v2/health/ready. --api-key (or TRANSMUTER_API_KEY): every route but the health\n"
             "probes needs 'Authorization: Bearer KEY'. --port 0 takes a free port; the line\n"
-            "'listening on http://HOST:PORT' on stderr says which.\n");
+            "'listening on http://HOST:PORT' on stderr says which. --max-batch / --max-wait-ms:\n"
+            "the dynamic batches of encoder requests; --gen-batch: how many sequences of a\n"
+            "decoder are stepped together (continuous batching: one run of the model a token\n"
+            "for all of them; more wait for a row).\n");
 }
 
 static int parse_int(const char *v, int lo, int hi, int *out) {
@@ -56,6 +60,7 @@ int tm__cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--port")) bad = parse_int(v, 0, 65535, &s.opt.port), i++;
         else if (!strcmp(a, "--max-batch")) bad = parse_int(v, 1, 4096, &s.opt.max_batch), i++;
         else if (!strcmp(a, "--max-wait-ms")) bad = parse_int(v, 0, 60000, &s.opt.max_wait_ms), i++;
+        else if (!strcmp(a, "--gen-batch")) bad = parse_int(v, 1, 256, &s.opt.gen_batch), i++;
         else if (!strcmp(a, "--queue")) bad = parse_int(v, 1, 1 << 20, &s.opt.queue), i++;
         else if (!strcmp(a, "--max-body-mb")) bad = parse_int(v, 1, 1024, &body_mb), i++;
         else if (!strcmp(a, "--timeout-s")) bad = parse_int(v, 1, 86400, &timeout_s), i++;

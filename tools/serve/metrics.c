@@ -27,6 +27,7 @@ struct serve_metrics {
     route_stats routes[MAX_ROUTES];
     int n_routes;
     unsigned long batch_buckets[N_BATCH], batch_count, batch_sum;
+    unsigned long gen_buckets[N_BATCH], gen_count, gen_sum;   /* sequences per decode step */
     unsigned long prompt_tokens, generated_tokens;
 };
 
@@ -80,6 +81,18 @@ void tm__serve_metrics_batch(serve_metrics *m, size_t inputs) {
         }
     m->batch_count++;
     m->batch_sum += inputs;
+    pthread_mutex_unlock(&m->lock);
+}
+
+void tm__serve_metrics_gen_step(serve_metrics *m, size_t rows) {
+    pthread_mutex_lock(&m->lock);
+    for (int b = 0; b < N_BATCH; b++)
+        if ((double)rows <= batch_bounds[b]) {
+            m->gen_buckets[b]++;
+            break;
+        }
+    m->gen_count++;
+    m->gen_sum += rows;
     pthread_mutex_unlock(&m->lock);
 }
 
@@ -137,6 +150,16 @@ void tm__serve_metrics_render(serve_server *s, tm__buf *out) {
     put_fmt(out, "transmuter_batch_size_bucket{le=\"+Inf\"} %lu\n", m->batch_count);
     put_fmt(out, "transmuter_batch_size_sum %lu\ntransmuter_batch_size_count %lu\n", m->batch_sum,
             m->batch_count);
+    tm__put(out, "# HELP transmuter_generation_batch_size Sequences per decode step of a model "
+                 "(continuous batching).\n# TYPE transmuter_generation_batch_size histogram\n");
+    cum = 0;
+    for (int b = 0; b < N_BATCH; b++) {
+        cum += m->gen_buckets[b];
+        put_fmt(out, "transmuter_generation_batch_size_bucket{le=\"%g\"} %lu\n", batch_bounds[b], cum);
+    }
+    put_fmt(out, "transmuter_generation_batch_size_bucket{le=\"+Inf\"} %lu\n", m->gen_count);
+    put_fmt(out, "transmuter_generation_batch_size_sum %lu\ntransmuter_generation_batch_size_count %lu\n",
+            m->gen_sum, m->gen_count);
     tm__put(out, "# HELP transmuter_prompt_tokens_total Prompt tokens of generation requests.\n"
                  "# TYPE transmuter_prompt_tokens_total counter\n");
     put_fmt(out, "transmuter_prompt_tokens_total %lu\n", m->prompt_tokens);

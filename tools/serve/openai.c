@@ -166,6 +166,8 @@ static void free_oa_job(serve_gen_job *j) {
     free(j->gens);
     free(j->seq_done);
     free(j->seq_sent);
+    free(j->seq_started);
+    free(j->seq_row);
     free(j->out.s);
     free(o->texts);
     free(o->finish);

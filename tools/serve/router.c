@@ -14,6 +14,7 @@ void tm__serve_options_default(serve_options *o) {
     o->port = 8080;
     o->max_batch = 32;
     o->max_wait_ms = 5;
+    o->gen_batch = 16;
     o->queue = 256;
     o->max_body = 4 << 20;
     o->timeout_ms = 120000;

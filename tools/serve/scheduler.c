@@ -1,10 +1,13 @@
 /* transmuter serve's scheduler: one worker runs encoder requests in dynamic batches (the
  * first queued input waits up to max_wait_ms for others of the same model and options, up
- * to max_batch inputs, then one tm_pipeline_call runs them all); another steps every
- * active generator in turn, one token each, so that all generation requests progress and a
- * new one joins between steps. Each generator has its own KV cache: this is not batched
- * decoding (one model run per sequence and step). A bounded count of queued inputs and
- * sequences gives back-pressure. Not the HTTP layer, not the JSON of the APIs. */
+ * to max_batch inputs, then one tm_pipeline_call runs them all); another runs generation
+ * by continuous batching: each model's sequences are rows of one tm_batch (up to
+ * gen_batch of them), stepped together by one run of the model per token; a new sequence
+ * joins between steps once its prompt has run (its first token), and leaves the batch
+ * when it ends, is cancelled or times out. Sequences beyond the rows wait for one to free
+ * up; a model whose export takes no position_ids (a batch would need equal lengths) steps
+ * each sequence alone, in turn. A bounded count of queued inputs and sequences gives
+ * back-pressure. Not the HTTP layer, not the JSON of the APIs. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,7 +15,17 @@
 #include <time.h>
 #include "serve.h"
 
+/* A model's generation batch: its rows' sequences (job, index). Only the gen worker (or the
+ * synchronous pump) touches it. */
+typedef struct gen_batch {
+    tm_batch *b;                /* NULL until the first sequence; also NULL when alone */
+    int rows, alone, tried;     /* alone: the export steps sequences one by one */
+    serve_gen_job **job;
+    int *seq;
+} gen_batch;
+
 struct serve_sched {
+    gen_batch *gen;             /* per model */
     pthread_mutex_t lock;
     pthread_cond_t work;        /* the workers wait here for something to do */
     pthread_cond_t changed;     /* waiters wait here for their job to move */
@@ -279,24 +292,22 @@ typedef struct step_result {
     char message[1024];
 } step_result;
 
-static void step_sequence(serve_gen_job *job, int i, step_result *r) {
+/* What sequence i's step gave (st, token, done, err): its text so far, and whether and why
+ * it ended. Without the lock. */
+static void step_outcome(serve_gen_job *job, int i, tm_status st, int32_t token, int done,
+                         tm_error *err, step_result *r) {
     memset(r, 0, sizeof *r);
     tm_generator *g = job->gens[i];
-    tm_error err;
-    memset(&err, 0, sizeof err);
-    int32_t token = -1;
-    int done = 0;
-    tm_status st = tm_generator_step(g, &token, &done, &err);
     const int32_t *ids = NULL;
     size_t n = 0;
-    if (st == TM_OK) st = tm_generator_sequence(g, 0, &ids, &n, &err);
+    if (st == TM_OK) st = tm_generator_sequence(g, 0, &ids, &n, err);
     size_t plen = tm_generator_prompt_length(g);
     if (st == TM_OK) {
         r->n_new = n - plen;
-        st = tm_tokenizer_decode(job->m->tok, ids + plen, n - plen, 1, -1, &r->text, &r->len, &err);
+        st = tm_tokenizer_decode(job->m->tok, ids + plen, n - plen, 1, -1, &r->text, &r->len, err);
     }
     if (st != TM_OK) {
-        snprintf(r->message, sizeof r->message, "%s", err.message[0] ? err.message : tm_status_name(st));
+        snprintf(r->message, sizeof r->message, "%s", err->message[0] ? err->message : tm_status_name(st));
         r->finish = "error";
         return;
     }
@@ -316,13 +327,129 @@ static void step_sequence(serve_gen_job *job, int i, step_result *r) {
     r->end = r->finish ? r->len : settled(job, r->text, r->len);
 }
 
-static void finish_sequence(serve_gen_job *job, int i, const char *finish) {
+/* The model's batch, made at its first sequence (NULL: its sequences step alone). */
+static gen_batch *batch_of(serve_server *s, serve_gen_job *job) {
+    gen_batch *gb = &s->sched->gen[job->m - s->models];
+    if (gb->tried) return gb->alone ? NULL : gb;
+    gb->tried = 1;
+    gb->rows = s->opt.gen_batch;
+    tm_error err;
+    memset(&err, 0, sizeof err);
+    gb->job = calloc((size_t)gb->rows, sizeof *gb->job);
+    gb->seq = calloc((size_t)gb->rows, sizeof *gb->seq);
+    if (tm_model_input_index(job->m->model, "position_ids") < 0 || job->m->gen.num_beams > 1 ||
+        !gb->job || !gb->seq ||
+        tm_batch_create(job->m->model, gb->rows, &gb->b, &err) != TM_OK) {
+        free(gb->job);
+        free(gb->seq);
+        gb->job = NULL;
+        gb->seq = NULL;
+        gb->alone = 1;
+        return NULL;
+    }
+    return gb;
+}
+
+static void finish_sequence(serve_server *s, serve_gen_job *job, int i, const char *finish) {
+    if (job->seq_row[i] >= 0) {   /* it leaves its batch (a step may have freed it already) */
+        gen_batch *gb = &s->sched->gen[job->m - s->models];
+        int row = job->seq_row[i];
+        if (gb->job[row] == job && gb->seq[row] == i) {
+            tm_batch_remove(gb->b, row);
+            gb->job[row] = NULL;
+        }
+        job->seq_row[i] = -1;
+    }
     job->emit(job, i, NULL, 0, finish);
     job->seq_done[i] = 1;
     job->n_done++;
 }
 
-/* One round: every active sequence one step. Lock held on entry and return. */
+/* Hands out what sequence i's step gave. Lock held. */
+static void deliver(serve_server *s, serve_gen_job *job, int i, step_result *r) {
+    if (r->end > job->seq_sent[i]) {
+        job->emit(job, i, r->text + job->seq_sent[i], r->end - job->seq_sent[i], NULL);
+        job->seq_sent[i] = r->end;
+    }
+    if (r->finish) {
+        if (!strcmp(r->finish, "error")) {
+            job->failed = 1;
+            snprintf(job->message, sizeof job->message, "%s", r->message);
+        }
+        job->completion_tokens += r->n_new;
+        finish_sequence(s, job, i, r->finish);
+    }
+    free(r->text);
+    r->text = NULL;
+    pthread_cond_broadcast(&s->sched->changed);
+}
+
+/* Sequence i's first step (its prompt), or a step alone; it joins its model's batch when
+ * there is one with a free row. Lock held on entry and return (released meanwhile). */
+static void start_or_step(serve_server *s, serve_gen_job *job, int i) {
+    serve_sched *q = s->sched;
+    gen_batch *gb = batch_of(s, job);
+    int started = job->seq_started[i];
+    if (gb && !started && tm_batch_count(gb->b) >= gb->rows) return;   /* waits for a row */
+    tm_generator *g = job->gens[i];
+    tm_error err;
+    memset(&err, 0, sizeof err);
+    int32_t token = -1;
+    int done = 0, row = -1;
+    step_result r;
+    pthread_mutex_unlock(&q->lock);
+    tm_status st = gb ? tm_batch_add(gb->b, g, &row, &token, &done, &err)
+                      : tm_generator_step(g, &token, &done, &err);
+    step_outcome(job, i, st, token, done, &err, &r);
+    tm__serve_metrics_tokens(s->metrics, 0, 1);
+    pthread_mutex_lock(&q->lock);
+    job->seq_started[i] = 1;
+    if (row >= 0) {
+        gb->job[row] = job;
+        gb->seq[row] = i;
+        job->seq_row[i] = row;
+    }
+    deliver(s, job, i, &r);
+}
+
+/* One step of a model's batch, and each row's outcome. Lock held on entry and return. */
+static void step_batch(serve_server *s, gen_batch *gb) {
+    serve_sched *q = s->sched;
+    int32_t tokens[4096];
+    int done[4096];
+    tm_error err;
+    memset(&err, 0, sizeof err);
+    tm__serve_metrics_gen_step(s->metrics, (size_t)tm_batch_count(gb->b));
+    pthread_mutex_unlock(&q->lock);
+    tm_status st = tm_batch_step(gb->b, tokens, done, &err);
+    pthread_mutex_lock(&q->lock);
+    for (int row = 0; row < gb->rows; row++) {
+        serve_gen_job *job = gb->job[row];
+        if (!job) continue;
+        int i = gb->seq[row];
+        step_result r;
+        if (tokens[row] < 0 && st != TM_OK) {   /* the model's run failed: every row ends */
+            memset(&r, 0, sizeof r);
+            snprintf(r.message, sizeof r.message, "%s", err.message[0] ? err.message : tm_status_name(st));
+            r.finish = "error";
+        } else {
+            pthread_mutex_unlock(&q->lock);
+            step_outcome(job, i, TM_OK, tokens[row], done[row] == 1, &err, &r);
+            pthread_mutex_lock(&q->lock);
+            tm__serve_metrics_tokens(s->metrics, 0, 1);
+        }
+        if (done[row] == 1) {   /* it has left the batch */
+            gb->job[row] = NULL;
+            job->seq_row[i] = -1;
+            if (!r.finish) r.finish = "stop";
+        }
+        deliver(s, job, i, &r);
+    }
+}
+
+/* One round: sequences cancelled or timed out end; new ones run their prompts and join
+ * their model's batch while it has rows; each batch steps once; sequences of a model
+ * without one step alone. Lock held on entry and return. */
 static void gen_round(serve_server *s) {
     serve_sched *q = s->sched;
     /* the new requests join */
@@ -330,35 +457,24 @@ static void gen_round(serve_server *s) {
     while (*tail) tail = &(*tail)->next;
     *tail = q->gen_new;
     q->gen_new = NULL;
-    for (serve_gen_job **pp = &q->gen_active; *pp;) {
-        serve_gen_job *job = *pp;
+    for (serve_gen_job *job = q->gen_active; job; job = job->next)
         for (int i = 0; i < job->n; i++) {
             if (job->seq_done[i]) continue;
             if (job->cancelled || q->stop || tm__serve_now() > job->deadline) {
                 if (!job->cancelled && !q->stop) job->timed_out = 1;
-                finish_sequence(job, i, "cancelled");
+                finish_sequence(s, job, i, "cancelled");
                 continue;
             }
-            step_result r;
-            pthread_mutex_unlock(&q->lock);
-            step_sequence(job, i, &r);
-            tm__serve_metrics_tokens(s->metrics, 0, 1);
-            pthread_mutex_lock(&q->lock);
-            if (r.end > job->seq_sent[i]) {
-                job->emit(job, i, r.text + job->seq_sent[i], r.end - job->seq_sent[i], NULL);
-                job->seq_sent[i] = r.end;
-            }
-            if (r.finish) {
-                if (!strcmp(r.finish, "error")) {
-                    job->failed = 1;
-                    snprintf(job->message, sizeof job->message, "%s", r.message);
-                }
-                job->completion_tokens += r.n_new;
-                finish_sequence(job, i, r.finish);
-            }
-            free(r.text);
-            pthread_cond_broadcast(&q->changed);
+            /* not started, or stepping alone (a model without a batch) */
+            if (!job->seq_started[i] || (job->seq_row[i] < 0 && !batch_of(s, job)))
+                start_or_step(s, job, i);
         }
+    for (int m = 0; m < s->n_models; m++) {
+        gen_batch *gb = &q->gen[m];
+        if (gb->b && tm_batch_count(gb->b) > 0) step_batch(s, gb);
+    }
+    for (serve_gen_job **pp = &q->gen_active; *pp;) {
+        serve_gen_job *job = *pp;
         if (job->n_done == job->n) {
             job->emit(job, -1, NULL, 0, NULL);
             *pp = job->next;
@@ -376,7 +492,10 @@ int tm__serve_gen_submit(serve_server *s, serve_gen_job *job) {
     serve_sched *q = s->sched;
     job->seq_done = calloc((size_t)job->n, sizeof *job->seq_done);
     job->seq_sent = calloc((size_t)job->n, sizeof *job->seq_sent);
-    if (!job->seq_done || !job->seq_sent) return 503;
+    job->seq_started = calloc((size_t)job->n, sizeof *job->seq_started);
+    job->seq_row = malloc((size_t)job->n * sizeof *job->seq_row);
+    if (!job->seq_done || !job->seq_sent || !job->seq_started || !job->seq_row) return 503;
+    for (int i = 0; i < job->n; i++) job->seq_row[i] = -1;
     pthread_mutex_lock(&q->lock);
     if (q->stop) {
         pthread_mutex_unlock(&q->lock);
@@ -520,7 +639,9 @@ size_t tm__serve_queue_depth(serve_server *s) {
 tm_status tm__serve_start(serve_server *s, tm_error *err) {
     serve_sched *q = calloc(1, sizeof *q);
     s->metrics = tm__serve_metrics_new();
-    if (!q || !s->metrics) {
+    if (q) q->gen = calloc((size_t)(s->n_models > 0 ? s->n_models : 1), sizeof *q->gen);
+    if (!q || !q->gen || !s->metrics) {
+        if (q) free(q->gen);
         free(q);
         tm__serve_metrics_free(s->metrics);
         s->metrics = NULL;
@@ -578,6 +699,12 @@ void tm__serve_stop(serve_server *s) {
         pthread_mutex_destroy(&q->lock);
         pthread_cond_destroy(&q->work);
         pthread_cond_destroy(&q->changed);
+        for (int m = 0; q->gen && m < s->n_models; m++) {
+            tm_batch_free(q->gen[m].b);
+            free(q->gen[m].job);
+            free(q->gen[m].seq);
+        }
+        free(q->gen);
         free(q);
         s->sched = NULL;
     }

@@ -84,6 +84,7 @@ typedef struct serve_options {
     const char *api_key;        /* NULL: none asked */
     int max_batch;              /* inputs per encoder batch */
     int max_wait_ms;            /* how long the first queued input waits for more */
+    int gen_batch;              /* sequences per model stepped together (tm_batch rows) */
     int queue;                  /* inputs and sequences queued or running, at most */
     size_t max_body;            /* bytes */
     int timeout_ms;             /* per request, queueing included */
@@ -199,6 +200,8 @@ struct serve_gen_job {
     double deadline;
     int *seq_done;
     size_t *seq_sent;
+    int *seq_started;           /* its first step (the prompt) has run */
+    int *seq_row;               /* its row in the model's tm_batch, or -1 */
     int n_done, done, cancelled, queued_n;
     struct serve_gen_job *next;
 };
@@ -236,6 +239,8 @@ serve_metrics *tm__serve_metrics_new(void);
 void tm__serve_metrics_free(serve_metrics *m);
 void tm__serve_metrics_request(serve_metrics *m, const char *route, int status, double seconds);
 void tm__serve_metrics_batch(serve_metrics *m, size_t inputs);
+/* A decode step of a model's batch that stepped `rows` sequences. */
+void tm__serve_metrics_gen_step(serve_metrics *m, size_t rows);
 void tm__serve_metrics_tokens(serve_metrics *m, size_t prompt, size_t generated);
 void tm__serve_metrics_render(serve_server *s, tm__buf *out);
 
