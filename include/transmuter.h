@@ -350,12 +350,13 @@ tm_status tm_model_run(tm_model *model, int n_inputs, const char *const *names,
 
 /* A decoder export (decoder_model_merged.onnx, decoder_with_past_model.onnx: input_ids,
  * optional attention_mask / position_ids / use_cache_branch, past_key_values.* inputs
- * with present.* outputs) stepped one append at a time, batch 1. The decoder owns the KV
+ * with present.* outputs) stepped one append at a time, for one sequence or a batch of
+ * them (tm_decoder_options.batch, tm_decoder_append_batch). The decoder owns the KV
  * cache: one buffer per past input with room to grow (doubling when full), which the
  * plans read and append to in place (tm_plan_options.kv_in_place) — a step copies no
  * cache and, once its plans exist, allocates nothing. Decode steps of one token share one
  * plan for every past length (tm_model_run's generic plans), prompts of 2 or more tokens
- * another. The attention mask is all ones and positions count from 0. A cache the plan
+ * another. Unpadded, the attention mask is all ones and positions count from 0. A cache the plan
  * cannot keep in place (not concatenated on the length axis of (batch, heads, length,
  * width) and read by the fused attention) is fed back by a copy. The decoders of a model
  * share their plans (each traced once; a decoder has its own sessions and caches). Not
@@ -426,7 +427,7 @@ void tm_model_plan_stats(tm_model *model, tm_plan_stats *out);
 
 /* Text generation as transformers' generate() does it, one step at a time: logits
  * processors in transformers' order, greedy choice, seeded sampling, or beam search, with
- * stopping criteria and streaming of decoded text. Built on tm_decoder (batch 1; beam
+ * stopping criteria and streaming of decoded text. Built on tm_decoder (one sequence; beam
  * search keeps one decoder per beam and copies caches when beams fork). The parameters
  * are those of transformers' GenerationConfig; -1 (or 0 where said) leaves one unset. */
 typedef enum tm_early_stopping {
