@@ -24,10 +24,12 @@
    worker: all its threads) and this process's (the scheduler and client). Reported:
    - the wall-clock throughputs and their ratio (the goal: 2 workers >= 1.8x one), which a
      machine shared with other jobs depresses;
-   - CPU seconds per sentence on each side, and the ratio that the CPU times give: one
-     worker's CPU time over the busier worker's of two, the 2-worker speed-up on two idle
-     cores if the per-sentence cost stays what it was measured to be (this leaves out the
-     scheduler's CPU and any wait that is not CPU);
+   - CPU seconds per sentence on each side, and two ratios that the CPU times give, the
+     2-worker speed-up on two idle cores if each sentence costs what it did here: with the
+     work split evenly (twice one worker's CPU time over the two workers' total), and as
+     this run split it (one worker's CPU time over the busier worker's of two; on a loaded
+     machine the worker that got more of a core takes more partitions). Both leave out the
+     scheduler's CPU and any wait that is not CPU;
    - the results: the runs against each other bit for bit, and against a single-process run
      of the same batches in this process on --check partitions (all: every one).
 
@@ -261,7 +263,8 @@ def summarize(dk):
         side[w]["cpu_per_sentence_ms"] = side[w]["cpu_total"] / dk["n"] * 1000
         side[w]["cpu_share"] = side[w]["cpu_total"] / side[w]["secs"]
     wall_ratio = side[2]["per_s"] / side[1]["per_s"]
-    cpu_ratio = side[1]["cpu_total"] / side[2]["cpu_max"]
+    cpu_ratio = {"even": 2 * side[1]["cpu_total"] / side[2]["cpu_total"],
+                 "split": side[1]["cpu_total"] / side[2]["cpu_max"]}
     return side, wall_ratio, cpu_ratio
 
 
@@ -326,10 +329,13 @@ def write(out, a, load0, ov, dk):
             f.write(f"- Wall-clock ratio, 2 workers / 1: **{wall_ratio:.2f}x** (goal: at least 1.8x). "
                     f"The workers got {side[2]['cpu_share']:.2f} cores of the 2 between them: "
                     "other jobs had the rest.\n")
-            f.write(f"- The ratio the CPU times give (one worker's CPU time over the busier worker's "
-                    f"of two): **{cpu_ratio:.2f}x**, the speed-up on two idle cores if each sentence "
-                    "costs what it did here. CPU per sentence, 2 workers against 1: "
-                    f"{side[2]['cpu_per_sentence_ms'] / side[1]['cpu_per_sentence_ms']:.3f}.\n")
+            f.write(f"- The ratios the CPU times give, the speed-up on two idle cores if each sentence "
+                    f"costs what it did here: **{cpu_ratio['even']:.2f}x** with the work split evenly "
+                    f"(CPU per sentence, 2 workers against 1: "
+                    f"{side[2]['cpu_per_sentence_ms'] / side[1]['cpu_per_sentence_ms']:.3f}), "
+                    f"**{cpu_ratio['split']:.2f}x** as this run split it (one worker's CPU time over "
+                    "the busier worker's of two: on a loaded machine the worker that gets more of a "
+                    "core takes more partitions).\n")
             f.write(f"- Pipelines loaded once per worker: {', '.join(str(m['loads']) for m in dk['runs'])} "
                     "loads in the runs.\n")
             f.write(f"- Results: the 1- and 2-worker runs equal bit for bit: "
@@ -363,10 +369,14 @@ def main():
         dk = run_dask(a.n, a.partition, a.check, a.dask_rounds)
         side, wall_ratio, cpu_ratio = summarize(dk)
         print(f"dask: {dk['n']} sentences, 1 worker {side[1]['per_s']:.1f}/s, 2 workers "
-              f"{side[2]['per_s']:.1f}/s: wall ratio {wall_ratio:.2f}, CPU-time ratio {cpu_ratio:.2f}; "
+              f"{side[2]['per_s']:.1f}/s: wall ratio {wall_ratio:.2f}, CPU-time ratios "
+              f"{cpu_ratio['even']:.2f} (even) {cpu_ratio['split']:.2f} (as split); "
               f"runs equal: {dk['same_runs']}, single-process equal on {dk['checked']}: "
               f"{dk['same_single']}", flush=True)
     write(a.out, a, load0, ov, dk)
+    os.makedirs(os.path.join(HERE, ".work"), exist_ok=True)
+    with open(os.path.join(HERE, ".work", "python_bench.json"), "w") as f:   # the raw figures
+        json.dump({"args": vars(a), "load_start": load0, "calls": ov, "dask": dk}, f, indent=1)
     print(f"wrote {a.out}")
 
 
