@@ -1230,6 +1230,74 @@ size_t tm_ocr_result_count(const tm_ocr_result *r);
 const tm_ocr_line *tm_ocr_result_line(const tm_ocr_result *r, size_t i);
 void tm_ocr_result_free(tm_ocr_result *r);
 
+/* ---- Values: sequences and optionals on a run ------------------------------------------ */
+
+/* ONNX graph inputs and outputs that are not plain tensors: sequence(tensor) and
+ * optional(tensor or sequence). The tensor calls above cannot carry them (a sequence or an
+ * empty optional output comes out of those as NULL); these can. A tm_value is a tensor, a
+ * sequence of tensors of one element type (possibly empty), or nothing (an empty
+ * optional); a present optional is simply what it holds. Not maps, not sparse tensors. */
+typedef struct tm_value tm_value;
+
+typedef enum tm_kind {
+    TM_KIND_NONE = 0,            /* an empty optional */
+    TM_KIND_TENSOR = 1,
+    TM_KIND_SEQUENCE = 2
+} tm_kind;
+
+/* How graph input (output) i is declared: *kind is TM_KIND_TENSOR or TM_KIND_SEQUENCE
+ * (for an optional, what it holds when present), or TM_KIND_NONE where the model declares
+ * neither (a map, or no type); *optional is 1 for an optional(...), which a run may leave
+ * empty. The element type is tm_value_desc.dtype (tm_model_input). Either out pointer may
+ * be NULL. */
+tm_status tm_model_input_kind(const tm_model *model, int i, tm_kind *kind, int *optional);
+tm_status tm_model_output_kind(const tm_model *model, int i, tm_kind *kind, int *optional);
+
+/* Making values. A call that takes a tm_tensor * takes ownership of it, also when it fails
+ * (the tensor is then freed), so a tensor handed over is never the caller's to free. A
+ * tensor made with tm_tensor_wrap still reads the caller's memory, which must outlive the
+ * value. */
+tm_status tm_value_from_tensor(tm_tensor *t, tm_value **out, tm_error *err);
+/* An empty sequence of elem_dtype elements (not TM_UNDEFINED). */
+tm_status tm_value_new_sequence(tm_dtype elem_dtype, tm_value **out, tm_error *err);
+/* An empty optional. */
+tm_status tm_value_new_none(tm_value **out, tm_error *err);
+/* Appends t to a sequence; t must have the sequence's element type. */
+tm_status tm_value_append(tm_value *seq, tm_tensor *t, tm_error *err);
+/* Frees the value and the tensors it still owns. */
+void tm_value_free(tm_value *v);
+
+/* TM_KIND_NONE for NULL too. */
+tm_kind tm_value_kind(const tm_value *v);
+/* A sequence's element count; 1 for a tensor, 0 for none. */
+int64_t tm_value_length(const tm_value *v);
+/* A sequence's element type (also when it is empty), a tensor's; TM_UNDEFINED for none. */
+tm_dtype tm_value_dtype(const tm_value *v);
+/* Element i of a sequence, or the tensor itself (i == 0). Owned by the value: valid until
+ * tm_value_free. NULL out of range, or once taken. */
+tm_tensor *tm_value_tensor(tm_value *v, int64_t i);
+/* Element i (as tm_value_tensor) handed over without a copy: the caller owns it
+ * (tm_tensor_free) and the value keeps an empty place there, so it can no longer be a
+ * run's input. NULL out of range or once taken. */
+tm_tensor *tm_value_take(tm_value *v, int64_t i);
+
+/* tm_model_run and tm_run_eager on values. Inputs are matched to graph inputs by name; a
+ * NULL entry or a TM_KIND_NONE value is an empty optional (an input that is not optional
+ * cannot be empty; an optional one may also be left out). Inputs are read, not kept: they
+ * stay the caller's. outputs must have room for tm_model_n_outputs entries: each receives
+ * a new value that the caller frees (an empty optional is a TM_KIND_NONE value, never
+ * NULL); on error nothing is stored there. tm_model_run_values takes a call whose inputs
+ * are tensors or empty and whose outputs are declared tensors or optional tensors through
+ * tm_model_run (its plan cache and opts); a call with a sequence among its inputs or
+ * declared outputs compiles a plan for that call alone, not cached (given a sequence
+ * input, that plan runs the graph node by node). Thread-safe as tm_model_run. */
+tm_status tm_model_run_values(tm_model *model, int n_inputs, const char *const *names,
+                              const tm_value *const *inputs, tm_value **outputs,
+                              const tm_plan_options *opts, tm_error *err);
+tm_status tm_run_eager_values(tm_model *model, int n_inputs, const char *const *names,
+                              const tm_value *const *inputs, tm_value **outputs,
+                              const tm_run_options *opts, tm_error *err);
+
 #ifdef __cplusplus
 }
 #endif

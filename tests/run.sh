@@ -61,7 +61,7 @@ suite ocr sh tests/ocr.sh "$TM"
 suite hub sh tests/hub.sh "$TM"
 suite negative-models sh tests/negative.sh "$TM"
 suite write-ort sh tests/write_ort.sh "$BUILD"
-suite python sh tests/python.sh "$BUILD" test_session test_text test_train test_dask
+suite python sh tests/python.sh "$BUILD" test_session test_values test_text test_train test_dask
 suite python-onnx-backend sh tests/python.sh "$BUILD" test_onnx_backend
 case "$BUILD" in
     *asan*|*tsan*)

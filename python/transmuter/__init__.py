@@ -110,15 +110,27 @@ def _to_numpy(t):
 
 # ---- Models and sessions ---------------------------------------------------------------------
 
-class NodeArg:
-    """A graph input or output as ONNX Runtime describes it: name, type ("tensor(float)")
-    and shape (ints, dim_param names, or None for unknown dims)."""
-    __slots__ = ("name", "type", "shape", "dtype")
+# Declared kinds of graph inputs and outputs (tm_kind): 0 neither (a map, or untyped).
+_KIND_TENSOR, _KIND_SEQUENCE = 1, 2
 
-    def __init__(self, name, dtype, dims, params):
+
+class NodeArg:
+    """A graph input or output as ONNX Runtime describes it: name, type ("tensor(float)",
+    "seq(tensor(float))", "optional(tensor(int64))", ...) and shape (ints, dim_param names,
+    or None for unknown dims; None for a sequence)."""
+    __slots__ = ("name", "type", "shape", "dtype", "kind", "optional")
+
+    def __init__(self, name, dtype, dims, params, kind=_KIND_TENSOR, optional=0):
         self.name = name
         self.dtype = dtype
-        self.type = f"tensor({_ORT_NAMES.get(dtype, _c.dtype_name(dtype))})"
+        self.kind = kind
+        self.optional = bool(optional)
+        t = f"tensor({_ORT_NAMES.get(dtype, _c.dtype_name(dtype))})"
+        if kind == _KIND_SEQUENCE:
+            t = f"seq({t})"
+        elif kind != _KIND_TENSOR:
+            t = "unknown"
+        self.type = f"optional({t})" if self.optional else t
         if dims is None:
             self.shape = None
         else:
@@ -199,6 +211,11 @@ class InferenceSession:
         self._outputs = [NodeArg(*d) for d in self._model.outputs()]
         self._out_index = {a.name: i for i, a in enumerate(self._outputs)}
         self._in_dtype = {a.name: a.dtype for a in self._inputs}
+        self._in_arg = {a.name: a for a in self._inputs}
+        # Tensors only: runs take the tensor path (tm_model_run), with output buffers;
+        # otherwise the values path (tm_model_run_values: sequences, empty optionals).
+        self._plain = all(a.kind == _KIND_TENSOR and not a.optional
+                          for a in self._inputs + self._outputs)
 
     def get_inputs(self):
         return list(self._inputs)
@@ -242,18 +259,51 @@ class InferenceSession:
         except KeyError as e:
             raise NotFound(f"no output named {e.args[0]!r}") from None
 
+    def _seq_values(self, input_feed):
+        """input_feed for the values path: None for an empty optional, a list (or tuple) of
+        arrays for an input declared a sequence, arrays otherwise."""
+        names, values = [], []
+        for name, x in input_feed.items():
+            names.append(name)
+            arg = self._in_arg.get(name)
+            if x is None:
+                values.append(None)
+            elif arg is not None and arg.kind == _KIND_SEQUENCE and not isinstance(x, np.ndarray):
+                items = [np.asarray(e) for e in x]
+                dt = arg.dtype or (_dtype_code(items[0]) if items else 0)
+                if not dt:
+                    raise InvalidArgument(f"input {name!r}: an empty sequence of an element type "
+                                          "the model does not declare")
+                values.append((dt, [_to_value(e, BFLOAT16 if dt == BFLOAT16 and e.dtype == np.uint16
+                                              else None) for e in items]))
+            else:
+                values.append(self._values({name: x})[1][0])
+        return names, values
+
     def run(self, output_names, input_feed, run_options=None):
-        """Runs the model on input_feed (name -> array); returns the outputs named (all when
-        output_names is None or empty) as NumPy arrays viewing the library's results (None
-        for an output that is a sequence or an empty optional)."""
-        names, values = self._values(input_feed)
-        ts = self._model.run(names, values, eager=self._eager)
-        return self._pick([_to_numpy(t) for t in ts], output_names)
+        """Runs the model on input_feed (name -> array; for a sequence input, a list of
+        arrays; None for an empty optional); returns the outputs named (all when
+        output_names is None or empty) as NumPy arrays viewing the library's results, a
+        list of arrays for a sequence, None for an empty optional."""
+        if self._plain:
+            names, values = self._values(input_feed)
+            ts = self._model.run(names, values, eager=self._eager)
+            return self._pick([_to_numpy(t) for t in ts], output_names)
+        names, values = self._seq_values(input_feed)
+        outs = self._model.run_values(names, values, eager=self._eager)
+        return self._pick([[_to_numpy(t) for t in o] if isinstance(o, list) else _to_numpy(o)
+                           for o in outs], output_names)
 
     def io_binding(self):
         return IOBinding(self)
 
     def run_with_iobinding(self, iobinding, run_options=None):
+        if not self._plain:
+            if iobinding._given:
+                raise Unsupported("output arrays (bind_output(array=)) need a model whose inputs "
+                                  "and outputs are all tensors")
+            iobinding._results = self.run(None, iobinding._raw)
+            return
         names = list(iobinding._inputs)
         values = [iobinding._inputs[n] for n in names]
         given = None
@@ -281,11 +331,15 @@ class IOBinding:
     def __init__(self, session):
         self._session = session
         self._inputs = {}
+        self._raw = {}          # as given: the values path converts them itself
         self._given = {}
         self._results = None
 
     def bind_cpu_input(self, name, arr):
-        self._inputs[name] = self._session._values({name: arr})[1][0]
+        if self._session._plain:
+            self._inputs[name] = self._session._values({name: arr})[1][0]
+        else:
+            self._raw[name] = arr
 
     def bind_input(self, name, device_type="cpu", device_id=0, element_type=None, shape=None,
                    buffer_ptr=None):
@@ -306,6 +360,7 @@ class IOBinding:
 
     def clear_binding_inputs(self):
         self._inputs = {}
+        self._raw = {}
 
     def clear_binding_outputs(self):
         self._given = {}
@@ -314,7 +369,8 @@ class IOBinding:
         return list(self._results or [])
 
     def copy_outputs_to_cpu(self):
-        return [None if r is None else np.array(r) for r in (self._results or [])]
+        return [None if r is None else [np.array(e) for e in r] if isinstance(r, list) else np.array(r)
+                for r in (self._results or [])]
 
 
 class Model:

@@ -464,7 +464,7 @@ static int model_ready(ModelObject *o) {
     return 0;
 }
 
-static PyObject *desc_tuple(const tm_value_desc *d) {
+static PyObject *desc_tuple(const tm_value_desc *d, tm_kind kind, int optional) {
     PyObject *params;
     if (d->rank < 0) {
         params = Py_NewRef(Py_None);
@@ -481,7 +481,7 @@ static PyObject *desc_tuple(const tm_value_desc *d) {
         Py_DECREF(params);
         return NULL;
     }
-    return Py_BuildValue("(siNN)", d->name, (int)d->dtype, dims, params);
+    return Py_BuildValue("(siNNii)", d->name, (int)d->dtype, dims, params, (int)kind, optional);
 }
 
 static PyObject *model_values(ModelObject *o, int outputs) {
@@ -497,7 +497,11 @@ static PyObject *model_values(ModelObject *o, int outputs) {
             Py_DECREF(list);
             return raise_status(st, &err);
         }
-        PyObject *t = desc_tuple(&d);
+        tm_kind kind = TM_KIND_TENSOR;
+        int optional = 0;
+        if (outputs) tm_model_output_kind(o->m, i, &kind, &optional);
+        else tm_model_input_kind(o->m, i, &kind, &optional);
+        PyObject *t = desc_tuple(&d, kind, optional);
         if (!t) {
             Py_DECREF(list);
             return NULL;
@@ -627,6 +631,159 @@ fail:
     return NULL;
 }
 
+/* ---- Runs on values: sequences and optionals (tm_model_run_values) -------------------- */
+
+/* The buffers the tensors of a run's values read, held until the run ends. */
+typedef struct {
+    Py_buffer *views;
+    int n, cap;
+} view_set;
+
+static void views_release(view_set *vs) {
+    for (int i = 0; i < vs->n; i++) PyBuffer_Release(&vs->views[i]);
+    free(vs->views);
+    memset(vs, 0, sizeof *vs);
+}
+
+/* A tensor over one (buffer, dtype, shape) triple; its view joins vs. */
+static tm_tensor *held_tensor(PyObject *triple, view_set *vs) {
+    if (vs->n == vs->cap) {
+        int cap = vs->cap ? 2 * vs->cap : 8;
+        Py_buffer *grown = realloc(vs->views, (size_t)cap * sizeof *grown);
+        if (!grown) {
+            PyErr_NoMemory();
+            return NULL;
+        }
+        vs->views = grown;
+        vs->cap = cap;
+    }
+    char held = 0;
+    tm_tensor *t = value_tensor(triple, &vs->views[vs->n], &held);
+    if (held) {
+        if (t) vs->n++;
+        else PyBuffer_Release(&vs->views[vs->n]);
+    }
+    return t;
+}
+
+/* None (an empty optional), a (buffer, dtype, shape) triple, or (elem_dtype, [triples]) for
+ * a sequence, as a tm_value; NULL with an exception set. */
+static tm_value *py_value(PyObject *v, view_set *vs) {
+    tm_error err = {0};
+    tm_value *out = NULL;
+    tm_status st;
+    if (v == Py_None) {
+        st = tm_value_new_none(&out, &err);
+        return st == TM_OK ? out : (tm_value *)raise_status(st, &err);
+    }
+    if (!PyTuple_Check(v) || (PyTuple_GET_SIZE(v) != 2 && PyTuple_GET_SIZE(v) != 3)) {
+        PyErr_SetString(PyExc_TypeError, "a value is None, (buffer, dtype, shape) or "
+                        "(elem_dtype, [(buffer, dtype, shape), ...])");
+        return NULL;
+    }
+    if (PyTuple_GET_SIZE(v) == 3) {
+        tm_tensor *t = held_tensor(v, vs);
+        if (!t) return NULL;
+        st = tm_value_from_tensor(t, &out, &err);
+        return st == TM_OK ? out : (tm_value *)raise_status(st, &err);
+    }
+    int dtype = (int)PyLong_AsLong(PyTuple_GET_ITEM(v, 0));
+    if (dtype == -1 && PyErr_Occurred()) return NULL;
+    PyObject *items = PySequence_Fast(PyTuple_GET_ITEM(v, 1), "a sequence's elements: a list");
+    if (!items) return NULL;
+    st = tm_value_new_sequence((tm_dtype)dtype, &out, &err);
+    for (Py_ssize_t i = 0; st == TM_OK && i < PySequence_Fast_GET_SIZE(items); i++) {
+        tm_tensor *t = held_tensor(PySequence_Fast_GET_ITEM(items, i), vs);
+        if (!t) {
+            Py_DECREF(items);
+            tm_value_free(out);
+            return NULL;
+        }
+        st = tm_value_append(out, t, &err);
+    }
+    Py_DECREF(items);
+    if (st != TM_OK) {
+        tm_value_free(out);
+        return (tm_value *)raise_status(st, &err);
+    }
+    return out;
+}
+
+/* A run's output as Python: a Tensor, None, or a list of Tensors (taken from the value). */
+static PyObject *py_output(tm_value *v) {
+    tm_kind kind = tm_value_kind(v);
+    if (kind == TM_KIND_NONE) Py_RETURN_NONE;
+    if (kind == TM_KIND_TENSOR) return tensor_wrap_owned(tm_value_take(v, 0));
+    Py_ssize_t n = (Py_ssize_t)tm_value_length(v);
+    PyObject *list = PyList_New(n);
+    for (Py_ssize_t i = 0; list && i < n; i++) {
+        PyObject *t = tensor_wrap_owned(tm_value_take(v, i));
+        if (!t) Py_CLEAR(list);
+        else PyList_SET_ITEM(list, i, t);
+    }
+    return list;
+}
+
+/* run_values(names, values, eager=False): values as py_value takes them. Returns a list
+ * with one entry per model output: a Tensor, None (an empty optional) or a list of
+ * Tensors (a sequence). */
+static PyObject *model_run_values(ModelObject *o, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"names", "values", "eager", NULL};
+    PyObject *names, *values;
+    int eager = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|p", kwlist, &names, &values, &eager))
+        return NULL;
+    if (!model_ready(o)) return NULL;
+    PyObject *nkeep = NULL, *vseq = NULL, *result = NULL;
+    Py_ssize_t n = 0;
+    view_set vs = {0};
+    int n_out = tm_model_n_outputs(o->m);
+    const char **cnames = str_list(names, "names must be a sequence of str", &nkeep, &n);
+    tm_value **in = NULL, **out = NULL;
+    tm_error err = {0};
+    tm_status st;
+    tm_model *m = o->m;
+    if (!cnames) goto done;
+    vseq = PySequence_Fast(values, "values must be a sequence");
+    if (!vseq) goto done;
+    if (PySequence_Fast_GET_SIZE(vseq) != n) {
+        PyErr_SetString(PyExc_ValueError, "names and values differ in length");
+        goto done;
+    }
+    in = calloc((size_t)n + 1, sizeof *in);
+    out = calloc((size_t)n_out + 1, sizeof *out);
+    if (!in || !out) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (!(in[i] = py_value(PySequence_Fast_GET_ITEM(vseq, i), &vs))) goto done;
+    Py_BEGIN_ALLOW_THREADS
+    st = eager ? tm_run_eager_values(m, (int)n, cnames, (const tm_value *const *)in, out, NULL, &err)
+               : tm_model_run_values(m, (int)n, cnames, (const tm_value *const *)in, out, NULL, &err);
+    Py_END_ALLOW_THREADS
+    if (st != TM_OK) {
+        raise_status(st, &err);
+        goto done;
+    }
+    result = PyList_New(n_out);
+    for (int i = 0; result && i < n_out; i++) {
+        PyObject *r = py_output(out[i]);
+        if (!r) Py_CLEAR(result);
+        else PyList_SET_ITEM(result, i, r);
+    }
+done:
+    for (Py_ssize_t i = 0; in && i < n; i++) tm_value_free(in[i]);
+    for (int i = 0; out && i < n_out; i++) tm_value_free(out[i]);
+    free(in);
+    free(out);
+    views_release(&vs);
+    free(cnames);
+    Py_XDECREF(nkeep);
+    Py_XDECREF(vseq);
+    return result;
+}
+
 static PyObject *model_plan_stats(ModelObject *o, PyObject *u) {
     if (!model_ready(o)) return NULL;
     tm_plan_stats s = {.size = sizeof s};
@@ -693,11 +850,15 @@ static PyObject *model_save(ModelObject *o, PyObject *args) {
 }
 
 static PyMethodDef model_methods[] = {
-    {"inputs", (PyCFunction)model_inputs, METH_NOARGS, "(name, dtype, dims, dim_params) each"},
-    {"outputs", (PyCFunction)model_outputs, METH_NOARGS, "(name, dtype, dims, dim_params) each"},
+    {"inputs", (PyCFunction)model_inputs, METH_NOARGS,
+     "(name, dtype, dims, dim_params, kind, optional) each"},
+    {"outputs", (PyCFunction)model_outputs, METH_NOARGS,
+     "(name, dtype, dims, dim_params, kind, optional) each"},
     {"missing_ops", (PyCFunction)model_missing_ops, METH_NOARGS, NULL},
     {"opsets", (PyCFunction)model_opsets, METH_NOARGS, NULL},
     {"run", (PyCFunction)(void (*)(void))model_run, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"run_values", (PyCFunction)(void (*)(void))model_run_values, METH_VARARGS | METH_KEYWORDS,
+     NULL},
     {"plan_stats", (PyCFunction)model_plan_stats, METH_NOARGS, NULL},
     {"params", (PyCFunction)model_params, METH_NOARGS, NULL},
     {"save", (PyCFunction)model_save, METH_VARARGS, NULL},

@@ -6,9 +6,9 @@ InferenceSession, so that onnx.backend.test.BackendTest can run its suites again
     globals().update(onnx.backend.test.BackendTest(transmuter.backend, __name__).test_cases)
 
 CPU only. Values NumPy has no dtype for travel as onnx.numpy_helper gives them: bfloat16
-as float32 (rounded to bfloat16 on the way in, widened on the way out). Sequence and
-optional values are not carried by the public C API, so a model with such inputs or
-outputs is refused (see README.md). Not a test runner.
+as float32 (rounded to bfloat16 on the way in, widened on the way out). Sequences travel
+as lists of arrays and an empty optional as None, as numpy_helper gives them
+(tm_model_run_values underneath). Maps are refused. Not a test runner.
 """
 import numpy as np
 import onnx
@@ -46,15 +46,15 @@ class TransmuterRep(BackendRep):
         self._fed = {a.name for a in self.session.get_inputs()} | inits
         self._dtypes = {a.name: a.dtype for a in self.session.get_inputs()}
         for v in list(model.graph.input) + list(model.graph.output):
-            if _kind(v.type) not in (None, "tensor_type"):
-                raise Unsupported(f"'{v.name}' is a {_kind(v.type).replace('_type', '')}: the public "
-                                  "C API carries tensors only")
+            if _kind(v.type) in ("map_type", "sparse_tensor_type"):
+                raise Unsupported(f"'{v.name}' is a {_kind(v.type).replace('_type', '')}: the C API "
+                                  "carries tensors, sequences and optionals")
 
     def _value(self, name, x):
         if x is None:
-            raise Unsupported(f"input '{name}' is an empty optional: the C API carries tensors only")
+            return None
         if isinstance(x, list):
-            raise Unsupported(f"input '{name}' is a sequence: the C API carries tensors only")
+            return [self._value(name, e) for e in x]
         x = np.asarray(x)
         if self._dtypes.get(name) == BFLOAT16 and x.dtype != np.uint16:
             x = _bf16_bits(x)
@@ -71,7 +71,9 @@ class TransmuterRep(BackendRep):
         outs = self.session.run(None, feed)
         result = []
         for arg, out in zip(self.session.get_outputs(), outs):
-            if arg.dtype == BFLOAT16 and out is not None:
+            if arg.dtype == BFLOAT16 and isinstance(out, list):
+                out = [_bf16_widen(e) for e in out]
+            elif arg.dtype == BFLOAT16 and out is not None:
                 out = _bf16_widen(out)
             result.append(out)
         return tuple(result)

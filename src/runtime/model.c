@@ -356,7 +356,10 @@ static tm_status bind_inputs(tm_model *m, tm_ctx *c, int n, const char *const *n
     }
     for (int i = 0; i < g->n_inputs; i++) {
         if (ovals[i].kind != TM_OV_NONE || is_initializer(g, g->inputs[i].name)) continue;
-        if (g->inputs[i].type.kind == TM_TYPE_OPTIONAL) continue;
+        if (g->inputs[i].type.kind == TM_TYPE_OPTIONAL) {
+            ovals[i].optional = 1;   /* left out: an empty optional */
+            continue;
+        }
         return tm__fail_at(err, TM_ERR_NOT_FOUND, NULL, NULL, g->inputs[i].name,
                            "missing input '%s'", g->inputs[i].name);
     }

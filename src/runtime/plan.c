@@ -304,6 +304,7 @@ static tm_status build_plan_dyn(tm_plan *p, tm_ctx *c, const tm_oval *outs,
             pl->name = strdup(live->names[i]);
             pl->kind = live->vals[i].kind;
             pl->seq_dtype = live->vals[i].seq_dtype;
+            pl->optional = live->vals[i].optional;
             p->n_live++;
             if (!pl->name) {
                 st = tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
@@ -1423,6 +1424,7 @@ static tm_status run_eager_tail(tm_session *s, tm_error *err) {
         live.n = i + 1;
         ov->kind = pl->kind;
         ov->seq_dtype = pl->seq_dtype;
+        ov->optional = pl->optional;
         if (pl->kind == TM_OV_TENSOR)
             ov->v = tm_val_tensor(&c, tm_tensor_clone(&s->tensors[pl->pv], NULL), 0);
         if (pl->kind == TM_OV_SEQ) {

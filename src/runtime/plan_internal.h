@@ -43,6 +43,7 @@ typedef struct plan_live {
     int *seq;             /* sequence */
     int n;
     tm_dtype seq_dtype;
+    int optional;         /* an empty optional (kind TM_OV_NONE) */
 } plan_live;
 
 struct tm_plan {

@@ -1,7 +1,8 @@
 /* The runtime objects behind the public handles: tm_model (a loaded ONNX model with
  * its input/output descriptions), eager runs, and plans (plan.c). Also the internal
- * entry points the CLI uses for sequence/optional values, which the public API does
- * not carry. Not the interpreter (../onnx/lower.c) nor the kernels. */
+ * entry points for sequence/optional values, which the CLI's test-onnx and the public
+ * tm_value calls (values.c) go through. Not the interpreter (../onnx/lower.c) nor the
+ * kernels. */
 #ifndef TM_RUNTIME_H
 #define TM_RUNTIME_H
 
