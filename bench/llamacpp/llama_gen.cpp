@@ -42,7 +42,7 @@ static void quiet_log(ggml_log_level level, const char *text, void *) {
 
 static int usage() {
     fprintf(stderr, "usage: tm-llama-gen MODEL.gguf --prompt-ids 1,2,3 --max-new N [--threads N] "
-                    "[--kv-f32] [--verbose]\n");
+                    "[--kv-f32] [--prefill-reps N] [--verbose]\n");
     return 2;
 }
 
@@ -50,7 +50,7 @@ int main(int argc, char **argv) {
     if (argc < 2) return usage();
     const char *path = argv[1];
     std::vector<llama_token> prompt;
-    int max_new = 16, threads = 1, kv_f32 = 0, verbose = 0;
+    int max_new = 16, threads = 1, kv_f32 = 0, verbose = 0, prefill_reps = 0;
     for (int i = 2; i < argc; i++) {
         std::string a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : nullptr;
@@ -67,6 +67,8 @@ int main(int argc, char **argv) {
             max_new = atoi(v), i++;
         } else if (a == "--threads" && v) {
             threads = atoi(v), i++;
+        } else if (a == "--prefill-reps" && v) {
+            prefill_reps = atoi(v), i++;
         } else if (a == "--kv-f32") {
             kv_f32 = 1;
         } else if (a == "--verbose") {
@@ -141,13 +143,31 @@ int main(int argc, char **argv) {
     double med = n == 0 ? 0 : n % 2 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
     llama_perf_context_data perf = llama_perf_context(ctx);
 
+    // --prefill-reps: the prompt's prefill again on an emptied cache, warm (after the loop,
+    // which it does not change), as `transmuter bench` times a prefill plan.
+    std::vector<double> warm;
+    for (int r = 0; r < prefill_reps; r++) {
+        llama_memory_clear(llama_get_memory(ctx), true);
+        double w0 = now_ms();
+        if (llama_decode(ctx, llama_batch_get_one(prompt.data(), (int32_t)prompt.size()))) {
+            fprintf(stderr, "tm-llama-gen: warm prefill failed\n");
+            return 1;
+        }
+        llama_synchronize(ctx);
+        warm.push_back(now_ms() - w0);
+    }
+    std::sort(warm.begin(), warm.end());
+    double warm_med = warm.empty() ? 0 : warm.size() % 2 ? warm[warm.size() / 2]
+                    : (warm[warm.size() / 2 - 1] + warm[warm.size() / 2]) / 2;
+
     printf("{\"prompt_tokens\": %zu, \"new_tokens\": %d, \"load_ms\": %.3f, \"context_ms\": %.3f, "
            "\"prefill_ms\": %.3f, \"decode_ms_median\": %.4f, \"decode_ms_total\": %.3f, "
            "\"tokens_per_s\": %.2f, \"peak_rss_mb\": %.1f, \"perf_prompt_ms\": %.3f, "
-           "\"perf_eval_ms\": %.3f, \"perf_n_eval\": %d, \"kv\": \"%s\", \"decode_ms\": [",
+           "\"perf_eval_ms\": %.3f, \"perf_n_eval\": %d, \"kv\": \"%s\", \"warm_prefill_ms\": %.3f, "
+           "\"decode_ms\": [",
            prompt.size(), max_new, load_ms, ctx_ms, prefill_ms, med, decode_total,
            n ? n / (decode_total / 1e3) : 0.0, peak_rss_mb(), perf.t_p_eval_ms, perf.t_eval_ms,
-           perf.n_eval, kv_f32 ? "f32" : "f16");
+           perf.n_eval, kv_f32 ? "f32" : "f16", warm_med);
     for (size_t k = 0; k < n; k++) printf("%s%.4f", k ? ", " : "", step_ms[k]);
     printf("], \"tokens\": [");
     for (size_t k = 0; k < tokens.size(); k++) printf("%s%d", k ? ", " : "", tokens[k]);
