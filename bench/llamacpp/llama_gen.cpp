@@ -42,7 +42,7 @@ static void quiet_log(ggml_log_level level, const char *text, void *) {
 
 static int usage() {
     fprintf(stderr, "usage: tm-llama-gen MODEL.gguf --prompt-ids 1,2,3 --max-new N [--threads N] "
-                    "[--kv-f32] [--prefill-reps N] [--verbose]\n");
+                    "[--kv-f32] [--prefill-reps N] [--margins] [--verbose]\n");
     return 2;
 }
 
@@ -50,7 +50,7 @@ int main(int argc, char **argv) {
     if (argc < 2) return usage();
     const char *path = argv[1];
     std::vector<llama_token> prompt;
-    int max_new = 16, threads = 1, kv_f32 = 0, verbose = 0, prefill_reps = 0;
+    int max_new = 16, threads = 1, kv_f32 = 0, verbose = 0, prefill_reps = 0, margins = 0;
     for (int i = 2; i < argc; i++) {
         std::string a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : nullptr;
@@ -69,6 +69,8 @@ int main(int argc, char **argv) {
             threads = atoi(v), i++;
         } else if (a == "--prefill-reps" && v) {
             prefill_reps = atoi(v), i++;
+        } else if (a == "--margins") {
+            margins = 1;
         } else if (a == "--kv-f32") {
             kv_f32 = 1;
         } else if (a == "--verbose") {
@@ -115,7 +117,7 @@ int main(int argc, char **argv) {
 
     // Prefill: the whole prompt in one batch; only the last position's logits are made.
     std::vector<llama_token> tokens;
-    std::vector<double> step_ms;
+    std::vector<double> step_ms, gaps;
     t0 = now_ms();
     if (llama_decode(ctx, llama_batch_get_one(prompt.data(), (int32_t)prompt.size()))) {
         fprintf(stderr, "tm-llama-gen: prefill failed\n");
@@ -125,7 +127,14 @@ int main(int argc, char **argv) {
     double prefill_ms = now_ms() - t0;
     double start = now_ms();
     for (int k = 0; k < max_new; k++) {
-        llama_token next = argmax(llama_get_logits_ith(ctx, -1), n_vocab);
+        const float *logits = llama_get_logits_ith(ctx, -1);
+        llama_token next = argmax(logits, n_vocab);
+        if (margins) {   // how far the chosen token is ahead of the runner-up
+            float second = -1e30f;
+            for (int j = 0; j < n_vocab; j++)
+                if (j != next && logits[j] > second) second = logits[j];
+            gaps.push_back(logits[next] - second);
+        }
         tokens.push_back(next);
         if (k + 1 == max_new) break;
         double s0 = now_ms();
@@ -169,6 +178,10 @@ int main(int argc, char **argv) {
            n ? n / (decode_total / 1e3) : 0.0, peak_rss_mb(), perf.t_p_eval_ms, perf.t_eval_ms,
            perf.n_eval, kv_f32 ? "f32" : "f16", warm_med);
     for (size_t k = 0; k < n; k++) printf("%s%.4f", k ? ", " : "", step_ms[k]);
+    if (margins) {
+        printf("], \"margins\": [");
+        for (size_t k = 0; k < gaps.size(); k++) printf("%s%.3g", k ? ", " : "", gaps[k]);
+    }
     printf("], \"tokens\": [");
     for (size_t k = 0; k < tokens.size(); k++) printf("%s%d", k ? ", " : "", tokens[k]);
     printf("]}\n");

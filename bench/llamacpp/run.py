@@ -188,8 +188,12 @@ def run_case(bin_dir, model, fmt, threads, rounds, args):
         all(x["tokens"] == runs["llama"][0]["tokens"] for x in runs["llama"])
     row["tokens"] = tmbench.agreement(runs["ours"][0]["tokens"], runs["llama"][0]["tokens"])
     if fmt == "fp32" and threads == min(int(t) for t in args.threads.split(",")):
-        exact = tmbench.run_json(theirs + ["--max-new", str(NEW), "--kv-f32"], llama_env(passive))
-        row["tokens_kv_f32"] = tmbench.agreement(runs["ours"][0]["tokens"], exact["tokens"])
+        exact = tmbench.run_json(theirs + ["--max-new", str(NEW), "--kv-f32", "--margins"], llama_env(passive))
+        row["tokens_kv_f32"] = g = tmbench.agreement(runs["ours"][0]["tokens"], exact["tokens"])
+        if not g["identical"] and g["first_diff"] < len(exact.get("margins", [])):
+            # A near tie there (random weights: logits within a few units of each other)
+            # shows a summation-order difference, not a different network.
+            row["gap_at_diff"] = exact["margins"][g["first_diff"]]
     if not args.no_llama_bench:
         row["bench"] = llama_bench(bin_dir, gguf, threads, args.bench_reps, passive)
     row["load_after"] = os.getloadavg()[0]
@@ -213,6 +217,9 @@ def fmt_tokens(row):
     t = tmbench.agreement_text(row["tokens"])
     if "tokens_kv_f32" in row:
         t += f"; with an F32 cache: {tmbench.agreement_text(row['tokens_kv_f32'])}"
+    if "gap_at_diff" in row:
+        t += (f" (llama.cpp's top two logits at that step {row['gap_at_diff']:.2g} apart: a near "
+              f"tie, summation order decides it)")
     return t
 
 
