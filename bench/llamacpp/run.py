@@ -38,6 +38,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 BENCH = os.path.dirname(HERE)
 ROOT = os.path.dirname(BENCH)
+sys.dont_write_bytecode = True   # no __pycache__ beside the scripts
 sys.path.insert(0, BENCH)
 import run as tmbench   # bench/run.py: the same prompt ids, models, commands and helpers
 
