@@ -125,9 +125,25 @@ check-asan:
 	    $(MAKE) BUILD=build-asan OPT="-O1 -march=native" SAN="-fsanitize=address,undefined -fno-omit-frame-pointer" test
 
 # Side by side with ONNX Runtime (not a test); see bench/run.py. BENCH_ARGS=--large etc.
+# Then llama.cpp on the LLaMA decoders (bench-llamacpp below; LLAMACPP=0 leaves it out).
 bench: $(BUILD)/transmuter $(BUILD)/bench_probe $(BUILD)/pipe_bench python
 	/usr/bin/python3 bench/run.py $(BENCH_ARGS)
 	/usr/bin/python3 bench/python_bench.py $(PYTHON_BENCH_ARGS)
+	$(if $(filter 0,$(LLAMACPP)),,/usr/bin/python3 bench/llamacpp/run.py $(LLAMACPP_ARGS))
+
+# Side by side with llama.cpp on the LLaMA decoders (issue 40; not a test): real generation
+# loops, prefill, peak RSS and time to first token against llama.cpp built from the source in
+# the npm package node-llama-cpp@3.22.1 (bench/llamacpp/build.sh, into bench/.llamacpp; a
+# first build takes a while), on GGUF files of our exports' own weights. Writes
+# bench/LLAMACPP_RESULTS.md. LLAMACPP_ARGS="--models small --rounds 5" etc.
+.PHONY: bench-llamacpp llamacpp
+bench-llamacpp: $(BUILD)/transmuter
+	/usr/bin/python3 bench/llamacpp/run.py $(LLAMACPP_ARGS)
+
+# llama.cpp alone (llama-bench, llama-server, llama-quantize, ...; the last line printed is
+# their folder), for bench-llamacpp and other comparisons.
+llamacpp:
+	sh bench/llamacpp/build.sh
 
 # The Python binding's figures alone (bench/python_bench.py: InferenceSession.run per call,
 # transmuter.dask on 1 and 2 worker processes). PYTHON_BENCH_ARGS="--n 4096" etc.
