@@ -118,8 +118,116 @@ def chat_body(**kw):
     return {"model": "llama-chat", "messages": [{"role": "user", "content": "Hi"}], **kw}
 
 
+def make_reranker(dst):
+    """A cross-encoder (a sequence classifier with one label) from bert-nli: its classifier's
+    first row (entailment) alone, so that its logit is bert-nli's entailment logit."""
+    import onnx
+    from onnx import numpy_helper
+    src = P + "/bert-nli"
+    os.makedirs(dst + "/onnx")
+    for f in ["tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"]:
+        with open(f"{src}/{f}", "rb") as a, open(f"{dst}/{f}", "wb") as b:
+            b.write(a.read())
+    cfg = json.load(open(src + "/config.json"))
+    cfg["id2label"], cfg["label2id"] = {"0": "LABEL_0"}, {"LABEL_0": 0}
+    json.dump(cfg, open(dst + "/config.json", "w"))
+    m = onnx.load(src + "/onnx/model.onnx")
+    for t in m.graph.initializer:
+        if t.name in ("m.classifier.weight", "m.classifier.bias"):
+            t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t)[:1], t.name))
+    m.graph.output[0].type.tensor_type.shape.dim[1].dim_value = 1
+    onnx.save(m, dst + "/onnx/model.onnx")
+    return dst
+
+
+def library_pairs(repo, pairs, options):
+    call = {"inputs": [[{"text": a, "text_pair": b} for a, b in pairs]], "options": options}
+    return json.loads(cli("pipeline", "text-classification", repo, "--call", json.dumps(call)))
+
+
+def same_labels(got, want):
+    """Lists of lists of {label, score}: the same labels in the same order, scores within 1e-5
+    (a text batched with a longer one gets its padding)."""
+    flat = lambda rows: [(x["label"], x["score"]) for row in rows for x in row]
+    g, w = flat(got), flat(want)
+    return [a for a, _ in g] == [a for a, _ in w] and close([b for _, b in g], [b for _, b in w])
+
+
+def tei_checks(port):
+    """/predict (texts, pairs, batches, raw_scores, truncate) and /rerank against the
+    text-classification pipeline on the same pairs."""
+    ref_cls = json.loads(cli("pipeline", "text-classification", P + "/bert-sentiment", "--call",
+                             json.dumps({"inputs": [["I love this", "I hate it"]], "options": {"top_k": None}})))
+    st, _, pr = request(port, "POST", "/predict", {"inputs": "I love this"})
+    check("/predict one text = pipeline text-classification (top_k null)", st == 200 and pr == ref_cls[0], (pr, ref_cls))
+    st, _, pr = request(port, "POST", "/predict", {"inputs": [["I love this"], ["I hate it"]]})
+    check("/predict a batch [[a], [b]] = the pipeline's batch", st == 200 and pr == ref_cls, pr)
+    ref_pair = library_pairs(P + "/bert-sentiment", [("I love this", "I hate it")], {"top_k": None})
+    st, _, pr = request(port, "POST", "/predict", {"inputs": ["I love this", "I hate it"]})
+    check("/predict [a, b] is one pair (TEI) = the pipeline's {text, text_pair}", st == 200 and pr == ref_pair[0],
+          (pr, ref_pair))
+    ref_raw = library_pairs(P + "/bert-sentiment", [("I love this", "I hate it")],
+                            {"top_k": None, "function_to_apply": "none"})
+    st, _, pr = request(port, "POST", "/predict", {"inputs": [["I love this", "I hate it"], ["I hate it"]],
+                                                   "raw_scores": True})
+    ref_raw1 = json.loads(cli("pipeline", "text-classification", P + "/bert-sentiment", "--call", json.dumps(
+        {"inputs": [["I hate it"]], "options": {"top_k": None, "function_to_apply": "none"}})))
+    check("/predict raw_scores: the logits (function_to_apply none), a batch mixing a pair and a text",
+          st == 200 and same_labels(pr, [ref_raw[0], ref_raw1[0]]), (pr, ref_raw, ref_raw1))
+    long_text = " ".join(["word"] * 600)
+    st, _, pr = request(port, "POST", "/predict", {"inputs": long_text})
+    check("/predict over 512 tokens, truncate false (TEI's default) -> 413", st == 413 and "512" in pr["error"], pr)
+    st, _, pr = request(port, "POST", "/predict", {"inputs": long_text, "truncate": True})
+    check("/predict truncate true cuts it", st == 200 and len(pr) == 2, pr)
+
+    if "rerank" not in reranker_models:
+        skip("/rerank", "python3-onnx is missing (the cross-encoder is made from bert-nli with it)")
+        st, _, rr = request(port, "POST", "/rerank", {"query": "q", "texts": ["a"]})
+        check("/rerank without a cross-encoder: 404 saying so", st == 404 and "cross-encoder" in rr["error"], rr)
+        return
+    query = "A man is playing a guitar on stage."
+    docs = ["A person plays music.", "Nobody is on the stage.", "A cat sleeps.", "A man plays an instrument."]
+    raw = [r[0]["score"] for r in [[x for x in row if x["label"] == "entailment"] for row in
+           library_pairs(P + "/bert-nli", [(query, d) for d in docs], {"top_k": None, "function_to_apply": "none"})]]
+    want = sorted(range(len(docs)), key=lambda i: (-raw[i], i))
+    st, _, rr = request(port, "POST", "/rerank", {"query": query, "texts": docs, "raw_scores": True})
+    check("/rerank raw_scores: bert-nli's entailment logits of (query, text), best first",
+          st == 200 and [r["index"] for r in rr] == want and close([r["score"] for r in rr], [raw[i] for i in want]) and
+          all("text" not in r for r in rr), (rr, raw))
+    st, _, rr = request(port, "POST", "/rerank", {"query": query, "texts": docs, "return_text": True})
+    sig = [1 / (1 + np.exp(-x)) for x in raw]
+    check("/rerank: sigmoid scores, best first, return_text",
+          st == 200 and [r["index"] for r in rr] == want and close([r["score"] for r in rr], [sig[i] for i in want]) and
+          [r["text"] for r in rr] == [docs[i] for i in want], rr)
+    st, _, pr = request(port, "POST", "/predict", {"model": "rerank", "inputs": [query, docs[0]]})
+    check("/predict on the cross-encoder: its sigmoid score", st == 200 and close([pr[0]["score"]], [sig[0]]), pr)
+    for body, want_st, what in [
+        ({"query": query, "texts": []}, 400, "empty"),
+        ({"query": query}, 400, "texts"),
+        ({"texts": ["a"]}, 400, "query"),
+        ({"query": query, "texts": ["a", 3]}, 400, "texts"),
+        ({"query": query, "texts": ["a"], "raw_scores": "yes"}, 422, "raw_scores"),
+        ({"query": query, "texts": ["a"], "truncation_direction": "Left"}, 422, "Left"),
+        ({"query": long_text, "texts": ["a"]}, 413, "512"),
+        ({"model": "bert-sentiment", "query": query, "texts": ["a"]}, 400, "re-ranker"),
+    ]:
+        st, _, rr = request(port, "POST", "/rerank", body)
+        check("/rerank %s -> %d" % (json.dumps(body)[:60], want_st), st == want_st and what in rr.get("error", ""),
+              (st, rr))
+    st, _, rr = request(port, "POST", "/rerank", {"query": long_text, "texts": ["a", "b"], "truncate": True})
+    check("/rerank truncate true cuts the pairs", st == 200 and len(rr) == 2, rr)
+
+
+reranker_models = []
+
+
 def main():
     models = [P + "/minilm-embed", P + "/llama-chat", P + "/bert-sentiment", ONNX]
+    try:
+        models.append("rerank=" + make_reranker(tempfile.mkdtemp() + "/rerank"))
+        reranker_models.append("rerank")
+    except ImportError:
+        pass
     # a long grace period: SIGTERM below must not cut the stream in flight, however slow
     # this machine (sanitizers, other work) is
     proc, port, log = start(*models, "--max-wait-ms", "50", "--max-body-mb", "1", "--grace-s", "120")
@@ -130,8 +238,8 @@ def main():
     check("GET /v2/health/live", st == 200 and live == {"live": True})
     check("GET /v2/health/ready", request(port, "GET", "/v2/health/ready")[0] == 200)
     st, _, ms = request(port, "GET", "/v1/models")
-    check("GET /v1/models lists the four", st == 200 and [m["id"] for m in ms["data"]] ==
-          ["minilm-embed", "llama-chat", "bert-sentiment", "model"], ms)
+    check("GET /v1/models lists them", st == 200 and [m["id"] for m in ms["data"]] ==
+          ["minilm-embed", "llama-chat", "bert-sentiment", "model"] + reranker_models, ms)
 
     # ---- embeddings: float and base64 against the pipeline
     texts = ["hello world", "The quick brown fox jumps over the lazy dog."]
@@ -191,14 +299,7 @@ def main():
     st, _, emb = request(port, "POST", "/embed", {"inputs": texts})
     ref_n = library_embeddings(texts, {"pooling": "auto", "normalize": True})
     check("/embed = pipeline (normalized)", st == 200 and close(emb, ref_n), emb)
-    ref_cls = json.loads(cli("pipeline", "text-classification", P + "/bert-sentiment", "--call",
-                             json.dumps({"inputs": [["I love this", "I hate it"]], "options": {"top_k": None}})))
-    st, _, pr = request(port, "POST", "/predict", {"inputs": "I love this"})
-    check("/predict one text = pipeline text-classification (top_k null)", st == 200 and pr == ref_cls[0], (pr, ref_cls))
-    st, _, pr = request(port, "POST", "/predict", {"inputs": ["I love this", "I hate it"]})
-    check("/predict two texts = the pipeline's batch", st == 200 and pr == ref_cls, pr)
-    st, _, rr = request(port, "POST", "/rerank", {"query": "q", "texts": ["a"]})
-    check("/rerank without a cross-encoder: 404 saying so", st == 404 and "cross-encoder" in rr["error"], rr)
+    tei_checks(port)
 
     # ---- chat and completions against generate (greedy)
     msgs = tempfile.NamedTemporaryFile("w", suffix=".json", delete=False)
@@ -309,7 +410,10 @@ def main():
         ("POST", "/v1/completions", b'{"model":"llama-chat","prompt":42}', 400),
         ("POST", "/v1/completions", b'{"model":"llama-chat","prompt":"a","seed":1.5}', 400),
         ("POST", "/predict", b'{"inputs":7}', 400),
-        ("POST", "/predict", b'{"inputs":"a","raw_scores":true}', 422),
+        ("POST", "/predict", b'{"inputs":"a","raw_scores":1}', 422),
+        ("POST", "/predict", b'{"inputs":["a","b","c"]}', 400),
+        ("POST", "/predict", b'{"inputs":[["a"],["b","c","d"]]}', 400),
+        ("POST", "/predict", b'{"inputs":[]}', 400),
         ("POST", "/embed", b'{"inputs":"a","normalize":"yes"}', 422),
         ("POST", "/v2/models/model/infer", b'{"inputs":[{"name":"input_ids","shape":[1,2],"datatype":"INT64","data":[1]}]}', 400),
         ("POST", "/v2/models/model/infer", b'{"inputs":[{"name":"input_ids","shape":[1,1],"datatype":"FP32","data":[1]}]}', 400),
@@ -432,6 +536,8 @@ def main():
     auth = {"Authorization": "Bearer sekrit"}
     check("the key -> 200", request(port, "GET", "/v1/models", headers=auth)[0] == 200)
     check("health without the key -> 200", request(port, "GET", "/health")[0] == 200)
+    st, _, rr = request(port, "POST", "/rerank", {"query": "q", "texts": ["a"]}, headers=auth)
+    check("/rerank without a cross-encoder: 404 saying so", st == 404 and "cross-encoder" in rr["error"], rr)
     s = socket.create_connection(("127.0.0.1", port))
     body = json.dumps(chat_body(max_tokens=4000, temperature=0, stream=True)).encode()
     s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sekrit\r\n"

@@ -143,7 +143,14 @@ static void run_batch(serve_batch_job **jobs, int n_jobs, size_t total) {
     for (int j = 0; j < n_jobs; j++)
         for (size_t t = 0; t < jobs[j]->n; t++, k++) {
             if (k) tm__put(&in, ",");
+            const char *pair = jobs[j]->pairs ? jobs[j]->pairs[t] : NULL;
+            if (pair) tm__put(&in, "{\"text\":");
             tm__put_string(&in, jobs[j]->texts[t]);
+            if (pair) {
+                tm__put(&in, ",\"text_pair\":");
+                tm__put_string(&in, pair);
+                tm__put(&in, "}");
+            }
         }
     tm__put(&in, "]]");
     tm_error err;

@@ -22,7 +22,8 @@ enum {
     SERVE_CLASSIFY = 2,     /* text-classification: /predict */
     SERVE_COMPLETE = 4,     /* a decoder: /v1/completions */
     SERVE_CHAT = 8,         /* a decoder with a chat template: /v1/chat/completions */
-    SERVE_TENSORS = 16      /* a raw ONNX model: /v2/models/{name}/infer */
+    SERVE_TENSORS = 16,     /* a raw ONNX model: /v2/models/{name}/infer */
+    SERVE_RERANK = 32       /* a sequence classifier with one label (a cross-encoder): /rerank */
 };
 
 typedef struct serve_model {
@@ -154,6 +155,7 @@ struct serve_batch_job {
     serve_model *m;
     const char *options;        /* the pipeline's options (static text: batches share it) */
     const char *const *texts;
+    const char *const *pairs;   /* NULL, or n second texts (NULL entries: none) */
     size_t n;
     /* results: embeddings (n rows of dim floats) or classification (JSON array of n) */
     float *vectors;
