@@ -114,6 +114,68 @@ def library_generate(*args):
     return json.loads(cli("generate", P + "/llama-chat", *args, "--json"))["text"]
 
 
+def model_logprobs(ids):
+    """log-softmax of llama-chat's logits at every position of ids, from `transmuter run`
+    on the model alone (no generator, no cache: empty past tensors)."""
+    d = tempfile.mkdtemp()
+    n = len(ids)
+    np.save(d + "/input_ids.npy", np.array([ids], dtype=np.int64))
+    np.save(d + "/attention_mask.npy", np.ones((1, n), dtype=np.int64))
+    np.save(d + "/position_ids.npy", np.arange(n, dtype=np.int64)[None])
+    for layer in range(2):
+        for kv in ("key", "value"):
+            np.save("%s/past_key_values.%d.%s.npy" % (d, layer, kv), np.zeros((1, 2, 0, 8), dtype=np.float32))
+    cli("run", P + "/llama-chat/onnx/model.onnx", "--inputs", d, "--out", d + "/out")
+    x = np.load(d + "/out/logits.npy")[0].astype(np.float64)
+    m = x.max(axis=1, keepdims=True)
+    return x - m - np.log(np.exp(x - m).sum(axis=1, keepdims=True))
+
+
+def logprob_checks(port, ref_chat, ref_cmpl):
+    """logprobs against log-softmax of the model's own logits, in both endpoints' formats."""
+    st, _, c = request(port, "POST", "/v1/completions", {"model": "llama-chat", "prompt": "Hello", "max_tokens": 6,
+                                                         "temperature": 0, "logprobs": 3})
+    lp = c["choices"][0]["logprobs"] if st == 200 else None
+    check("/v1/completions logprobs: four lists of one item per token, text = the tokens joined",
+          lp and len(lp["tokens"]) == 6 and len(lp["token_logprobs"]) == 6 and len(lp["top_logprobs"]) == 6 and
+          "".join(lp["tokens"]) == c["choices"][0]["text"] == ref_cmpl and lp["text_offset"][0] == len("Hello"), c)
+    prompt = json.loads(cli("tokenize", P + "/llama-chat", "Hello", "--json"))["ids"]
+    # the raw decoder's greedy ids (generate on the model file: no tm_generator)
+    new_ids = [int(x) for x in cli("generate", P + "/llama-chat/onnx/model.onnx", "--prompt-ids",
+                                   ",".join(map(str, prompt)), "--max-new", "6").split(",")]
+    ref = model_logprobs(prompt + new_ids[:-1])[len(prompt) - 1:]
+    want = [ref[t][tok] for t, tok in enumerate(new_ids)]
+    check("... token_logprobs = log-softmax of the model's logits at each chosen token (1e-4)",
+          lp and close(lp["token_logprobs"], want, 1e-4), (lp and lp["token_logprobs"], want))
+    tops_ok = lp and all(len(t) == 3 and close(sorted(t.values(), reverse=True), np.sort(ref[i])[::-1][:3], 1e-4)
+                         for i, t in enumerate(lp["top_logprobs"]))
+    check("... top_logprobs: the 3 best of each position, their log-probabilities", tops_ok, lp and lp["top_logprobs"])
+
+    body = chat_body(max_tokens=8, temperature=0, logprobs=True, top_logprobs=2)
+    st, _, c = request(port, "POST", "/v1/chat/completions", body)
+    ch = c["choices"][0] if st == 200 else {}
+    content = (ch.get("logprobs") or {}).get("content") or []
+    check("chat logprobs: a content item per token, joined = the message",
+          len(content) == 8 and "".join(x["token"] for x in content) == ch["message"]["content"] == ref_chat, ch)
+    check("chat logprobs: greedy picks the best, bytes are the token's UTF-8, top 2 sorted, all <= 0",
+          content and all(x["top_logprobs"][0]["logprob"] == x["logprob"] and len(x["top_logprobs"]) == 2 and
+                          x["top_logprobs"][0]["logprob"] >= x["top_logprobs"][1]["logprob"] and x["logprob"] <= 0 and
+                          bytes(x["bytes"]) == x["token"].encode() for x in content), content[:2])
+    st, _, ev, done = sse(port, "/v1/chat/completions", dict(body, stream=True))
+    streamed = [x for e in ev if e["choices"] and e["choices"][0].get("logprobs") for x in
+                e["choices"][0]["logprobs"]["content"]]
+    check("chat logprobs streamed: the same items, spread over the chunks",
+          done and [(x["token"], x["logprob"]) for x in streamed] == [(x["token"], x["logprob"]) for x in content],
+          streamed[:2])
+    st, _, c = request(port, "POST", "/v1/chat/completions", chat_body(max_tokens=4, temperature=0.8, seed=3, n=2,
+                                                                       logprobs=True))
+    check("chat logprobs with n=2 sampled: each choice its own items, no top_logprobs asked",
+          st == 200 and all(len(ch["logprobs"]["content"]) == 4 and all(x["top_logprobs"] == [] for x in
+                                                                        ch["logprobs"]["content"]) for ch in c["choices"]), c)
+    st, _, c = request(port, "POST", "/v1/chat/completions", chat_body(max_tokens=2, temperature=0))
+    check("no logprobs asked: null", st == 200 and c["choices"][0]["logprobs"] is None, c)
+
+
 def chat_body(**kw):
     return {"model": "llama-chat", "messages": [{"role": "user", "content": "Hi"}], **kw}
 
@@ -346,6 +408,8 @@ def main():
     check("the same seed gives the same choices", st2 == 200 and c1["choices"] == c2["choices"])
     check("n=2 usage counts both choices", c1["usage"]["completion_tokens"] == 12, c1.get("usage"))
 
+    logprob_checks(port, ref_chat, ref_cmpl)
+
     # ---- concurrent streams all finish
     outs = [None] * 4
 
@@ -404,7 +468,11 @@ def main():
         ("POST", "/v1/chat/completions", b'{"model":"llama-chat","messages":[{"role":"user","content":"x"}],"temperature":9}', 400),
         ("POST", "/v1/chat/completions", b'{"model":"llama-chat","messages":[{"role":"user","content":"x"}],"n":1000}', 400),
         ("POST", "/v1/chat/completions", b'{"model":"llama-chat","messages":[{"role":"user","content":"x"}],"stop":[1]}', 400),
-        ("POST", "/v1/chat/completions", b'{"model":"llama-chat","messages":[{"role":"user","content":"x"}],"logprobs":true}', 400),
+        ("POST", "/v1/chat/completions", b'{"model":"llama-chat","messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":21}', 400),
+        ("POST", "/v1/chat/completions", b'{"model":"llama-chat","messages":[{"role":"user","content":"x"}],"top_logprobs":2}', 400),
+        ("POST", "/v1/chat/completions", b'{"model":"llama-chat","messages":[{"role":"user","content":"x"}],"logprobs":1}', 400),
+        ("POST", "/v1/completions", b'{"model":"llama-chat","prompt":"a","logprobs":6}', 400),
+        ("POST", "/v1/completions", b'{"model":"llama-chat","prompt":"a","logprobs":true}', 400),
         ("POST", "/v1/chat/completions", b'{"model":"llama-chat","messages":[{"role":"user","content":"x"}],"max_tokens":5000}', 400),
         ("POST", "/v1/chat/completions", b'{"model":"minilm-embed","messages":[{"role":"user","content":"x"}]}', 400),
         ("POST", "/v1/completions", b'{"model":"llama-chat","prompt":42}', 400),
@@ -495,6 +563,9 @@ def main():
             check("openai client: chat = generate --chat", got["chat"] == ref_chat, got["chat"])
             check("openai client: chat streamed = generate --chat", got["stream"] == ref_chat, got["stream"])
             check("openai client: an unknown model is its NotFoundError", got["not_found"] == 404, got["not_found"])
+            check("openai client: chat logprobs, 8 tokens joined = generate --chat, top 2 each",
+                  len(got["logprobs"]) == 8 and "".join(t for t, _, _ in got["logprobs"]) == ref_chat and
+                  all(k == 2 and lp <= 0 for _, lp, k in got["logprobs"]), got["logprobs"])
         else:
             check("openai client ran", False, r.stderr[-500:])
     else:

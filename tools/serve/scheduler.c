@@ -294,6 +294,7 @@ static void step_sequence(serve_gen_job *job, int i, step_result *r) {
     int32_t token = -1;
     int done = 0;
     tm_status st = tm_generator_step(g, &token, &done, &err);
+    if (st == TM_OK && job->after_step) job->after_step(job, i, token, done);
     const int32_t *ids = NULL;
     size_t n = 0;
     if (st == TM_OK) st = tm_generator_sequence(g, 0, &ids, &n, &err);

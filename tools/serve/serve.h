@@ -191,6 +191,9 @@ struct serve_gen_job {
     char **stops;               /* stop strings (owned) */
     int n_stops;
     serve_emit_fn emit;
+    /* NULL, or called after each step of sequence i (outside the lock, on the worker) with
+     * the token chosen and whether it ended the sequence: the surface's logprobs. */
+    void (*after_step)(serve_gen_job *job, int index, int32_t token, int done);
     void *user;
     tm__buf out;                /* what emit wrote, read by the stream or the waiter */
     size_t out_read;
