@@ -176,6 +176,77 @@ def logprob_checks(port, ref_chat, ref_cmpl):
     check("no logprobs asked: null", st == 200 and c["choices"][0]["logprobs"] is None, c)
 
 
+def binary_request(port, path, header, blob, extra_headers=None):
+    """POST JSON header + binary data (Inference-Header-Content-Length); (status, headers,
+    JSON part, binary part)."""
+    js = json.dumps(header).encode()
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    h = {"Content-Type": "application/octet-stream", "Inference-Header-Content-Length": str(len(js)),
+         **(extra_headers or {})}
+    c.request("POST", path, body=js + blob, headers=h)
+    r = c.getresponse()
+    data = r.read()
+    headers = {k.lower(): v for k, v in r.getheaders()}
+    c.close()
+    n = int(headers.get("inference-header-content-length", len(data)))
+    return r.status, headers, json.loads(data[:n]), data[n:]
+
+
+def oip_binary_checks(port, inputs, ref_h):
+    """The binary tensor data extension: inputs as raw bytes, outputs asked as binary."""
+    arrays = [np.array(i["data"], dtype="<i8").reshape(i["shape"]) for i in inputs]
+    head = {"id": "b1", "inputs": [{"name": i["name"], "shape": i["shape"], "datatype": "INT64",
+                                    "parameters": {"binary_data_size": a.nbytes}} for i, a in zip(inputs, arrays)]}
+    blob = b"".join(a.tobytes() for a in arrays)
+    st, h, js, rest = binary_request(port, "/v2/models/model/infer", head, blob)
+    o = js["outputs"][0] if st == 200 else {}
+    check("OIP binary inputs (Inference-Header-Content-Length, binary_data_size) = transmuter run",
+          st == 200 and rest == b"" and close(np.array(o.get("data", [])).reshape(o.get("shape", [0])), ref_h), js)
+    head["outputs"] = [{"name": "last_hidden_state", "parameters": {"binary_data": True}}]
+    st, h, js, rest = binary_request(port, "/v2/models/model/infer", head, blob)
+    o = js["outputs"][0] if st == 200 else {}
+    got = np.frombuffer(rest, dtype="<f4").reshape(o["shape"]) if st == 200 and "shape" in o else None
+    check("OIP binary output: its header length, octet-stream, binary_data_size, float32 bytes = transmuter run",
+          st == 200 and h.get("content-type") == "application/octet-stream" and
+          o["parameters"]["binary_data_size"] == len(rest) == ref_h.size * 4 and "data" not in o and
+          close(got, ref_h), (st, h, js))
+    # JSON inputs, every output binary by the request's binary_data_output; one input binary
+    mixed = {"inputs": [inputs[0], inputs[1], {"name": inputs[2]["name"], "shape": inputs[2]["shape"],
+                                                 "datatype": "INT64", "parameters": {"binary_data_size": arrays[2].nbytes}}],
+             "parameters": {"binary_data_output": True}}
+    st, h, js, rest = binary_request(port, "/v2/models/model/infer", mixed, arrays[2].tobytes())
+    check("OIP: JSON and binary inputs mixed, binary_data_output for all outputs",
+          st == 200 and close(np.frombuffer(rest, dtype="<f4").reshape(ref_h.shape), ref_h), (st, js))
+    bad = [
+        ("a header length over the body", {"inputs": inputs}, b"", {"Inference-Header-Content-Length": "999999"},
+         "Inference-Header-Content-Length"),
+        ("a header length that is not a number", {"inputs": inputs}, b"", {"Inference-Header-Content-Length": "12x"},
+         "Inference-Header-Content-Length"),
+        ("binary_data_size that is not the tensor's bytes", dict(head, outputs=[]), blob[:-8] + b"\0" * 8, None, None),
+        ("binary bytes left over", head, blob + b"\0" * 8, None, "add up to"),
+        ("binary data missing", head, blob[:16], None, "past the end"),
+        ("both data and binary_data_size", {"inputs": [dict(inputs[0], parameters={"binary_data_size": 8})]}, b"",
+         None, "both"),
+        ("binary_data_size a string", {"inputs": [{"name": "input_ids", "shape": [1, 1], "datatype": "INT64",
+                                                  "parameters": {"binary_data_size": "8"}}]}, b"\0" * 8, None,
+         "binary_data_size"),
+        ("binary_data not a boolean", dict(head, outputs=[{"name": "last_hidden_state",
+                                                          "parameters": {"binary_data": 1}}]), blob, None, "binary_data"),
+    ]
+    for what, hd, data, hdrs, say in bad:
+        if what.startswith("binary_data_size that"):
+            hd = {"inputs": [dict(x, parameters={"binary_data_size": x["parameters"]["binary_data_size"] - 8})
+                             for x in head["inputs"][:1]] + head["inputs"][1:]}
+            say = "binary_data_size is"
+        try:
+            st, _, js, _ = binary_request(port, "/v2/models/model/infer", hd, data, hdrs)
+        except (ValueError, http.client.HTTPException, OSError) as e:
+            st, js = None, str(e)
+        check("OIP binary: %s -> 400 naming it" % what, st == 400 and say in js.get("error", ""), (st, js))
+    st, _, meta = request(port, "GET", "/v2")
+    check("GET /v2 lists the binary_tensor_data extension", st == 200 and "binary_tensor_data" in meta["extensions"], meta)
+
+
 def chat_body(**kw):
     return {"model": "llama-chat", "messages": [{"role": "user", "content": "Hi"}], **kw}
 
@@ -442,6 +513,7 @@ def main():
     nested = [dict(i, data=np.array(i["data"]).reshape(i["shape"]).tolist()) for i in inputs]
     st, _, inf2 = request(port, "POST", "/v2/models/model/infer", {"inputs": nested, "outputs": [{"name": "last_hidden_state"}]})
     check("infer takes nested data too", st == 200 and inf2["outputs"][0]["data"] == o.get("data"))
+    oip_binary_checks(port, inputs, ref_h)
     st, _, md = request(port, "GET", "/v2/models/model")
     check("/v2/models/model metadata", st == 200 and [i["name"] for i in md["inputs"]] ==
           ["input_ids", "attention_mask", "token_type_ids"] and md["outputs"][0]["datatype"] == "FP32", md)

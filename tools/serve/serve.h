@@ -52,6 +52,8 @@ typedef struct serve_request {
     const char *body;           /* NUL-terminated copy of the body */
     size_t body_len;
     const char *authorization;  /* the header, or NULL */
+    const char *inference_header_length;   /* Inference-Header-Content-Length (OIP binary
+                                              data: the body's JSON part), or NULL */
     int body_too_large;         /* over max_body: answered 413, body not kept */
     /* Non-zero when the client has gone away (NULL: it never does). */
     int (*gone)(void *ctx);
@@ -68,6 +70,8 @@ typedef struct serve_response {
     const char *route;          /* static: the metrics' route label */
     int retry_after;            /* seconds (0: no header) */
     serve_stream *stream;       /* non-NULL: the body is this stream of server-sent events */
+    size_t json_length;         /* > 0: the body is this much JSON, then binary tensor data
+                                   (sent as Inference-Header-Content-Length) */
 } serve_response;
 
 void tm__serve_response_clear(serve_response *rs);
