@@ -26,8 +26,10 @@ are reported with the figures: other work on the machine counts in them.
 Chat: with LLAMA_SERVER=path/to/llama-server and GGUF=path/to/model.gguf (a GGUF of the
 small LLaMA's shape; see issue 37), 1, 4 and 16 concurrent streams of --chat-tokens (128)
 new tokens to /v1/chat/completions on ours (the small LLaMA q4 export) and on llama-server
-(the same streaming client for both): aggregate tokens/s and time to first token. Without
-both it prints why it skips the chat part.
+(the same streaming client for both, a warm-up of each first, who goes first alternating):
+aggregate tokens/s and time to first token. Without both it prints why it skips the chat
+part. (Dry-run with a stand-in script that serves the same repository with transmuter on
+the port it is given: the driver, warm-up and table work; no llama-server figure yet.)
 
 Results go to bench/SERVE_RESULTS.md (or --out). Usage:
   bench/serve_bench.py [--seconds 30] [--clients 1,8,64] [--threads 2] [--out FILE]
@@ -228,10 +230,11 @@ def bench_embeddings(args, lines):
 # ---- chat ----------------------------------------------------------------------------------------
 
 def stream_chat(port, model, tokens, out, i):
-    """One streamed chat completion of exactly `tokens` new tokens (when the server honours
-    ignore_eos / min_tokens; max_tokens caps it): time to first token, tokens, seconds."""
+    """One streamed chat completion of up to `tokens` new tokens (exactly, where the server
+    honours ignore_eos): time to first token, tokens (the usage count), seconds."""
     body = {"model": model, "messages": [{"role": "user", "content": "Tell me a story number %d." % i}],
-            "max_tokens": tokens, "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
+            "max_tokens": tokens, "temperature": 0, "stream": True, "stream_options": {"include_usage": True},
+            "ignore_eos": True}   # llama-server's; ours ignores it (random weights rarely choose the end)
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
     t0 = time.time()
     c.request("POST", "/v1/chat/completions", body=json.dumps(body), headers={"Content-Type": "application/json"})
@@ -288,8 +291,11 @@ def bench_chat(args, lines):
                                      str(max(args.streams) * (args.chat_tokens + 64))])
     rows = []
     try:
-        for streams in args.streams:
-            for name, port, model in [("ours", ours.port, "llama-small-q4"), ("llama-server", args.llama_port, "model")]:
+        for port, model in [(ours.port, "llama-small-q4"), (args.llama_port, "model")]:
+            bench_chat_server(port, model, 2, 8)   # warm-up: plans, caches
+        for k, streams in enumerate(args.streams):
+            pair = [("ours", ours.port, "llama-small-q4"), ("llama-server", args.llama_port, "model")]
+            for name, port, model in (pair if k % 2 == 0 else pair[::-1]):   # who goes first alternates
                 before = load()
                 tps, ttft, n = bench_chat_server(port, model, streams, args.chat_tokens)
                 rows.append((streams, name, tps, ttft, n, before, load()))
