@@ -151,6 +151,14 @@ llamacpp:
 bench-python: $(BUILD)/transmuter python
 	/usr/bin/python3 bench/python_bench.py $(PYTHON_BENCH_ARGS)
 
+# transmuter serve under load, side by side with transformers.js in Node (bench/serve_bench.py;
+# not a test): embeddings at 1, 8 and 64 clients (wrk), and chat against llama-server when
+# LLAMA_SERVER=path and GGUF=path are given. Writes bench/SERVE_RESULTS.md.
+# SERVE_BENCH_ARGS="--seconds 10" etc.; bench/serve_soak.py is the 10-minute soak.
+.PHONY: bench-serve
+bench-serve: $(BUILD)/transmuter
+	/usr/bin/python3 bench/serve_bench.py $(SERVE_BENCH_ARGS)
+
 # FMA peak and memory bandwidth of this machine, for the bench's efficiency figures.
 $(BUILD)/bench_probe: bench/probe.c bench/peak.h
 	@mkdir -p $(BUILD)

@@ -139,9 +139,20 @@ seeds = [(0, {"model": "minilm-embed", "input": ["hello world", "a"], "encoding_
          (3, None), (4, {"inputs": ["a", "b"], "normalize": False}), (5, {"inputs": "I love this"}),
          (6, {"query": "q", "texts": ["a"]}),
          (7, {"inputs": [ids, dict(ids, name="attention_mask", data=[1, 1, 1]),
-                         dict(ids, name="token_type_ids", data=[0, 0, 0])]}), (8, None), (9, None)]
+                         dict(ids, name="token_type_ids", data=[0, 0, 0])]}), (8, None), (9, None),
+         (1, dict(chat, logprobs=True, top_logprobs=2, stream=True)),
+         (2, {"model": "llama-chat", "prompt": "Hello", "max_tokens": 2, "logprobs": 2}),
+         (5, {"inputs": [["a", "b"], ["c"]], "raw_scores": True, "truncate": True})]
 for i, (route, body) in enumerate(seeds):
     open("%s/seed%02d" % (sys.argv[1], i), "wb").write(bytes([route]) + (json.dumps(body).encode() if body else b""))
+# route 12: OIP infer with binary data (two bytes of Inference-Header-Content-Length first)
+bin_ids = {k: v for k, v in ids.items() if k != "data"}
+head = json.dumps({"inputs": [dict(bin_ids, parameters={"binary_data_size": 24}),
+                              dict(ids, name="attention_mask", data=[1, 1, 1]),
+                              dict(ids, name="token_type_ids", data=[0, 0, 0])],
+                   "outputs": [{"name": "last_hidden_state", "parameters": {"binary_data": True}}]}).encode()
+blob = b"".join(x.to_bytes(8, "little") for x in (101, 7592, 102))
+open(sys.argv[1] + "/binary", "wb").write(bytes([12]) + len(head).to_bytes(2, "big") + head + blob)
 open(sys.argv[1] + "/path", "wb").write(b"\xff/v2/models/model\n")
 ' "$SEEDS/serve_request" || echo "fuzz/run.sh: no serve seeds (needs python3)"
 }

@@ -556,6 +556,17 @@ size_t tm_generator_prompt_length(const tm_generator *g);
  * greedy and sampling: 0. */
 double tm_generator_score(const tm_generator *g, int i);
 void tm_generator_free(tm_generator *g);
+/* A caller's logits processor, as transformers' logits_processor argument: at each step,
+ * called on each row of processed scores (vocab floats: the configured processors applied,
+ * before temperature and the sampling warpers; the row a greedy step takes its argmax of)
+ * with the row's ids so far (ids[0..n)). It may read the row (log-probabilities are its
+ * log-softmax: a server's logprobs) or change it (a change steers the choice). One per
+ * generator: a task's own processor (Whisper's timestamps) sits in the same place, and fn
+ * NULL removes it. user must outlive the steps. NULL g is TM_ERR_INVALID_ARGUMENT. */
+typedef void (*tm_generator_logits_fn)(void *user, float *scores, int64_t vocab, const int32_t *ids,
+                                       size_t n);
+tm_status tm_generator_set_logits_fn(tm_generator *g, tm_generator_logits_fn fn, void *user,
+                                     tm_error *err);
 
 /* ---- Generators stepped together: continuous batching ------------------------------- */
 

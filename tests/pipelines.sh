@@ -51,9 +51,10 @@ def diff(want, got, tol, path='$', key=None):
 
 passed = failed = 0
 # repo.cases.jsonl: transformers.js's outputs from ../shared/pipelines; repo.batches.jsonl
-# (where present): more of them, made by tests/gen/embed_batch_refs.mjs.
+# (where present): more of them, made by tests/gen/embed_batch_refs.mjs; repo.pairs.jsonl:
+# text-classification on sentence pairs, made by tests/gen/pair_refs.mjs.
 def case_lines(repo):
-    for suffix in ('cases', 'batches'):
+    for suffix in ('cases', 'batches', 'pairs'):
         name = f'{data}/{repo}.{suffix}.jsonl'
         if suffix == 'cases' or os.path.exists(name):
             for n, line in enumerate(open(name, encoding='utf-8'), 1):
@@ -117,6 +118,14 @@ EIFFEL = ('The Eiffel Tower is a wrought-iron lattice tower on the Champ de Mars
           'after the engineer Gustave Eiffel, whose company designed and built the tower from 1887 to 1889.')
 if not repos_given:
     cli('classify --json', ['classify', S, 'Hello world!', '--json'], 0, case_output('bert-sentiment', 1), True)
+    N = f'{data}/bert-nli'
+    for name, call, want in [
+        ('pair without text', '{"inputs":[{"text_pair":"b"}]}', 'texts.text must be a string'),
+        ('pair of a number', '{"inputs":[[{"text":"a","text_pair":3}]]}', 'texts[0].text_pair must be a string'),
+        ('pair with an unknown key', '{"inputs":[{"text":"a","pair":"b"}]}', "unknown key 'pair'"),
+        ('bad function_to_apply', '{"inputs":["a"],"options":{"function_to_apply":"exp"}}', 'function_to_apply'),
+    ]:
+        cli('text-classification: ' + name, ['pipeline', 'text-classification', N, '--call', call], 1, want)
     cli('classify readable', ['classify', S, 'Hello world!'], 0, 'label: NEGATIVE  score: 0.84577')
     cli('classify --top-k null', ['classify', S, 'I absolutely loved this movie, the acting was superb!',
                                   '--top-k', 'null', '--json'], 0, case_output('bert-sentiment', 16), True)

@@ -1,6 +1,6 @@
 // tests/serve.sh's check of `transmuter serve` with the official openai npm client (installed
 // in bench/.serve by .ci/run): embeddings (the client asks for base64 and decodes it), chat
-// completions whole and streamed, and an unknown model's error. Prints one JSON line for
+// completions whole and streamed, logprobs, and an unknown model's error. Prints one JSON line for
 // tests/serve_checks.py to compare with the library. Usage: node serve_openai.mjs PORT
 import { createRequire } from "node:module";
 import { resolve } from "node:path";
@@ -17,6 +17,8 @@ let streamed = "";
 const stream = await client.chat.completions.create({
     model: "llama-chat", messages, max_tokens: 8, temperature: 0, stream: true });
 for await (const chunk of stream) streamed += chunk.choices[0]?.delta?.content ?? "";
+const lp = await client.chat.completions.create({
+    model: "llama-chat", messages, max_tokens: 8, temperature: 0, logprobs: true, top_logprobs: 2 });
 let notFound = null;
 try {
     await client.chat.completions.create({ model: "nope", messages });
@@ -28,4 +30,5 @@ console.log(JSON.stringify({
     chat: chat.choices[0].message.content,
     stream: streamed,
     not_found: notFound,
+    logprobs: lp.choices[0].logprobs.content.map((x) => [x.token, x.logprob, x.top_logprobs.length]),
 }));

@@ -19,7 +19,8 @@ static void usage(FILE *f) {
             "         [--threads N]\n"
             "MODEL: a repository folder or an .onnx file, named by its base name, or NAME=PATH.\n"
             "A repository's config.json decides what it serves: a causal LM /v1/completions\n"
-            "(and /v1/chat/completions with a chat template), a sequence classifier /predict,\n"
+            "(and /v1/chat/completions with a chat template), a sequence classifier /predict\n"
+            "(and /rerank when it has one label: a cross-encoder),\n"
             "anything else embeddings (/v1/embeddings, /embed); an .onnx file takes tensors\n"
             "(/v2/models/NAME/infer). Also GET /v1/models, /health, /metrics, /v2/health/live,\n"
             "/v2/health/ready. --api-key (or TRANSMUTER_API_KEY): every route but the health\n"
@@ -112,8 +113,9 @@ int tm__cmd_serve(int argc, char **argv) {
                 goto out;
             }
         const serve_model *m = &s.models[i];
-        fprintf(stderr, "transmuter: serve: %s (%s):%s%s%s%s%s\n", m->name, m->path,
+        fprintf(stderr, "transmuter: serve: %s (%s):%s%s%s%s%s%s\n", m->name, m->path,
                 m->caps & SERVE_EMBED ? " embeddings" : "", m->caps & SERVE_CLASSIFY ? " classification" : "",
+                m->caps & SERVE_RERANK ? " reranking" : "",
                 m->caps & SERVE_COMPLETE ? " completions" : "", m->caps & SERVE_CHAT ? " chat" : "",
                 m->caps & SERVE_TENSORS ? " tensors" : "");
     }

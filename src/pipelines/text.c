@@ -28,7 +28,7 @@ tm_status tm__batch_encode(const tm_pipeline *p, size_t n, const char *const *te
     if (!enc || !lens || !pair_lens) s = tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
     for (size_t i = 0; !s && i < n; i++) {
         lens[i] = strlen(texts[i]);
-        pair_lens[i] = pairs ? strlen(pairs[i]) : 0;
+        pair_lens[i] = pairs && pairs[i] ? strlen(pairs[i]) : 0;
     }
     if (!s) {
         tm_encode_options o = tm_encode_options_default();

@@ -58,6 +58,7 @@ static enum MHD_Result answer(serve_http *h, struct MHD_Connection *c, conn_stat
     rq.body_len = cs->body.n;
     rq.body_too_large = cs->too_large;
     rq.authorization = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    rq.inference_header_length = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Inference-Header-Content-Length");
     rq.gone = client_gone;
     rq.gone_ctx = c;
     serve_response rs;
@@ -98,6 +99,11 @@ static enum MHD_Result answer(serve_http *h, struct MHD_Connection *c, conn_stat
         MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, v);
     }
     if (rs.status == 401) MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    if (rs.json_length) {
+        char v[24];
+        snprintf(v, sizeof v, "%zu", rs.json_length);
+        MHD_add_response_header(r, "Inference-Header-Content-Length", v);
+    }
     if (atomic_load(&h->s->draining) || cs->too_large) MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
     enum MHD_Result ok = MHD_queue_response(c, (unsigned)rs.status, r);
     MHD_destroy_response(r);

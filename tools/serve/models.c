@@ -52,12 +52,23 @@ static void base_name(const char *path, char *out, size_t cap) {
 }
 
 /* What config.json's architectures say the repository is for. */
+/* config.json's labels: id2label's entries, else num_labels, else transformers' 2. */
+static int n_labels(const tm_json *config) {
+    const tm_json *l = tm_json_get(config, "id2label"), *n = tm_json_get(config, "num_labels");
+    if (l && l->type == TM_JSON_OBJECT) return l->n;
+    if (n && n->type == TM_JSON_NUMBER) return (int)n->number;
+    return 2;
+}
+
+/* What config.json's architectures say the repository is for. A sequence classifier with
+ * one label is a cross-encoder (TEI's rule): it reranks, and classifies too. */
 static int repo_caps(const tm_json *config) {
     const tm_json *arch = tm_json_get(config, "architectures");
     for (int i = 0; arch && arch->type == TM_JSON_ARRAY && i < arch->n; i++) {
         const char *a = arch->items[i].type == TM_JSON_STRING ? arch->items[i].string : "";
         if (ends_with(a, "ForCausalLM") || ends_with(a, "LMHeadModel")) return SERVE_COMPLETE;
-        if (ends_with(a, "ForSequenceClassification")) return SERVE_CLASSIFY;
+        if (ends_with(a, "ForSequenceClassification"))
+            return n_labels(config) == 1 ? SERVE_CLASSIFY | SERVE_RERANK : SERVE_CLASSIFY;
     }
     return SERVE_EMBED;
 }
@@ -147,7 +158,7 @@ static tm_status load_repo(serve_model *m, int threads, tm_error *err) {
     } else {
         char load[64];
         snprintf(load, sizeof load, "{\"threads\": %d}", threads);
-        const char *task = m->caps == SERVE_CLASSIFY ? "text-classification" : "feature-extraction";
+        const char *task = m->caps & SERVE_CLASSIFY ? "text-classification" : "feature-extraction";
         st = tm_pipeline_create(task, m->path, load, &m->pipe, err);
         if (st == TM_OK) st = tm_tokenizer_load(m->path, NULL, &m->tok, err);
         if (st == TM_OK) m->max_context = tm_tokenizer_model_max_length(m->tok);

@@ -1,8 +1,12 @@
 /* Open Inference Protocol v2 (KServe and Triton's REST API) routes of transmuter serve, on
  * the raw ONNX models given as MODEL.onnx: GET /v2 (server metadata), /v2/models/{name}
  * (inputs and outputs), /v2/models/{name}/ready, POST /v2/models/{name}/infer with JSON
- * tensors (data flat or nested, row-major). The health routes are the router's. Not done
- * yet: the binary-data extension, BYTES and FP16 tensors, versions in the path. */
+ * tensors (data flat or nested, row-major) and the binary tensor data extension: with an
+ * Inference-Header-Content-Length header the body is that much JSON, then the raw
+ * little-endian bytes of each input whose parameters give binary_data_size, in order;
+ * outputs asked as binary_data (or all with binary_data_output) come back the same way.
+ * The health routes are the router's. Not done yet: BYTES and FP16 tensors, shared-memory
+ * parameters, versions in the path. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -131,13 +135,50 @@ static void put_data(tm__buf *b, const tm_tensor *t) {
     tm__put(b, "]");
 }
 
+/* The body's binary part, read in order by the inputs that have binary data. */
+typedef struct binary_cursor {
+    const unsigned char *p;
+    size_t n, at;
+} binary_cursor;
+
+/* parameters.KEY of v as a whole number >= 0 (1), absent (0), or wrong (-1). */
+static int param_size(const tm_json *v, const char *key, size_t *out) {
+    const tm_json *p = tm_json_get(v, "parameters"), *x = tm_json_get(p, key);
+    if (p && p->type != TM_JSON_OBJECT) return -1;
+    if (!x || x->type == TM_JSON_NULL) return 0;
+    if (x->type != TM_JSON_NUMBER || !(x->number >= 0 && x->number <= 9e15) || x->number != floor(x->number)) return -1;
+    *out = (size_t)x->number;
+    return 1;
+}
+
+/* parameters.KEY of v as a boolean: 1 or 0 (dflt when absent), -1 when not a boolean. */
+static int param_bool(const tm_json *v, const char *key, int dflt) {
+    const tm_json *p = tm_json_get(v, "parameters"), *x = tm_json_get(p, key);
+    if (p && p->type != TM_JSON_OBJECT) return -1;
+    if (!x || x->type == TM_JSON_NULL) return dflt;
+    if (x->type != TM_JSON_BOOL) return -1;
+    return x->number != 0;
+}
+
 /* One request input as a tensor, or NULL with the error response made. */
-static tm_tensor *read_input(serve_model *m, const tm_json *in, int index, const char **name, serve_response *rs) {
+static tm_tensor *read_input(serve_model *m, const tm_json *in, int index, const char **name, binary_cursor *bin,
+                             serve_response *rs) {
     const tm_json *nm = tm_json_get(in, "name"), *shape = tm_json_get(in, "shape");
     const tm_json *dt = tm_json_get(in, "datatype"), *data = tm_json_get(in, "data");
+    size_t bin_size = 0;
+    int binary = param_size(in, "binary_data_size", &bin_size);
+    if (binary < 0) {
+        ERR(400, "inputs[%d]: 'parameters' must be an object, its binary_data_size a whole number of bytes", index);
+        return NULL;
+    }
     if (in->type != TM_JSON_OBJECT || !nm || nm->type != TM_JSON_STRING || !shape || shape->type != TM_JSON_ARRAY ||
-        !dt || dt->type != TM_JSON_STRING || !data || data->type != TM_JSON_ARRAY) {
-        ERR(400, "inputs[%d] needs a string 'name', an array 'shape', a string 'datatype' and an array 'data'", index);
+        !dt || dt->type != TM_JSON_STRING || (!binary && (!data || data->type != TM_JSON_ARRAY))) {
+        ERR(400, "inputs[%d] needs a string 'name', an array 'shape', a string 'datatype' and an array 'data' "
+                 "(or parameters.binary_data_size)", index);
+        return NULL;
+    }
+    if (binary && data) {
+        ERR(400, "inputs[%d] has both 'data' and parameters.binary_data_size", index);
         return NULL;
     }
     int at = tm_model_input_index(m->model, nm->string);
@@ -181,6 +222,27 @@ static tm_tensor *read_input(serve_model *m, const tm_json *in, int index, const
         ERR(500, "out of memory");
         return NULL;
     }
+    if (binary) {
+        size_t want = tm_tensor_nbytes(t);
+        if (bin_size != want) {
+            tm_tensor_free(t);
+            ERR(400, "inputs[%d]: binary_data_size is %zu bytes; %lld values of type %s are %zu", index, bin_size,
+                (long long)numel, dt->string, want);
+            return NULL;
+        }
+        if (bin->n - bin->at < want) {
+            tm_tensor_free(t);
+            ERR(400, "inputs[%d]: binary_data_size %zu goes past the end of the binary data (%zu bytes left)", index,
+                want, bin->n - bin->at);
+            return NULL;
+        }
+        if (want) memcpy(tm_tensor_data(t), bin->p + bin->at, want);   /* little-endian, as this host */
+        bin->at += want;
+        if (type == TM_BOOL)
+            for (size_t k = 0; k < want; k++) ((uint8_t *)tm_tensor_data(t))[k] = ((uint8_t *)tm_tensor_data(t))[k] != 0;
+        *name = nm->string;
+        return t;
+    }
     int64_t filled = 0;
     if (fill(data, t, &filled, 0) || filled != numel) {
         tm_tensor_free(t);
@@ -191,9 +253,36 @@ static tm_tensor *read_input(serve_model *m, const tm_json *in, int index, const
     return t;
 }
 
+/* Inference-Header-Content-Length: how much of the body is JSON (the rest is binary
+ * data); 0, or -1 with the error made. */
+static int split_body(const serve_request *rq, size_t *json_len, binary_cursor *bin, serve_response *rs) {
+    *json_len = rq->body_len;
+    memset(bin, 0, sizeof *bin);
+    const char *h = rq->inference_header_length;
+    if (!h) return 0;
+    char *end = NULL;
+    unsigned long long v = (*h >= '0' && *h <= '9') ? strtoull(h, &end, 10) : 0;
+    if (!end || *end || v == 0 || v > rq->body_len) {
+        ERR(400, "Inference-Header-Content-Length must be a whole number from 1 to the body's %zu bytes, not '%.40s'",
+            rq->body_len, h);
+        return -1;
+    }
+    *json_len = (size_t)v;
+    bin->p = (const unsigned char *)rq->body + v;
+    bin->n = rq->body_len - (size_t)v;
+    return 0;
+}
+
 static void infer(serve_server *s, serve_model *m, const serve_request *rq, serve_response *rs) {
-    tm_json *body = tm__serve_parse_body(rq, rs, SURFACE_OIP);
+    size_t json_len;
+    binary_cursor bin;
+    if (split_body(rq, &json_len, &bin, rs)) return;
+    serve_request head = *rq;
+    head.body_len = json_len;
+    tm_json *body = tm__serve_parse_body(&head, rs, SURFACE_OIP);
     if (!body) return;
+    tm__buf blob = {0};     /* binary outputs, after the JSON */
+    int any_binary = 0;
     int n_out = tm_model_n_outputs(m->model);
     const tm_json *inputs = tm_json_get(body, "inputs"), *id = tm_json_get(body, "id");
     const tm_json *want = tm_json_get(body, "outputs");
@@ -216,10 +305,19 @@ static void infer(serve_server *s, serve_model *m, const serve_request *rq, serv
         ERR(400, "'outputs' must be an array");
         goto done;
     }
+    int all_binary = param_bool(body, "binary_data_output", 0);
+    if (all_binary < 0) {
+        ERR(400, "'parameters' must be an object, its binary_data_output true or false");
+        goto done;
+    }
     for (int i = 0; want && i < want->n; i++) {
         const char *w = tm_json_get_string(&want->items[i], "name");
         if (!w || tm_model_output_index(m->model, w) < 0) {
             ERR(400, "outputs[%d]: no such output of the model '%s'", i, m->name);
+            goto done;
+        }
+        if (param_bool(&want->items[i], "binary_data", 0) < 0) {
+            ERR(400, "outputs[%d]: 'parameters' must be an object, its binary_data true or false", i);
             goto done;
         }
     }
@@ -231,13 +329,17 @@ static void infer(serve_server *s, serve_model *m, const serve_request *rq, serv
         goto done;
     }
     for (n_in = 0; n_in < inputs->n; n_in++) {
-        if (!(in[n_in] = read_input(m, &inputs->items[n_in], n_in, &names[n_in], rs))) goto done;
+        if (!(in[n_in] = read_input(m, &inputs->items[n_in], n_in, &names[n_in], &bin, rs))) goto done;
         for (int k = 0; k < n_in; k++)
             if (!strcmp(names[k], names[n_in])) {
                 ERR(400, "input '%s' is given twice", names[k]);
                 n_in++;
                 goto done;
             }
+    }
+    if (bin.at != bin.n) {
+        ERR(400, "the binary data holds %zu bytes; the inputs' binary_data_size add up to %zu", bin.n, bin.at);
+        goto done;
     }
     tm_error err;
     memset(&err, 0, sizeof err);
@@ -260,9 +362,12 @@ static void infer(serve_server *s, serve_model *m, const serve_request *rq, serv
     for (int i = 0; i < n_out; i++) {
         tm_value_desc d;
         tm_model_output(m->model, i, &d);
-        int wanted = !want || want->n == 0;
+        int wanted = !want || want->n == 0, binary = all_binary;
         for (int k = 0; want && k < want->n && !wanted; k++)
-            wanted = !strcmp(tm_json_get_string(&want->items[k], "name"), d.name);
+            if (!strcmp(tm_json_get_string(&want->items[k], "name"), d.name)) {
+                wanted = 1;
+                binary = param_bool(&want->items[k], "binary_data", all_binary);
+            }
         if (!wanted || !out[i]) continue;
         const char *t = type_name(tm_tensor_dtype(out[i]));
         if (any++) tm__put(b, ",");
@@ -275,6 +380,14 @@ static void infer(serve_server *s, serve_model *m, const serve_request *rq, serv
             if (k) tm__put(b, ",");
             tm__put_int(b, tm_tensor_dims(out[i])[k]);
         }
+        if (binary) {
+            tm__put(b, "],\"parameters\":{\"binary_data_size\":");
+            tm__put_int(b, (int64_t)tm_tensor_nbytes(out[i]));
+            tm__put(b, "}}");
+            tm__put_len(&blob, tm_tensor_data_const(out[i]), tm_tensor_nbytes(out[i]));
+            any_binary = 1;
+            continue;
+        }
         tm__put(b, "],\"data\":");
         put_data(b, out[i]);
         tm__put(b, "}");
@@ -282,7 +395,14 @@ static void infer(serve_server *s, serve_model *m, const serve_request *rq, serv
     tm__put(b, "]}");
     rs->status = 200;
     rs->content_type = "application/json";
+    if (any_binary) {
+        rs->json_length = b->n;
+        tm__put_len(b, blob.s, blob.n);
+        if (blob.oom) b->oom = 1;
+        rs->content_type = "application/octet-stream";
+    }
 done:
+    free(blob.s);
     for (int i = 0; in && i < n_in; i++) tm_tensor_free(in[i]);
     for (int i = 0; out && i < n_out; i++) tm_tensor_free(out[i]);
     free(in);
@@ -294,7 +414,7 @@ done:
 void tm__serve_oip(serve_server *s, const serve_request *rq, serve_response *rs, const char *path) {
     if (!strcmp(path, "/v2")) {
         rs->route = "/v2";
-        tm__put(&rs->body, "{\"name\":\"transmuter\",\"version\":\"" TM_VERSION_STRING "\",\"extensions\":[]}");
+        tm__put(&rs->body, "{\"name\":\"transmuter\",\"version\":\"" TM_VERSION_STRING "\",\"extensions\":[\"binary_tensor_data\"]}");
         rs->status = 200;
         rs->content_type = "application/json";
         return;

@@ -1,7 +1,10 @@
 /* OpenAI-compatible routes of transmuter serve: POST /v1/embeddings, /v1/chat/completions,
  * /v1/completions (streamed as server-sent events ending in "data: [DONE]") and GET
- * /v1/models; errors in OpenAI's {"error": {...}} shape. Not implemented yet (refused with
- * 400, never ignored): logprobs, tools, penalties, echo, suffix, best_of, dimensions. */
+ * /v1/models; errors in OpenAI's {"error": {...}} shape. logprobs: the log-softmax of the
+ * processed logits (the generation config's processors; before temperature and top_p) of
+ * each chosen token and the most likely ones, read through tm_generator_set_logits_fn, in
+ * each endpoint's format. Not implemented yet (refused with 400, never ignored): tools,
+ * penalties, echo, suffix, best_of, dimensions. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -145,14 +148,28 @@ done:
 
 /* ---- POST /v1/chat/completions and /v1/completions ---------------------------------------------- */
 
+/* One choice's log-probabilities: the last step's row, and the items not yet sent (all of
+ * them when not streaming), as JSON list items in the endpoint's format. */
+typedef struct oa_lp {
+    float *row;                 /* log-softmax of the processed scores, vocab floats */
+    int64_t vocab;
+    tm__buf content;            /* chat: {"token", "logprob", "bytes", "top_logprobs"} items */
+    tm__buf tokens, lps, tops, offsets;   /* completions: the four parallel lists' items */
+    size_t items;               /* items in the buffers */
+    size_t offset;              /* completions: characters before the next token */
+} oa_lp;
+
 typedef struct oa_job {
     serve_gen_job job;          /* first: the scheduler's view */
     int chat, stream, include_usage;
+    int logprobs, top_n;        /* logprobs asked; alternatives per token (0 to 20) */
     char id[48];
     char model[128];
     long created;
     tm__buf *texts;             /* per choice, when not streaming */
     const char **finish;
+    oa_lp *lp;                  /* per choice when logprobs */
+    size_t prompt_chars;        /* completions' text_offset starts after the prompt */
 } oa_job;
 
 static void free_oa_job(serve_gen_job *j) {
@@ -160,7 +177,17 @@ static void free_oa_job(serve_gen_job *j) {
     for (int i = 0; i < j->n; i++) {
         if (j->gens) tm_generator_free(j->gens[i]);
         if (o->texts) free(o->texts[i].s);
+        if (o->lp) {
+            oa_lp *l = &o->lp[i];
+            free(l->row);
+            free(l->content.s);
+            free(l->tokens.s);
+            free(l->lps.s);
+            free(l->tops.s);
+            free(l->offsets.s);
+        }
     }
+    free(o->lp);
     for (int i = 0; i < j->n_stops; i++) free(j->stops[i]);
     free(j->stops);
     free(j->gens);
@@ -196,6 +223,176 @@ static void put_usage(tm__buf *b, const serve_gen_job *j) {
 
 /* The finish reasons OpenAI's clients know: an interrupted sequence ran out of its time. */
 static const char *finish_reason(const char *f) { return !strcmp(f, "stop") ? "stop" : "length"; }
+
+/* ---- logprobs ---- */
+
+/* The generator's processed row at each step, kept as its log-softmax (computed in
+ * doubles). A row with nothing finite is kept as it is. */
+static void lp_hook(void *user, float *s, int64_t vocab, const int32_t *ids, size_t n) {
+    (void)ids, (void)n;
+    oa_lp *l = user;
+    if (l->vocab != vocab) {
+        float *r = realloc(l->row, (size_t)vocab * sizeof *r);
+        if (!r) return;   /* the step then records nothing */
+        l->row = r;
+        l->vocab = vocab;
+    }
+    float mx = -INFINITY;
+    for (int64_t v = 0; v < vocab; v++)
+        if (s[v] > mx) mx = s[v];
+    double sum = 0;
+    if (isfinite(mx))
+        for (int64_t v = 0; v < vocab; v++) sum += exp((double)s[v] - mx);
+    double lse = isfinite(mx) ? mx + log(sum) : 0;
+    for (int64_t v = 0; v < vocab; v++) l->row[v] = (float)(s[v] - lse);
+}
+
+/* The text a token adds after prev (both decoded, special tokens kept, no cleanup: the
+ * difference), else the token decoded alone. *out malloc'ed. */
+static int token_piece(const serve_model *m, int32_t prev, int32_t tok, char **out, size_t *len) {
+    int32_t two[2] = {prev, tok};
+    char *a = NULL, *b = NULL;
+    size_t na = 0, nb = 0;
+    if (prev >= 0 && tm_tokenizer_decode(m->tok, two, 1, 0, 0, &a, &na, NULL) == TM_OK &&
+        tm_tokenizer_decode(m->tok, two, 2, 0, 0, &b, &nb, NULL) == TM_OK && nb >= na && !memcmp(a, b, na)) {
+        memmove(b, b + na, nb - na + 1);
+        free(a);
+        *out = b, *len = nb - na;
+        return 0;
+    }
+    free(a);
+    free(b);
+    if (tm_tokenizer_decode(m->tok, &tok, 1, 0, 0, out, len, NULL) != TM_OK) return -1;
+    return 0;
+}
+
+static size_t utf8_chars(const char *s, size_t n) {
+    size_t c = 0;
+    for (size_t i = 0; i < n; i++) c += ((unsigned char)s[i] & 0xC0) != 0x80;
+    return c;
+}
+
+/* A log-probability as JSON: -inf (a banned token) as OpenAI's floor, -9999. */
+static void put_lp(tm__buf *b, float v) { tm__put_number(b, isfinite(v) ? v : -9999.0); }
+
+/* {"token", "logprob", "bytes"} of a chat entry (without its closing brace). */
+static void put_chat_token(tm__buf *b, const char *t, size_t n, float lp) {
+    tm__put(b, "{\"token\":");
+    tm__serve_put_text(b, t, n);
+    tm__put(b, ",\"logprob\":");
+    put_lp(b, lp);
+    tm__put(b, ",\"bytes\":[");
+    for (size_t k = 0; k < n; k++) {
+        if (k) tm__put(b, ",");
+        tm__put_int(b, (unsigned char)t[k]);
+    }
+    tm__put(b, "]");
+}
+
+static int is_eos_token(const serve_model *m, int32_t t) {
+    for (int i = 0; i < m->gen.n_eos_token_ids; i++)
+        if (m->gen.eos_token_ids[i] == t) return 1;
+    return 0;
+}
+
+/* After each step (the worker, outside the lock): the chosen token's log-probability and
+ * the top_n best as the endpoint's list items. The end token that ends a sequence is not a
+ * token of the text: OpenAI lists none for it. */
+static void after_step(serve_gen_job *j, int i, int32_t token, int done) {
+    oa_job *o = (oa_job *)j;
+    oa_lp *l = &o->lp[i];
+    if (!l->row || token < 0 || token >= l->vocab || (done && is_eos_token(j->m, token))) return;
+    const int32_t *ids = NULL;
+    size_t n = 0;
+    if (tm_generator_sequence(j->gens[i], 0, &ids, &n, NULL) != TM_OK || n == 0) return;
+    int32_t prev = n >= 2 ? ids[n - 2] : -1;
+    /* the top_n best, best first (ties: the lower id) */
+    int32_t top[20];
+    int k = 0;
+    for (int64_t v = 0; v < l->vocab && o->top_n > 0; v++) {
+        float x = l->row[v];
+        if (!isfinite(x) || (k == o->top_n && x <= l->row[top[k - 1]])) continue;
+        int at = k < o->top_n ? k++ : k - 1;
+        while (at > 0 && l->row[top[at - 1]] < x) {
+            top[at] = top[at - 1];
+            at--;
+        }
+        top[at] = (int32_t)v;
+    }
+    char *t = NULL;
+    size_t tn = 0;
+    if (token_piece(j->m, prev, token, &t, &tn)) return;
+    float lp = l->row[token];
+    if (o->chat) {
+        tm__buf *b = &l->content;
+        if (l->items) tm__put(b, ",");
+        put_chat_token(b, t, tn, lp);
+        tm__put(b, ",\"top_logprobs\":[");
+        for (int a = 0; a < k; a++) {
+            char *u = NULL;
+            size_t un = 0;
+            if (token_piece(j->m, prev, top[a], &u, &un)) continue;
+            if (a) tm__put(b, ",");
+            put_chat_token(b, u, un, l->row[top[a]]);
+            tm__put(b, "}");
+            free(u);
+        }
+        tm__put(b, "]}");
+    } else {
+        const char *sep = l->items ? "," : "";
+        tm__put(&l->tokens, sep);
+        tm__serve_put_text(&l->tokens, t, tn);
+        tm__put(&l->lps, sep);
+        put_lp(&l->lps, lp);
+        tm__put(&l->offsets, sep);
+        tm__put_int(&l->offsets, (int64_t)(o->prompt_chars + l->offset));
+        l->offset += utf8_chars(t, tn);
+        tm__put(&l->tops, sep);
+        tm__put(&l->tops, "{");
+        for (int a = 0; a < k; a++) {
+            char *u = NULL;
+            size_t un = 0;
+            if (token_piece(j->m, prev, top[a], &u, &un)) continue;
+            if (a) tm__put(&l->tops, ",");
+            tm__serve_put_text(&l->tops, u, un);
+            tm__put(&l->tops, ":");
+            put_lp(&l->tops, l->row[top[a]]);
+            free(u);
+        }
+        tm__put(&l->tops, "}");
+    }
+    l->items++;
+    free(t);
+}
+
+static void put_list(tm__buf *b, const char *key, tm__buf *items, int clear) {
+    tm__put(b, key);
+    tm__put(b, "[");
+    if (items->s) tm__put_len(b, items->s, items->n);
+    tm__put(b, "]");
+    if (clear) items->n = 0;
+}
+
+/* "logprobs": the choice's items (and, streaming, forgets them: each chunk has its own). */
+static void put_logprobs(oa_job *o, int i, tm__buf *b, int clear) {
+    tm__put(b, ",\"logprobs\":");
+    if (!o->logprobs || !o->lp) {
+        tm__put(b, "null");
+        return;
+    }
+    oa_lp *l = &o->lp[i];
+    if (o->chat) {
+        put_list(b, "{\"content\":", &l->content, clear);
+        tm__put(b, ",\"refusal\":null}");
+    } else {
+        put_list(b, "{\"tokens\":", &l->tokens, clear);
+        put_list(b, ",\"token_logprobs\":", &l->lps, clear);
+        put_list(b, ",\"top_logprobs\":", &l->tops, clear);
+        put_list(b, ",\"text_offset\":", &l->offsets, clear);
+        tm__put(b, "}");
+    }
+    if (clear) l->items = 0;
+}
 
 static void emit(serve_gen_job *j, int index, const char *text, size_t len, const char *finish) {
     oa_job *o = (oa_job *)j;
@@ -236,7 +433,8 @@ static void emit(serve_gen_job *j, int index, const char *text, size_t len, cons
         tm__put(b, ",\"text\":");
         tm__serve_put_text(b, text ? text : "", text ? len : 0);
     }
-    tm__put(b, ",\"logprobs\":null,\"finish_reason\":");
+    put_logprobs(o, index, b, 1);
+    tm__put(b, ",\"finish_reason\":");
     if (finish) tm__put_string(b, finish_reason(finish));
     else tm__put(b, "null");
     tm__put(b, "}]");
@@ -250,6 +448,7 @@ typedef struct gen_params {
     int64_t seed;
     int has_seed;
     int n, stream, include_usage;
+    int logprobs, top_n;
     const tm_json *stop;
 } gen_params;
 
@@ -288,7 +487,7 @@ static int get_bool(const tm_json *body, const char *key, int *out, serve_respon
 
 /* Parameters given that we do not do yet are refused rather than ignored. */
 static int refuse_unsupported(const tm_json *body, serve_response *rs) {
-    static const char *keys[] = {"logprobs", "top_logprobs", "tools", "functions", "tool_choice",
+    static const char *keys[] = {"tools", "functions", "tool_choice",
                                  "function_call", "response_format", "echo", "suffix", "logit_bias"};
     for (size_t k = 0; k < sizeof keys / sizeof *keys; k++) {
         const tm_json *v = tm_json_get(body, keys[k]);
@@ -311,12 +510,34 @@ static int refuse_unsupported(const tm_json *body, serve_response *rs) {
     return 0;
 }
 
-static int read_params(serve_server *s, const tm_json *body, gen_params *p, serve_response *rs) {
+/* Chat: logprobs true or false, top_logprobs 0 to 20 with it. Completions: logprobs 0 to 5,
+ * the alternatives per token (OpenAI's legacy form). */
+static int read_logprobs(const tm_json *body, int chat, gen_params *p, serve_response *rs) {
+    int64_t top = 0;
+    if (chat) {
+        const tm_json *t = tm_json_get(body, "top_logprobs");
+        if (get_bool(body, "logprobs", &p->logprobs, rs) || get_int(body, "top_logprobs", 0, 20, &top, rs)) return -1;
+        if (t && t->type != TM_JSON_NULL && !p->logprobs) {
+            ERR(400, "'top_logprobs' needs 'logprobs': true");
+            return -1;
+        }
+    } else {
+        const tm_json *v = tm_json_get(body, "logprobs");
+        if (v && v->type != TM_JSON_NULL) {
+            if (get_int(body, "logprobs", 0, 5, &top, rs)) return -1;
+            p->logprobs = 1;
+        }
+    }
+    p->top_n = (int)top;
+    return 0;
+}
+
+static int read_params(serve_server *s, const tm_json *body, int chat, gen_params *p, serve_response *rs) {
     memset(p, 0, sizeof *p);
     p->max_tokens = -1;
     p->temperature = p->top_p = -1;
     int64_t n = 1;
-    if (refuse_unsupported(body, rs)) return -1;
+    if (refuse_unsupported(body, rs) || read_logprobs(body, chat, p, rs)) return -1;
     if (get_int(body, "max_tokens", 1, s->opt.max_tokens, &p->max_tokens, rs) ||
         get_int(body, "max_completion_tokens", 1, s->opt.max_tokens, &p->max_tokens, rs) ||
         get_number(body, "temperature", 0, 2, &p->temperature, rs) ||
@@ -428,6 +649,8 @@ static oa_job *make_job(serve_server *s, serve_model *m, const gen_params *p, co
     o->chat = chat;
     o->stream = p->stream;
     o->include_usage = p->include_usage;
+    o->logprobs = p->logprobs;
+    o->top_n = p->top_n;
     o->created = (long)time(NULL);
     snprintf(o->id, sizeof o->id, "%s-%ld", chat ? "chatcmpl" : "cmpl", atomic_fetch_add(&s->next_id, 1));
     snprintf(o->model, sizeof o->model, "%s", m->name);
@@ -435,6 +658,11 @@ static oa_job *make_job(serve_server *s, serve_model *m, const gen_params *p, co
     o->texts = calloc((size_t)p->n, sizeof *o->texts);
     o->finish = calloc((size_t)p->n, sizeof *o->finish);
     if (!j->gens || !o->texts || !o->finish) goto oom;
+    if (p->logprobs) {
+        o->lp = calloc((size_t)p->n, sizeof *o->lp);
+        if (!o->lp) goto oom;
+        j->after_step = after_step;
+    }
     if (p->stop) {
         int k = p->stop->type == TM_JSON_STRING ? 1 : p->stop->n;
         j->stops = calloc((size_t)k, sizeof *j->stops);
@@ -465,6 +693,7 @@ static oa_job *make_job(serve_server *s, serve_model *m, const gen_params *p, co
         cfg.seed = seed + (uint64_t)i;
         tm_status st = tm_generator_create(m->model, &cfg, m->tok, &j->gens[i], &err);
         if (st == TM_OK) st = tm_generator_append(j->gens[i], ids, n_ids, &err);
+        if (st == TM_OK && o->lp) st = tm_generator_set_logits_fn(j->gens[i], lp_hook, &o->lp[i], &err);
         if (st != TM_OK) {
             ERR(st == TM_ERR_INVALID_ARGUMENT ? 400 : 500, "%s", err.message[0] ? err.message : tm_status_name(st));
             free_oa_job(j);
@@ -512,7 +741,8 @@ static void put_completion(oa_job *o, tm__buf *b) {
             tm__put(b, ",\"text\":");
             tm__serve_put_text(b, t->s ? t->s : "", t->n);
         }
-        tm__put(b, ",\"logprobs\":null,\"finish_reason\":");
+        put_logprobs(o, i, b, 0);
+        tm__put(b, ",\"finish_reason\":");
         tm__put_string(b, o->finish[i] ? o->finish[i] : "stop");
         tm__put(b, "}");
     }
@@ -529,7 +759,7 @@ static void generate(serve_server *s, const serve_request *rq, serve_response *r
     gen_params p;
     serve_model *m = model_for(s, body, chat ? SERVE_CHAT : SERVE_COMPLETE,
                                chat ? "chat completions (a decoder with a chat template)" : "completions", rs);
-    if (!m || read_params(s, body, &p, rs)) goto done;
+    if (!m || read_params(s, body, chat, &p, rs)) goto done;
     int add_special = 0;
     if (!(text = prompt_text(m, body, chat, &add_special, rs))) goto done;
     tm_encode_options eo = tm_encode_options_default();
@@ -556,6 +786,7 @@ static void generate(serve_server *s, const serve_request *rq, serve_response *r
     }
     oa_job *o = make_job(s, m, &p, tm_encoding_ids(enc), n_ids, max_new, chat, rs);
     if (!o) goto done;
+    if (!chat) o->prompt_chars = utf8_chars(text, strlen(text));
     tm__serve_metrics_tokens(s->metrics, n_ids, 0);
     int rc = tm__serve_gen_submit(s, &o->job);
     if (rc) {

@@ -46,6 +46,7 @@ void tm__serve_error(serve_response *rs, int surface, int status, const char *fm
     memset(&rs->body, 0, sizeof rs->body);
     rs->status = status;
     rs->content_type = "application/json";
+    rs->json_length = 0;
     if (status == 429 || status == 503) rs->retry_after = 1;
     tm__buf *b = &rs->body;
     if (surface == SURFACE_OPENAI) {

@@ -156,7 +156,14 @@ static void run_batch(serve_batch_job **jobs, int n_jobs, size_t total) {
     for (int j = 0; j < n_jobs; j++)
         for (size_t t = 0; t < jobs[j]->n; t++, k++) {
             if (k) tm__put(&in, ",");
+            const char *pair = jobs[j]->pairs ? jobs[j]->pairs[t] : NULL;
+            if (pair) tm__put(&in, "{\"text\":");
             tm__put_string(&in, jobs[j]->texts[t]);
+            if (pair) {
+                tm__put(&in, ",\"text_pair\":");
+                tm__put_string(&in, pair);
+                tm__put(&in, "}");
+            }
         }
     tm__put(&in, "]]");
     tm_error err;
@@ -298,6 +305,7 @@ static void step_outcome(serve_gen_job *job, int i, tm_status st, int32_t token,
                          tm_error *err, step_result *r) {
     memset(r, 0, sizeof *r);
     tm_generator *g = job->gens[i];
+    if (st == TM_OK && job->after_step) job->after_step(job, i, token, done);
     const int32_t *ids = NULL;
     size_t n = 0;
     if (st == TM_OK) st = tm_generator_sequence(g, 0, &ids, &n, err);

@@ -22,7 +22,8 @@ enum {
     SERVE_CLASSIFY = 2,     /* text-classification: /predict */
     SERVE_COMPLETE = 4,     /* a decoder: /v1/completions */
     SERVE_CHAT = 8,         /* a decoder with a chat template: /v1/chat/completions */
-    SERVE_TENSORS = 16      /* a raw ONNX model: /v2/models/{name}/infer */
+    SERVE_TENSORS = 16,     /* a raw ONNX model: /v2/models/{name}/infer */
+    SERVE_RERANK = 32       /* a sequence classifier with one label (a cross-encoder): /rerank */
 };
 
 typedef struct serve_model {
@@ -51,6 +52,8 @@ typedef struct serve_request {
     const char *body;           /* NUL-terminated copy of the body */
     size_t body_len;
     const char *authorization;  /* the header, or NULL */
+    const char *inference_header_length;   /* Inference-Header-Content-Length (OIP binary
+                                              data: the body's JSON part), or NULL */
     int body_too_large;         /* over max_body: answered 413, body not kept */
     /* Non-zero when the client has gone away (NULL: it never does). */
     int (*gone)(void *ctx);
@@ -67,6 +70,8 @@ typedef struct serve_response {
     const char *route;          /* static: the metrics' route label */
     int retry_after;            /* seconds (0: no header) */
     serve_stream *stream;       /* non-NULL: the body is this stream of server-sent events */
+    size_t json_length;         /* > 0: the body is this much JSON, then binary tensor data
+                                   (sent as Inference-Header-Content-Length) */
 } serve_response;
 
 void tm__serve_response_clear(serve_response *rs);
@@ -155,6 +160,7 @@ struct serve_batch_job {
     serve_model *m;
     const char *options;        /* the pipeline's options (static text: batches share it) */
     const char *const *texts;
+    const char *const *pairs;   /* NULL, or n second texts (NULL entries: none) */
     size_t n;
     /* results: embeddings (n rows of dim floats) or classification (JSON array of n) */
     float *vectors;
@@ -190,6 +196,9 @@ struct serve_gen_job {
     char **stops;               /* stop strings (owned) */
     int n_stops;
     serve_emit_fn emit;
+    /* NULL, or called after each step of sequence i (outside the lock, on the worker) with
+     * the token chosen and whether it ended the sequence: the surface's logprobs. */
+    void (*after_step)(serve_gen_job *job, int index, int32_t token, int done);
     void *user;
     tm__buf out;                /* what emit wrote, read by the stream or the waiter */
     size_t out_read;
