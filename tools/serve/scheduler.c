@@ -458,29 +458,18 @@ static void step_batch(serve_server *s, gen_batch *gb) {
 /* One round: sequences cancelled or timed out end; new ones run their prompts and join
  * their model's batch while it has rows; each batch steps once; sequences of a model
  * without one step alone. Lock held on entry and return. */
-static void gen_round(serve_server *s) {
+/* Sequences cancelled (a client gone), timed out or stopped end, and jobs whose sequences
+ * have all ended leave (their requests answered). Lock held. */
+static void end_jobs(serve_server *s) {
     serve_sched *q = s->sched;
-    /* the new requests join */
-    serve_gen_job **tail = &q->gen_active;
-    while (*tail) tail = &(*tail)->next;
-    *tail = q->gen_new;
-    q->gen_new = NULL;
     for (serve_gen_job *job = q->gen_active; job; job = job->next)
         for (int i = 0; i < job->n; i++) {
             if (job->seq_done[i]) continue;
             if (job->cancelled || q->stop || tm__serve_now() > job->deadline) {
                 if (!job->cancelled && !q->stop) job->timed_out = 1;
                 finish_sequence(s, job, i, "cancelled");
-                continue;
             }
-            /* not started, or stepping alone (a model without a batch) */
-            if (!job->seq_started[i] || (job->seq_row[i] < 0 && !batch_of(s, job)))
-                start_or_step(s, job, i);
         }
-    for (int m = 0; m < s->n_models; m++) {
-        gen_batch *gb = &q->gen[m];
-        if (gb->b && tm_batch_count(gb->b) > 0) step_batch(s, gb);
-    }
     for (serve_gen_job **pp = &q->gen_active; *pp;) {
         serve_gen_job *job = *pp;
         if (job->n_done == job->n) {
@@ -494,6 +483,42 @@ static void gen_round(serve_server *s) {
             pp = &job->next;
         }
     }
+}
+
+/* New sequences' prompts run in one round at most (the streams in the batch wait for
+ * them: their next token comes after). */
+enum { PROMPTS_PER_ROUND = 4 };
+
+/* One round: what has ended leaves; up to PROMPTS_PER_ROUND new sequences run their
+ * prompts and join their model's batch while it has rows; each batch steps once;
+ * sequences of a model without one step alone. Ended work is let go again after the
+ * prompts and after the steps, so that a cancelled request does not wait a whole round.
+ * Lock held on entry and return (released around every model run). */
+static void gen_round(serve_server *s) {
+    serve_sched *q = s->sched;
+    /* the new requests join */
+    serve_gen_job **tail = &q->gen_active;
+    while (*tail) tail = &(*tail)->next;
+    *tail = q->gen_new;
+    q->gen_new = NULL;
+    end_jobs(s);
+    int prompts = 0;
+    for (serve_gen_job *job = q->gen_active; job; job = job->next)
+        for (int i = 0; i < job->n; i++) {
+            if (job->seq_done[i] || job->cancelled) continue;
+            if (!job->seq_started[i] && prompts >= PROMPTS_PER_ROUND) continue;
+            /* not started, or stepping alone (a model without a batch) */
+            if (!job->seq_started[i] || (job->seq_row[i] < 0 && !batch_of(s, job))) {
+                prompts += !job->seq_started[i];
+                start_or_step(s, job, i);
+            }
+        }
+    end_jobs(s);
+    for (int m = 0; m < s->n_models; m++) {
+        gen_batch *gb = &q->gen[m];
+        if (gb->b && tm_batch_count(gb->b) > 0) step_batch(s, gb);
+    }
+    end_jobs(s);
 }
 
 int tm__serve_gen_submit(serve_server *s, serve_gen_job *job) {
