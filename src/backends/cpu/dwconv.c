@@ -2,6 +2,11 @@
  * the portable C row kernel and the run-time choice among it, AVX2 and AVX-512
  * (dwconv_avx2.c, dwconv_avx512.c). Not the threading over channels nor the epilogue:
  * core/prims/linalg.c does both. */
+#if defined(__GNUC__) && !defined(__clang__)
+/* The row copies below stay loops: GCC would make them memcpy and memset calls, whose
+ * start-up costs more than a 150-float row. */
+#pragma GCC optimize("no-tree-loop-distribute-patterns")
+#endif
 #include <stdlib.h>
 #include <string.h>
 #include <math.h>
@@ -71,26 +76,41 @@ size_t tm_dwconv_work_floats(const tm_dwconv_geom *g) {
 /* The least i >= 0 with i * s + c >= 0 (s > 0). */
 static int64_t first_at_least_zero(int64_t c, int64_t s) { return c >= 0 ? 0 : (-c + s - 1) / s; }
 
+/* Rows are short (a recognizer's are 150 floats): plain loops, 16 floats a step, beat
+ * memcpy's and memset's start-up. */
+typedef float dw_vec __attribute__((vector_size(64), aligned(4), may_alias));
+static inline void copy_floats(float *restrict d, const float *restrict s, int64_t n) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) *(dw_vec *)(d + i) = *(const dw_vec *)(s + i);
+    for (; i < n; i++) d[i] = s[i];
+}
+static inline void zero_floats(float *d, int64_t n) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) *(dw_vec *)(d + i) = (dw_vec){0};
+    for (; i < n; i++) d[i] = 0.0f;
+}
+
 /* Padded row for input row iy (zero outside the plane). */
 static void fill_row(const tm_dwconv_geom *g, const float *x, int64_t iy, float *dst) {
     int64_t len = phase_len(g), sx = g->sx;
     if (iy < 0 || iy >= g->ih) {
-        memset(dst, 0, (size_t)(sx * len) * sizeof *dst);
+        zero_floats(dst, sx * len);
         return;
     }
     const float *src = x + iy * g->iw;
     for (int64_t ph = 0; ph < sx; ph++) {
         float *d = dst + ph * len;
         int64_t c0 = ph - g->px;   /* input column of index 0 */
-        int64_t lo = first_at_least_zero(c0, sx), hi = first_at_least_zero(c0 - g->iw, sx);
+        int64_t lo = sx == 1 ? (c0 < 0 ? -c0 : 0) : first_at_least_zero(c0, sx);
+        int64_t hi = sx == 1 ? (g->iw - c0 > 0 ? g->iw - c0 : 0) : first_at_least_zero(c0 - g->iw, sx);
         if (lo > len) lo = len;
         if (hi > len) hi = len;
         if (hi < lo) hi = lo;
-        memset(d, 0, (size_t)lo * sizeof *d);
-        if (sx == 1) memcpy(d + lo, src + lo + c0, (size_t)(hi - lo) * sizeof *d);
+        zero_floats(d, lo);
+        if (sx == 1) copy_floats(d + lo, src + lo + c0, hi - lo);
         else
             for (int64_t i = lo; i < hi; i++) d[i] = src[i * sx + c0];
-        memset(d + hi, 0, (size_t)(len - hi) * sizeof *d);
+        zero_floats(d + hi, len - hi);
     }
 }
 
