@@ -446,9 +446,18 @@ tm_status tm__image_warp(const tm__image *in, const double m[9], int64_t w, int6
             if (col_ok[x]) taps_of(sx, W, method, &cols[x]);
         }
     }
+    /* Separable: the sums along x of each source row read, when they fit in 32 MiB (a
+     * line enlarged for the recognizer reads each source row for two or three output rows). */
+    double *rows = NULL;
+    unsigned char *row_done = NULL;
+    if (separable && H <= (((int64_t)4 << 20) / C) / w) {
+        rows = malloc((size_t)(H * w * C) * sizeof *rows);
+        row_done = calloc((size_t)H, 1);
+        if (!rows || !row_done) free(rows), free(row_done), rows = NULL, row_done = NULL;
+    }
     uint8_t *px = malloc((size_t)(w * h * C));
     if (!px) {
-        free(cols), free(col_ok);
+        free(cols), free(col_ok), free(rows), free(row_done);
         return tm__fail(err, TM_ERR_NO_MEMORY, "warp: out of memory");
     }
     for (int64_t y = 0; y < h; y++) {
@@ -459,6 +468,35 @@ tm_status tm__image_warp(const tm__image *in, const double m[9], int64_t w, int6
             warp_source(m, 0, y, &sx, &sy);
             int row_ok = isfinite(sy);
             if (row_ok) taps_of(sy, H, method, &ty);
+            if (row_ok && rows) {
+                /* each tap row's sums along x, made once for all the output rows that
+                 * read that source row: the same products and sums as sample's */
+                for (int j = 0; j < taps; j++) {
+                    int64_t sr = ty.at[j];
+                    if (row_done[sr]) continue;
+                    double *hs = rows + sr * w * C;
+                    for (int64_t x = 0; x < w; x++)
+                        for (int c = 0; c < C && col_ok[x]; c++) {
+                            const uint8_t *row = in->px + sr * W * C + c;
+                            double r = 0;
+                            for (int i = 0; i < taps; i++) r += cols[x].w[i] * row[cols[x].at[i] * C];
+                            hs[x * C + c] = r;
+                        }
+                    row_done[sr] = 1;
+                }
+                for (int64_t x = 0; x < w; x++, q += C) {
+                    if (!col_ok[x]) {
+                        memset(q, 0, (size_t)C);
+                        continue;
+                    }
+                    for (int c = 0; c < C; c++) {
+                        double sum = 0;
+                        for (int j = 0; j < taps; j++) sum += ty.w[j] * rows[(ty.at[j] * w + x) * C + c];
+                        q[c] = to_byte(sum);
+                    }
+                }
+                continue;
+            }
             for (int64_t x = 0; x < w; x++, q += C) {
                 if (!row_ok || !col_ok[x]) memset(q, 0, (size_t)C);
                 else sample(in, taps, &cols[x], &ty, q);
@@ -477,7 +515,7 @@ tm_status tm__image_warp(const tm__image *in, const double m[9], int64_t w, int6
             sample(in, taps, &tx, &ty, q);
         }
     }
-    free(cols), free(col_ok);
+    free(cols), free(col_ok), free(rows), free(row_done);
     *out = (tm__image){w, h, C, px};
     return TM_OK;
 }
