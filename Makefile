@@ -60,6 +60,8 @@ $(BUILD)/src/backends/cpu/sgemm_avx2.o: CFLAGS += -mavx2 -mfma
 $(BUILD)/src/backends/cpu/sgemm_avx512.o: CFLAGS += -mavx2 -mfma -mavx512f
 $(BUILD)/src/backends/cpu/nbits_avx512.o: CFLAGS += -mavx2 -mfma -mavx512f -mavx512bw -mavx512vnni
 $(BUILD)/src/backends/cpu/nbits_avx2.o: CFLAGS += -mavx2 -mfma
+$(BUILD)/src/backends/cpu/dwconv_avx2.o: CFLAGS += -mavx2 -mfma
+$(BUILD)/src/backends/cpu/dwconv_avx512.o: CFLAGS += -mavx2 -mfma -mavx512f
 $(BUILD)/src/backends/cpu/qgemm_avx2.o: CFLAGS += -mavx2 -mfma
 $(BUILD)/src/backends/cpu/qgemm_amx.o: CFLAGS += -mavx2 -mfma -mavx512f -mavx512bw -mavx512vl \
     -mavx512vnni -mamx-tile -mamx-int8

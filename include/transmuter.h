@@ -1202,7 +1202,9 @@ typedef struct tm_ocr_options {
     int threads;                 /* intra-op threads of the models; 0 = all cores */
     int max_side;                /* the detector sees the image scaled down to this longest
                                     side when it is longer (default 2048; 0: never) */
-    float det_threshold;         /* probability above which a pixel is text (0.3) */
+    float det_threshold;         /* probability above which a pixel is text (0.03, as
+                                    @gutenye/ocr-node; PaddleOCR's 0.3 goes with its
+                                    ImageNet normalization, not this one's x / 255) */
     float box_threshold;         /* mean probability a box needs to be kept (0.6) */
     float unclip_ratio;          /* boxes grow by area * ratio / perimeter (1.5) */
     float classifier_threshold;  /* the classifier's certainty needed to turn a line (0.9) */

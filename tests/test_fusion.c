@@ -413,6 +413,25 @@ static tm_val conv_depthwise_stride2(tm_ctx *c, const tm_val *in, tm_val *extra)
     (void)extra;
     return conv(c, in[0], weights(c, 4, DW5, 21), weights(c, 1, B12, 22), 12, 2, 2);
 }
+/* Depthwise with strides that differ by axis (PP-OCR's recognizer halves only the height)
+ * and a residual; a 1-D depthwise conv, dilated (one row of the 2-D kernel). */
+static tm_val conv_depthwise_rows(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    (void)extra;
+    tm_args a;
+    memset(&a, 0, sizeof a);
+    a.i[0] = 2, a.i[1] = 12, a.i[2] = 2, a.i[3] = 1;
+    for (int d = 0; d < 2; d++) a.i[4 + d] = a.i[6 + d] = 2, a.i[8 + d] = 1;
+    tm_val ins[3] = {in[0], weights(c, 4, DW5, 48), weights(c, 1, B12, 49)};
+    return bin(c, TM_P_ADD, un(c, TM_P_RELU, tm_prim(c, TM_P_CONV, ins, 3, &a)), in[1]);
+}
+static tm_val conv_depthwise_1d(tm_ctx *c, const tm_val *in, tm_val *extra) {
+    (void)extra;
+    tm_args a;
+    memset(&a, 0, sizeof a);
+    a.i[0] = 1, a.i[1] = 12, a.i[2] = 1, a.i[3] = 3, a.i[4] = 2, a.i[5] = 2;
+    tm_val ins[2] = {in[0], weights(c, 3, (const int64_t[3]){12, 1, 7}, 50)};
+    return tm_prim(c, TM_P_CONV, ins, 2, &a);
+}
 /* Convolutions with few output positions (conv_packed_small): Silero VAD's 1-D STFT and
  * encoder layers, 2-D ones with 4 and 1 positions, a grouped one, two depth blocks. */
 static tm_val conv1d(tm_ctx *c, tm_val x, tm_val w, tm_val b, int stride, int pad, int dilation) {
@@ -712,6 +731,9 @@ static const pattern patterns[] = {
     {"depthwise 3x3 + hardswish", 1, {4}, {{1, 12, 17, 40}}, conv_depthwise, TM_P_CONV_PACKED, 1},
     {"depthwise 5x5, stride 2", 1, {4}, {{2, 12, 21, 23}}, conv_depthwise_stride2,
      TM_P_CONV_PACKED, 1},
+    {"depthwise 5x5, stride (2, 1) + relu + residual", 2, {4, 4},
+     {{1, 12, 13, 150}, {1, 12, 7, 150}}, conv_depthwise_rows, TM_P_CONV_PACKED, 1},
+    {"depthwise 1-D, dilation 2", 1, {3}, {{2, 12, 50}}, conv_depthwise_1d, TM_P_CONV_PACKED, 1},
     {"grouped 3x3 conv + sigmoid", 1, {4}, {{1, 12, 11, 30}}, conv_grouped, TM_P_CONV_PACKED, 1},
     {"1-D conv, 4 outputs of stride 128 (few positions)", 1, {3}, {{1, 1, 640}}, conv_stft,
      TM_P_CONV_PACKED, 1},

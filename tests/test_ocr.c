@@ -36,7 +36,7 @@ static void test_arguments(void) {
     CHECK(tm_ocr_create("x", NULL, NULL, &err) == TM_ERR_INVALID_ARGUMENT, "NULL out");
     tm_ocr_options o;
     tm_ocr_options_default(&o);
-    CHECK(o.size == sizeof o && o.use_classifier == 1 && o.det_threshold > 0.29f && o.det_threshold < 0.31f &&
+    CHECK(o.size == sizeof o && o.use_classifier == 1 && o.det_threshold > 0.029f && o.det_threshold < 0.031f &&
               o.box_threshold > 0.59f && o.unclip_ratio > 1.49f && o.text_threshold > 0.49f && o.max_side == 2048,
           "defaults");
     o.det_threshold = 1.5f;

@@ -1191,6 +1191,18 @@ static void test_pool(void) {
             run_pool(floats[i], &lp, x2, 0, "lp p=3");
         }
     }
+    /* windows all inside the input (the f32 fast path): PP-OCR's recognizer head (3 x 2,
+     * stride 3 x 2), overlapping ones, one that leaves the last column out, and ones whose
+     * end padding no window reaches (count_include_pad then counts the same) */
+    const int64_t xr[] = {2, 5, 3, 13}, xo[] = {1, 3, 7, 9};
+    pool_case inside[] = {{2, 1, 0, 0, 0, 0, {3, 2}, {3, 2}, {0, 0}, {0, 0}, {1, 1}},
+                          {2, 1, 1, 0, 0, 0, {2, 3}, {1, 2}, {0, 0}, {0, 0}, {1, 1}},
+                          {2, 1, 1, 0, 0, 0, {3, 3}, {2, 3}, {0, 0}, {0, 1}, {1, 1}},
+                          {2, 1, 0, 1, 0, 0, {1, 1}, {1, 1}, {0, 0}, {0, 0}, {1, 1}}};
+    run_pool(TM_FLOAT, &inside[0], xr, 0, "average inside 3x2");
+    run_pool(TM_FLOAT, &inside[1], xo, 0, "average inside overlapping");
+    run_pool(TM_FLOAT, &inside[2], xo, 0, "average inside, unreached end pad");
+    run_pool(TM_FLOAT, &inside[3], xo, 0, "average inside 1x1 ceil");
     pool_case dil = {2, 1, 1, 1, 0, 0, {2, 3}, {3, 2}, {1, 2}, {1, 1}, {2, 2}};
     run_pool(TM_FLOAT, &dil, x2, 0, "average dilated ceil count pad");
     const int64_t x1[] = {1, 2, 11};

@@ -107,6 +107,32 @@ for name, clip in spans.items():
         ok(f'{name}{suffix}: starts within 30 ms, ends within 62 ms of the speech', '; '.join(bad))
 print(f'known spans: largest start error {worst[0] * 1000:.0f} ms, end error {worst[1] * 1000:.0f} ms')
 
+# clips.json's ends are each sentence's last sample above 1e-3 (-60 dBFS): where espeak-ng
+# leaves a quiet tail (three_voices' "online": 117 ms at 42-46 dB under the sentence's
+# loudest 10 ms) that end is late. The end of the speech itself, from the waveform: the end
+# of the last 10 ms frame within 40 dB of the sentence's loudest. Silero's ends come a
+# chunk boundary after it (32 ms grid), often one chunk more (the model still says speech
+# for the first chunk of silence): no segment may end before the speech does.
+def energy_end(x, rate, span):
+    a, b = round(span[0] * rate), round(span[1] * rate)
+    frame = rate // 100
+    frames = x[a:a + (b - a) // frame * frame].astype(np.float64).reshape(-1, frame) / 32768
+    db = 10 * np.log10(np.mean(frames ** 2, axis=1) + 1e-24)
+    return (a + (np.nonzero(db > db.max() - 40)[0][-1] + 1) * frame) / rate
+
+lags = []
+for name, clip in spans.items():
+    for suffix, rate in (('', 16000), ('_8k', 8000)):
+        with wave.open(f'{data}/{name}{suffix}.wav') as w:
+            x = np.frombuffer(w.readframes(w.getnframes()), dtype='<i2')
+        got = segments(f'{data}/{name}{suffix}.wav', ['--speech-pad-ms', '0', '--min-silence-ms', '300'], rate)
+        if isinstance(got, str) or len(got) != len(clip['speech']): continue
+        lag = [g[1] / rate - energy_end(x, rate, w) for g, w in zip(got, clip['speech'])]
+        lags += lag
+        ok(f'{name}{suffix}: no segment ends before its speech does (energy)',
+           None if min(lag) >= -0.010 else f'ends minus speech ends: {[round(v * 1000) for v in lag]} ms')
+print(f'ends after the speech (energy, 40 dB): {", ".join(f"{v * 1000:+.0f}" for v in lags)} ms')
+
 # ---- other inputs ------------------------------------------------------------------------------
 two = refs['clips']['two_sentences']['silero']['segments']['defaults']
 if sox:

@@ -376,52 +376,146 @@ static uint8_t to_byte(double v) {
     return (uint8_t)lrint(v);
 }
 
+/* Where output pixel (x, y) reads: (sx, sy) by the 3x3 map m; 0 when not finite. */
+static int warp_source(const double m[9], int64_t x, int64_t y, double *sx, double *sy) {
+    double d = m[6] * (double)x + m[7] * (double)y + m[8];
+    *sx = (m[0] * (double)x + m[1] * (double)y + m[2]) / d;
+    *sy = (m[3] * (double)x + m[4] * (double)y + m[5]) / d;
+    return isfinite(*sx) && isfinite(*sy);
+}
+
+/* The taps along one axis of a source coordinate s in [0, n): their indices and weights. */
+typedef struct warp_taps {
+    int64_t at[4];
+    double w[4];
+} warp_taps;
+
+static void taps_of(double s, int64_t n, tm__interpolation method, warp_taps *t) {
+    const int taps = method == TM__INTERPOLATE_BICUBIC ? 4 : 2, before = taps / 2 - 1;
+    /* far outside, every tap is the same edge pixel: keep the floor in range */
+    s = fmin(fmax(s, -8.0), (double)n + 8);
+    double f = floor(s);
+    if (method == TM__INTERPOLATE_BICUBIC) {
+        cubic_weights(s - f, t->w);
+    } else {
+        t->w[0] = 1 - (s - f), t->w[1] = s - f;
+    }
+    for (int i = 0; i < taps; i++) t->at[i] = clamp_index((int64_t)f - before + i, n);
+}
+
+/* One output pixel's C channels from the taps: per channel, per tap row the weighted sum
+ * along x, then those along y. */
+static void sample(const tm__image *in, int taps, const warp_taps *tx, const warp_taps *ty, uint8_t *q) {
+    const int C = in->channels;
+    for (int c = 0; c < C; c++) {
+        double sum = 0;
+        for (int j = 0; j < taps; j++) {
+            const uint8_t *row = in->px + ty->at[j] * in->w * C + c;
+            double r = 0;
+            for (int i = 0; i < taps; i++) r += tx->w[i] * row[tx->at[i] * C];
+            sum += ty->w[j] * r;
+        }
+        q[c] = to_byte(sum);
+    }
+}
+
 tm_status tm__image_warp(const tm__image *in, const double m[9], int64_t w, int64_t h, tm__interpolation method,
                          tm__image *out, tm_error *err) {
     if (w <= 0 || h <= 0 || h > MAX_PIXELS / w)
         return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "warp to %lld x %lld: out of range", (long long)w, (long long)h);
     const int C = in->channels;
     const int64_t W = in->w, H = in->h;
+    const int taps = method == TM__INTERPOLATE_BICUBIC ? 4 : 2;
+    /* A map with no perspective part and no shear (a resize): d is exactly 1, sx depends
+     * on x alone and sy on y alone (the products with the zero entries add +0), so each
+     * column's and each row's taps are worked out once, to the same bits. */
+    int separable = m[1] == 0 && m[3] == 0 && m[6] == 0 && m[7] == 0 && m[8] == 1;
+    warp_taps *cols = NULL;
+    unsigned char *col_ok = NULL;
+    if (separable) {
+        cols = malloc((size_t)w * sizeof *cols);
+        col_ok = malloc((size_t)w);
+        if (!cols || !col_ok) {
+            free(cols), free(col_ok);
+            return tm__fail(err, TM_ERR_NO_MEMORY, "warp: out of memory");
+        }
+        for (int64_t x = 0; x < w; x++) {
+            double sx, sy;
+            warp_source(m, x, 0, &sx, &sy);
+            col_ok[x] = (unsigned char)isfinite(sx);
+            if (col_ok[x]) taps_of(sx, W, method, &cols[x]);
+        }
+    }
+    /* Separable: the sums along x of each source row read, when they fit in 32 MiB (a
+     * line enlarged for the recognizer reads each source row for two or three output rows). */
+    double *rows = NULL;
+    unsigned char *row_done = NULL;
+    if (separable && H <= (((int64_t)4 << 20) / C) / w) {
+        rows = malloc((size_t)(H * w * C) * sizeof *rows);
+        row_done = calloc((size_t)H, 1);
+        if (!rows || !row_done) free(rows), free(row_done), rows = NULL, row_done = NULL;
+    }
     uint8_t *px = malloc((size_t)(w * h * C));
-    if (!px) return tm__fail(err, TM_ERR_NO_MEMORY, "warp: out of memory");
-    const int taps = method == TM__INTERPOLATE_BICUBIC ? 4 : 2, before = taps / 2 - 1;
+    if (!px) {
+        free(cols), free(col_ok), free(rows), free(row_done);
+        return tm__fail(err, TM_ERR_NO_MEMORY, "warp: out of memory");
+    }
     for (int64_t y = 0; y < h; y++) {
         uint8_t *q = px + y * w * C;
+        if (separable) {
+            double sx, sy;
+            warp_taps ty;
+            warp_source(m, 0, y, &sx, &sy);
+            int row_ok = isfinite(sy);
+            if (row_ok) taps_of(sy, H, method, &ty);
+            if (row_ok && rows) {
+                /* each tap row's sums along x, made once for all the output rows that
+                 * read that source row: the same products and sums as sample's */
+                for (int j = 0; j < taps; j++) {
+                    int64_t sr = ty.at[j];
+                    if (row_done[sr]) continue;
+                    double *hs = rows + sr * w * C;
+                    for (int64_t x = 0; x < w; x++)
+                        for (int c = 0; c < C && col_ok[x]; c++) {
+                            const uint8_t *row = in->px + sr * W * C + c;
+                            double r = 0;
+                            for (int i = 0; i < taps; i++) r += cols[x].w[i] * row[cols[x].at[i] * C];
+                            hs[x * C + c] = r;
+                        }
+                    row_done[sr] = 1;
+                }
+                for (int64_t x = 0; x < w; x++, q += C) {
+                    if (!col_ok[x]) {
+                        memset(q, 0, (size_t)C);
+                        continue;
+                    }
+                    for (int c = 0; c < C; c++) {
+                        double sum = 0;
+                        for (int j = 0; j < taps; j++) sum += ty.w[j] * rows[(ty.at[j] * w + x) * C + c];
+                        q[c] = to_byte(sum);
+                    }
+                }
+                continue;
+            }
+            for (int64_t x = 0; x < w; x++, q += C) {
+                if (!row_ok || !col_ok[x]) memset(q, 0, (size_t)C);
+                else sample(in, taps, &cols[x], &ty, q);
+            }
+            continue;
+        }
         for (int64_t x = 0; x < w; x++, q += C) {
-            double d = m[6] * (double)x + m[7] * (double)y + m[8];
-            double sx = (m[0] * (double)x + m[1] * (double)y + m[2]) / d;
-            double sy = (m[3] * (double)x + m[4] * (double)y + m[5]) / d;
-            if (!isfinite(sx) || !isfinite(sy)) {
+            double sx, sy;
+            if (!warp_source(m, x, y, &sx, &sy)) {
                 memset(q, 0, (size_t)C);
                 continue;
             }
-            /* far outside, every tap is the same edge pixel: keep the floor in range */
-            sx = fmin(fmax(sx, -8.0), (double)W + 8), sy = fmin(fmax(sy, -8.0), (double)H + 8);
-            double fx = floor(sx), fy = floor(sy), wx[4], wy[4];
-            if (method == TM__INTERPOLATE_BICUBIC) {
-                cubic_weights(sx - fx, wx);
-                cubic_weights(sy - fy, wy);
-            } else {
-                wx[0] = 1 - (sx - fx), wx[1] = sx - fx;
-                wy[0] = 1 - (sy - fy), wy[1] = sy - fy;
-            }
-            int64_t xs[4], ys[4];
-            for (int t = 0; t < taps; t++) {
-                xs[t] = clamp_index((int64_t)fx - before + t, W);
-                ys[t] = clamp_index((int64_t)fy - before + t, H);
-            }
-            for (int c = 0; c < C; c++) {
-                double sum = 0;
-                for (int j = 0; j < taps; j++) {
-                    const uint8_t *row = in->px + ys[j] * W * C + c;
-                    double r = 0;
-                    for (int i = 0; i < taps; i++) r += wx[i] * row[xs[i] * C];
-                    sum += wy[j] * r;
-                }
-                q[c] = to_byte(sum);
-            }
+            warp_taps tx, ty;
+            taps_of(sx, W, method, &tx);
+            taps_of(sy, H, method, &ty);
+            sample(in, taps, &tx, &ty, q);
         }
     }
+    free(cols), free(col_ok), free(rows), free(row_done);
     *out = (tm__image){w, h, C, px};
     return TM_OK;
 }

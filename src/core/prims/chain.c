@@ -13,6 +13,13 @@
 
 #define CHUNK 256
 
+/* x86: chains of plain arithmetic run in registers (chain_regs_avx512), compiled per
+ * function and picked at run time like nn.c's kernels. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define CHAIN_X86 1
+#include <immintrin.h>
+#endif
+
 int tm__chain_step_ok(int prim, int operand) {
     if (operand == TM_CHAIN_UNARY) {
         switch (prim) {
@@ -106,6 +113,103 @@ static void binary_step(int prim, int operand, float s, const float *x, const fl
     }
 }
 
+#ifdef CHAIN_X86
+/* The register form: 64 floats at a time in four registers, every step applied to them
+ * before the next block is loaded (a chain of ten steps otherwise reads and writes each
+ * value ten times). Each step is the same IEEE operation as binary_step's on each lane
+ * (MAX and MIN with its NaN rule: l wins when l > r or l is NaN), so the bits agree.
+ * Steps: SAVE, RELU, and the six binaries with a scalar or the saved value. */
+enum { RK_SAVE = 100, RK_RELU = 101 };
+
+static int chain_regs_code(const tm_chain_step *st) {
+    if (st->operand == TM_CHAIN_SAVE) return RK_SAVE;
+    if (st->operand == TM_CHAIN_UNARY) return st->prim == TM_P_RELU ? RK_RELU : -1;
+    int p;
+    switch (st->prim) {
+    case TM_P_ADD: p = 0; break;
+    case TM_P_SUB: p = 1; break;
+    case TM_P_MUL: p = 2; break;
+    case TM_P_DIV: p = 3; break;
+    case TM_P_MAX: p = 4; break;
+    case TM_P_MIN: p = 5; break;
+    default: return -1;
+    }
+    return p * 4 + (st->operand - TM_CHAIN_SCALAR_RIGHT);
+}
+
+__attribute__((target("avx512f"))) static inline __m512 rk_max(__m512 l, __m512 r) {
+    __mmask16 k = _mm512_cmp_ps_mask(l, r, _CMP_GT_OQ) | _mm512_cmp_ps_mask(l, l, _CMP_UNORD_Q);
+    return _mm512_mask_blend_ps(k, r, l);
+}
+__attribute__((target("avx512f"))) static inline __m512 rk_min(__m512 l, __m512 r) {
+    __mmask16 k = _mm512_cmp_ps_mask(l, r, _CMP_LT_OQ) | _mm512_cmp_ps_mask(l, l, _CMP_UNORD_Q);
+    return _mm512_mask_blend_ps(k, r, l);
+}
+
+#define RK_EACH(L, R, F)                                                                     \
+    for (int q = 0; q < 4; q++) t[q] = F(L, R)
+#define RK_CASES(P, F)                                                                       \
+    case P * 4 + 0: RK_EACH(t[q], sc[s], F); break;                                          \
+    case P * 4 + 1: RK_EACH(sc[s], t[q], F); break;                                          \
+    case P * 4 + 2: RK_EACH(t[q], u[q], F); break;                                           \
+    case P * 4 + 3: RK_EACH(u[q], t[q], F); break;
+
+/* y = chain(x + bias) + res: bias added first when with_bias, res (NULL: none) last. */
+__attribute__((target("avx512f")))
+static void chain_regs_avx512(const tm_chain *ch, const int *code, int with_bias, float bias,
+                              const float *x, const float *res, float *y, int64_t n) {
+    __m512 sc[TM_CHAIN_MAX_STEPS], vb = _mm512_set1_ps(bias);
+    for (int s = 0; s < ch->n; s++) sc[s] = _mm512_set1_ps(ch->step[s].scalar);
+    for (int64_t j = 0; j < n; j += 64) {
+        __mmask16 m[4];
+        __m512 t[4], u[4];
+        for (int q = 0; q < 4; q++) {
+            int64_t left = n - j - 16 * q;
+            m[q] = left >= 16 ? (__mmask16)0xffff : left <= 0 ? 0 : (__mmask16)((1u << left) - 1);
+            t[q] = _mm512_maskz_loadu_ps(m[q], x + j + 16 * q);
+            if (with_bias) t[q] = _mm512_add_ps(t[q], vb);
+            u[q] = t[q];
+        }
+        for (int s = 0; s < ch->n; s++) {
+            switch (code[s]) {
+            case RK_SAVE:
+                for (int q = 0; q < 4; q++) u[q] = t[q];
+                break;
+            case RK_RELU:   /* v < 0 ? 0 : v */
+                for (int q = 0; q < 4; q++)
+                    t[q] = _mm512_mask_mov_ps(t[q], _mm512_cmp_ps_mask(t[q], _mm512_setzero_ps(),
+                                                                       _CMP_LT_OQ),
+                                              _mm512_setzero_ps());
+                break;
+            RK_CASES(0, _mm512_add_ps)
+            RK_CASES(1, _mm512_sub_ps)
+            RK_CASES(2, _mm512_mul_ps)
+            RK_CASES(3, _mm512_div_ps)
+            RK_CASES(4, rk_max)
+            RK_CASES(5, rk_min)
+            default: break;
+            }
+        }
+        for (int q = 0; q < 4; q++) {
+            if (res) t[q] = _mm512_add_ps(t[q], _mm512_maskz_loadu_ps(m[q], res + j + 16 * q));
+            _mm512_mask_storeu_ps(y + j + 16 * q, m[q], t[q]);
+        }
+    }
+}
+
+/* 1 when the register form ran the chain. */
+static int chain_regs(const tm_chain *ch, int with_bias, float bias, const float *x,
+                      const float *res, float *y, int64_t n) {
+    const tm__vmath *vm = tm__vmath_active();   /* NULL: reference kernels or no AVX-512 */
+    if (!vm || n < 16) return 0;
+    int code[TM_CHAIN_MAX_STEPS];
+    for (int s = 0; s < ch->n; s++)
+        if ((code[s] = chain_regs_code(&ch->step[s])) < 0) return 0;
+    chain_regs_avx512(ch, code, with_bias, bias, x, res, y, n);
+    return 1;
+}
+#endif
+
 /* Chunk by chunk (L1-sized): each step reads the previous one's buffer and writes the
  * other, the last straight into y; u points at x itself until a SAVE copies t. */
 void tm__chain_apply(const void *chain, const float *x, float *y, int64_t n) {
@@ -115,6 +219,9 @@ void tm__chain_apply(const void *chain, const float *x, float *y, int64_t n) {
         if (y != x) memmove(y, x, (size_t)n * sizeof *y);
         return;
     }
+#ifdef CHAIN_X86
+    if (chain_regs(ch, 0, 0.0f, x, NULL, y, n)) return;
+#endif
     for (int64_t j = 0; j < n; j += CHUNK) {
         int64_t len = n - j < CHUNK ? n - j : CHUNK;
         const float *t = x + j, *u = x + j;
@@ -148,4 +255,14 @@ void tm__chain_apply(const void *chain, const float *x, float *y, int64_t n) {
             t = out;
         }
     }
+}
+
+int tm__chain_apply_ends(const void *chain, float bias, const float *x, const float *res,
+                         float *y, int64_t n) {
+#ifdef CHAIN_X86
+    return chain_regs(chain, 1, bias, x, res, y, n);
+#else
+    (void)chain, (void)bias, (void)x, (void)res, (void)y, (void)n;
+    return 0;
+#endif
 }

@@ -79,5 +79,11 @@ int tm__chain_step_ok(int prim, int operand);
 /* y[0..n) = chain(x[0..n)); y may equal x. Fits tm_sgemm_epilogue's activation (arg: the
  * chain). */
 void tm__chain_apply(const void *chain, const float *x, float *y, int64_t n);
+/* y[0..n) = chain(x + bias) + res (res NULL: none), each add rounded as its own loop would
+ * round it, in one pass in registers; returns 0, having done nothing, where that form
+ * does not run (no AVX-512, reference kernels, a step it lacks, n < 16). y may equal x
+ * or res. */
+int tm__chain_apply_ends(const void *chain, float bias, const float *x, const float *res,
+                         float *y, int64_t n);
 
 #endif

@@ -15,12 +15,12 @@
 #include <string.h>
 #include "../ctx.h"
 #include "fused.h"
+#include "../../backends/cpu/dwconv.h"
 #include "../../backends/cpu/gemm.h"
 
 /* CONV_PACKED's slices, each with its own piece of scratch: channels (depthwise) or
  * panels of output positions (the implicit GEMM). */
 #define DEPTHWISE_SLICES 8
-#define DEPTHWISE_PADDED_MAX (64 << 10)   /* floats of a padded plane */
 #define CONV_GEMM_SLICES 16
 #define EPILOGUE_PANELS 8
 /* Below about 20 microseconds of one core's work a conv runs on one thread (waking a
@@ -1375,6 +1375,36 @@ static void pool_store(const pool_geom *g, const pool_acc *acc, int64_t count, t
     else tm_store_f64(y->data, y->dtype, (size_t)i, v);
 }
 
+/* Average pooling of f32 over 2-D windows that all lie inside the input (no dilation):
+ * the sums pool_window makes in its order (a double per window row, added to the
+ * window's double sum), without its bookkeeping per output point. 0 when the geometry is
+ * not that. */
+static int pool_average_inside_2d(const pool_geom *g, const float *x, float *y) {
+    if (g->n != 2 || g->kind != POOL_AVERAGE) return 0;
+    for (int d = 0; d < 2; d++)
+        if (g->dilation[d] != 1 || g->pad_begin[d] != 0 || g->out[d] < 1 ||
+            (g->out[d] - 1) * g->stride[d] + g->kernel[d] > g->in[d])
+            return 0;
+    int64_t iw = g->in[1], kh = g->kernel[0], kw = g->kernel[1];
+    double count = (double)(kh * kw);
+    for (int64_t plane = 0; plane < g->batch * g->channels; plane++) {
+        const float *xp = x + plane * g->in_size;
+        float *yp = y + plane * g->out_size;
+        for (int64_t oy = 0; oy < g->out[0]; oy++)
+            for (int64_t ox = 0; ox < g->out[1]; ox++) {
+                const float *w = xp + oy * g->stride[0] * iw + ox * g->stride[1];
+                double sum = 0.0;
+                for (int64_t ky = 0; ky < kh; ky++) {
+                    double row = 0.0;
+                    for (int64_t kx = 0; kx < kw; kx++) row += w[ky * iw + kx];
+                    sum += row;
+                }
+                yp[oy * g->out[1] + ox] = (float)(sum / count);
+            }
+    }
+    return 1;
+}
+
 tm_status tm__kernel_pool(const tm_kcall *kc) {
     const tm_tensor *x = kc->in[0];
     tm_tensor *y = kc->out[0];
@@ -1384,6 +1414,9 @@ tm_status tm__kernel_pool(const tm_kcall *kc) {
     tm_status s = pool_geom_read(kc->a, kc->prim == TM_P_MAXPOOL_INDICES, x->rank, x->dims, &g,
                                  why, sizeof why);
     if (s != TM_OK) return tm__fail(kc->err, s, "%s", why);
+    if (x->dtype == TM_FLOAT && y->dtype == TM_FLOAT && !indices &&
+        pool_average_inside_2d(&g, x->data, y->data))
+        return TM_OK;
     int cls = tm_dtype_is_float(x->dtype) ? 0 : tm_dtype_is_signed_int(x->dtype) ? 1 : 2;
     for (int64_t plane = 0; plane < g.batch * g.channels; plane++) {
         int64_t o[TM_MAX_RANK] = {0};
@@ -1512,8 +1545,7 @@ tm_status tm__shape_conv_packed(tm_ctx *c, int prim, const tm_args *a,
         /* The row offsets, then a (rows x panel) buffer per slice (panel <= 64). */
         *scratch = shuffle_scratch(&g);
     } else {
-        /* Per slice: a padded channel plane, a row of accumulators, an input row's
-         * phases. (Depthwise is two spatial dims only: conv_packed_depthwise_ok.) */
+        /* Per slice: backends/cpu/dwconv.c's work space (none where the reference runs). */
         *scratch = (size_t)(DEPTHWISE_SLICES * depthwise_work_floats(&g)) * sizeof(float);
     }
     return TM_OK;
@@ -1533,6 +1565,7 @@ typedef struct conv_packed_call {
 /* y = chain(row + bias) + residual, over one output row of n values. */
 static void finish_row(const conv_packed_call *cp, float *acc, float bias, const float *res,
                        float *y, int64_t n) {
+    if (tm__chain_apply_ends(cp->chain, bias, acc, res, y, n)) return;
     for (int64_t i = 0; i < n; i++) acc[i] += bias;
     if (cp->chain->n) tm__chain_apply(cp->chain, acc, acc, n);
     if (res)
@@ -1541,160 +1574,60 @@ static void finish_row(const conv_packed_call *cp, float *acc, float bias, const
         memcpy(y, acc, (size_t)n * sizeof *y);
 }
 
-/* Depthwise, two spatial dims: each output row of a channel sums kh input rows, each
- * shifted once per kernel column; stride 2 reads the row's even and odd phases, which are
- * contiguous, so every inner loop runs along memory. */
-/* The padded form of a depthwise kernel's channel (two spatial dims, column stride 1 or
- * 2, row stride any, pads >= 0; dilation only with column stride 1): the plane copied
- * once into a zero-padded buffer, for column stride 2 with each row split into its even
- * and odd columns, so that every kernel tap is one loop over a whole output row with no
- * bounds to check. Returns 0 when the geometry does not fit (the bounded form runs). */
-static int depthwise_padded_ok(const conv_geom *g) {
-    if (g->n != 2 || g->pad_begin[0] < 0 || g->pad_begin[1] < 0 || g->pad_end[0] < 0 ||
-        g->pad_end[1] < 0)
+/* Depthwise, one or two spatial dims: each channel's plane by backends/cpu/dwconv.c (a
+ * 1-D one as a plane of one row), the epilogue after each block of its rows. */
+static int depthwise_geom(const conv_geom *g, tm_dwconv_geom *d) {
+    if (g->n == 1)
+        *d = (tm_dwconv_geom){1, g->in[0], 1, g->out[0], 1, g->kernel[0], 1, g->stride[0], 1,
+                              g->dilation[0], 0, g->pad_begin[0]};
+    else if (g->n == 2)
+        *d = (tm_dwconv_geom){g->in[0], g->in[1], g->out[0], g->out[1], g->kernel[0],
+                              g->kernel[1], g->stride[0], g->stride[1], g->dilation[0],
+                              g->dilation[1], g->pad_begin[0], g->pad_begin[1]};
+    else
         return 0;
-    /* A plane that stays in L2 (the copy then costs little; larger ones are read in
-     * place, where each row's bounds cost little against its length). */
-    if ((g->in[0] + g->pad_begin[0] + g->pad_end[0]) * (g->in[1] + g->pad_begin[1] + g->pad_end[1]) >
-        DEPTHWISE_PADDED_MAX)
-        return 0;
-    return g->stride[1] == 1 || (g->stride[1] == 2 && g->dilation[1] == 1);
+    return tm_dwconv_ok(d);
 }
 
-/* Floats of one slice's work space for the depthwise kernel. */
+/* Floats of one slice's work space for the depthwise kernel (0: the reference runs). */
 static int64_t depthwise_work_floats(const conv_geom *g) {
-    int64_t hp = g->in[0] + g->pad_begin[0] + g->pad_end[0];
-    int64_t wp = g->in[1] + g->pad_begin[1] + g->pad_end[1];
-    int64_t padded = depthwise_padded_ok(g) ? hp * (wp + 2) : 0;
-    return padded + g->out[1] + 2 * g->in[1] + 64;
-}
-
-static void depthwise_padded(const conv_packed_call *cp, const float *x, const float *w,
-                             float bias, const float *res, float *y, float *work) {
-    const conv_geom *g = cp->g;
-    int64_t ih = g->in[0], iw = g->in[1], oh = g->out[0], ow = g->out[1];
-    int64_t kh = g->kernel[0], kw = g->kernel[1], sy = g->stride[0], sx = g->stride[1];
-    int64_t dy = g->dilation[0], dx = g->dilation[1], py = g->pad_begin[0], px = g->pad_begin[1];
-    int64_t hp = ih + py + g->pad_end[0], wp = iw + px + g->pad_end[1];
-    /* Row layout: stride 1, wp floats; stride 2, the even columns (half) then the odd. */
-    int64_t half = (wp + 1) / 2, row_len = sx == 1 ? wp : 2 * half;
-    float *plane = work, *acc = work + hp * row_len + 32;
-    for (int64_t r = 0; r < hp; r++) {
-        float *dst = plane + r * row_len;
-        int64_t iy = r - py;
-        if (iy < 0 || iy >= ih) {
-            memset(dst, 0, (size_t)row_len * sizeof *dst);
-            continue;
-        }
-        const float *src = x + iy * iw;
-        if (sx == 1) {
-            for (int64_t i = 0; i < px; i++) dst[i] = 0.0f;
-            memcpy(dst + px, src, (size_t)iw * sizeof *dst);
-            for (int64_t i = px + iw; i < wp; i++) dst[i] = 0.0f;
-        } else {
-            /* Padded column c = 2 i + phase is input column c - px. */
-            for (int64_t ph = 0; ph < 2; ph++) {
-                float *d = dst + ph * half;
-                int64_t lo = first_reaching(ph - px, 2, 0), hi = first_reaching(ph - px, 2, iw);
-                lo = min_i64(lo, half);
-                hi = max_i64(lo, min_i64(hi, half));
-                const float *from = src + ph - px;   /* only [lo, hi) is dereferenced */
-                for (int64_t i = 0; i < lo; i++) d[i] = 0.0f;
-                for (int64_t i = lo; i < hi; i++) d[i] = from[2 * i];
-                for (int64_t i = hi; i < half; i++) d[i] = 0.0f;
-            }
-        }
-    }
-    for (int64_t oy = 0; oy < oh; oy++) {
-        for (int64_t ox = 0; ox < ow; ox++) acc[ox] = 0.0f;
-        for (int64_t ky = 0; ky < kh; ky++) {
-            const float *row = plane + (oy * sy + ky * dy) * row_len;
-            for (int64_t kx = 0; kx < kw; kx++) {
-                float wv = w[ky * kw + kx];
-                const float *p = sx == 1 ? row + kx * dx : row + (kx & 1) * half + kx / 2;
-                for (int64_t ox = 0; ox < ow; ox++) acc[ox] += wv * p[ox];
-            }
-        }
-        finish_row(cp, acc, bias, res ? res + oy * ow : NULL, y + oy * ow, ow);
-    }
-}
-
-/* Depthwise, two spatial dims: each output row of a channel sums kh input rows, each
- * shifted once per kernel column; stride 2 reads the row's even and odd phases, which are
- * contiguous, so every inner loop runs along memory. (The bounded form, for geometries
- * the padded one does not take.) */
-static void depthwise_channel(const conv_packed_call *cp, int64_t b, int64_t ch, float *work) {
-    const conv_geom *g = cp->g;
-    int64_t ih = g->in[0], iw = g->in[1], oh = g->out[0], ow = g->out[1];
-    int64_t kh = g->kernel[0], kw = g->kernel[1], sy = g->stride[0], sx = g->stride[1];
-    int64_t dy = g->dilation[0], dx = g->dilation[1], py = g->pad_begin[0], px = g->pad_begin[1];
-    const float *x = cp->x + (b * g->in_channels + ch) * g->in_size;
-    const float *w = cp->w + ch * g->kernel_size;
-    float *y = cp->y + (b * g->out_channels + ch) * g->out_size;
-    const float *res = cp->residual ? cp->residual + (b * g->out_channels + ch) * g->out_size : NULL;
-    float bias = cp->bias ? cp->bias[ch] : 0.0f;
-    if (depthwise_padded_ok(g)) {
-        depthwise_padded(cp, x, w, bias, res, y, work);
-        return;
-    }
-    float *acc = work, *phase = work + ow + 16;
-    for (int64_t oy = 0; oy < oh; oy++) {
-        memset(acc, 0, (size_t)ow * sizeof *acc);
-        for (int64_t ky = 0; ky < kh; ky++) {
-            int64_t iy = oy * sy - py + ky * dy;
-            if (iy < 0 || iy >= ih) continue;
-            const float *row = x + iy * iw;
-            int64_t stride = sx;
-            const float *src = row;
-            if (sx == 2) {
-                /* phase[0..] = even columns, then the odd ones. */
-                int64_t half = (iw + 1) / 2;
-                for (int64_t i = 0; 2 * i < iw; i++) phase[i] = row[2 * i];
-                for (int64_t i = 0; 2 * i + 1 < iw; i++) phase[half + i] = row[2 * i + 1];
-                src = phase;
-                stride = 1;
-                for (int64_t kx = 0; kx < kw; kx++) {
-                    float wv = w[ky * kw + kx];
-                    int64_t start = -px + kx * dx;   /* input column of output column 0 */
-                    int64_t lo = start < 0 ? (-start + 1) / 2 : 0;
-                    int64_t hi = ow;
-                    while (hi > lo && 2 * (hi - 1) + start >= iw) hi--;
-                    if (hi <= lo) continue;
-                    int64_t first = 2 * lo + start;  /* its phase and index there */
-                    const float *p = src + (first & 1 ? half : 0) + first / 2 - lo;
-                    for (int64_t ox = lo; ox < hi; ox++) acc[ox] += wv * p[ox];
-                }
-                continue;
-            }
-            for (int64_t kx = 0; kx < kw; kx++) {
-                float wv = w[ky * kw + kx];
-                int64_t start = -px + kx * dx;
-                int64_t lo = 0, hi = ow;
-                while (lo < hi && lo * stride + start < 0) lo++;
-                while (hi > lo && (hi - 1) * stride + start >= iw) hi--;
-                if (stride == 1) {
-                    const float *p = src + start;
-                    for (int64_t ox = lo; ox < hi; ox++) acc[ox] += wv * p[ox];
-                } else {
-                    for (int64_t ox = lo; ox < hi; ox++) acc[ox] += wv * src[ox * stride + start];
-                }
-            }
-        }
-        finish_row(cp, acc, bias, res ? res + oy * ow : NULL, y + oy * ow, ow);
-    }
+    tm_dwconv_geom d;
+    return depthwise_geom(g, &d) ? (int64_t)tm_dwconv_work_floats(&d) : 0;
 }
 
 typedef struct depthwise_job {
     const conv_packed_call *cp;
+    tm_dwconv_kernel kernel;
+    tm_dwconv_geom geom;
 } depthwise_job;
 
+typedef struct depthwise_rows {
+    const conv_packed_call *cp;
+    float bias, *y;
+    const float *res;
+    int64_t ow;
+} depthwise_rows;
+
+static void depthwise_done(void *arg, int64_t row0, int64_t rows) {
+    const depthwise_rows *d = arg;
+    float *y = d->y + row0 * d->ow;
+    finish_row(d->cp, y, d->bias, d->res ? d->res + row0 * d->ow : NULL, y, rows * d->ow);
+}
+
 static void depthwise_slice(void *arg, int ith, int nth) {
-    const conv_packed_call *cp = ((depthwise_job *)arg)->cp;
+    const depthwise_job *job = arg;
+    const conv_packed_call *cp = job->cp;
     const conv_geom *g = cp->g;
     int64_t total = g->batch * g->out_channels;
-    float *work = cp->scratch + (size_t)ith * (size_t)depthwise_work_floats(g);
-    for (int64_t t = total * ith / nth; t < total * (ith + 1) / nth; t++)
-        depthwise_channel(cp, t / g->out_channels, t % g->out_channels, work);
+    float *work = cp->scratch + (size_t)ith * tm_dwconv_work_floats(&job->geom);
+    for (int64_t t = total * ith / nth; t < total * (ith + 1) / nth; t++) {
+        int64_t b = t / g->out_channels, ch = t % g->out_channels;
+        int64_t at = (b * g->out_channels + ch) * g->out_size;
+        depthwise_rows d = {cp, cp->bias ? cp->bias[ch] : 0.0f, cp->y + at,
+                            cp->residual ? cp->residual + at : NULL, job->geom.ow};
+        tm_dwconv_plane(job->kernel, &job->geom, cp->x + (b * g->in_channels + ch) * g->in_size,
+                        cp->w + ch * g->kernel_size, cp->y + at, work, depthwise_done, &d);
+    }
 }
 
 /* Plain loops over the packed layout (any kind): the reference kernel. */
@@ -2320,13 +2253,13 @@ tm_status tm__kernel_conv_packed(const tm_kcall *kc) {
         return TM_OK;
     }
     if (kind == CP_DEPTHWISE) {
-        if (g.n != 2) {
+        depthwise_job job = {&cp, tm_dwconv_pick(), {0}};
+        if (!depthwise_geom(&g, &job.geom)) {
             conv_packed_reference(&cp, kind);
             return TM_OK;
         }
         if (kc->scratch_bytes < (size_t)(DEPTHWISE_SLICES * depthwise_work_floats(&g)) * sizeof(float))
             return tm__fail(kc->err, TM_ERR_RUNTIME, "internal: conv_packed scratch too small");
-        depthwise_job job = {&cp};
         int64_t planes = g.batch * g.out_channels;
         int slices = (int)min_i64(planes, DEPTHWISE_SLICES);
         if (tm_pool_threads(kc->pool) == 1 ||

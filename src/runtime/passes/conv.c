@@ -78,7 +78,7 @@ static tm_status fuse_at(tm_pass_scan *s, int32_t at) {
     int64_t k_g = c_g * ksize;
     if (group < 1 || m_g < 1 || m % group) return TM_OK;
     int kind = transpose ? CP_SHUFFLE
-               : n == 2 && group == xi->dims[1] && m == group && c_g == 1 ? CP_DEPTHWISE
+               : n <= 2 && group == xi->dims[1] && m == group && c_g == 1 ? CP_DEPTHWISE
                                                                           : CP_GEMM;
     /* Copies of W and b to fold per-channel affine steps into: as the GEMM's rows, `rows`
      * per output channel of `row_len` floats (a transpose's (m, kh, kw) rows over C). */
