@@ -10,6 +10,7 @@
 #endif
 #include "../ctx.h"
 #include "../../backends/cpu/pool.h"
+#include "../../backends/cpu/kvmath.h"
 
 enum { PAD_CONSTANT = 0, PAD_REFLECT = 1, PAD_EDGE = 2, PAD_WRAP = 3 };
 enum { REDUCE_NONE = 0, REDUCE_ADD = 1, REDUCE_MUL = 2, REDUCE_MAX = 3, REDUCE_MIN = 4 };
@@ -1365,22 +1366,27 @@ tm_status tm__shape_kv_append(tm_ctx *c, int prim, const tm_args *a, const tm_vi
                               int nin, tm_vinfo *out, int nout, size_t *scratch) {
     (void)prim; (void)a; (void)nin; (void)nout; (void)scratch;
     const tm_vinfo *cache = in[0], *x = in[1];
-    if (cache->rank != 4 || x->rank != 4 || cache->dtype != x->dtype || x->dtype == TM_STRING)
+    /* float16 cache, float32 rows: passes/kv_append.c's half-precision cache */
+    int half = cache->dtype == TM_FLOAT16 && x->dtype == TM_FLOAT;
+    if (cache->rank != 4 || x->rank != 4 || (cache->dtype != x->dtype && !half) ||
+        x->dtype == TM_STRING)
         return tm_ctx_fail(c, TM_ERR_SHAPE, "kv_append: needs a rank-4 cache and rank-4 new "
-                           "rows of one dtype");
+                           "rows of one dtype (or a float16 cache and float32 rows)");
     if (cache->dims[0] != x->dims[0] || cache->dims[2] != x->dims[1] ||
         cache->dims[3] != x->dims[3])
         return tm_ctx_fail(c, TM_ERR_SHAPE, "kv_append: the cache (B, P, H, D) and the new "
                            "rows (B, H, S, D) disagree");
     int64_t dims[4] = {cache->dims[0], cache->dims[1] + x->dims[2], cache->dims[2], cache->dims[3]};
-    set_out(out, x->dtype, 4, dims);
+    set_out(out, cache->dtype, 4, dims);
     return TM_OK;
 }
 
 tm_status tm__kernel_kv_append(const tm_kcall *k) {
     const tm_tensor *cache = k->in[0], *x = k->in[1];
     tm_tensor *y = k->out[0];
-    size_t es = tm_dtype_elem_size(x->dtype);
+    size_t es = tm_dtype_elem_size(y->dtype);
+    int half = y->dtype == TM_FLOAT16 && x->dtype == TM_FLOAT;
+    const tm__kvmath *km = half ? tm__kvmath_active() : NULL;
     int64_t b_n = x->dims[0], h_n = x->dims[1], s_n = x->dims[2], d_n = x->dims[3];
     int64_t p_n = cache->dims[1], t_n = y->dims[1];
     size_t row = (size_t)(h_n * d_n) * es, head = (size_t)d_n * es;
@@ -1391,10 +1397,17 @@ tm_status tm__kernel_kv_append(const tm_kcall *k) {
         const char *src = (const char *)cache->data + (size_t)(b * p_n) * row;
         /* In place at batch 0 (a decoder's case) the first P rows are there already. */
         if (dst != src) memmove(dst, src, (size_t)p_n * row);
-        for (int64_t h = 0; h < h_n; h++)
-            for (int64_t s = 0; s < s_n; s++)
-                memcpy(dst + (size_t)(p_n + s) * row + (size_t)h * head,
-                       (const char *)x->data + (size_t)(((b * h_n + h) * s_n) + s) * head, head);
+        for (int64_t h = 0; h < h_n; h++) {
+            int64_t from = ((b * h_n + h) * s_n) * d_n;   /* x's element */
+            if (half)   /* the head's new rows, each converted */
+                for (int64_t s = 0; s < s_n; s++)
+                    km->to_f16((const float *)x->data + from + s * d_n,
+                               (uint16_t *)(dst + (size_t)(p_n + s) * row + (size_t)h * head), d_n);
+            else
+                for (int64_t s = 0; s < s_n; s++)
+                    memcpy(dst + (size_t)(p_n + s) * row + (size_t)h * head,
+                           (const char *)x->data + (size_t)(from + s * d_n) * es, head);
+        }
     }
     return TM_OK;
 }
