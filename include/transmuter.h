@@ -275,6 +275,14 @@ typedef struct tm_plan_options {
      * caller's go side by side (a batch's groups, requests) without more threads than
      * cores; 0 (default): the model's threads. The plan is the same either way. */
     int one_thread;
+    /* With kv_in_place: TM_FLOAT16 keeps the float32 caches it keeps in place in half
+     * precision (the past input and its present output float16, in the (B, P, H, D)
+     * layout; the new rows converted as they are appended, rounding to nearest even; the
+     * fused attention reads them so), half the bytes a decode step reads. The plan is
+     * still made from the model's float32 inputs; tm_plan_kv_input tells which inputs
+     * it takes so (then tm_plan_output's present is float16 too). 0 (default) or
+     * TM_FLOAT: as the model has them. */
+    tm_dtype kv_dtype;
 } tm_plan_options;
 
 void tm_plan_options_default(tm_plan_options *opts);
@@ -368,6 +376,12 @@ typedef struct tm_decoder_options {
                                     alone, (1, 1, vocab), and a prompt's plan computes the
                                     final norm and LM head for that row only
                                     (tm_plan_options.last_row_names); 0 (default): all */
+    tm_dtype kv_dtype;           /* TM_FLOAT16: float32 caches kept in place are held in
+                                    half precision (tm_plan_options.kv_dtype): half the
+                                    memory and the bytes a step reads (logits within 1e-4
+                                    of float32's, normwise, on the tiny exports); caches
+                                    copied each step stay as the model has them. 0
+                                    (default) or TM_FLOAT: float32 */
 } tm_decoder_options;
 void tm_decoder_options_default(tm_decoder_options *opts);
 tm_status tm_decoder_create(tm_model *model, const tm_decoder_options *opts, tm_decoder **out,

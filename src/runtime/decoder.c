@@ -16,6 +16,7 @@
 #include <sys/mman.h>
 #include "plan_internal.h"
 #include "../core/dtype.h"
+#include "../backends/cpu/kvmath.h"
 
 enum { N_SHAPED = 8 };
 
@@ -48,7 +49,8 @@ struct tm_decoder {
     int *kv;              /* per cache input: the buffer's layout, (B, P, H, D) (1) or (B, H,
                            * P, D) (0), set by the first plan that reads it; -1 unknown */
     int64_t *heads, *width;   /* per cache input: H and D of (B, H, P, D) */
-    size_t *elem;
+    size_t *elem;         /* per cache input: the buffer's element size (2: a float32 cache
+                           * kept in float16, kv_dtype) */
     void **buf;           /* per cache input: capacity rows */
     tm_tensor *t;         /* per input: the tensor a run reads (dims set per step) */
     tm_tensor *t_branch;
@@ -56,6 +58,7 @@ struct tm_decoder {
     int32_t *ids32, *mask32, *pos32;
     int64_t capacity, length;
     int in_place;         /* kv_in_place asked */
+    tm_dtype kv_dtype;    /* kv_dtype asked: TM_FLOAT16, or TM_UNDEFINED */
     int last_only;        /* last_logits_only asked */
     int layout_known;     /* the decode plan has told each cache's layout */
     dec_plan *pending;    /* the first prompt's plan, whose presents wait in its session
@@ -220,6 +223,11 @@ static void set_dims(tm_tensor *t, tm_dtype dt, int rank, const int64_t *dims, v
     t->owns_data = 0;
 }
 
+/* The dtype of cache i's buffer: the model's, or float16 in place of its float32. */
+static tm_dtype buffer_dtype(const tm_decoder *d, int i, tm_dtype model) {
+    return model == TM_FLOAT && d->elem[i] == 2 ? TM_FLOAT16 : model;
+}
+
 /* The inputs of a step of n tokens on a past of length past, in the tensors d->t: the
  * cache views in the layout of `in_place` (1: (B, P, H, D)). */
 static void bind_step(tm_decoder *d, int64_t past, int64_t n, int in_place, const uint8_t *mode) {
@@ -245,7 +253,7 @@ static void bind_step(tm_decoder *d, int64_t past, int64_t n, int in_place, cons
         } else if (d->present_of[i] >= 0) {
             int kv = in_place && mode[i] == KV_IN_PLACE;
             int64_t dims[4] = {1, kv ? past : d->heads[i], kv ? d->heads[i] : past, d->width[i]};
-            set_dims(&d->t[i], in.dtype, 4, dims, d->buf[i]);
+            set_dims(&d->t[i], kv ? buffer_dtype(d, i, in.dtype) : in.dtype, 4, dims, d->buf[i]);
         }
     }
 }
@@ -260,6 +268,7 @@ static void plan_options(const tm_decoder *d, tm_plan_options *po, const char **
     static const char *const logits_name[1] = {"logits"};
     tm_plan_options_default(po);
     po->kv_in_place = d->in_place;
+    po->kv_dtype = d->kv_dtype;
     if (d->last_only) {
         po->n_last_row = 1;
         po->last_row_names = logits_name;
@@ -338,8 +347,20 @@ static tm_status learn_kv(tm_decoder *d, dec_plan *dp, tm_error *err) {
             continue;
         }
         dp->mode[i] = kv ? KV_IN_PLACE : KV_COPY;
-        if (d->kv[i] < 0) d->kv[i] = kv;
-        else if (d->kv[i] != kv)
+        if (d->kv[i] < 0) {
+            d->kv[i] = kv;
+            /* The buffer holds what the plan reads (no rows yet: sized anew if need be). */
+            tm_value_desc in;
+            tm_model_input(d->m, i, &in);
+            size_t es = tm_dtype_elem_size(kv ? dp->plan->input_dtype[i] : in.dtype);
+            if (es != d->elem[i]) {
+                void *nb = cache_alloc((size_t)(d->capacity * d->heads[i] * d->width[i]) * es);
+                if (!nb) return tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
+                free(d->buf[i]);
+                d->buf[i] = nb;
+                d->elem[i] = es;
+            }
+        } else if (d->kv[i] != kv)
             return tm__fail(err, TM_ERR_UNSUPPORTED, "the plans of this decoder disagree on "
                             "whether cache '%s' is kept in place", d->names[i]);
     }
@@ -394,8 +415,8 @@ static char *shared_key(const tm_decoder *d, char kind, int64_t past, int64_t n)
     size_t len = 0;
     FILE *f = open_memstream(&key, &len);
     if (!f) return NULL;
-    fprintf(f, "%c %lld %lld %d %d %lld", kind, (long long)past, (long long)n, d->in_place,
-            d->last_only, (long long)d->enc_len);
+    fprintf(f, "%c %lld %lld %d %d %lld %d", kind, (long long)past, (long long)n, d->in_place,
+            d->last_only, (long long)d->enc_len, (int)d->kv_dtype);
     for (int i = 0; i < d->n_in; i++) {
         if (!d->given[i]) continue;
         const tm_tensor *t = d->given[i];
@@ -664,6 +685,7 @@ tm_status tm_decoder_create(tm_model *model, const tm_decoder_options *opts, tm_
     d->m = model;
     d->in_place = o.kv_in_place != 0;
     d->last_only = o.last_logits_only != 0;
+    d->kv_dtype = o.kv_dtype == TM_FLOAT16 ? TM_FLOAT16 : TM_UNDEFINED;
     d->n_in = tm_model_n_inputs(model);
     d->n_out = tm_model_n_outputs(model);
     d->ids = tm_model_input_index(model, "input_ids");
@@ -689,6 +711,9 @@ tm_status tm_decoder_create(tm_model *model, const tm_decoder_options *opts, tm_
     if (!d->names || !d->present_of || !d->kv || !d->heads || !d->width || !d->elem ||
         !d->buf || !d->t || !d->t_branch || !d->fixed || !d->given)
         st = tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
+    if (st == TM_OK && o.kv_dtype != TM_UNDEFINED && o.kv_dtype != TM_FLOAT && o.kv_dtype != TM_FLOAT16)
+        st = tm__fail(err, TM_ERR_INVALID_ARGUMENT, "tm_decoder_options.kv_dtype is %s: the "
+                      "cache is kept in float32 or float16", tm_dtype_name(o.kv_dtype));
     if (st == TM_OK && d->ids < 0)
         st = tm__fail(err, TM_ERR_UNSUPPORTED, "the model has no input 'input_ids': a decoder "
                       "takes token ids");
@@ -725,6 +750,9 @@ tm_status tm_decoder_create(tm_model *model, const tm_decoder_options *opts, tm_
         d->heads[i] = in.dims[1];
         d->width[i] = in.dims[3];
         d->elem[i] = tm_dtype_elem_size(in.dtype);
+        /* Sized for float16 at first when asked (the first plan tells, learn_kv). */
+        if (d->in_place && d->kv_dtype == TM_FLOAT16 && in.dtype == TM_FLOAT && !d->fixed[i])
+            d->elem[i] = 2;
         n_cache++;
     }
     if (st == TM_OK && d->logits < 0)
@@ -781,7 +809,11 @@ static tm_status take_presents(tm_decoder *d, dec_plan *p, int64_t past, int64_t
         }
         int64_t h_n = d->heads[i], d_n = d->width[i], t_n = past + n;
         size_t es = d->elem[i];
-        size_t want = (size_t)(h_n * t_n * d_n) * es;
+        tm_value_desc in;
+        tm_model_input(d->m, i, &in);
+        /* A float32 present into a float16 buffer: converted (kv_dtype). */
+        int half = buffer_dtype(d, i, in.dtype) != in.dtype;
+        size_t want = (size_t)(h_n * t_n * d_n) * tm_dtype_elem_size(in.dtype);
         if (!pr || pr->nbytes != want) {
             tm_value_desc od;
             tm_model_output(d->m, d->present_of[i], &od);
@@ -791,10 +823,15 @@ static tm_status take_presents(tm_decoder *d, dec_plan *p, int64_t past, int64_t
         if (d->kv[i] == 1) {
             /* (B, H, T, D) into (B, T, H, D). */
             for (int64_t h = 0; h < h_n; h++)
-                for (int64_t t = 0; t < t_n; t++)
-                    memcpy((char *)d->buf[i] + (size_t)((t * h_n + h) * d_n) * es,
-                           (const char *)pr->data + (size_t)((h * t_n + t) * d_n) * es,
-                           (size_t)d_n * es);
+                for (int64_t t = 0; t < t_n; t++) {
+                    char *to = (char *)d->buf[i] + (size_t)((t * h_n + h) * d_n) * es;
+                    if (half)
+                        tm__kvmath_active()->to_f16((const float *)pr->data + (h * t_n + t) * d_n,
+                                                    (uint16_t *)to, d_n);
+                    else
+                        memcpy(to, (const char *)pr->data + (size_t)((h * t_n + t) * d_n) * es,
+                               (size_t)d_n * es);
+                }
         } else {
             memcpy(d->buf[i], pr->data, want);
         }
@@ -910,9 +947,11 @@ tm_status tm_decoder_copy_state(tm_decoder *dst, tm_decoder *src, tm_error *err)
     tm_status st = settle(src, err);
     if (st == TM_OK) st = settle(dst, err);
     for (int i = 0; st == TM_OK && i < src->n_in; i++)
-        if (src->present_of[i] >= 0 && !src->fixed[i] && src->kv[i] != dst->kv[i])
+        if (src->present_of[i] >= 0 && !src->fixed[i] &&
+            (src->kv[i] != dst->kv[i] || src->elem[i] != dst->elem[i]))
             st = tm__fail(err, TM_ERR_UNSUPPORTED, "tm_decoder_copy_state: the decoders keep "
-                          "cache '%s' in different layouts (kv_in_place differs)", src->names[i]);
+                          "cache '%s' in different layouts (kv_in_place or kv_dtype differs)",
+                          src->names[i]);
     if (st == TM_OK) st = reserve(dst, src->length, err);
     if (st != TM_OK) return st;
     for (int i = 0; i < src->n_in; i++) {
