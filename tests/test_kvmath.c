@@ -1,9 +1,9 @@
 /* The kernels over a KV cache (src/backends/cpu/kvmath.h): each vector table this CPU has
  * (AVX-512, AVX2 with F16C) against the C table, over many shapes, float32 and float16
  * caches, and the float16 conversions against tm_f32_to_f16 bit for bit; then ATTENTION
- * reading a float16 k and v against the same values in float32 (equal bits: the widening
- * is exact and both take the same chains), decode steps and prompts, and KV_APPEND into a
- * float16 cache. Run under TM_KERNEL_ISA=avx2 and scalar too (tests/run.sh). */
+ * reading a float16 k and v against the same values in float32 (the widening is exact:
+ * prompts give the same bits, decode steps within float32 rounding), and KV_APPEND into
+ * a float16 cache. Run under TM_KERNEL_ISA=avx2 and scalar too (tests/run.sh). */
 #include <math.h>
 #include <string.h>
 #include "../src/core/ctx.h"
@@ -184,9 +184,19 @@ static void attention_case(int64_t hq, int64_t hk, int64_t sq, int64_t sk, int64
         CHECK(st == TM_OK, "attention half %d: %s", half, c.err.message);
         tm_ctx_destroy(&c);
     }
-    CHECK(!memcmp(o1->data, o2->data, o1->nbytes), "attention Hq %lld Hk %lld Sq %lld Sk %lld D "
-          "%lld: float16 k and v differ from their float32 values", (long long)hq, (long long)hk,
-          (long long)sq, (long long)sk, (long long)d);
+    /* A prompt widens the rows and takes the float32 path: the same bits. A decode step's
+     * AVX-512 scores over float16 keys share each key's load among the group's rows (other
+     * sums of the same products): within float32 rounding. */
+    double diff = 0, top = 0;
+    for (int64_t i = 0; i < hq * sq * d; i++) {
+        double a1 = ((float *)o1->data)[i], a2 = ((float *)o2->data)[i];
+        if (!(fabs(a1 - a2) <= diff)) diff = fabs(a1 - a2);
+        if (fabs(a1) > top) top = fabs(a1);
+    }
+    int exact = !memcmp(o1->data, o2->data, o1->nbytes);
+    CHECK(sq == 1 ? diff <= 1e-6 * top : exact, "attention Hq %lld Hk %lld Sq %lld Sk %lld D "
+          "%lld: float16 k and v differ from their float32 values (%g of %g)", (long long)hq,
+          (long long)hk, (long long)sq, (long long)sk, (long long)d, diff, top);
     double mag = 0;
     for (int64_t i = 0; i < hq * sq * d; i++) mag += fabs(((float *)o1->data)[i]);
     CHECK(mag > 0 && isfinite(mag), "attention output is %g", mag);

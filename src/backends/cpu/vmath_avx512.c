@@ -439,16 +439,98 @@ static void attn_values(int64_t rows, int64_t sk, int64_t d, const float *p, int
 #define SWEEP_KEYS 16
 #endif
 
+/* Eight vectors summed across their lanes: lanes i of the result = the sum of a[i]'s. */
+static inline __m256 sum_lanes8(const __m512 a[8]) {
+    __m512 u[4], w[2];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++)
+        u[i] = _mm512_add_ps(_mm512_unpacklo_ps(a[2 * i], a[2 * i + 1]),
+                             _mm512_unpackhi_ps(a[2 * i], a[2 * i + 1]));
+#pragma GCC unroll 2
+    for (int i = 0; i < 2; i++)
+        w[i] = _mm512_add_ps(_mm512_shuffle_ps(u[2 * i], u[2 * i + 1], 0x44),
+                             _mm512_shuffle_ps(u[2 * i], u[2 * i + 1], 0xee));
+    /* per 128-bit block b: keys 0..3 (w0) and 4..7 (w1), partial over that block */
+    __m512 x = _mm512_add_ps(_mm512_shuffle_f32x4(w[0], w[1], 0x88),
+                             _mm512_shuffle_f32x4(w[0], w[1], 0xdd));
+    /* blocks: keys 0..3 (lanes 0-3, 8-11 halves), 4..7 */
+    __m512 y = _mm512_add_ps(x, _mm512_shuffle_f32x4(x, x, 0xb1));
+    return _mm512_castps512_ps256(_mm512_shuffle_f32x4(y, y, 0x08));
+}
+
+/* Up to 3 query rows against a block of up to 8 keys (key i's row at element at + i *
+ * ldk): each key's row loaded (and widened) once for all the rows, where scores_block
+ * loads it once a row. For float16 keys, whose widening is an instruction per vector:
+ * the small LLaMA's 8 layers at past 512 (in cache) 0.245 -> 0.176 ms a step, at 2000
+ * 1.3-1.5 -> 0.7-1.2 (bench/attn_lab.c, mode 5, a loaded host); float32 keys gained 5%
+ * and keep the per-head kernels' bits instead. */
+static inline __attribute__((always_inline)) void keys8_shared(int R, int keys, int64_t d,
+                                                               const float *q, int64_t ldq,
+                                                               const void *k, int64_t at,
+                                                               int64_t ldk, int half, float *s,
+                                                               int64_t lds) {
+    __m512 acc[3][8];
+#pragma GCC unroll 3
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++) acc[r][i] = _mm512_setzero_ps();
+    for (int64_t c = 0; c < d; c += 16) {
+        __m512 qv[3];
+#pragma GCC unroll 3
+        for (int r = 0; r < R; r++) qv[r] = _mm512_loadu_ps(q + r * ldq + c);
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++) {
+            if (i >= keys) break;
+            __m512 kv = load16(k, at + i * ldk + c, half);
+#pragma GCC unroll 3
+            for (int r = 0; r < R; r++) acc[r][i] = _mm512_fmadd_ps(kv, qv[r], acc[r][i]);
+        }
+    }
+#pragma GCC unroll 3
+    for (int r = 0; r < R; r++) {
+        __m256 sum = sum_lanes8(acc[r]);
+        if (keys == 8) {
+            _mm256_storeu_ps(s + r * lds, sum);
+        } else {
+            float tail[8];
+            _mm256_storeu_ps(tail, sum);
+            for (int i = 0; i < keys; i++) s[r * lds + i] = tail[i];
+        }
+    }
+}
+
 static inline __attribute__((always_inline)) void sweep_scores_t(int64_t heads, int64_t group,
                                                                  int64_t sk, int64_t d,
                                                                  const float *q, int64_t ldq,
                                                                  const void *k, int64_t ldk,
                                                                  int half, float *s, int64_t lds) {
-    for (int64_t j0 = 0; j0 < sk; j0 += 16) {
-        int keys = (int)(sk - j0 < 16 ? sk - j0 : 16);
-        for (int64_t h = 0; h < heads; h++)
-            scores_block(group, keys, d, q + h * group * ldq, ldq, k, j0 * ldk + h * d, ldk, half,
-                         s + h * group * lds + j0, lds);
+    /* float32 keys: scores_block's chains, the per-head kernels' bits (scores_direct) */
+    if (!half) {
+        for (int64_t j0 = 0; j0 < sk; j0 += 16) {
+            int keys = (int)(sk - j0 < 16 ? sk - j0 : 16);
+            for (int64_t h = 0; h < heads; h++)
+                scores_block(group, keys, d, q + h * group * ldq, ldq, k, j0 * ldk + h * d, ldk, half,
+                             s + h * group * lds + j0, lds);
+        }
+        return;
+    }
+    for (int64_t j0 = 0; j0 < sk; j0 += 8) {
+        int keys = (int)(sk - j0 < 8 ? sk - j0 : 8);
+        for (int64_t h = 0; h < heads; h++) {
+            int64_t at = j0 * ldk + h * d;
+            for (int i = 0; i < 8; i++)
+                for (int64_t c = 0; c < d; c += half ? 32 : 16)
+                    _mm_prefetch(elem_at(k, at + (PREFETCH_ROWS + i) * ldk + c, half), _MM_HINT_T0);
+            for (int64_t r0 = 0; r0 < group; r0 += 3) {
+                const float *qr = q + (h * group + r0) * ldq;
+                float *sr = s + (h * group + r0) * lds + j0;
+                switch (group - r0 < 3 ? group - r0 : 3) {
+                case 1: keys8_shared(1, keys, d, qr, ldq, k, at, ldk, half, sr, lds); break;
+                case 2: keys8_shared(2, keys, d, qr, ldq, k, at, ldk, half, sr, lds); break;
+                default: keys8_shared(3, keys, d, qr, ldq, k, at, ldk, half, sr, lds); break;
+                }
+            }
+        }
     }
 }
 
