@@ -539,8 +539,26 @@ static void test_half_greedy(const char *path, double tol) {
     CHECK(worst <= tol, "%s: float16 cache's logits %g from float32's", path, worst);
     CHECK(same == STEPS, "%s: float16 cache's tokens differ from float32's at step %lld", path,
           (long long)same);
-    CHECK(d[1] && d[1]->elem[d[1]->ids == 0 ? 1 : 0] <= 4, "%s", path);
     if (getenv("TM_TEST_VERBOSE")) printf("%s: greedy float16 %g, %lld steps\n", path, worst, (long long)same);
+    /* Beam search's fork: a float16 cache copied into another float16 decoder steps as the
+     * original does; into a float32 one it is refused. */
+    tm_decoder_options o;
+    tm_decoder_options_default(&o);
+    o.kv_dtype = TM_FLOAT16;
+    tm_decoder *fork = NULL;
+    CHECK(tm_decoder_create(m, &o, &fork, &err) == TM_OK, "%s: %s", path, err.message);
+    if (fork && tm_decoder_copy_state(fork, d[1], &err) == TM_OK) {
+        int64_t t = 7;
+        CHECK(tm_decoder_append(fork, &t, 1, &err) == TM_OK && tm_decoder_append(d[1], &t, 1, &err) == TM_OK,
+              "%s: %s", path, err.message);
+        CHECK(norm_err(tm_decoder_logits(fork), tm_decoder_logits(d[1])) == 0, "%s: a copied float16 "
+              "cache steps otherwise", path);
+    } else {
+        CHECK(0, "%s: copy_state of a float16 cache: %s", path, err.message);
+    }
+    CHECK(tm_decoder_copy_state(d[0], d[1], &err) != TM_OK && strstr(err.message, "kv_dtype"),
+          "%s: a float16 cache copied into a float32 decoder (%s)", path, err.message);
+    tm_decoder_free(fork);
 done:
     tm_decoder_free(d[0]);
     tm_decoder_free(d[1]);
