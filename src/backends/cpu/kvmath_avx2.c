@@ -22,6 +22,18 @@ static inline const char *elem_at(const void *x, int64_t i, int half) {
     return (const char *)x + i * (half ? 2 : 4);
 }
 
+/* The whole rows of keys j0 + FAR_ROWS .. + n fetched into L2 (vmath_avx512.c's
+ * fetch_rows_far: a long cache comes from memory each step). */
+#define FAR_ROWS 64
+static inline void fetch_rows_far(const void *x, int64_t j0, int64_t n, int64_t row_elems,
+                                  int64_t ld, int half) {
+    int64_t bytes = row_elems * (half ? 2 : 4);
+    for (int64_t i = 0; i < n; i++) {
+        const char *r = elem_at(x, (j0 + FAR_ROWS + i) * ld, half);
+        for (int64_t b = 0; b < bytes; b += 64) __asm__ volatile("prefetcht1 %0" : : "m"(*(r + b)));
+    }
+}
+
 /* Eight vectors summed across their lanes: lane i = the sum of a[i]'s lanes. */
 static inline __m256 sum_lanes8(const __m256 a[8]) {
     __m256 t0 = _mm256_hadd_ps(a[0], a[1]), t1 = _mm256_hadd_ps(a[2], a[3]);
@@ -99,6 +111,7 @@ static void sweep_scores_half(int64_t heads, int64_t group, int64_t sk, int64_t 
                               int64_t ldq, const void *k, int64_t ldk, float *s, int64_t lds) {
     for (int64_t j0 = 0; j0 < sk; j0 += 4) {
         int keys = (int)(sk - j0 < 4 ? sk - j0 : 4);
+        fetch_rows_far(k, j0, 4, heads * d, ldk, 1);
         for (int64_t h = 0; h < heads; h++) {
             int64_t at = j0 * ldk + h * d;
             for (int i = 0; i < 4; i++)
@@ -124,6 +137,7 @@ static inline __attribute__((always_inline)) void sweep_scores_t(int64_t heads, 
                                                                  int half, float *s, int64_t lds) {
     for (int64_t j0 = 0; j0 < sk; j0 += 8) {
         int keys = (int)(sk - j0 < 8 ? sk - j0 : 8);
+        fetch_rows_far(k, j0, 8, heads * d, ldk, half);
         for (int64_t h = 0; h < heads; h++) {
             int64_t at = j0 * ldk + h * d;
             for (int i = 0; i < 8; i++)
@@ -183,6 +197,7 @@ static inline __attribute__((always_inline)) void sweep_values_t(int64_t heads, 
                                                                  int half, float *o, int64_t ldo) {
     for (int64_t j0 = 0; j0 < sk; j0 += SWEEP_KEYS) {
         int64_t kb = sk - j0 < SWEEP_KEYS ? sk - j0 : SWEEP_KEYS;
+        fetch_rows_far(v, j0, SWEEP_KEYS, heads * d, ldv, half);
         int first = j0 == 0;
         for (int64_t h = 0; h < heads; h++)
             for (int64_t c0 = 0; c0 < d; c0 += 32) {
