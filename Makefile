@@ -74,6 +74,7 @@ VECT_COST := $(shell $(CC) -fvect-cost-model=dynamic -E -x c /dev/null > /dev/nu
                      echo -fvect-cost-model=dynamic)
 $(BUILD)/src/train/optim.o: CFLAGS += -fno-math-errno $(VECT_COST)
 $(BUILD)/src/backends/cpu/vmath_avx512.o: CFLAGS += -mavx2 -mfma -mavx512f -mavx512dq
+$(BUILD)/src/backends/cpu/kvmath_avx2.o: CFLAGS += -mavx2 -mfma -mf16c
 
 $(BUILD)/libtransmuter.a: $(LIB_OBJ)
 	rm -f $@.$$$$.tmp && ar rcs $@.$$$$.tmp $^ && mv -f $@.$$$$.tmp $@

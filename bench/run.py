@@ -479,6 +479,9 @@ def loop_cases(small_variants, mini_variants, skip_large, sk, big_fp32):
     _, q4_path, q4_recipe = small_variants[1]
     cases.append(dict(name="generate-long-llama-small-q4", kind="generate-long", model=q4_path, recipe=q4_recipe,
                       deps=[small_variants[0]], vocab=32000, exact=False))
+    # the same with our cache in float16 (--kv-dtype f16; ONNX Runtime's loop as it is)
+    cases.append(dict(name="generate-long-llama-small-q4-kvf16", kind="generate-long", model=q4_path,
+                      recipe=q4_recipe, deps=[small_variants[0]], vocab=32000, exact=False, kv_dtype="f16"))
     if not skip_large:
         big = os.path.dirname(big_fp32)
         big_variants = [("fp32", big_fp32, ("inflate", os.path.join(sk, "llama-600m", "decoder_model_merged.skeleton.onnx"), [])),
@@ -541,7 +544,7 @@ def agreement_text(g):
 def generate_cmds(case, threads, n_new, args):
     ids = ",".join(str(i) for i in prompt_ids())
     ours = [TM, "generate", case["model"], "--prompt-ids", ids, "--max-new", str(n_new),
-            "--threads", str(threads), "--json"]
+            "--threads", str(threads), "--json"] + (["--kv-dtype", case["kv_dtype"]] if case.get("kv_dtype") else [])
     ort = ["node", ORT_GENERATE, case["model"], "--prompt-ids", ids, "--max-new", str(n_new),
            "--threads", str(threads)] + (["--no-spin"] if args.ort_no_spin else [])
     return ours, ort
@@ -830,6 +833,8 @@ def run_long(case, args):
     first, last = median(ours["decode_ms"][:w]), median(ours["decode_ms"][-w:])
     ort_first, ort_last = median(ort["decode_ms"][:w]), median(ort["decode_ms"][-w:])
     weights, kv = model_bytes(case["model"]) / 1048576, kv_cache_bytes(case["model"], total) / 1048576
+    if case.get("kv_dtype") == "f16":
+        kv /= 2   # float32 inputs held in float16
     tokens = agreement(ours["tokens"], ort["tokens"])
     return dict(kind="generate-long", new=n_new, total=total, window=w, ours_rss=peak([ours]),
                 ort_rss=ort["peak_rss_mb"], ort_rss_base=ort.get("rss_before_mb", 0.0),
@@ -1177,7 +1182,8 @@ def write_loop_sections(f, loop_rows, args):
                 f"and {args.long_new} new ones: the small LLaMA has 2048 positions, and "
                 f"{GEN_PROMPT} + {args.long_new} = {GEN_PROMPT + args.long_new} tokens. Peak RSS against "
                 f"the weights (the model's files) + the KV cache at that length (layers x 2 x kv heads "
-                f"x head dim x 4 bytes x tokens) + 64 MB (issue 33's bar), and the median ms per token "
+                f"x head dim x 4 bytes x tokens; 2 bytes for the -kvf16 case, our cache in float16: "
+                f"`--kv-dtype f16`) + 64 MB (issue 33's bar), and the median ms per token "
                 f"of the first and of the last {LONG_WINDOW} decode steps (bar: the last at most 1.3x "
                 f"the first).\n\n")
         f.write("| case | new tokens | peak RSS MB | weights MB | KV cache MB | bar MB | first ms/token | "

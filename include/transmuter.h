@@ -276,6 +276,14 @@ typedef struct tm_plan_options {
      * caller's go side by side (a batch's groups, requests) without more threads than
      * cores; 0 (default): the model's threads. The plan is the same either way. */
     int one_thread;
+    /* With kv_in_place: TM_FLOAT16 keeps the float32 caches it keeps in place in half
+     * precision (the past input and its present output float16, in the (B, P, H, D)
+     * layout; the new rows converted as they are appended, rounding to nearest even; the
+     * fused attention reads them so), half the bytes a decode step reads. The plan is
+     * still made from the model's float32 inputs; tm_plan_kv_input tells which inputs
+     * it takes so (then tm_plan_output's present is float16 too). 0 (default) or
+     * TM_FLOAT: as the model has them. */
+    tm_dtype kv_dtype;
 } tm_plan_options;
 
 void tm_plan_options_default(tm_plan_options *opts);
@@ -373,6 +381,12 @@ typedef struct tm_decoder_options {
     int64_t batch;               /* sequences stepped together (0 or 1: one); each row has
                                     its own attention mask and positions (see
                                     tm_decoder_append_batch) */
+    tm_dtype kv_dtype;           /* TM_FLOAT16: float32 caches kept in place are held in
+                                    half precision (tm_plan_options.kv_dtype): half the
+                                    memory and the bytes a step reads (logits within 1e-4
+                                    of float32's, normwise, on the tiny exports); caches
+                                    copied each step stay as the model has them. 0
+                                    (default) or TM_FLOAT: float32 */
 } tm_decoder_options;
 void tm_decoder_options_default(tm_decoder_options *opts);
 tm_status tm_decoder_create(tm_model *model, const tm_decoder_options *opts, tm_decoder **out,
@@ -478,6 +492,8 @@ typedef struct tm_generation_config {
     int n_suppress_tokens;
     const int32_t *begin_suppress_tokens;
     int n_begin_suppress_tokens;
+    tm_dtype kv_dtype;            /* the decoders' caches (tm_decoder_options.kv_dtype): 0 or
+                                     TM_FLOAT float32, TM_FLOAT16 half precision */
 } tm_generation_config;
 
 /* transformers' GenerationConfig defaults: max_length 20, greedy, temperature 1, top_k 50,

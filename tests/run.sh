@@ -43,6 +43,9 @@ suite test_fusion-reference env TM_REFERENCE_KERNELS=1 "$BUILD/tests/test_fusion
 # one too.
 suite test_prims_linalg-avx2 env TM_SGEMM_ARCH=avx2 "$BUILD/tests/test_prims_linalg"
 suite test_fusion-avx2 env TM_SGEMM_ARCH=avx2 "$BUILD/tests/test_fusion"
+suite test_kvmath-avx2 env TM_KERNEL_ISA=avx2 "$BUILD/tests/test_kvmath"
+suite test_kvmath-scalar env TM_KERNEL_ISA=scalar "$BUILD/tests/test_kvmath"
+suite test_decoder-avx2 env TM_KERNEL_ISA=avx2 "$BUILD/tests/test_decoder"
 suite onnx-backend "$TM" test-onnx tests/data/onnx-backend --mode both --quiet \
     --expected-failures tests/expected_failures.txt
 suite gradient-op "$TM" test-onnx tests/data/grad/gradient-op --mode both

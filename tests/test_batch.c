@@ -11,9 +11,11 @@
 #include "check.h"
 
 enum { GENS = 7, ROWS = 3, MAXTOK = 64 };
+static tm_dtype kv_dtype = TM_FLOAT;
 
 static void config(int i, tm_generation_config *c) {
     tm_generation_config_default(c);
+    c->kv_dtype = kv_dtype;
     c->max_new_tokens = 6 + (i * 5) % 13;
     switch (i % 4) {
     case 1:
@@ -170,6 +172,18 @@ static void test_errors(const char *path, const char *other) {
           strstr(err.message, "beams"), "beams: %s", err.message);
     CHECK(tm_batch_add(b, foreign, &row, &t, &done, &err) == TM_ERR_INVALID_ARGUMENT &&
           strstr(err.message, "another model"), "another model: %s", err.message);
+    tm_generator *half = NULL;
+    c.num_beams = 1;
+    c.kv_dtype = TM_FLOAT16;
+    tm_generator_create(m, &c, NULL, &half, &err);
+    if (half) tm_generator_append(half, ids, 3, &err);
+    tm_batch *b2 = NULL;
+    tm_batch_create(m, 2, &b2, &err);
+    CHECK(b2 && tm_batch_add(b2, g2, &row, &t, &done, &err) == TM_OK, "%s", err.message);
+    CHECK(b2 && tm_batch_add(b2, half, &row, &t, &done, &err) == TM_ERR_INVALID_ARGUMENT &&
+          strstr(err.message, "precision"), "a float16 generator in a float32 batch: %s", err.message);
+    tm_batch_free(b2);
+    tm_generator_free(half);
     CHECK(tm_generator_step(g1, &t, &done, &err) == TM_ERR_INVALID_ARGUMENT &&
           strstr(err.message, "tm_batch"), "a batched generator stepped alone: %s", err.message);
     tm_batch_remove(b, 0);
@@ -195,6 +209,9 @@ int main(int argc, char **argv) {
     snprintf(path, sizeof path, "%s/llama/decoder_model_merged.onnx", root);
     snprintf(other, sizeof other, "%s/llama/decoder_model_merged_q4.onnx", root);
     test_errors(path, other);
+    /* float16 caches: the batch takes its generators' precision */
+    kv_dtype = TM_FLOAT16;
+    test_continuous(path);
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;
 }

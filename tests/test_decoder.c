@@ -15,6 +15,7 @@
 static const int64_t tokens[] = {3, 17, 5, 42, 8, 1, 29, 11, 50, 2, 33, 7, 19, 23, 4, 9, 40, 12, 6, 31};
 enum { N_TOKENS = 20 };
 static int64_t n_prompt = 5;   /* the first append's length */
+static tm_dtype loop_kv_dtype = TM_UNDEFINED;   /* run_loop's tm_decoder_options.kv_dtype */
 
 static double norm_err(const tm_tensor *a, const tm_tensor *b) {
     if (!a || !b || a->rank != b->rank || memcmp(a->dims, b->dims, (size_t)a->rank * sizeof a->dims[0]))
@@ -143,6 +144,7 @@ static void run_loop(const char *path, int in_place, int64_t capacity, double to
     tm_decoder_options_default(&o);
     o.kv_in_place = in_place;
     o.capacity = capacity;
+    o.kv_dtype = loop_kv_dtype;
     tm_decoder *d = NULL;
     tm_status st = tm_decoder_create(m, &o, &d, &err);
     CHECK(st == TM_OK, "%s: %s", path, err.message);
@@ -179,8 +181,10 @@ static void run_loop(const char *path, int in_place, int64_t capacity, double to
             tm_tensor *want = ref_step(&r, tokens + at, n, at);
             const tm_tensor *got = tm_decoder_logits(d);
             double e = norm_err(got, want);
-            CHECK(e <= tol, "%s step %d (past %lld, in place %d): logits %g from eager", path, k,
-                  (long long)at, in_place, e);
+            CHECK(e <= tol, "%s step %d (past %lld, in place %d, kv %s): logits %g from eager",
+                  path, k, (long long)at, in_place, tm_dtype_name(loop_kv_dtype), e);
+            if (getenv("TM_TEST_VERBOSE") && k < 12)
+                printf("%s k %d kv %s: %g\n", path, k, tm_dtype_name(loop_kv_dtype), e);
             if (pass == 0) first[k] = tm_tensor_clone(got, NULL);
             else CHECK(norm_err(got, first[k]) == 0, "%s step %d: the sequence after a reset "
                        "differs", path, k);
@@ -207,6 +211,16 @@ static void run_loop(const char *path, int in_place, int64_t capacity, double to
                   d->names[i]);
             CHECK(pr && pr->data == d->buf[i], "%s: present of '%s' is not the cache buffer",
                   path, d->names[i]);
+            /* kv_dtype float16: the buffer, the plan's past input and its present so. */
+            tm_value_desc in;
+            tm_model_input(m, i, &in);
+            int half = loop_kv_dtype == TM_FLOAT16 && in.dtype == TM_FLOAT;
+            CHECK(d->elem[i] == (half ? 2u : tm_dtype_elem_size(in.dtype)) &&
+                  d->decode.plan->input_dtype[i] == (half ? TM_FLOAT16 : in.dtype) &&
+                  pr && pr->dtype == (half ? TM_FLOAT16 : in.dtype),
+                  "%s: cache '%s' kept in %s (elem %zu), asked %s", path, d->names[i],
+                  tm_dtype_name(d->decode.plan->input_dtype[i]), d->elem[i],
+                  tm_dtype_name(loop_kv_dtype));
         } else {
             CHECK(d->decode.mode[i] == KV_COPY, "%s: cache '%s' is not copied back (mode %d, "
                   "in place %d)", path, d->names[i], d->decode.mode[i], in_place);
@@ -480,6 +494,77 @@ static void test_last_row_encoder(const char *path) {
     tm_model_free(m);
 }
 
+static int64_t argmax_last(const tm_tensor *t) {
+    int64_t vocab = t->dims[t->rank - 1], n = tm_numel(t->rank, t->dims);
+    const float *x = (const float *)t->data + (n - vocab);
+    int64_t best = 0;
+    for (int64_t k = 1; k < vocab; k++)
+        if (x[k] > x[best]) best = k;
+    return best;
+}
+
+/* Greedy generation with the cache in float16 beside one in float32: each step's logits
+ * within tol of float32's (normwise), the same tokens. */
+static void test_half_greedy(const char *path, double tol) {
+    tm_model *m = NULL;
+    tm_error err = {0};
+    if (tm_model_load(path, NULL, &m, &err) != TM_OK) {
+        CHECK(0, "%s: %s", path, err.message);
+        return;
+    }
+    tm_decoder *d[2] = {NULL, NULL};
+    for (int k = 0; k < 2; k++) {
+        tm_decoder_options o;
+        tm_decoder_options_default(&o);
+        o.kv_dtype = k ? TM_FLOAT16 : TM_FLOAT;
+        o.capacity = 8;   /* grows: the float16 buffers too */
+        CHECK(tm_decoder_create(m, &o, &d[k], &err) == TM_OK, "%s: %s", path, err.message);
+    }
+    enum { STEPS = 40 };
+    int64_t tok[2] = {0, 0}, same = 0;
+    double worst = 0;
+    for (int step = 0; d[0] && d[1] && step < STEPS; step++) {
+        for (int k = 0; k < 2; k++) {
+            tm_status st = step == 0 ? tm_decoder_append(d[k], tokens, 6, &err)
+                                     : tm_decoder_append(d[k], &tok[k], 1, &err);
+            CHECK(st == TM_OK, "%s step %d: %s", path, step, err.message);
+            if (st != TM_OK) goto done;
+        }
+        double e = norm_err(tm_decoder_logits(d[1]), tm_decoder_logits(d[0]));
+        if (!(e <= worst)) worst = e;
+        for (int k = 0; k < 2; k++) tok[k] = argmax_last(tm_decoder_logits(d[k]));
+        if (tok[0] != tok[1]) break;
+        same++;
+    }
+    CHECK(worst <= tol, "%s: float16 cache's logits %g from float32's", path, worst);
+    CHECK(same == STEPS, "%s: float16 cache's tokens differ from float32's at step %lld", path,
+          (long long)same);
+    if (getenv("TM_TEST_VERBOSE")) printf("%s: greedy float16 %g, %lld steps\n", path, worst, (long long)same);
+    /* Beam search's fork: a float16 cache copied into another float16 decoder steps as the
+     * original does; into a float32 one it is refused. */
+    tm_decoder_options o;
+    tm_decoder_options_default(&o);
+    o.kv_dtype = TM_FLOAT16;
+    tm_decoder *fork = NULL;
+    CHECK(tm_decoder_create(m, &o, &fork, &err) == TM_OK, "%s: %s", path, err.message);
+    if (fork && tm_decoder_copy_state(fork, d[1], &err) == TM_OK) {
+        int64_t t = 7;
+        CHECK(tm_decoder_append(fork, &t, 1, &err) == TM_OK && tm_decoder_append(d[1], &t, 1, &err) == TM_OK,
+              "%s: %s", path, err.message);
+        CHECK(norm_err(tm_decoder_logits(fork), tm_decoder_logits(d[1])) == 0, "%s: a copied float16 "
+              "cache steps otherwise", path);
+    } else {
+        CHECK(0, "%s: copy_state of a float16 cache: %s", path, err.message);
+    }
+    CHECK(tm_decoder_copy_state(d[0], d[1], &err) != TM_OK && strstr(err.message, "kv_dtype"),
+          "%s: a float16 cache copied into a float32 decoder (%s)", path, err.message);
+    tm_decoder_free(fork);
+done:
+    tm_decoder_free(d[0]);
+    tm_decoder_free(d[1]);
+    tm_model_free(m);
+}
+
 int main(int argc, char **argv) {
     test_kv_append_kernel();
     const char *root = argc > 1 ? argv[1] : "tests/data/tiny";
@@ -504,6 +589,32 @@ int main(int argc, char **argv) {
         run_loop(path, 1, 64, models[i].tol, models[i].fused);   /* room for it all */
         run_loop(path, 1, 3, models[i].tol, models[i].fused);    /* grows twice */
         run_loop(path, 0, 64, models[i].tol, models[i].fused);   /* copied each step */
+    }
+    /* The caches in float16 (kv_dtype): against eager float32 runs, at HALF_TOL where they
+     * are kept in place (the fused ones). Each k and v element is rounded to 11 significant
+     * bits, a relative error of at most 2^-12; the scores and values are sums of such
+     * products, whose errors partly cancel, and the logits carry them through the later
+     * layers: the tiny exports measure 2e-5 to 9e-5 normwise. HALF_TOL is 2^-11 (4.9e-4),
+     * one float16 rounding at most, well above those and 50x the float32 runs' 1e-5: a
+     * cache rounded to bfloat16 (2^-9) or not widened right fails it. Copied caches stay
+     * float32, at the float32 tolerances. */
+    const double HALF_TOL = 4.9e-4;
+    loop_kv_dtype = TM_FLOAT16;
+    for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", root, models[i].file);
+        double tol = models[i].fused && models[i].tol < HALF_TOL ? HALF_TOL : models[i].tol;
+        run_loop(path, 1, 64, tol, models[i].fused);
+        run_loop(path, 1, 3, tol, models[i].fused);
+        run_loop(path, 0, 64, models[i].tol, models[i].fused);
+    }
+    loop_kv_dtype = TM_UNDEFINED;
+    static const char *const greedy[] = {"llama/decoder_model_merged.onnx",
+                                         "llama/decoder_model_merged_q4.onnx",
+                                         "gpt2/decoder_model_merged.onnx",
+                                         "gpt2/decoder_with_past_model.onnx"};
+    for (size_t i = 0; i < sizeof greedy / sizeof greedy[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", root, greedy[i]);
+        test_half_greedy(path, HALF_TOL);
     }
     snprintf(path, sizeof path, "%s/llama/decoder_model_merged.onnx", root);
     test_prompts(path);

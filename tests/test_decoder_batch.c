@@ -4,7 +4,7 @@
  * steps (tm__decoder_put_row / tm__decoder_free_row, as tm_batch uses them) likewise,
  * including a batch that grows when a longer sequence joins and one that drops the
  * padding no row reads any more; a batch step allocates nothing; an export without
- * position_ids takes only sequences of the batch's length. On the tiny LLaMA and
+ * position_ids takes only sequences of the batch's length; float16 caches likewise. On the tiny LLaMA and
  * GPT-2 merged exports (fp32 and q4). */
 #include <math.h>
 #include <stdio.h>
@@ -16,6 +16,7 @@
 #include "count_allocs.h"
 
 enum { MAXB = 4, MAXLEN = 96 };
+static tm_dtype kv_dtype = TM_FLOAT;   /* the caches' (tm_decoder_options.kv_dtype) */
 
 /* Relative difference of two float rows. */
 static double row_err(const float *a, const float *b, int64_t n) {
@@ -45,6 +46,7 @@ static int alone(tm_model *m, int seq, int64_t plen, int steps, float *want, int
     tm_decoder_options o;
     tm_decoder_options_default(&o);
     o.last_logits_only = 1;
+    o.kv_dtype = kv_dtype;
     tm_decoder *d = NULL;
     tm_error err = {0};
     if (tm_decoder_create(m, &o, &d, &err) != TM_OK) return 0;
@@ -84,6 +86,7 @@ static void test_padded_prompts(const char *path, double tol) {
     tm_decoder_options o;
     tm_decoder_options_default(&o);
     o.last_logits_only = 1;
+    o.kv_dtype = kv_dtype;
     o.batch = B;
     tm_decoder *d = NULL;
     CHECK(tm_decoder_create(m, &o, &d, &err) == TM_OK, "%s: %s", path, err.message);
@@ -126,6 +129,7 @@ static tm_decoder *single(tm_model *m, int seq, int64_t plen) {
     tm_decoder_options o;
     tm_decoder_options_default(&o);
     o.last_logits_only = 1;
+    o.kv_dtype = kv_dtype;
     tm_decoder *d = NULL;
     tm_error err = {0};
     int64_t ids[MAXLEN];
@@ -163,6 +167,7 @@ static void test_rows(const char *path, double tol) {
     tm_decoder_options o;
     tm_decoder_options_default(&o);
     o.last_logits_only = 1;
+    o.kv_dtype = kv_dtype;
     o.batch = 2;
     tm_decoder *d = NULL;
     CHECK(tm_decoder_create(m, &o, &d, &err) == TM_OK, "%s: %s", path, err.message);
@@ -253,6 +258,11 @@ int main(int argc, char **argv) {
         test_padded_prompts(path, models[i].tol);
         test_rows(path, models[i].tol);
     }
+    /* float16 caches, in the batch as in each sequence alone */
+    kv_dtype = TM_FLOAT16;
+    snprintf(path, sizeof path, "%s/llama/decoder_model_merged.onnx", root);
+    test_padded_prompts(path, 1e-5);
+    test_rows(path, 1e-5);
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;
 }

@@ -181,8 +181,10 @@ struct tm_ctx {
      * generalization). Its inputs are kept until the context goes. */
     int fold_log;
     /* Plans with tm_plan_options.kv_in_place: passes/kv_append.c keeps KV caches in place
-     * and marks here the graph inputs it took in the (B, S, H, D) layout. */
+     * and marks here the graph inputs it took in the (B, S, H, D) layout (1), and in
+     * float16 (2: kv_dtype TM_FLOAT16 over a float32 cache). */
     int kv_in_place;
+    tm_dtype kv_dtype;
     uint8_t *kv_bshd;
     int n_kv_bshd;
     tm_rnode *folds;

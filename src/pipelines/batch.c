@@ -14,11 +14,29 @@
 struct tm_batch {
     tm_model *m;
     int rows;
+    tm_dtype kv_dtype;    /* the decoder's caches: its generators' */
     tm_decoder *dec;
     tm_generator **gen;   /* per row, NULL: free */
     int64_t *ids;         /* per row: the step's input */
     int count;
 };
+
+/* The batch decoder, its caches in kv_dtype, every row free. */
+static tm_status make_decoder(tm_batch *b, tm_dtype kv_dtype, tm_error *err) {
+    tm_decoder_options o;
+    tm_decoder_options_default(&o);
+    o.last_logits_only = 1;
+    o.batch = b->rows;
+    o.kv_dtype = kv_dtype;
+    tm_decoder *d = NULL;
+    tm_status st = tm_decoder_create(b->m, &o, &d, err);
+    if (st != TM_OK) return st;
+    tm_decoder_free(b->dec);
+    b->dec = d;
+    b->kv_dtype = kv_dtype;
+    for (int r = 0; r < b->rows; r++) tm__decoder_free_row(d, r);
+    return TM_OK;
+}
 
 tm_status tm_batch_create(tm_model *model, int max_rows, tm_batch **out, tm_error *err) {
     if (!model || !out) return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "tm_batch_create: NULL argument");
@@ -32,16 +50,11 @@ tm_status tm_batch_create(tm_model *model, int max_rows, tm_batch **out, tm_erro
     b->gen = calloc((size_t)max_rows, sizeof *b->gen);
     b->ids = calloc((size_t)max_rows, sizeof *b->ids);
     tm_status st = b->gen && b->ids ? TM_OK : tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
-    tm_decoder_options o;
-    tm_decoder_options_default(&o);
-    o.last_logits_only = 1;
-    o.batch = max_rows;
-    if (st == TM_OK) st = tm_decoder_create(model, &o, &b->dec, err);
+    if (st == TM_OK) st = make_decoder(b, TM_FLOAT, err);
     if (st != TM_OK) {
         tm_batch_free(b);
         return st;
     }
-    for (int r = 0; r < max_rows; r++) tm__decoder_free_row(b->dec, r);
     *out = b;
     return TM_OK;
 }
@@ -72,6 +85,16 @@ tm_status tm_batch_add(tm_batch *b, tm_generator *g, int *row, int32_t *token, i
     if (free_row < 0)
         return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "tm_batch_add: the batch is full (%d rows)",
                         b->rows);
+    /* An empty batch takes the cache dtype of the generator that comes; one in use only
+     * generators of its own. */
+    tm_dtype want = tm__generator_kv_dtype(g) == TM_FLOAT16 ? TM_FLOAT16 : TM_FLOAT;
+    if (want != b->kv_dtype) {
+        if (b->count)
+            return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "tm_batch_add: the generator keeps its "
+                            "cache in another precision (kv_dtype) than the batch's");
+        tm_status st = make_decoder(b, want, err);
+        if (st != TM_OK) return st;
+    }
     int32_t t = -1;
     int d = 0;
     tm_status st = TM_OK;

@@ -83,6 +83,8 @@ void tm__generator_set_processor(tm_generator *g, tm__logits_fn fn, void *user);
  * last token of its sequence (the next step's input); and its step once the batch has run:
  * row `row` of logits (B, n, vocab) processed and a token chosen, as tm_generator_step. */
 int tm__generator_batchable(const tm_generator *g, const tm_model *m);
+/* The cache dtype its decoders keep (tm_generation_config.kv_dtype; 0: float32). */
+tm_dtype tm__generator_kv_dtype(const tm_generator *g);
 int tm__generator_started(const tm_generator *g);
 int tm__generator_done(const tm_generator *g);
 tm_decoder *tm__generator_decoder(tm_generator *g);

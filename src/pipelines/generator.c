@@ -489,6 +489,7 @@ tm_status tm_generator_create(tm_model *model, const tm_generation_config *cfg,
     tm_decoder_options dopt;
     tm_decoder_options_default(&dopt);
     dopt.last_logits_only = 1;
+    dopt.kv_dtype = c.kv_dtype;
     for (int b = 0; st == TM_OK && b < nb; b++) st = tm_decoder_create(model, &dopt, &g->dec[b], err);
     if (st != TM_OK) {
         tm_generator_free(g);
@@ -720,6 +721,8 @@ int tm__generator_batchable(const tm_generator *g, const tm_model *m) {
 }
 
 int tm__generator_started(const tm_generator *g) { return g->started; }
+
+tm_dtype tm__generator_kv_dtype(const tm_generator *g) { return g->cfg.kv_dtype; }
 
 int tm__generator_done(const tm_generator *g) { return g->done; }
 

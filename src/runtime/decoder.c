@@ -20,6 +20,7 @@
 #include <sys/mman.h>
 #include "plan_internal.h"
 #include "../core/dtype.h"
+#include "../backends/cpu/kvmath.h"
 
 enum { N_SHAPED = 8 };
 
@@ -52,7 +53,8 @@ struct tm_decoder {
     int *kv;              /* per cache input: the buffer's layout, (P, B, H, D) (1) or (B, H,
                            * P, D) (0), set by the first plan that reads it; -1 unknown */
     int64_t *heads, *width;   /* per cache input: H and D of (B, H, P, D) */
-    size_t *elem;
+    size_t *elem;         /* per cache input: the buffer's element size (2: a float32 cache
+                           * kept in float16, kv_dtype) */
     void **buf;           /* per cache input: capacity rows */
     tm_tensor *t;         /* per input: the tensor a run reads (dims set per step) */
     tm_tensor *t_branch;
@@ -66,6 +68,7 @@ struct tm_decoder {
     int64_t *seen;        /* per row: positions it attends to (the next position id) */
     uint8_t *row_free;    /* per row: 1 when no sequence holds it (tm__decoder_free_row) */
     int in_place;         /* kv_in_place asked */
+    tm_dtype kv_dtype;    /* kv_dtype asked: TM_FLOAT16, or TM_UNDEFINED */
     int last_only;        /* last_logits_only asked */
     int layout_known;     /* the decode plan has told each cache's layout */
     dec_plan *pending;    /* the first prompt's plan, whose presents wait in its session
@@ -241,6 +244,11 @@ static void set_dims(tm_tensor *t, tm_dtype dt, int rank, const int64_t *dims, v
     t->owns_data = 0;
 }
 
+/* The dtype of cache i's buffer: the model's, or float16 in place of its float32. */
+static tm_dtype buffer_dtype(const tm_decoder *d, int i, tm_dtype model) {
+    return model == TM_FLOAT && d->elem[i] == 2 ? TM_FLOAT16 : model;
+}
+
 /* The inputs of a step of n tokens on a past of length past, in the tensors d->t: the
  * cache views in the layout of `in_place` (1: (P, B, H, D)). */
 static void bind_step(tm_decoder *d, int64_t past, int64_t n, int in_place, const uint8_t *mode) {
@@ -266,7 +274,9 @@ static void bind_step(tm_decoder *d, int64_t past, int64_t n, int in_place, cons
         } else if (d->present_of[i] >= 0) {
             int64_t kv[4] = {past, d->batch, d->heads[i], d->width[i]};
             int64_t plain[4] = {d->batch, d->heads[i], past, d->width[i]};
-            set_dims(&d->t[i], in.dtype, 4, in_place && mode[i] == KV_IN_PLACE ? kv : plain, d->buf[i]);
+            int in_kv = in_place && mode[i] == KV_IN_PLACE;
+            set_dims(&d->t[i], in_kv ? buffer_dtype(d, i, in.dtype) : in.dtype, 4, in_kv ? kv : plain,
+                     d->buf[i]);
         }
     }
 }
@@ -281,6 +291,7 @@ static void plan_options(const tm_decoder *d, tm_plan_options *po, const char **
     static const char *const logits_name[1] = {"logits"};
     tm_plan_options_default(po);
     po->kv_in_place = d->in_place;
+    po->kv_dtype = d->kv_dtype;
     if (d->last_only) {
         po->n_last_row = 1;
         po->last_row_names = logits_name;
@@ -359,8 +370,20 @@ static tm_status learn_kv(tm_decoder *d, dec_plan *dp, tm_error *err) {
             continue;
         }
         dp->mode[i] = kv ? KV_IN_PLACE : KV_COPY;
-        if (d->kv[i] < 0) d->kv[i] = kv;
-        else if (d->kv[i] != kv)
+        if (d->kv[i] < 0) {
+            d->kv[i] = kv;
+            /* The buffer holds what the plan reads (no rows yet: sized anew if need be). */
+            tm_value_desc in;
+            tm_model_input(d->m, i, &in);
+            size_t es = tm_dtype_elem_size(kv ? dp->plan->input_dtype[i] : in.dtype);
+            if (es != d->elem[i]) {
+                void *nb = cache_alloc((size_t)(d->capacity * d->batch * d->heads[i] * d->width[i]) * es);
+                if (!nb) return tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
+                free(d->buf[i]);
+                d->buf[i] = nb;
+                d->elem[i] = es;
+            }
+        } else if (d->kv[i] != kv)
             return tm__fail(err, TM_ERR_UNSUPPORTED, "the plans of this decoder disagree on "
                             "whether cache '%s' is kept in place", d->names[i]);
     }
@@ -415,8 +438,8 @@ static char *shared_key(const tm_decoder *d, char kind, int64_t past, int64_t n)
     size_t len = 0;
     FILE *f = open_memstream(&key, &len);
     if (!f) return NULL;
-    fprintf(f, "%c %lld %lld %d %d %lld %lld", kind, (long long)past, (long long)n, d->in_place,
-            d->last_only, (long long)d->enc_len, (long long)d->batch);
+    fprintf(f, "%c %lld %lld %d %d %lld %lld %d", kind, (long long)past, (long long)n, d->in_place,
+            d->last_only, (long long)d->enc_len, (long long)d->batch, (int)d->kv_dtype);
     for (int i = 0; i < d->n_in; i++) {
         if (!d->given[i]) continue;
         const tm_tensor *t = d->given[i];
@@ -691,6 +714,7 @@ tm_status tm_decoder_create(tm_model *model, const tm_decoder_options *opts, tm_
     d->batch = o.batch ? o.batch : 1;
     d->in_place = o.kv_in_place != 0;
     d->last_only = o.last_logits_only != 0;
+    d->kv_dtype = o.kv_dtype == TM_FLOAT16 ? TM_FLOAT16 : TM_UNDEFINED;
     d->n_in = tm_model_n_inputs(model);
     d->n_out = tm_model_n_outputs(model);
     d->ids = tm_model_input_index(model, "input_ids");
@@ -718,6 +742,9 @@ tm_status tm_decoder_create(tm_model *model, const tm_decoder_options *opts, tm_
     if (!d->names || !d->present_of || !d->kv || !d->heads || !d->width || !d->elem ||
         !d->buf || !d->t || !d->t_branch || !d->fixed || !d->given || !d->seen || !d->row_free)
         st = tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
+    if (st == TM_OK && o.kv_dtype != TM_UNDEFINED && o.kv_dtype != TM_FLOAT && o.kv_dtype != TM_FLOAT16)
+        st = tm__fail(err, TM_ERR_INVALID_ARGUMENT, "tm_decoder_options.kv_dtype is %s: the "
+                      "cache is kept in float32 or float16", tm_dtype_name(o.kv_dtype));
     if (st == TM_OK && d->ids < 0)
         st = tm__fail(err, TM_ERR_UNSUPPORTED, "the model has no input 'input_ids': a decoder "
                       "takes token ids");
@@ -754,6 +781,9 @@ tm_status tm_decoder_create(tm_model *model, const tm_decoder_options *opts, tm_
         d->heads[i] = in.dims[1];
         d->width[i] = in.dims[3];
         d->elem[i] = tm_dtype_elem_size(in.dtype);
+        /* Sized for float16 at first when asked (the first plan tells, learn_kv). */
+        if (d->in_place && d->kv_dtype == TM_FLOAT16 && in.dtype == TM_FLOAT && !d->fixed[i])
+            d->elem[i] = 2;
         n_cache++;
     }
     if (st == TM_OK && d->logits < 0)
@@ -818,7 +848,11 @@ static tm_status take_presents(tm_decoder *d, dec_plan *p, int64_t past, int64_t
         }
         int64_t b_n = d->batch, h_n = d->heads[i], d_n = d->width[i], t_n = past + n;
         size_t es = d->elem[i];
-        size_t want = (size_t)(b_n * h_n * t_n * d_n) * es;
+        tm_value_desc in;
+        tm_model_input(d->m, i, &in);
+        /* A float32 present into a float16 buffer: converted (kv_dtype). */
+        int half = buffer_dtype(d, i, in.dtype) != in.dtype;
+        size_t want = (size_t)(b_n * h_n * t_n * d_n) * tm_dtype_elem_size(in.dtype);
         if (!pr || pr->nbytes != want) {
             tm_value_desc od;
             tm_model_output(d->m, d->present_of[i], &od);
@@ -828,10 +862,15 @@ static tm_status take_presents(tm_decoder *d, dec_plan *p, int64_t past, int64_t
         if (d->kv[i] == 1) {
             /* (B, H, T, D) into (T, B, H, D). */
             for (int64_t bh = 0; bh < b_n * h_n; bh++)
-                for (int64_t t = 0; t < t_n; t++)
-                    memcpy((char *)d->buf[i] + (size_t)((t * b_n * h_n + bh) * d_n) * es,
-                           (const char *)pr->data + (size_t)((bh * t_n + t) * d_n) * es,
-                           (size_t)d_n * es);
+                for (int64_t t = 0; t < t_n; t++) {
+                    char *to = (char *)d->buf[i] + (size_t)((t * b_n * h_n + bh) * d_n) * es;
+                    if (half)
+                        tm__kvmath_active()->to_f16((const float *)pr->data + (bh * t_n + t) * d_n,
+                                                    (uint16_t *)to, d_n);
+                    else
+                        memcpy(to, (const char *)pr->data + (size_t)((bh * t_n + t) * d_n) * es,
+                               (size_t)d_n * es);
+                }
         } else {
             memcpy(d->buf[i], pr->data, want);
         }
@@ -1039,9 +1078,11 @@ tm_status tm_decoder_copy_state(tm_decoder *dst, tm_decoder *src, tm_error *err)
     tm_status st = settle(src, err);
     if (st == TM_OK) st = settle(dst, err);
     for (int i = 0; st == TM_OK && i < src->n_in; i++)
-        if (src->present_of[i] >= 0 && !src->fixed[i] && src->kv[i] != dst->kv[i])
+        if (src->present_of[i] >= 0 && !src->fixed[i] &&
+            (src->kv[i] != dst->kv[i] || src->elem[i] != dst->elem[i]))
             st = tm__fail(err, TM_ERR_UNSUPPORTED, "tm_decoder_copy_state: the decoders keep "
-                          "cache '%s' in different layouts (kv_in_place differs)", src->names[i]);
+                          "cache '%s' in different layouts (kv_in_place or kv_dtype differs)",
+                          src->names[i]);
     if (st == TM_OK) st = reserve(dst, src->length, err);
     if (st != TM_OK) return st;
     for (int i = 0; i < src->n_in; i++) {
@@ -1089,7 +1130,7 @@ tm_status tm_decoder_set_input(tm_decoder *d, const char *name, const tm_tensor 
     if (e != d->enc_len) {
         for (int k = 0; k < d->n_in; k++) {
             if (d->present_of[k] < 0 || !d->fixed[k]) continue;
-            void *nb = calloc((size_t)(d->heads[k] * e * d->width[k]), d->elem[k]);
+            void *nb = calloc((size_t)(d->batch * d->heads[k] * e * d->width[k]), d->elem[k]);
             if (!nb) {
                 tm_tensor_free(copy);
                 return tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
@@ -1134,6 +1175,9 @@ tm_status tm__decoder_put_row(tm_decoder *d, int64_t row, tm_decoder *src, tm_er
         if (d->present_of[i] >= 0 && (d->kv[i] != 1 || src->kv[i] != 1))
             st = tm__fail(err, TM_ERR_UNSUPPORTED, "decoder row: cache '%s' is not kept in "
                           "place, which moving sequences between batches needs", d->names[i]);
+        else if (d->present_of[i] >= 0 && d->elem[i] != src->elem[i])
+            st = tm__fail(err, TM_ERR_INVALID_ARGUMENT, "decoder row: cache '%s' is held in "
+                          "another precision in the batch (kv_dtype differs)", d->names[i]);
     /* No other row held: the batch starts again at this sequence's length. */
     int others = 0;
     for (int64_t r = 0; r < d->batch; r++) others |= r != row && !d->row_free[r];

@@ -446,14 +446,15 @@ static tm_status optimize(tm_ctx *c, int n_outputs, const tm_oval *outs, const t
     return st;
 }
 
-/* The inputs passes/kv_append.c took in the (P, B, H, D) layout: the plan checks and
- * describes them so. */
+/* The inputs passes/kv_append.c took in the (P, B, H, D) layout (and in float16): the
+ * plan checks and describes them so. */
 static tm_status apply_kv_layout(tm_plan *p, const tm_ctx *c, tm_error *err) {
     for (int i = 0; i < c->n_kv_bshd && i < p->n_graph_inputs; i++) {
         if (!c->kv_bshd[i]) continue;
         if (!p->kv_input && !(p->kv_input = calloc((size_t)p->n_graph_inputs + 1, 1)))
             return tm__fail(err, TM_ERR_NO_MEMORY, "out of memory");
         p->kv_input[i] = 1;
+        if (c->kv_bshd[i] == 2) p->input_dtype[i] = TM_FLOAT16;
         int64_t b = p->input_dims[i][0], h = p->input_dims[i][1];
         p->input_dims[i][0] = p->input_dims[i][2];
         p->input_dims[i][1] = b;
@@ -594,6 +595,8 @@ static tm_status create(tm_model *m, int n, const char *const *names, const tm_x
     c.fold_log = gt != NULL;
     c.kv_in_place = opts && opts->size >= offsetof(tm_plan_options, kv_in_place) + sizeof(int) &&
                     opts->kv_in_place && !grad;
+    c.kv_dtype = opts && opts->size >= offsetof(tm_plan_options, kv_dtype) + sizeof(tm_dtype)
+                     ? opts->kv_dtype : TM_UNDEFINED;
     tm_live live = {0};
     tm_val target = TM_NONE;
     tm_status st = TM_OK;
@@ -1838,6 +1841,9 @@ static char *make_key(int n, const char *const *names, const tm_tensor *const *i
     }
     int kv = o && o->size >= offsetof(tm_plan_options, kv_in_place) + sizeof(int) && o->kv_in_place;
     PUT(&kv, sizeof kv);
+    tm_dtype kv_dtype = o && o->size >= offsetof(tm_plan_options, kv_dtype) + sizeof(tm_dtype)
+                            ? o->kv_dtype : TM_UNDEFINED;
+    PUT(&kv_dtype, sizeof kv_dtype);
     int n_last = o && o->size >= offsetof(tm_plan_options, last_row_names) +
                                      sizeof(o->last_row_names) ? o->n_last_row : 0;
     PUT(&n_last, sizeof n_last);

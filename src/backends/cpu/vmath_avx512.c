@@ -7,6 +7,7 @@
  * -mavx512dq (exp2_'s reduce) and used only when the CPU has both; the attention
  * products below too. */
 #include "vmath.h"
+#include "kvmath.h"
 
 #if defined(__x86_64__) && defined(__AVX512F__) && defined(__AVX512DQ__)
 #include <immintrin.h>
@@ -281,12 +282,24 @@ static inline __m512 sum_lanes16(__m512 a[16]) {
                          _mm512_shuffle_f32x4(x[0], x[1], 0xdd));
 }
 
+/* 16 floats of a k or v row at element i: float32, or float16 widened (exactly). */
+static inline __attribute__((always_inline)) __m512 load16(const void *x, int64_t i, int half) {
+    return half ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)x + i)))
+                : _mm512_loadu_ps((const float *)x + i);
+}
+
+static inline const char *elem_at(const void *x, int64_t i, int half) {
+    return (const char *)x + i * (half ? 2 : 4);
+}
+
 /* Sixteen keys' 16-lane partial dot products with one query row of NQ vectors (4 or 8:
- * head size 64 or 128; held in registers), key by key along k's rows: the block is read
- * in address order, which the hardware prefetchers follow (column by column, 16 rows at
- * a time, ran about 15% slower from memory at the small LLaMA's past 2000). */
+ * head size 64 or 128; held in registers), key by key along k's rows (key i's row at
+ * element at + i * ldk): the block is read in address order, which the hardware
+ * prefetchers follow (column by column, 16 rows at a time, ran about 15% slower from
+ * memory at the small LLaMA's past 2000). */
 static inline __attribute__((always_inline)) void keys16_along_rows(int NQ, const float *qr,
-                                                                    const float *kj, int64_t ldk,
+                                                                    const void *k, int64_t at,
+                                                                    int64_t ldk, int half,
                                                                     __m512 acc[16]) {
     __m512 q0 = _mm512_loadu_ps(qr), q1 = _mm512_loadu_ps(qr + 16), q2 = _mm512_loadu_ps(qr + 32),
            q3 = _mm512_loadu_ps(qr + 48), q4 = q0, q5 = q0, q6 = q0, q7 = q0;
@@ -296,18 +309,55 @@ static inline __attribute__((always_inline)) void keys16_along_rows(int NQ, cons
     }
 #pragma GCC unroll 16
     for (int i = 0; i < 16; i++) {
-        const float *ki = kj + i * ldk;
-        __m512 a = _mm512_mul_ps(_mm512_loadu_ps(ki), q0);
-        __m512 b = _mm512_mul_ps(_mm512_loadu_ps(ki + 16), q1);
-        a = _mm512_fmadd_ps(_mm512_loadu_ps(ki + 32), q2, a);
-        b = _mm512_fmadd_ps(_mm512_loadu_ps(ki + 48), q3, b);
+        int64_t ki = at + i * ldk;
+        __m512 a = _mm512_mul_ps(load16(k, ki, half), q0);
+        __m512 b = _mm512_mul_ps(load16(k, ki + 16, half), q1);
+        a = _mm512_fmadd_ps(load16(k, ki + 32, half), q2, a);
+        b = _mm512_fmadd_ps(load16(k, ki + 48, half), q3, b);
         if (NQ == 8) {
-            a = _mm512_fmadd_ps(_mm512_loadu_ps(ki + 64), q4, a);
-            b = _mm512_fmadd_ps(_mm512_loadu_ps(ki + 80), q5, b);
-            a = _mm512_fmadd_ps(_mm512_loadu_ps(ki + 96), q6, a);
-            b = _mm512_fmadd_ps(_mm512_loadu_ps(ki + 112), q7, b);
+            a = _mm512_fmadd_ps(load16(k, ki + 64, half), q4, a);
+            b = _mm512_fmadd_ps(load16(k, ki + 80, half), q5, b);
+            a = _mm512_fmadd_ps(load16(k, ki + 96, half), q6, a);
+            b = _mm512_fmadd_ps(load16(k, ki + 112, half), q7, b);
         }
         acc[i] = _mm512_add_ps(a, b);
+    }
+}
+
+/* The scores of a few query rows against one block of up to 16 keys (key i's row at
+ * element at + i * ldk of k), into s[r * lds + i]; the next block of this head's rows
+ * fetched ahead (rows of an interleaved cache: strided). */
+static inline __attribute__((always_inline)) void scores_block(int64_t rows, int keys, int64_t d,
+                                                               const float *q, int64_t ldq,
+                                                               const void *k, int64_t at,
+                                                               int64_t ldk, int half, float *s,
+                                                               int64_t lds) {
+    for (int i = 0; i < 16; i++)
+        for (int64_t c = 0; c < d; c += half ? 32 : 16)
+            _mm_prefetch(elem_at(k, at + (PREFETCH_ROWS + i) * ldk + c, half), _MM_HINT_T0);
+    for (int64_t r = 0; r < rows; r++) {
+        const float *qr = q + r * ldq;
+        __m512 acc[16];
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
+        if (keys == 16 && (d == 64 || d == 128)) {
+            if (d == 64) keys16_along_rows(4, qr, k, at, ldk, half, acc);
+            else keys16_along_rows(8, qr, k, at, ldk, half, acc);
+        } else if (keys == 16) {
+            for (int64_t c = 0; c < d; c += 16) {
+                __m512 qv = _mm512_loadu_ps(qr + c);
+#pragma GCC unroll 16
+                for (int i = 0; i < 16; i++)
+                    acc[i] = _mm512_fmadd_ps(load16(k, at + i * ldk + c, half), qv, acc[i]);
+            }
+        } else {
+            for (int64_t c = 0; c < d; c += 16) {
+                __m512 qv = _mm512_loadu_ps(qr + c);
+                for (int i = 0; i < keys; i++)
+                    acc[i] = _mm512_fmadd_ps(load16(k, at + i * ldk + c, half), qv, acc[i]);
+            }
+        }
+        _mm512_mask_storeu_ps(s + r * lds, mask_upto(keys), sum_lanes16(acc));
     }
 }
 
@@ -318,38 +368,9 @@ static inline __attribute__((always_inline)) void keys16_along_rows(int NQ, cons
  * decode step at past 512, 3 rows, 513 keys). Rows after the first read k from L1. */
 static void scores_direct(int64_t rows, int64_t sk, int64_t d, const float *q, int64_t ldq,
                           const float *k, int64_t ldk, float *s, int64_t lds) {
-    for (int64_t j0 = 0; j0 < sk; j0 += 16) {
-        int keys = (int)(sk - j0 < 16 ? sk - j0 : 16);
-        const float *kj = k + j0 * ldk;
-        /* The next block of keys ahead (rows of an interleaved cache: strided). */
-        for (int i = 0; i < 16; i++)
-            for (int64_t c = 0; c < d; c += 16)
-                _mm_prefetch((const char *)(kj + (PREFETCH_ROWS + i) * ldk + c), _MM_HINT_T0);
-        for (int64_t r = 0; r < rows; r++) {
-            const float *qr = q + r * ldq;
-            __m512 acc[16];
-#pragma GCC unroll 16
-            for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
-            if (keys == 16 && (d == 64 || d == 128)) {
-                if (d == 64) keys16_along_rows(4, qr, kj, ldk, acc);
-                else keys16_along_rows(8, qr, kj, ldk, acc);
-            } else if (keys == 16) {
-                for (int64_t c = 0; c < d; c += 16) {
-                    __m512 qv = _mm512_loadu_ps(qr + c);
-#pragma GCC unroll 16
-                    for (int i = 0; i < 16; i++)
-                        acc[i] = _mm512_fmadd_ps(_mm512_loadu_ps(kj + i * ldk + c), qv, acc[i]);
-                }
-            } else {
-                for (int64_t c = 0; c < d; c += 16) {
-                    __m512 qv = _mm512_loadu_ps(qr + c);
-                    for (int i = 0; i < keys; i++)
-                        acc[i] = _mm512_fmadd_ps(_mm512_loadu_ps(kj + i * ldk + c), qv, acc[i]);
-                }
-            }
-            _mm512_mask_storeu_ps(s + r * lds + j0, mask_upto(keys), sum_lanes16(acc));
-        }
-    }
+    for (int64_t j0 = 0; j0 < sk; j0 += 16)
+        scores_block(rows, (int)(sk - j0 < 16 ? sk - j0 : 16), d, q, ldq, k, j0 * ldk, ldk, 0,
+                     s + j0, lds);
 }
 
 static void attn_scores(int64_t rows, int64_t sk, int64_t d, const float *q, int64_t ldq,
@@ -405,6 +426,247 @@ static void attn_values(int64_t rows, int64_t sk, int64_t d, const float *p, int
     }
 }
 
+/* ---- A decode step over a whole cache (kvmath.h) --------------------------------------
+ * The rows of a (B, P, H, D) cache hold every kv head side by side: one sweep over them,
+ * block by block of keys with every head's products on a block before the next, reads
+ * the cache in address order once, where a sweep per head strides through it H times
+ * (bench/attn_lab.c). Each product's chain of operations is the per-head kernels' own
+ * (scores_block's, tile_ab's), so the results are theirs bit for bit. */
+
+/* Keys a values block takes for every head before the next block: their rows (16 KB of a
+ * float cache of 4 heads of 64) stay in L1 while the heads take their columns. */
+#ifndef SWEEP_KEYS   /* bench/attn_lab.c sets others */
+#define SWEEP_KEYS 16
+#endif
+
+/* The whole rows (every head) of keys j0 + FAR_ROWS .. + n fetched into L2, ahead of the
+ * near prefetches into L1: a long cache comes from memory each step (the weights' stream
+ * evicts it), and the near ones alone kept too few lines in flight. The small LLaMA's 8
+ * layers at past 1,930 (a generation, one thread, CPU time, a loaded host): float16
+ * 1.9-2.3 -> 1.1-1.6 ms a step, float32 3.3-3.7 -> 2.8 (32, 64, 128 and 256 rows ahead
+ * within the noise of one another, 256 a little behind). An instruction of its own:
+ * GCC dropped _mm_prefetch's T1 hint in these loops. */
+#define FAR_ROWS 64
+static inline void fetch_rows_far(const void *x, int64_t j0, int64_t n, int64_t row_elems,
+                                  int64_t ld, int half) {
+    int64_t bytes = row_elems * (half ? 2 : 4);
+    for (int64_t i = 0; i < n; i++) {
+        const char *r = elem_at(x, (j0 + FAR_ROWS + i) * ld, half);
+        for (int64_t b = 0; b < bytes; b += 64) __asm__ volatile("prefetcht1 %0" : : "m"(*(r + b)));
+    }
+}
+
+/* Eight vectors summed across their lanes: lanes i of the result = the sum of a[i]'s. */
+static inline __m256 sum_lanes8(const __m512 a[8]) {
+    __m512 u[4], w[2];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++)
+        u[i] = _mm512_add_ps(_mm512_unpacklo_ps(a[2 * i], a[2 * i + 1]),
+                             _mm512_unpackhi_ps(a[2 * i], a[2 * i + 1]));
+#pragma GCC unroll 2
+    for (int i = 0; i < 2; i++)
+        w[i] = _mm512_add_ps(_mm512_shuffle_ps(u[2 * i], u[2 * i + 1], 0x44),
+                             _mm512_shuffle_ps(u[2 * i], u[2 * i + 1], 0xee));
+    /* per 128-bit block b: keys 0..3 (w0) and 4..7 (w1), partial over that block */
+    __m512 x = _mm512_add_ps(_mm512_shuffle_f32x4(w[0], w[1], 0x88),
+                             _mm512_shuffle_f32x4(w[0], w[1], 0xdd));
+    /* blocks: keys 0..3 (lanes 0-3, 8-11 halves), 4..7 */
+    __m512 y = _mm512_add_ps(x, _mm512_shuffle_f32x4(x, x, 0xb1));
+    return _mm512_castps512_ps256(_mm512_shuffle_f32x4(y, y, 0x08));
+}
+
+/* Up to 3 query rows against a block of up to 8 keys (key i's row at element at + i *
+ * ldk): each key's row loaded (and widened) once for all the rows, where scores_block
+ * loads it once a row. For float16 keys, whose widening is an instruction per vector:
+ * the small LLaMA's 8 layers at past 512 (in cache) 0.245 -> 0.176 ms a step, at 2000
+ * 1.3-1.5 -> 0.7-1.2 (bench/attn_lab.c, mode 5, a loaded host); float32 keys gained 5%
+ * and keep the per-head kernels' bits instead. */
+static inline __attribute__((always_inline)) void keys8_shared(int R, int keys, int64_t d,
+                                                               const float *q, int64_t ldq,
+                                                               const void *k, int64_t at,
+                                                               int64_t ldk, int half, float *s,
+                                                               int64_t lds) {
+    __m512 acc[3][8];
+#pragma GCC unroll 3
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++) acc[r][i] = _mm512_setzero_ps();
+    for (int64_t c = 0; c < d; c += 16) {
+        __m512 qv[3];
+#pragma GCC unroll 3
+        for (int r = 0; r < R; r++) qv[r] = _mm512_loadu_ps(q + r * ldq + c);
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++) {
+            if (i >= keys) break;
+            __m512 kv = load16(k, at + i * ldk + c, half);
+#pragma GCC unroll 3
+            for (int r = 0; r < R; r++) acc[r][i] = _mm512_fmadd_ps(kv, qv[r], acc[r][i]);
+        }
+    }
+#pragma GCC unroll 3
+    for (int r = 0; r < R; r++) {
+        __m256 sum = sum_lanes8(acc[r]);
+        if (keys == 8) {
+            _mm256_storeu_ps(s + r * lds, sum);
+        } else {
+            float tail[8];
+            _mm256_storeu_ps(tail, sum);
+            for (int i = 0; i < keys; i++) s[r * lds + i] = tail[i];
+        }
+    }
+}
+
+static inline __attribute__((always_inline)) void sweep_scores_t(int64_t heads, int64_t group,
+                                                                 int64_t sk, int64_t d,
+                                                                 const float *q, int64_t ldq,
+                                                                 const void *k, int64_t ldk,
+                                                                 int half, float *s, int64_t lds) {
+    /* float32 keys: scores_block's chains, the per-head kernels' bits (scores_direct) */
+    if (!half) {
+        for (int64_t j0 = 0; j0 < sk; j0 += 16) {
+            int keys = (int)(sk - j0 < 16 ? sk - j0 : 16);
+            fetch_rows_far(k, j0, 16, heads * d, ldk, 0);
+            for (int64_t h = 0; h < heads; h++)
+                scores_block(group, keys, d, q + h * group * ldq, ldq, k, j0 * ldk + h * d, ldk, half,
+                             s + h * group * lds + j0, lds);
+        }
+        return;
+    }
+    for (int64_t j0 = 0; j0 < sk; j0 += 8) {
+        int keys = (int)(sk - j0 < 8 ? sk - j0 : 8);
+        fetch_rows_far(k, j0, 8, heads * d, ldk, 1);
+        for (int64_t h = 0; h < heads; h++) {
+            int64_t at = j0 * ldk + h * d;
+            for (int i = 0; i < 8; i++)
+                for (int64_t c = 0; c < d; c += half ? 32 : 16)
+                    _mm_prefetch(elem_at(k, at + (PREFETCH_ROWS + i) * ldk + c, half), _MM_HINT_T0);
+            for (int64_t r0 = 0; r0 < group; r0 += 3) {
+                const float *qr = q + (h * group + r0) * ldq;
+                float *sr = s + (h * group + r0) * lds + j0;
+                switch (group - r0 < 3 ? group - r0 : 3) {
+                case 1: keys8_shared(1, keys, d, qr, ldq, k, at, ldk, half, sr, lds); break;
+                case 2: keys8_shared(2, keys, d, qr, ldq, k, at, ldk, half, sr, lds); break;
+                default: keys8_shared(3, keys, d, qr, ldq, k, at, ldk, half, sr, lds); break;
+                }
+            }
+        }
+    }
+}
+
+static void sweep_scores(int64_t heads, int64_t group, int64_t sk, int64_t d, const float *q,
+                         int64_t ldq, const void *k, int64_t ldk, int half, float *s, int64_t lds) {
+    if (half) sweep_scores_t(heads, group, sk, d, q, ldq, k, ldk, 1, s, lds);
+    else sweep_scores_t(heads, group, sk, d, q, ldq, k, ldk, 0, s, lds);
+}
+
+/* tile_ab's product over kb rows of b (row p at element at + p * ldb), added to c's
+ * (first: from zero): the same chain of FMAs as one tile_ab over all the rows, paused
+ * in c between blocks. */
+static inline __attribute__((always_inline)) void tile_acc(int R, int NV, int64_t kb,
+                                                           const float *a, int64_t lda,
+                                                           const void *b, int64_t at, int64_t ldb,
+                                                           int half, float *c, int64_t ldc,
+                                                           int first) {
+    __m512 acc[6][4];
+#pragma GCC unroll 6
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++)
+            acc[r][v] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(c + r * ldc + 16 * v);
+    for (int64_t p = 0; p < kb; p++) {
+        __m512 bv[4];
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v += half ? 2 : 1)
+            _mm_prefetch(elem_at(b, at + (p + PREFETCH_ROWS) * ldb + 16 * v, half), _MM_HINT_T0);
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) bv[v] = load16(b, at + p * ldb + 16 * v, half);
+#pragma GCC unroll 6
+        for (int r = 0; r < R; r++) {
+            __m512 x = _mm512_set1_ps(a[r * lda + p]);
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; v++) acc[r][v] = _mm512_fmadd_ps(x, bv[v], acc[r][v]);
+        }
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) _mm512_storeu_ps(c + r * ldc + 16 * v, acc[r][v]);
+}
+
+static inline __attribute__((always_inline)) void sweep_values_t(int64_t heads, int64_t group,
+                                                                 int64_t sk, int64_t d,
+                                                                 const float *p, int64_t lds,
+                                                                 const void *v, int64_t ldv,
+                                                                 int half, float *o, int64_t ldo) {
+    for (int64_t j0 = 0; j0 < sk; j0 += SWEEP_KEYS) {
+        int64_t kb = sk - j0 < SWEEP_KEYS ? sk - j0 : SWEEP_KEYS;
+        fetch_rows_far(v, j0, SWEEP_KEYS, heads * d, ldv, half);
+        int first = j0 == 0;
+        for (int64_t h = 0; h < heads; h++)
+            /* attn_values' tiles over the group's rows */
+            for (int64_t c0 = 0; c0 < d; c0 += 64) {
+                int nv = (int)((d - c0) / 16 < 4 ? (d - c0) / 16 : 4);
+                int64_t most = nv <= 2 ? 6 : 4;
+                for (int64_t i0 = 0; i0 < group; i0 += most) {
+                    int r = (int)(group - i0 < most ? group - i0 : most);
+                    const float *pi = p + (h * group + i0) * lds + j0;
+                    int64_t at = j0 * ldv + h * d + c0;
+                    float *oi = o + (h * group + i0) * ldo + c0;
+#define VA(R, NV) case (R) * 8 + (NV): tile_acc(R, NV, kb, pi, lds, v, at, ldv, half, oi, ldo, first); break
+                    switch (r * 8 + nv) {
+                        VA(1, 1); VA(1, 2); VA(1, 3); VA(1, 4);
+                        VA(2, 1); VA(2, 2); VA(2, 3); VA(2, 4);
+                        VA(3, 1); VA(3, 2); VA(3, 3); VA(3, 4);
+                        VA(4, 1); VA(4, 2); VA(4, 3); VA(4, 4);
+                        VA(5, 1); VA(5, 2);
+                        default: VA(6, 1); VA(6, 2);
+                    }
+#undef VA
+                }
+            }
+    }
+}
+
+static void sweep_values(int64_t heads, int64_t group, int64_t sk, int64_t d, const float *p,
+                         int64_t lds, const void *v, int64_t ldv, int half, float *o, int64_t ldo) {
+    if (half) sweep_values_t(heads, group, sk, d, p, lds, v, ldv, 1, o, ldo);
+    else sweep_values_t(heads, group, sk, d, p, lds, v, ldv, 0, o, ldo);
+}
+
+static void to_f16_512(const float *x, uint16_t *y, int64_t n) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm256_storeu_si256((__m256i *)(y + i),
+                            _mm512_cvtps_ph(_mm512_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    if (i < n) {
+        __mmask16 m = mask_upto(n - i);
+        __m256i h = _mm512_cvtps_ph(_mm512_maskz_loadu_ps(m, x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        uint16_t tmp[16];
+        _mm256_storeu_si256((__m256i *)tmp, h);
+        for (int64_t t = 0; t < n - i; t++) y[i + t] = tmp[t];
+    }
+}
+
+static void to_f32_512(const uint16_t *x, float *y, int64_t n) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(y + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(x + i))));
+    if (i < n) {
+        uint16_t tmp[16] = {0};
+        for (int64_t t = 0; t < n - i; t++) tmp[t] = x[i + t];
+        _mm512_mask_storeu_ps(y + i, mask_upto(n - i),
+                              _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)tmp)));
+    }
+}
+
+static const tm__kvmath kvmath512 = {"avx512", 16, sweep_scores, sweep_values, to_f16_512,
+                                     to_f32_512};
+
+const tm__kvmath *tm__kvmath_avx512(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") ? &kvmath512 : 0;
+}
+
 static const tm__vmath vmath512 = {"avx512",    gelu_erf,    gelu_erf_grad, gelu_erf_d,
                                    attn_scores, attn_values};
 
@@ -416,5 +678,6 @@ const tm__vmath *tm__vmath_avx512(void) {
 #else
 
 const tm__vmath *tm__vmath_avx512(void) { return 0; }
+const tm__kvmath *tm__kvmath_avx512(void) { return 0; }
 
 #endif

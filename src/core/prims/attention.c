@@ -15,6 +15,8 @@
 #include "fused.h"
 #include "../../backends/cpu/gemm.h"
 #include "../../backends/cpu/vmath.h"
+#include "../../backends/cpu/kvmath.h"
+#include "../dtype.h"
 
 /* Query rows per task: the score block (rows x Sk) stays in cache. */
 #define QUERY_BLOCK 64
@@ -60,6 +62,7 @@ typedef struct geometry {
     float scale;
     int causal;                    /* i[6]: key j > (Sk - Sq) + i of query i is f[1] */
     float fill;
+    int half;                      /* k and v float16 (a cache kept so, passes/kv_append.c) */
 } geometry;
 
 /* Causal rows as the graph computes them: the scale first (so the masked scores are the
@@ -150,6 +153,11 @@ static tm_status read_geometry(const tm_args *a, int nin, const int64_t *const *
     return TM_OK;
 }
 
+/* Floats of one kv head's k and v rows converted from float16 (16-float aligned). */
+static size_t half_floats(const geometry *g) {
+    return (size_t)((g->k.s * g->q.d + 15) / 16 * 16 + (g->k.s * g->v.d + 15) / 16 * 16);
+}
+
 /* Rows of one task's products. With one query a head (a decode step) a task takes the
  * query heads that share a kv head, as rows (each of their scores and values is the
  * same chain of FMAs either way): k and v are read once for the group, not once a head. */
@@ -163,7 +171,9 @@ static int64_t task_blocks(const geometry *g) {
     return ((g->q.s == 1 ? g->group : g->q.s) + QUERY_BLOCK - 1) / QUERY_BLOCK;
 }
 
-/* The task's product sizes, for the GEMMs' scratch. */
+/* The task's product sizes, for the GEMMs' scratch; a decode step's sweep (kvmath.h)
+ * takes every query head's scores of a batch at most. A float16 k and v are read through
+ * float32 copies of one kv head's rows (prompts), after the rest. */
 static size_t slice_floats(const geometry *g) {
     int64_t rows = task_rows(g);
     size_t gemm = tm_sgemm_scratch(0, 1, rows, g->k.s, g->q.d);
@@ -172,7 +182,9 @@ static size_t slice_floats(const geometry *g) {
     /* The vector kernels' k transposed, where they take the head size. */
     size_t kt = (size_t)(g->q.d * ((g->k.s + 15) / 16 * 16));
     if (kt > gemm / sizeof(float)) gemm = kt * sizeof(float);
-    return (size_t)(rows * g->k.s) + gemm / sizeof(float) + 32;
+    size_t n = (size_t)(rows * g->k.s) + gemm / sizeof(float) + 32;
+    if (g->q.s == 1 && (size_t)(g->q.h * g->k.s) + 32 > n) n = (size_t)(g->q.h * g->k.s) + 32;
+    return n + (g->half ? half_floats(g) : 0);
 }
 
 /* The vector kernels for these head sizes, or NULL (the GEMMs). */
@@ -192,7 +204,10 @@ tm_status tm__shape_attention(tm_ctx *c, int prim, const tm_args *a, const tm_vi
     const int64_t *dims[4];
     int ranks[4];
     for (int i = 0; i < nin; i++) {
-        if (in[i]->dtype != TM_FLOAT)
+        /* k and v may be a float16 cache (ATTENTION alone, both so) */
+        int half_ok = prim == TM_P_ATTENTION && (i == 1 || i == 2) &&
+                      in[1]->dtype == TM_FLOAT16 && in[2]->dtype == TM_FLOAT16;
+        if (in[i]->dtype != TM_FLOAT && !half_ok)
             return tm_ctx_fail(c, TM_ERR_DTYPE, "attention: input %d is %s, not float32", i,
                                tm_dtype_name(in[i]->dtype));
         dims[i] = in[i]->dims;
@@ -202,6 +217,7 @@ tm_status tm__shape_attention(tm_ctx *c, int prim, const tm_args *a, const tm_vi
     char why[400];
     tm_status s = read_geometry(a, nin, dims, ranks, &g, why, sizeof why);
     if (s != TM_OK) return tm_ctx_fail(c, s, "%s", why);
+    g.half = in[1]->dtype == TM_FLOAT16;
     out->dtype = TM_FLOAT;
     out->rank = 4;
     out->dims[0] = g.q.b;
@@ -222,7 +238,9 @@ tm_status tm__shape_attention(tm_ctx *c, int prim, const tm_args *a, const tm_vi
 
 typedef struct attention_call {
     const geometry *g;
-    const float *q, *k, *v, *mask;
+    const float *q;
+    const void *k, *v;    /* float32, or float16 (g->half) */
+    const float *mask;
     float *out;
     float *probs;          /* ATTENTION_TRAIN's second output, NULL: scores in scratch */
     float *scratch;
@@ -246,61 +264,131 @@ static void finish_scores(const attention_call *ac, float *scores, int64_t rows,
     tm__softmax_block_f32(scores, rows, g->k.s, g->k.s, &pre, masks);
 }
 
+/* The sweep kernels (kvmath.h) for a decode step's head sizes. */
+static const tm__kvmath *sweep_kernels(const geometry *g) {
+    const tm__kvmath *km = tm__kvmath_active();
+    return g->q.d % km->d_multiple || g->v.d % km->d_multiple ? tm__kvmath_c() : km;
+}
+
+/* A decode step (one query a head): the slice's kv heads of each batch in one sweep over
+ * the cache's rows (kvmath.h), their scores side by side; the slices split the (batch, kv
+ * head) pairs, and each score and value is the same chain of operations however they are
+ * split. */
+static void decode_slice(const attention_call *ac, int ith, int nth) {
+    const geometry *g = ac->g;
+    const tm__kvmath *km = sweep_kernels(g);
+    int64_t tasks = g->q.b * g->k.h, t1 = tasks * (ith + 1) / nth;
+    float *scratch = ac->scratch + (size_t)ith * ac->slice_floats;
+    size_t es = g->half ? 2 : 4;
+    for (int64_t t = tasks * ith / nth; t < t1;) {
+        int64_t b = t / g->k.h, kv0 = t % g->k.h;
+        int64_t kv1 = t1 - b * g->k.h < g->k.h ? t1 - b * g->k.h : g->k.h;
+        int64_t heads = kv1 - kv0, h0 = kv0 * g->group, rows = heads * g->group;
+        /* Rows (b, h0 + r) of (B, Hq, 1, Sk): the probabilities kept, else scratch. */
+        float *scores = ac->probs ? ac->probs + (b * g->q.h + h0) * g->k.s : scratch;
+        const float *q = ac->q + b * g->q.batch_stride + h0 * g->q.head_stride;
+        const char *k = (const char *)ac->k + (size_t)(b * g->k.batch_stride + kv0 * g->k.head_stride) * es;
+        const char *v = (const char *)ac->v + (size_t)(b * g->v.batch_stride + kv0 * g->v.head_stride) * es;
+        float *o = ac->out + b * g->out.batch_stride + h0 * g->out.head_stride;
+        /* The sweep reads head h at h * d of a row: heads side by side ((B, S, H, D)), or
+         * each head's rows one after another ((B, H, S, D): then heads one at a time). */
+        int side_by_side = g->k.head_stride == g->k.d && g->v.head_stride == g->v.d;
+        int64_t step = side_by_side ? heads : 1;
+        for (int64_t h = 0; h < heads; h += step) {
+            size_t at_k = (size_t)(h * g->k.head_stride) * es;
+            float *sh = scores + h * g->group * g->k.s;
+            km->scores(step, g->group, g->k.s, g->q.d, q + h * g->group * g->q.head_stride,
+                       g->q.head_stride, k + at_k, g->k.row_stride, g->half, sh, g->k.s);
+        }
+        const float *masks[QUERY_BLOCK];
+        for (int64_t r0 = 0; r0 < rows; r0 += QUERY_BLOCK) {
+            int64_t n = rows - r0 < QUERY_BLOCK ? rows - r0 : QUERY_BLOCK;
+            for (int64_t r = 0; r < n; r++) masks[r] = mask_row(ac, b, h0 + r0 + r, 0);
+            finish_scores(ac, scores + r0 * g->k.s, n, masks, 0);
+        }
+        for (int64_t h = 0; h < heads; h += step) {
+            size_t at_v = (size_t)(h * g->v.head_stride) * es;
+            km->values(step, g->group, g->k.s, g->v.d, scores + h * g->group * g->k.s, g->k.s,
+                       v + at_v, g->v.row_stride, g->half, o + h * g->group * g->out.head_stride,
+                       g->out.head_stride);
+        }
+        t += heads;
+    }
+}
+
+/* One kv head's k and v rows (float16) as float32 rows of d, into kf and vf. */
+static void widen_head(const geometry *g, const tm__kvmath *km, const uint16_t *k,
+                       const uint16_t *v, float *kf, float *vf) {
+    for (int64_t j = 0; j < g->k.s; j++) {
+        km->to_f32(k + j * g->k.row_stride, kf + j * g->q.d, g->q.d);
+        km->to_f32(v + j * g->v.row_stride, vf + j * g->v.d, g->v.d);
+    }
+}
+
 static void attention_slice(void *arg, int ith, int nth) {
     const attention_call *ac = arg;
     const geometry *g = ac->g;
+    if (g->q.s == 1) {
+        decode_slice(ac, ith, nth);
+        return;
+    }
     float *scores = ac->scratch + (size_t)ith * ac->slice_floats;
     float *gemm = scores + task_rows(g) * g->k.s;
-    int heads_as_rows = g->q.s == 1;
-    int64_t per_batch = heads_as_rows ? g->k.h : g->q.h;
+    /* A float16 cache's head, widened: at the slice's end. */
+    float *kf = ac->scratch + (size_t)(ith + 1) * ac->slice_floats - (g->half ? half_floats(g) : 0);
+    float *vf = kf + (g->k.s * g->q.d + 15) / 16 * 16;
+    int64_t per_batch = g->q.h;
     int64_t tasks = g->q.b * per_batch * ac->blocks;
     const tm__vmath *vm = vector_kernels(g);
-    int64_t packed = -1;
+    int64_t packed = -1, widened = -1;
     for (int64_t t = tasks * ith / nth; t < tasks * (ith + 1) / nth; t++) {
-        int64_t b = t / (per_batch * ac->blocks), unit = t / ac->blocks % per_batch;
-        int64_t first = t % ac->blocks * QUERY_BLOCK;   /* the task's first row */
-        /* Rows are the group's query heads (query 0 of each) or a head's queries. */
-        int64_t h, i0, rows, ldq, ldo, kv;
-        if (heads_as_rows) {
-            kv = unit;
-            h = kv * g->group + first;
-            i0 = 0;
-            rows = g->group - first;
-            ldq = g->q.head_stride;
-            ldo = g->out.head_stride;
-        } else {
-            h = unit;
-            kv = h / g->group;
-            i0 = first;
-            rows = g->q.s - i0;
-            ldq = g->q.row_stride;
-            ldo = g->out.row_stride;
-        }
+        int64_t b = t / (per_batch * ac->blocks), h = t / ac->blocks % per_batch;
+        int64_t i0 = t % ac->blocks * QUERY_BLOCK;   /* the task's first row */
+        /* Rows are a head's queries. */
+        int64_t kv = h / g->group, rows = g->q.s - i0;
+        int64_t ldq = g->q.row_stride, ldo = g->out.row_stride;
         if (rows > QUERY_BLOCK) rows = QUERY_BLOCK;
-        /* The probabilities kept: the task's rows are consecutive rows of (B, Hq, Sq, Sk)
-         * (a head's queries, or with one query the group's heads). */
+        /* The probabilities kept: the task's rows are consecutive rows of (B, Hq, Sq, Sk). */
         if (ac->probs) scores = ac->probs + ((b * g->q.h + h) * g->q.s + i0) * g->k.s;
         const float *q = ac->q + b * g->q.batch_stride + h * g->q.head_stride + i0 * g->q.row_stride;
-        const float *k = ac->k + b * g->k.batch_stride + kv * g->k.head_stride;
-        const float *v = ac->v + b * g->v.batch_stride + kv * g->v.head_stride;
+        const float *k, *v;
+        int64_t ldk = g->k.row_stride, ldv = g->v.row_stride;
+        int64_t head = b * g->k.h + kv;
+        if (g->half) {
+            if (head != widened)
+                widen_head(g, tm__kvmath_active(),
+                           (const uint16_t *)ac->k + b * g->k.batch_stride + kv * g->k.head_stride,
+                           (const uint16_t *)ac->v + b * g->v.batch_stride + kv * g->v.head_stride,
+                           kf, vf);
+            widened = head;
+            k = kf;
+            v = vf;
+            ldk = g->q.d;
+            ldv = g->v.d;
+        } else {
+            k = (const float *)ac->k + b * g->k.batch_stride + kv * g->k.head_stride;
+            v = (const float *)ac->v + b * g->v.batch_stride + kv * g->v.head_stride;
+        }
         float *o = ac->out + b * g->out.batch_stride + h * g->out.head_stride + i0 * g->out.row_stride;
         /* k transposed once for the query blocks and heads that share it. */
-        int64_t head = b * g->k.h + kv;
-        if (vm) vm->attn_scores(rows, g->k.s, g->q.d, q, ldq, k, g->k.row_stride, scores,
-                                g->k.s, gemm, head != packed);
-        else tm_sgemm(0, 1, rows, g->k.s, g->q.d, 1.0f, q, ldq, k, g->k.row_stride, 0.0f,
-                      scores, g->k.s, gemm, NULL);
+        if (vm) vm->attn_scores(rows, g->k.s, g->q.d, q, ldq, k, ldk, scores, g->k.s, gemm,
+                                head != packed);
+        else tm_sgemm(0, 1, rows, g->k.s, g->q.d, 1.0f, q, ldq, k, ldk, 0.0f, scores, g->k.s,
+                      gemm, NULL);
         if (rows > TM_ATTN_DIRECT_ROWS) packed = head;   /* else kt was left alone */
         const float *masks[QUERY_BLOCK];
-        for (int64_t r = 0; r < rows; r++)
-            masks[r] = mask_row(ac, b, heads_as_rows ? h + r : h, heads_as_rows ? 0 : i0 + r);
-        /* With one query a head the causal limit is the last key: nothing to do. */
-        int scaled = !heads_as_rows && causal_rows(g, scores, g->k.s, rows, i0);
+        for (int64_t r = 0; r < rows; r++) masks[r] = mask_row(ac, b, h, i0 + r);
+        int scaled = causal_rows(g, scores, g->k.s, rows, i0);
         finish_scores(ac, scores, rows, masks, scaled);
-        if (vm) vm->attn_values(rows, g->k.s, g->v.d, scores, g->k.s, v, g->v.row_stride, o, ldo);
-        else tm_sgemm(0, 0, rows, g->v.d, g->k.s, 1.0f, scores, g->k.s, v, g->v.row_stride, 0.0f,
-                      o, ldo, gemm, NULL);
+        if (vm) vm->attn_values(rows, g->k.s, g->v.d, scores, g->k.s, v, ldv, o, ldo);
+        else tm_sgemm(0, 0, rows, g->v.d, g->k.s, 1.0f, scores, g->k.s, v, ldv, 0.0f, o, ldo,
+                      gemm, NULL);
     }
+}
+
+/* Element i of k or v: float32, or float16 widened. */
+static inline float kv_elem(const void *x, int64_t i, int half) {
+    return half ? tm_f16_to_f32(((const uint16_t *)x)[i]) : ((const float *)x)[i];
 }
 
 /* Plain loops, one query at a time: the reference kernel. */
@@ -314,9 +402,9 @@ static void attention_reference(const attention_call *ac, float *row) {
                 /* The probabilities kept (ATTENTION_TRAIN), else the scratch row. */
                 if (ac->probs) row = ac->probs + ((b * g->q.h + h) * g->q.s + i) * g->k.s;
                 for (int64_t j = 0; j < g->k.s; j++) {
-                    const float *k = ac->k + b * g->k.batch_stride + kv * g->k.head_stride + j * g->k.row_stride;
+                    int64_t k = b * g->k.batch_stride + kv * g->k.head_stride + j * g->k.row_stride;
                     float sum = 0.0f;
-                    for (int64_t d = 0; d < g->q.d; d++) sum += q[d] * k[d];
+                    for (int64_t d = 0; d < g->q.d; d++) sum += q[d] * kv_elem(ac->k, k + d, g->half);
                     row[j] = sum;
                 }
                 const float *mask = mask_row(ac, b, h, i);
@@ -326,8 +414,8 @@ static void attention_reference(const attention_call *ac, float *row) {
                 for (int64_t d = 0; d < g->v.d; d++) {
                     float sum = 0.0f;
                     for (int64_t j = 0; j < g->k.s; j++)
-                        sum += row[j] * ac->v[b * g->v.batch_stride + kv * g->v.head_stride +
-                                              j * g->v.row_stride + d];
+                        sum += row[j] * kv_elem(ac->v, b * g->v.batch_stride + kv * g->v.head_stride +
+                                                           j * g->v.row_stride + d, g->half);
                     o[d] = sum;
                 }
             }
@@ -344,6 +432,7 @@ tm_status tm__kernel_attention(const tm_kcall *kc) {
     char why[400];
     tm_status s = read_geometry(kc->a, kc->nin, dims, ranks, &g, why, sizeof why);
     if (s != TM_OK) return tm__fail(kc->err, s, "%s", why);
+    g.half = kc->in[1]->dtype == TM_FLOAT16;
     if (g.q.b == 0 || g.q.h == 0 || g.q.s == 0 || g.v.d == 0) return TM_OK;
     if (g.k.s == 0) {   /* nothing to attend to: an empty sum */
         memset(kc->out[0]->data, 0, kc->out[0]->nbytes);
@@ -367,7 +456,7 @@ tm_status tm__kernel_attention(const tm_kcall *kc) {
      * v (the small LLaMA's at past 512: 1.6 MFLOP over 1 MB), so the bytes read count too. */
     double flops = 4.0 * (double)g.q.b * (double)g.q.h * (double)g.q.s * (double)g.k.s *
                    (double)g.q.d;
-    double kv_bytes = 4.0 * (double)g.q.b * (double)g.k.h * (double)g.k.s * (double)(g.q.d + g.v.d);
+    double kv_bytes = (g.half ? 2.0 : 4.0) * (double)g.q.b * (double)g.k.h * (double)g.k.s * (double)(g.q.d + g.v.d);
     if (tm_pool_threads(kc->pool) == 1 || (flops < (double)(1 << 21) && kv_bytes < (double)(1 << 18)))
         slices = 1;
     if (slices <= 1) attention_slice(&ac, 0, 1);

@@ -10,6 +10,7 @@
 #endif
 #include "../ctx.h"
 #include "../../backends/cpu/pool.h"
+#include "../../backends/cpu/kvmath.h"
 
 enum { PAD_CONSTANT = 0, PAD_REFLECT = 1, PAD_EDGE = 2, PAD_WRAP = 3 };
 enum { REDUCE_NONE = 0, REDUCE_ADD = 1, REDUCE_MUL = 2, REDUCE_MAX = 3, REDUCE_MIN = 4 };
@@ -1365,22 +1366,27 @@ tm_status tm__shape_kv_append(tm_ctx *c, int prim, const tm_args *a, const tm_vi
                               int nin, tm_vinfo *out, int nout, size_t *scratch) {
     (void)prim; (void)a; (void)nin; (void)nout; (void)scratch;
     const tm_vinfo *cache = in[0], *x = in[1];
-    if (cache->rank != 4 || x->rank != 4 || cache->dtype != x->dtype || x->dtype == TM_STRING)
+    /* float16 cache, float32 rows: passes/kv_append.c's half-precision cache */
+    int half = cache->dtype == TM_FLOAT16 && x->dtype == TM_FLOAT;
+    if (cache->rank != 4 || x->rank != 4 || (cache->dtype != x->dtype && !half) ||
+        x->dtype == TM_STRING)
         return tm_ctx_fail(c, TM_ERR_SHAPE, "kv_append: needs a rank-4 cache and rank-4 new "
-                           "rows of one dtype");
+                           "rows of one dtype (or a float16 cache and float32 rows)");
     if (cache->dims[1] != x->dims[0] || cache->dims[2] != x->dims[1] ||
         cache->dims[3] != x->dims[3])
         return tm_ctx_fail(c, TM_ERR_SHAPE, "kv_append: the cache (P, B, H, D) and the new "
                            "rows (B, H, S, D) disagree");
     int64_t dims[4] = {cache->dims[0] + x->dims[2], cache->dims[1], cache->dims[2], cache->dims[3]};
-    set_out(out, x->dtype, 4, dims);
+    set_out(out, cache->dtype, 4, dims);
     return TM_OK;
 }
 
 tm_status tm__kernel_kv_append(const tm_kcall *k) {
     const tm_tensor *cache = k->in[0], *x = k->in[1];
     tm_tensor *y = k->out[0];
-    size_t es = tm_dtype_elem_size(x->dtype);
+    size_t es = tm_dtype_elem_size(y->dtype);
+    int half = y->dtype == TM_FLOAT16 && x->dtype == TM_FLOAT;
+    const tm__kvmath *km = half ? tm__kvmath_active() : NULL;
     int64_t b_n = x->dims[0], h_n = x->dims[1], s_n = x->dims[2], d_n = x->dims[3];
     int64_t p_n = cache->dims[0];
     size_t pos = (size_t)(b_n * h_n * d_n) * es, head = (size_t)d_n * es;
@@ -1389,8 +1395,11 @@ tm_status tm__kernel_kv_append(const tm_kcall *k) {
     if (y->data != cache->data) memmove(y->data, cache->data, (size_t)p_n * pos);
     for (int64_t s = 0; s < s_n; s++)
         for (int64_t b = 0; b < b_n; b++)
-            for (int64_t h = 0; h < h_n; h++)
-                memcpy((char *)y->data + (size_t)(p_n + s) * pos + (size_t)(b * h_n + h) * head,
-                       (const char *)x->data + (size_t)(((b * h_n + h) * s_n) + s) * head, head);
+            for (int64_t h = 0; h < h_n; h++) {
+                char *dst = (char *)y->data + (size_t)(p_n + s) * pos + (size_t)(b * h_n + h) * head;
+                int64_t from = (((b * h_n + h) * s_n) + s) * d_n;   /* x's element */
+                if (half) km->to_f16((const float *)x->data + from, (uint16_t *)dst, d_n);
+                else memcpy(dst, (const char *)x->data + (size_t)from * es, head);
+            }
     return TM_OK;
 }

@@ -5,8 +5,10 @@
  * input is then taken in that layout from a buffer with room to grow, and present is that
  * same buffer one step longer, so that a decode step writes its new rows after the rest
  * and copies nothing, for a batch of sequences as for one (with batch 1 the layout is
- * (B, P, H, D) too). Not the attention fusion (attention.c), which must run first:
- * ATTENTION reads k and v in any of these layouts (2: (S, B, H, D)). */
+ * (B, P, H, D) too). With kv_dtype float16 a float32 cache is kept in half precision:
+ * past and present become float16, the append converts the new rows, and ATTENTION reads
+ * them so. Not the attention fusion (attention.c), which must run first: ATTENTION reads
+ * k and v in any of these layouts (2: (S, B, H, D)). */
 #include <stdlib.h>
 #include <string.h>
 #include "../passes.h"
@@ -26,7 +28,7 @@ static int attention_reads_only(const tm_ctx *c, const uint8_t *live, tm_val v, 
     return 1;
 }
 
-static tm_status mark_input(tm_ctx *c, int input) {
+static tm_status mark_input(tm_ctx *c, int input, int half) {
     if (input >= c->n_kv_bshd) {
         int n = input + 16;
         uint8_t *k = realloc(c->kv_bshd, (size_t)n);
@@ -35,8 +37,59 @@ static tm_status mark_input(tm_ctx *c, int input) {
         c->kv_bshd = k;
         c->n_kv_bshd = n;
     }
-    c->kv_bshd[input] = 1;
+    c->kv_bshd[input] = half ? 2 : 1;
     return TM_OK;
+}
+
+/* Whether value v is a float32 cache that KV_APPEND keeps, or (mark) marks it so. */
+static int kept_f32(const tm_ctx *c, tm_val v, const uint8_t *half_ok) {
+    int32_t p = c->vals[v].producer;
+    return p >= 0 && c->nodes[p].prim == TM_P_KV_APPEND && half_ok[p];
+}
+
+/* kv_dtype float16: the kept float32 caches go to half precision, in the pairs ATTENTION
+ * reads them in (it takes k and v both float16 or both float32): a cache whose reader's
+ * other operand stays float32 stays so too. */
+static tm_status to_half(tm_ctx *c, const uint8_t *live) {
+    uint8_t *ok = calloc((size_t)c->n_nodes + 1, 1);
+    if (!ok) return tm_ctx_fail(c, TM_ERR_NO_MEMORY, "out of memory");
+    for (int32_t i = 0; i < c->n_nodes; i++) {
+        const tm_rnode *n = &c->nodes[i];
+        ok[i] = live[i] && n->prim == TM_P_KV_APPEND && c->vals[n->in[0]].dtype == TM_FLOAT &&
+                c->vals[n->in[1]].dtype == TM_FLOAT;
+    }
+    for (int changed = 1; changed;) {
+        changed = 0;
+        for (int32_t r = 0; r < c->n_nodes; r++) {
+            const tm_rnode *a = &c->nodes[r];
+            if (!live[r] || a->prim != TM_P_ATTENTION) continue;
+            int k = kept_f32(c, a->in[1], ok), v = kept_f32(c, a->in[2], ok);
+            if (k == v) continue;
+            ok[c->vals[k ? a->in[1] : a->in[2]].producer] = 0;
+            changed = 1;
+        }
+    }
+    tm_status st = TM_OK;
+    for (int32_t i = 0; i < c->n_nodes && st == TM_OK; i++) {
+        if (!ok[i]) continue;
+        tm_rnode *n = &c->nodes[i];
+        c->vals[n->in[0]].dtype = TM_FLOAT16;
+        c->vals[n->out[0]].dtype = TM_FLOAT16;
+        st = mark_input(c, c->vals[n->in[0]].input_index, 1);
+    }
+    /* The readers' scratch grows by a head's rows widened (prompts read them so). */
+    for (int32_t r = 0; r < c->n_nodes && st == TM_OK; r++) {
+        tm_rnode *a = &c->nodes[r];
+        if (!live[r] || a->prim != TM_P_ATTENTION || c->vals[a->in[1]].dtype != TM_FLOAT16) continue;
+        const tm_vinfo *vin[4];
+        for (int j = 0; j < a->nin && j < 4; j++) vin[j] = &c->vals[a->in[j]];
+        tm_vinfo out;
+        size_t scratch = 0;
+        st = tm_prims[TM_P_ATTENTION].shape(c, TM_P_ATTENTION, &a->args, vin, a->nin, &out, 1, &scratch);
+        if (st == TM_OK) a->scratch = scratch;
+    }
+    free(ok);
+    return st;
 }
 
 tm_status tm__pass_kv_append(tm_ctx *c, const tm_pass_roots *roots) {
@@ -73,8 +126,9 @@ tm_status tm__pass_kv_append(tm_ctx *c, const tm_pass_roots *roots) {
             for (int j = 1; j <= 2; j++)
                 if (c->nodes[r].in[j] == n->out[0]) c->nodes[r].args.i[j] = 2;
         }
-        st = mark_input(c, past->input_index);
+        st = mark_input(c, past->input_index, 0);
     }
+    if (st == TM_OK && c->kv_dtype == TM_FLOAT16) st = to_half(c, live);
     free(uses);
     free(live);
     return st;
