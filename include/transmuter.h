@@ -277,7 +277,7 @@ typedef struct tm_plan_options {
      * cores; 0 (default): the model's threads. The plan is the same either way. */
     int one_thread;
     /* With kv_in_place: TM_FLOAT16 keeps the float32 caches it keeps in place in half
-     * precision (the past input and its present output float16, in the (B, P, H, D)
+     * precision (the past input and its present output float16, in the (P, B, H, D)
      * layout; the new rows converted as they are appended, rounding to nearest even; the
      * fused attention reads them so), half the bytes a decode step reads. The plan is
      * still made from the model's float32 inputs; tm_plan_kv_input tells which inputs

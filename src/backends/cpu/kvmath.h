@@ -1,5 +1,5 @@
 /* Kernels over a decoder's KV cache as passes/kv_append.c keeps it, rows of every kv head
- * side by side ((B, P, H, D)), in float32 or float16: a decode step's attention products
+ * side by side ((P, B, H, D) or (B, P, H, D)), in float32 or float16: a decode step's attention products
  * in one sweep over the rows for all kv heads, and the conversions of rows to and from
  * half precision. AVX-512 (vmath_avx512.c), AVX2 with F16C (kvmath_avx2.c) and plain C
  * (kvmath.c), picked at run time. Not the softmax, not prompts' products (attention.c). */
