@@ -40,19 +40,32 @@ static const float *last_row(const tm_decoder *d, int64_t r, int64_t *vocab) {
 
 static int64_t token_at(int seq, int64_t k) { return (int64_t)((seq * 37 + k * 11 + 3) % 60 + 1); }
 
-/* Sequence seq alone: a prompt of plen tokens, then `steps` tokens one at a time; the
- * logits after the prompt and after each step into want (steps + 1 rows of vocab). */
-static int alone(tm_model *m, int seq, int64_t plen, int steps, float *want, int64_t *vocab) {
+/* A decoder of one sequence after its prompt. */
+static tm_decoder *single(tm_model *m, int seq, int64_t plen) {
     tm_decoder_options o;
     tm_decoder_options_default(&o);
     o.last_logits_only = 1;
     o.kv_dtype = kv_dtype;
     tm_decoder *d = NULL;
     tm_error err = {0};
-    if (tm_decoder_create(m, &o, &d, &err) != TM_OK) return 0;
+    int64_t ids[MAXLEN];
+    for (int64_t k = 0; k < plen; k++) ids[k] = token_at(seq, k);
+    if (tm_decoder_create(m, &o, &d, &err) != TM_OK || tm_decoder_append(d, ids, plen, &err) != TM_OK) {
+        CHECK(0, "single %d: %s", seq, err.message);
+        tm_decoder_free(d);
+        return NULL;
+    }
+    return d;
+}
+
+/* Sequence seq alone: a prompt of plen tokens, then `steps` tokens one at a time; the
+ * logits after the prompt and after each step into want (steps + 1 rows of vocab). */
+static int alone(tm_model *m, int seq, int64_t plen, int steps, float *want, int64_t *vocab) {
+    tm_decoder *d = single(m, seq, plen);
+    tm_error err = {0};
     int64_t ids[MAXLEN];
     for (int64_t k = 0; k < plen + steps; k++) ids[k] = token_at(seq, k);
-    int ok = tm_decoder_append(d, ids, plen, &err) == TM_OK;
+    int ok = d != NULL;
     for (int s = 0; ok && s <= steps; s++) {
         const float *l = last_row(d, 0, vocab);
         if (!l) ok = 0;
@@ -122,24 +135,6 @@ static void test_padded_prompts(const char *path, double tol) {
     tm_decoder_free(d);
     for (int b = 0; b < B; b++) free(want[b]);
     tm_model_free(m);
-}
-
-/* A decoder of one sequence after its prompt (and `steps` tokens). */
-static tm_decoder *single(tm_model *m, int seq, int64_t plen) {
-    tm_decoder_options o;
-    tm_decoder_options_default(&o);
-    o.last_logits_only = 1;
-    o.kv_dtype = kv_dtype;
-    tm_decoder *d = NULL;
-    tm_error err = {0};
-    int64_t ids[MAXLEN];
-    for (int64_t k = 0; k < plen; k++) ids[k] = token_at(seq, k);
-    if (tm_decoder_create(m, &o, &d, &err) != TM_OK || tm_decoder_append(d, ids, plen, &err) != TM_OK) {
-        CHECK(0, "single %d: %s", seq, err.message);
-        tm_decoder_free(d);
-        return NULL;
-    }
-    return d;
 }
 
 /* Rows come and go: a batch of 2 whose rows are filled from single decoders (a longer one

@@ -71,29 +71,27 @@ void tm__serve_metrics_request(serve_metrics *m, const char *route, int status, 
     pthread_mutex_unlock(&m->lock);
 }
 
-void tm__serve_metrics_batch(serve_metrics *m, size_t inputs) {
+/* One observation of a batch-size histogram (its buckets, count and sum), under the lock. */
+static void observe_size(serve_metrics *m, unsigned long *buckets, unsigned long *count,
+                         unsigned long *sum, size_t n) {
     if (!m) return;
     pthread_mutex_lock(&m->lock);
     for (int b = 0; b < N_BATCH; b++)
-        if ((double)inputs <= batch_bounds[b]) {
-            m->batch_buckets[b]++;
+        if ((double)n <= batch_bounds[b]) {
+            buckets[b]++;
             break;
         }
-    m->batch_count++;
-    m->batch_sum += inputs;
+    (*count)++;
+    *sum += n;
     pthread_mutex_unlock(&m->lock);
 }
 
+void tm__serve_metrics_batch(serve_metrics *m, size_t inputs) {
+    if (m) observe_size(m, m->batch_buckets, &m->batch_count, &m->batch_sum, inputs);
+}
+
 void tm__serve_metrics_gen_step(serve_metrics *m, size_t rows) {
-    pthread_mutex_lock(&m->lock);
-    for (int b = 0; b < N_BATCH; b++)
-        if ((double)rows <= batch_bounds[b]) {
-            m->gen_buckets[b]++;
-            break;
-        }
-    m->gen_count++;
-    m->gen_sum += rows;
-    pthread_mutex_unlock(&m->lock);
+    if (m) observe_size(m, m->gen_buckets, &m->gen_count, &m->gen_sum, rows);
 }
 
 void tm__serve_metrics_tokens(serve_metrics *m, size_t prompt, size_t generated) {
@@ -112,6 +110,19 @@ static void put_fmt(tm__buf *b, const char *fmt, ...) {
     int n = vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
     if (n > 0) tm__put_len(b, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
+}
+
+/* A batch-size histogram in Prometheus text (cumulative buckets). */
+static void put_sizes(tm__buf *out, const char *name, const char *help, const unsigned long *buckets,
+                      unsigned long count, unsigned long sum) {
+    put_fmt(out, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    unsigned long cum = 0;
+    for (int b = 0; b < N_BATCH; b++) {
+        cum += buckets[b];
+        put_fmt(out, "%s_bucket{le=\"%g\"} %lu\n", name, batch_bounds[b], cum);
+    }
+    put_fmt(out, "%s_bucket{le=\"+Inf\"} %lu\n%s_sum %lu\n%s_count %lu\n", name, count, name, sum,
+            name, count);
 }
 
 void tm__serve_metrics_render(serve_server *s, tm__buf *out) {
@@ -140,26 +151,11 @@ void tm__serve_metrics_render(serve_server *s, tm__buf *out) {
     tm__put(out, "# HELP transmuter_queue_depth Inputs and sequences queued or running.\n"
                  "# TYPE transmuter_queue_depth gauge\n");
     put_fmt(out, "transmuter_queue_depth %zu\n", depth);
-    tm__put(out, "# HELP transmuter_batch_size Inputs per encoder batch.\n"
-                 "# TYPE transmuter_batch_size histogram\n");
-    unsigned long cum = 0;
-    for (int b = 0; b < N_BATCH; b++) {
-        cum += m->batch_buckets[b];
-        put_fmt(out, "transmuter_batch_size_bucket{le=\"%g\"} %lu\n", batch_bounds[b], cum);
-    }
-    put_fmt(out, "transmuter_batch_size_bucket{le=\"+Inf\"} %lu\n", m->batch_count);
-    put_fmt(out, "transmuter_batch_size_sum %lu\ntransmuter_batch_size_count %lu\n", m->batch_sum,
-            m->batch_count);
-    tm__put(out, "# HELP transmuter_generation_batch_size Sequences per decode step of a model "
-                 "(continuous batching).\n# TYPE transmuter_generation_batch_size histogram\n");
-    cum = 0;
-    for (int b = 0; b < N_BATCH; b++) {
-        cum += m->gen_buckets[b];
-        put_fmt(out, "transmuter_generation_batch_size_bucket{le=\"%g\"} %lu\n", batch_bounds[b], cum);
-    }
-    put_fmt(out, "transmuter_generation_batch_size_bucket{le=\"+Inf\"} %lu\n", m->gen_count);
-    put_fmt(out, "transmuter_generation_batch_size_sum %lu\ntransmuter_generation_batch_size_count %lu\n",
-            m->gen_sum, m->gen_count);
+    put_sizes(out, "transmuter_batch_size", "Inputs per encoder batch.", m->batch_buckets,
+              m->batch_count, m->batch_sum);
+    put_sizes(out, "transmuter_generation_batch_size",
+              "Sequences per decode step of a model (continuous batching).", m->gen_buckets,
+              m->gen_count, m->gen_sum);
     tm__put(out, "# HELP transmuter_prompt_tokens_total Prompt tokens of generation requests.\n"
                  "# TYPE transmuter_prompt_tokens_total counter\n");
     put_fmt(out, "transmuter_prompt_tokens_total %lu\n", m->prompt_tokens);
