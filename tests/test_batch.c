@@ -1,8 +1,8 @@
 /* tm_batch (src/pipelines/batch.c): generators of different prompts and parameters
  * (greedy, seeded sampling with top-k / top-p, repetition penalty, no-repeat n-grams, an
  * EOS list, different lengths) stepped together in a batch with fewer rows than
- * generators, joining as rows free up (continuous batching), give the tokens each gives
- * stepped alone; errors: a full batch, a beam search, another model, stepping a batched
+ * generators, joining as rows free up (continuous batching), and in one with rows for all
+ * (its size class growing and shrinking), give the tokens each gives stepped alone; errors: a full batch, a beam search, another model, stepping a batched
  * generator alone. Tiny LLaMA merged exports, fp32 and q4. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,7 +10,8 @@
 #include "transmuter.h"
 #include "check.h"
 
-enum { GENS = 7, ROWS = 3, MAXTOK = 64 };
+enum { GENS = 7, MAXROWS = 8, MAXTOK = 64 };
+static int ROWS = 3;   /* the batch's max_rows */
 static tm_dtype kv_dtype = TM_FLOAT;
 
 static void config(int i, tm_generation_config *c) {
@@ -75,7 +76,8 @@ static void test_continuous(const char *path) {
     tm_batch *b = NULL;
     CHECK(tm_batch_create(m, ROWS, &b, &err) == TM_OK, "%s: %s", path, err.message);
     tm_generator *gens[GENS] = {0};
-    int next = 0, finished = 0, steps = 0, at_row[ROWS] = {-1, -1, -1};
+    int next = 0, finished = 0, steps = 0, at_row[MAXROWS];
+    for (int r = 0; r < MAXROWS; r++) at_row[r] = -1;
     while (b && finished < GENS && steps < 500) {
         /* join while rows are free */
         while (next < GENS && tm_batch_count(b) < ROWS) {
@@ -95,8 +97,8 @@ static void test_continuous(const char *path) {
             if (done) finished++;
             else at_row[row] = i;
         }
-        int32_t tokens[ROWS];
-        int done[ROWS];
+        int32_t tokens[MAXROWS];
+        int done[MAXROWS];
         if (tm_batch_step(b, tokens, done, &err) != TM_OK) {
             CHECK(0, "%s: batch step %d: %s", path, steps, err.message);
             break;
@@ -209,6 +211,11 @@ int main(int argc, char **argv) {
     snprintf(path, sizeof path, "%s/llama/decoder_model_merged.onnx", root);
     snprintf(other, sizeof other, "%s/llama/decoder_model_merged_q4.onnx", root);
     test_errors(path, other);
+    /* 8 rows for 7 generators: the batch grows through its classes (1, 2, 4, 8) as they
+     * join and shrinks (8 to 2) as they end, each change moving the held rows */
+    ROWS = 8;
+    test_continuous(path);
+    ROWS = 3;
     /* float16 caches: the batch takes its generators' precision */
     kv_dtype = TM_FLOAT16;
     test_continuous(path);

@@ -172,9 +172,9 @@ static void test_rows(const char *path, double tol) {
         /* (an empty batch takes any length: b first, then a in its place) */
         tm__decoder_free_row(d, 0);
         tm__decoder_free_row(d, 1);
-        CHECK(a && b && tm__decoder_put_row(d, 0, b, &err) == TM_OK, "%s: %s", path, err.message);
-        CHECK(a && b && tm__decoder_put_row(d, 0, a, &err) == TM_OK, "%s: %s", path, err.message);
-        CHECK(tm__decoder_put_row(d, 1, b, &err) == TM_ERR_UNSUPPORTED &&
+        CHECK(a && b && tm__decoder_put_row(d, 0, b, 0, &err) == TM_OK, "%s: %s", path, err.message);
+        CHECK(a && b && tm__decoder_put_row(d, 0, a, 0, &err) == TM_OK, "%s: %s", path, err.message);
+        CHECK(tm__decoder_put_row(d, 1, b, 0, &err) == TM_ERR_UNSUPPORTED &&
               strstr(err.message, "position_ids"), "%s: a longer row joined: %s", path, err.message);
         tm_decoder_free(a);
         tm_decoder_free(b);
@@ -191,7 +191,7 @@ static void test_rows(const char *path, double tol) {
             if (plan[q].join != step) continue;
             int r = plan[q].row;
             tm_decoder *s = single(m, q, plan[q].plen);
-            CHECK(s && tm__decoder_put_row(d, r, s, &err) == TM_OK, "%s: seq %d into row %d: %s",
+            CHECK(s && tm__decoder_put_row(d, r, s, 0, &err) == TM_OK, "%s: seq %d into row %d: %s",
                   path, q, r, err.message);
             /* its first logits are the prompt's, in the single decoder */
             int64_t v = 0;

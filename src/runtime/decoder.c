@@ -1159,16 +1159,24 @@ int64_t tm_decoder_batch(const tm_decoder *d) { return d ? d->batch : 0; }
 
 /* ---- Rows filled and freed between steps (tm_batch's continuous batching) ------------ */
 
-tm_status tm__decoder_put_row(tm_decoder *d, int64_t row, tm_decoder *src, tm_error *err) {
-    if (!d || !src || row < 0 || row >= d->batch || src->batch != 1 || src->m != d->m)
+tm_status tm__decoder_put_row(tm_decoder *d, int64_t row, tm_decoder *src, int64_t src_row,
+                              tm_error *err) {
+    if (!d || !src || d == src || row < 0 || row >= d->batch || src_row < 0 ||
+        src_row >= src->batch || src->m != d->m)
         return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "decoder row: a row of the batch and a "
-                        "decoder of one sequence of the same model are needed");
+                        "row of another decoder of the same model are needed");
     for (int i = 0; i < d->n_in; i++)
         if (d->given[i] || src->given[i])
             return tm__fail(err, TM_ERR_UNSUPPORTED, "decoder row: encoder inputs ('%s') are "
                             "not carried between batches", d->names[i]);
-    if (src->length < 1)
+    /* The source row's positions from its first attended one (its leading padding stays). */
+    const uint8_t *srm = src->rowmask + src_row * src->capacity;
+    int64_t first = 0;
+    while (first < src->length && !srm[first]) first++;
+    if (src->length - first < 1 || src->row_free[src_row])
         return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "decoder row: the sequence is empty");
+    int src_padded = 0;
+    for (int64_t t = first; t < src->length; t++) src_padded |= !srm[t];
     tm_status st = settle(src, err);
     if (st == TM_OK) st = settle(d, err);
     for (int i = 0; st == TM_OK && i < d->n_in; i++)
@@ -1182,8 +1190,8 @@ tm_status tm__decoder_put_row(tm_decoder *d, int64_t row, tm_decoder *src, tm_er
     int others = 0;
     for (int64_t r = 0; r < d->batch; r++) others |= r != row && !d->row_free[r];
     if (!others) d->length = 0;
-    int64_t ls = src->length, L = d->length > ls ? d->length : ls;
-    if (st == TM_OK && d->positions < 0 && ((others && ls != d->length) || src->padded))
+    int64_t ls = src->length - first, L = d->length > ls ? d->length : ls;
+    if (st == TM_OK && d->positions < 0 && ((others && ls != d->length) || src_padded || first))
         st = tm__fail(err, TM_ERR_UNSUPPORTED, "decoder row: the export takes no position_ids "
                       "(it numbers positions by the cache's length), so a sequence of %lld "
                       "positions cannot join a batch of %lld", (long long)ls, (long long)d->length);
@@ -1205,7 +1213,7 @@ tm_status tm__decoder_put_row(tm_decoder *d, int64_t row, tm_decoder *src, tm_er
         }
         d->length = L;
     }
-    int64_t at = L - ls;
+    int64_t at = L - ls, SB = src->batch;
     for (int i = 0; i < d->n_in; i++) {
         if (d->present_of[i] < 0) continue;
         size_t row_bytes = (size_t)(d->heads[i] * d->width[i]) * d->elem[i];
@@ -1213,15 +1221,16 @@ tm_status tm__decoder_put_row(tm_decoder *d, int64_t row, tm_decoder *src, tm_er
         for (int64_t t = 0; t < L; t++) {
             char *dst = b + (size_t)(t * B + row) * row_bytes;
             if (t < at) memset(dst, 0, row_bytes);   /* padding: never read, zeroed all the same */
-            else memcpy(dst, (const char *)src->buf[i] + (size_t)(t - at) * row_bytes, row_bytes);
+            else memcpy(dst, (const char *)src->buf[i] + (size_t)((t - at + first) * SB + src_row) * row_bytes,
+                        row_bytes);
         }
     }
     uint8_t *rm = d->rowmask + row * d->capacity;
     memset(rm, 0, (size_t)at);
-    memcpy(rm + at, src->rowmask, (size_t)ls);
-    d->seen[row] = src->seen[0];
+    memcpy(rm + at, srm + first, (size_t)ls);
+    d->seen[row] = src->seen[src_row];
     d->row_free[row] = 0;
-    if (at > 0 || src->padded) d->padded = 1;
+    if (at > 0 || src_padded) d->padded = 1;
     d->last_logits = NULL;
     return TM_OK;
 }

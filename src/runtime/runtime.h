@@ -63,11 +63,13 @@ struct tm_model {
 
 /* Frees the plans the model's decoders shared (decoder.c); at the model's end. */
 void tm__decoder_plans_free(tm_model *m);
-/* Row `row` of a decoder of B sequences takes src's (a decoder of one sequence, same
- * model, caches kept in place): its cache is copied in, ending at the batch's last
- * position (the batch grows, its rows moving up, when src is longer), the positions
- * before it masked. src is unchanged. */
-tm_status tm__decoder_put_row(tm_decoder *d, int64_t row, tm_decoder *src, tm_error *err);
+/* Row `row` of a decoder of B sequences takes row src_row of src (another decoder of the
+ * same model, caches kept in place, in the same precision), from its first attended
+ * position: its cache is copied in, ending at the batch's last position (the batch grows,
+ * its rows moving up, when that is longer), the positions before it masked. src is
+ * unchanged. */
+tm_status tm__decoder_put_row(tm_decoder *d, int64_t row, tm_decoder *src, int64_t src_row,
+                              tm_error *err);
 /* Row `row` holds no sequence any more: from the next step it attends to its newest
  * position alone (a one-token sequence at position 0, whatever its token), until
  * tm__decoder_put_row fills it. */
