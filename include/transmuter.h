@@ -595,9 +595,11 @@ tm_status tm_generator_set_logits_fn(tm_generator *g, tm_generator_logits_fn fn,
  * its first token), then its cache moves into a free row. Each generator's tokens equal
  * what tm_generator_step gives it alone, up to float rounding (a batch's products sum in
  * another order). Not thread-safe; the generators belong to the caller, and one in a
- * batch is stepped only by it. Models whose export takes no position_ids (it numbers
- * positions by the cache's length) take only generators of the batch's length; one such
- * model is better served by tm_generator_step alone. */
+ * batch is stepped only by it. The batch decoder has as many rows as the generators held
+ * need, in classes 1, 2, 4 ... up to max_rows (a change copies the held caches), so a
+ * step costs what its generators cost. Models whose export takes no position_ids (it
+ * numbers positions by the cache's length) take only generators of the batch's length;
+ * one such model is better served by tm_generator_step alone. */
 typedef struct tm_batch tm_batch;
 tm_status tm_batch_create(tm_model *decoder_model, int max_rows, tm_batch **out,
                           tm_error *err);
