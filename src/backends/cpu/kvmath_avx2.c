@@ -6,6 +6,7 @@
 #include "kvmath.h"
 
 #if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <cpuid.h>
 #include <immintrin.h>
 
 /* Rows fetched ahead of their use (strided rows of an interleaved cache). */
@@ -257,10 +258,16 @@ static void to_f32_avx2(const uint16_t *x, float *y, int64_t n) {
 static const tm__kvmath kvmath_avx2 = {"avx2", 8, sweep_scores, sweep_values, to_f16_avx2,
                                        to_f32_avx2};
 
+/* F16C from CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports has no "f16c". */
+static int has_f16c(void) {
+    unsigned eax, ebx, ecx, edx;
+    return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx >> 29 & 1);
+}
+
 const tm__kvmath *tm__kvmath_avx2(void) {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           __builtin_cpu_supports("f16c") ? &kvmath_avx2 : 0;
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c()
+               ? &kvmath_avx2 : 0;
 }
 
 #else
