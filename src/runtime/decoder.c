@@ -899,17 +899,20 @@ static void drop_leading(tm_decoder *d, int64_t lead) {
     d->length = keep;
 }
 
+/* Row r's first attended position before `end` (end when none). */
+static int64_t first_attended(const tm_decoder *d, int64_t r, int64_t end) {
+    const uint8_t *m = d->rowmask + r * d->capacity;
+    int64_t t = 0;
+    while (t < end && !m[t]) t++;
+    return t;
+}
+
 /* A padded decoder's leading positions that no row attends to any more (rows that ended
  * and were refilled leave them), dropped once they are half the cache: a copy of the rest,
  * so each position is moved at most about once on average. */
 static void compact(tm_decoder *d) {
     int64_t lead = d->length;
-    for (int64_t r = 0; r < d->batch && lead > 0; r++) {
-        const uint8_t *m = d->rowmask + r * d->capacity;
-        int64_t first = 0;
-        while (first < lead && !m[first]) first++;
-        lead = first;
-    }
+    for (int64_t r = 0; r < d->batch && lead > 0; r++) lead = first_attended(d, r, lead);
     if (lead > d->length - 2) lead = d->length - 2;
     if (lead >= 32 && 2 * lead >= d->length) drop_leading(d, lead);
 }
@@ -1171,8 +1174,7 @@ tm_status tm__decoder_put_row(tm_decoder *d, int64_t row, tm_decoder *src, int64
                             "not carried between batches", d->names[i]);
     /* The source row's positions from its first attended one (its leading padding stays). */
     const uint8_t *srm = src->rowmask + src_row * src->capacity;
-    int64_t first = 0;
-    while (first < src->length && !srm[first]) first++;
+    int64_t first = first_attended(src, src_row, src->length);
     if (src->length - first < 1 || src->row_free[src_row])
         return tm__fail(err, TM_ERR_INVALID_ARGUMENT, "decoder row: the sequence is empty");
     int src_padded = 0;
